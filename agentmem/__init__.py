@@ -1,0 +1,35 @@
+"""agentmem: long-term memory for LLM agents, stored as a KV cache bank."""
+
+from agentmem.config import MemoryConfig
+from agentmem.errors import (
+    AgentMemError,
+    BlobCorruptedError,
+    EncryptionError,
+    FingerprintMismatchError,
+    InvalidInputError,
+    NotFoundError,
+    SecretDetectedError,
+    StaleEntryError,
+    UnsupportedModelError,
+)
+from agentmem.memory import AgentMemory
+from agentmem.types import Hit, KvInfo, MemoryRecord
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentMemError",
+    "AgentMemory",
+    "BlobCorruptedError",
+    "EncryptionError",
+    "FingerprintMismatchError",
+    "Hit",
+    "InvalidInputError",
+    "KvInfo",
+    "MemoryConfig",
+    "MemoryRecord",
+    "NotFoundError",
+    "SecretDetectedError",
+    "StaleEntryError",
+    "UnsupportedModelError",
+]

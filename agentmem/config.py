@@ -1,0 +1,61 @@
+"""One typed, strict configuration object; every default lives here.
+
+Example:
+    >>> from agentmem.config import MemoryConfig
+    >>> MemoryConfig(secret_policy="reject").secret_policy
+    'reject'
+    >>> MemoryConfig(unknown=1)  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    pydantic.ValidationError: ...
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+KvDtype = Literal["float32", "float16", "bfloat16"]
+
+
+class MemoryConfig(BaseModel):
+    """Settings of one :class:`~agentmem.AgentMemory` store.
+
+    Unknown keys are an error (``extra="forbid"``), so a typo never silently falls back to a default.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # --- text and retrieval -------------------------------------------------------------------
+    embedding_model: str | None = Field(
+        default=None, description="Path of a sentence-transformers model; None = bundled all-MiniLM-L6-v2."
+    )
+    embedding_batch_size: int = Field(default=64, gt=0)
+    keep_text_in_index: bool = Field(
+        default=True,
+        description="Store entry text in Chroma documents too. False keeps only vectors there (text lives in SQLite).",
+    )
+    candidate_pool: int = Field(
+        default=50, gt=0, description="How many dense and lexical candidates each retriever contributes before fusion."
+    )
+
+    # --- security -------------------------------------------------------------------------------
+    secret_policy: Literal["redact", "reject", "off"] = "redact"
+
+    # --- KV bank ---------------------------------------------------------------------------------
+    kv_dtype: KvDtype = "float32"
+    mount_budget_tokens: int = Field(default=2048, gt=0)
+    strict_fingerprint: bool = Field(
+        default=False, description="Raise on a foreign-model blob instead of falling back to text."
+    )
+    cache_dir: Path | None = Field(default=None, description="Where converted model weights are cached.")
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    sweep_interval: float | None = Field(
+        default=None, gt=0, description="Seconds between background sweeps of expired entries; None = no timer."
+    )
+    busy_timeout_ms: int = Field(default=30_000, gt=0)
+
+
+__all__ = ["KvDtype", "MemoryConfig"]

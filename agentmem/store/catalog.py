@@ -1,0 +1,281 @@
+"""The catalog: one SQLite row per memory entry, through SQLAlchemy 2.0's typed ORM.
+
+It knows nothing about vectors or tensors. It also holds the lexical index (SQLite FTS5, written in the
+same transaction as the row), so a row and its lexical document can never disagree.
+
+Example:
+    >>> cat = Catalog(":memory:")
+    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
+    ...            index_texts=["hi"])
+    >>> [r.id for r in cat.get(["e1"])]
+    ['e1']
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text, create_engine, delete, event, func, select, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class EntryRow(Base):
+    __tablename__ = "entries"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String, index=True)
+    session_id: Mapped[str | None] = mapped_column(String, index=True, default=None)
+    kind: Mapped[str] = mapped_column(String(16), index=True)
+    role: Mapped[str | None] = mapped_column(String(32), default=None)
+    speaker: Mapped[str | None] = mapped_column(String, default=None)
+    occurred_at: Mapped[str | None] = mapped_column(String, default=None)
+    text: Mapped[str] = mapped_column(Text)
+    memory_text: Mapped[str] = mapped_column(Text)
+    metadata_json: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, index=True, default=None)
+    # KV blob attached by the KV bank (all None until the entry is encoded)
+    kv_path: Mapped[str | None] = mapped_column(String, default=None)
+    kv_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    kv_fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
+    kv_dtype: Mapped[str | None] = mapped_column(String(16), default=None)
+    kb_version: Mapped[str | None] = mapped_column(String, default=None)
+
+    tag_rows: Mapped[list[TagRow]] = relationship(
+        back_populates="entry", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(sorted(t.tag for t in self.tag_rows))
+
+
+class TagRow(Base):
+    __tablename__ = "entry_tags"
+
+    entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String, primary_key=True, index=True)
+    entry: Mapped[EntryRow] = relationship(back_populates="tag_rows")
+
+
+class StoreInfo(Base):
+    """Key/value facts about the store: schema version, kb version, ..."""
+
+    __tablename__ = "store_info"
+
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(String)
+
+
+SCHEMA_VERSION = 1
+_FTS_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5("
+    "id UNINDEXED, user_id UNINDEXED, content, tokenize='porter unicode61')"
+)
+_WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
+# Function words carry no topic; dropping them keeps BM25's OR-query from matching everything.
+_STOPWORDS = frozenset(
+    """a an the and or but if of at by for with about against between into through during before after above below
+    to from up down in out on off over under again further then once here there when where why how all any both each
+    few more most other some such no nor not only own same so than too very s t can will just don should now is are
+    was were be been being have has had having do does did doing i me my myself we our ours you your yours he him his
+    she her hers it its they them their what which who whom this that these those am would could shall might must
+    ever also yet""".split()
+)
+
+
+def fts_query(query: str) -> str | None:
+    """Turn free text into a safe FTS5 OR-query of its content words (None when nothing is left)."""
+    words = []
+    for w in _WORD.findall(query.lower()):
+        w = w.split("'")[0]
+        if w and w not in _STOPWORDS and w not in words:
+            words.append(w)
+    return " OR ".join(f'"{w}"' for w in words) or None
+
+
+class Catalog:
+    """SQLite catalog of entries (WAL mode, busy timeout, secure delete)."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
+        url = "sqlite://" if path == ":memory:" else f"sqlite:///{path}"
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": busy_timeout_ms / 1000, "check_same_thread": False}}
+        if path == ":memory:":
+            kwargs["poolclass"] = StaticPool
+        self.engine: Engine = create_engine(url, **kwargs)
+        self._write_lock = threading.Lock()  # one writer per process; other processes wait on busy_timeout
+
+        @event.listens_for(self.engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            # Erased memories must not linger in free pages of the file.
+            cur.execute("PRAGMA secure_delete=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        with self._write_lock, self.engine.begin() as conn:
+            Base.metadata.create_all(conn)
+            conn.execute(text(_FTS_DDL))
+            conn.execute(
+                text("INSERT OR IGNORE INTO store_info(key, value) VALUES ('schema_version', :v)"),
+                {"v": str(SCHEMA_VERSION)},
+            )
+
+    # --- writes --------------------------------------------------------------------------------
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = ()) -> None:
+        """Insert rows, their tags and lexical documents in one transaction (all or nothing)."""
+        tag_lists = list(tags) or [()] * len(rows)
+        with self._write_lock, self._sessions.begin() as s:
+            for row, tag_list in zip(rows, tag_lists):
+                row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
+                s.add(row)
+            s.flush()
+            s.execute(
+                text("INSERT INTO entries_fts(id, user_id, content) VALUES (:id, :u, :c)"),
+                [{"id": r.id, "u": r.user_id, "c": t} for r, t in zip(rows, index_texts)],
+            )
+
+    def update_kv(self, entry_id: str, **fields: Any) -> None:
+        allowed = {"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"}
+        if not set(fields) <= allowed:
+            raise ValueError(f"not KV fields: {set(fields) - allowed}")
+        with self._write_lock, self._sessions.begin() as s:
+            row = s.get(EntryRow, entry_id)
+            if row is not None:
+                for k, v in fields.items():
+                    setattr(row, k, v)
+
+    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Delete rows (and tags, lexical docs); return what was deleted so callers can erase blobs/vectors."""
+        if not ids:
+            return []
+        with self._write_lock, self._sessions.begin() as s:
+            rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(ids))))
+            found = [r.id for r in rows]
+            if found:
+                s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
+                s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
+                for chunk in _chunks(found, 500):
+                    s.execute(
+                        text(f"DELETE FROM entries_fts WHERE id IN ({','.join(':i%d' % i for i in range(len(chunk)))})"),
+                        {f"i{i}": v for i, v in enumerate(chunk)},
+                    )
+            return rows
+
+    def set_info(self, key: str, value: str) -> None:
+        with self._write_lock, self._sessions.begin() as s:
+            s.merge(StoreInfo(key=key, value=value))
+
+    def get_info(self, key: str) -> str | None:
+        with self._sessions() as s:
+            row = s.get(StoreInfo, key)
+            return None if row is None else row.value
+
+    # --- reads ---------------------------------------------------------------------------------
+    def get(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Rows for ``ids``, in the order given (missing ids are skipped)."""
+        if not ids:
+            return []
+        by_id: dict[str, EntryRow] = {}
+        with self._sessions() as s:
+            for chunk in _chunks(list(ids), 500):
+                for row in s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk))):
+                    by_id[row.id] = row
+        return [by_id[i] for i in ids if i in by_id]
+
+    def scope_select(
+        self,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        alive_at: float | None = None,
+    ) -> Any:
+        """A SELECT of entry ids matching the scope; every tag must be present (AND)."""
+        q = select(EntryRow.id)
+        if user_id is not None:
+            q = q.where(EntryRow.user_id == user_id)
+        if session_id is not None:
+            q = q.where(EntryRow.session_id == session_id)
+        if kinds:
+            q = q.where(EntryRow.kind.in_(list(kinds)))
+        for tag in tags or ():
+            q = q.where(EntryRow.id.in_(select(TagRow.entry_id).where(TagRow.tag == tag)))
+        if alive_at is not None:
+            q = q.where((EntryRow.expires_at.is_(None)) | (EntryRow.expires_at > alive_at))
+        return q
+
+    def iter_ids(self, query: Any, *, page_size: int = 1000) -> Iterator[list[str]]:
+        """Page through every id a scope SELECT matches (no silent cap)."""
+        last = ""
+        while True:
+            with self._sessions() as s:
+                page = list(s.scalars(query.where(EntryRow.id > last).order_by(EntryRow.id).limit(page_size)))
+            if not page:
+                return
+            yield page
+            last = page[-1]
+
+    def list_rows(self, query: Any, *, limit: int | None = None, offset: int = 0) -> list[EntryRow]:
+        ids_q = query.order_by(EntryRow.created_at, EntryRow.id).offset(offset)
+        if limit is not None:
+            ids_q = ids_q.limit(limit)
+        with self._sessions() as s:
+            ids = list(s.scalars(ids_q))
+        return self.get(ids)
+
+    def count(self, query: Any) -> int:
+        with self._sessions() as s:
+            return int(s.scalar(select(func.count()).select_from(query.subquery())) or 0)
+
+    def expired_ids(self, now: float) -> list[str]:
+        with self._sessions() as s:
+            return list(s.scalars(select(EntryRow.id).where(EntryRow.expires_at <= now)))
+
+    def all_kv_paths(self) -> set[str]:
+        with self._sessions() as s:
+            return {p for p in s.scalars(select(EntryRow.kv_path).where(EntryRow.kv_path.is_not(None)))}
+
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        with self._sessions() as s:
+            for chunk in _chunks(list(ids), 500):
+                out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk))))
+        return out
+
+    def lexical_search(self, query: str, *, user_id: str, limit: int) -> list[tuple[str, float]]:
+        """BM25 search over the user's lexical documents: [(id, score)], best first, score > 0."""
+        match = fts_query(query)
+        if match is None:
+            return []
+        sql = text(
+            "SELECT id, bm25(entries_fts) AS s FROM entries_fts "
+            "WHERE entries_fts MATCH :m AND user_id = :u ORDER BY s LIMIT :k"
+        )
+        with self.engine.connect() as conn:
+            return [(r[0], -float(r[1])) for r in conn.execute(sql, {"m": match, "u": user_id, "k": limit})]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+__all__ = ["Catalog", "EntryRow", "TagRow", "fts_query"]

@@ -1,0 +1,289 @@
+"""The entry store: catalog row + vector + optional KV blob, written all-or-nothing.
+
+Write order (so a crash leaves only detectable, cleanable leftovers):
+    blob → temporary file  →  vector upserted  →  row committed  →  blob renamed into place
+Opening the store reconciles: vectors and blobs without a committed row are erased; a committed row
+whose blob is still a temporary file gets the rename completed.
+
+Example:
+    >>> store = EntryStore(Path("/tmp/mem"))                          # doctest: +SKIP
+    >>> store.add([NewEntry(row=..., index_text=..., tags=[...])])     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentmem.config import MemoryConfig
+from agentmem.errors import BlobCorruptedError
+from agentmem.store.catalog import Catalog, EntryRow
+from agentmem.store.filters import Predicate
+from agentmem.store.retrieval import rrf
+from agentmem.store.vectors import Embedder, VectorIndex, chroma_where
+
+log = logging.getLogger(__name__)
+
+BlobSealer = Callable[[bytes, str], bytes]  # (plaintext, entry id) -> bytes on disk, and the reverse
+
+
+@dataclass
+class NewEntry:
+    row: EntryRow
+    embed_text: str
+    index_text: str
+    tags: Sequence[str] = ()
+    blob: bytes | None = None  # KV blob bytes (already sealed/encrypted by the caller's policy)
+
+
+@dataclass
+class Scope:
+    user_id: str
+    session_id: str | None = None
+    kinds: Sequence[str] | None = None
+    tags: Sequence[str] | None = None
+    predicate: Predicate | None = None
+
+    def admits(self, row: EntryRow, now: float) -> bool:
+        if row.user_id != self.user_id:
+            return False
+        if self.session_id is not None and row.session_id != self.session_id:
+            return False
+        if self.kinds and row.kind not in self.kinds:
+            return False
+        if row.expires_at is not None and row.expires_at <= now:
+            return False
+        if self.tags and not set(self.tags) <= set(row.tags):
+            return False
+        return self.predicate is None or self.predicate(row.metadata_json or {})
+
+
+@dataclass
+class ScoredRow:
+    row: EntryRow
+    score: float
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+class EntryStore:
+    """Catalog (SQLite) + vector index (Chroma) + KV blob directory under one root folder."""
+
+    def __init__(self, root: Path, config: MemoryConfig, *, embedder: Embedder | None = None) -> None:
+        self.root = root
+        self.config = config
+        root.mkdir(parents=True, exist_ok=True)
+        self.kv_dir = root / "kv"
+        self.kv_dir.mkdir(exist_ok=True)
+        self.catalog = Catalog(str(root / "catalog.db"), busy_timeout_ms=config.busy_timeout_ms)
+        self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index)
+        self.embedder = embedder or Embedder(config.embedding_model)
+        self._lock = threading.RLock()
+        self.reconcile()
+
+    # --- writes --------------------------------------------------------------------------------
+    def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
+        """Write entries all-or-nothing (see module docstring for the order)."""
+        if not entries:
+            return
+        if vectors is None:
+            vectors = self.embedder.encode([e.embed_text for e in entries], batch_size=self.config.embedding_batch_size)
+        tmp_paths: list[tuple[Path, Path]] = []
+        with self._lock:
+            try:
+                for e in entries:
+                    if e.blob is not None:
+                        final = self.blob_path(e.row.id)
+                        tmp = _write_tmp(final, e.blob)
+                        tmp_paths.append((tmp, final))
+                        e.row.kv_path = str(final.relative_to(self.root))
+                self.vectors.add(
+                    [e.row.id for e in entries], vectors,
+                    [_vector_metadata(e.row) for e in entries], [e.row.memory_text for e in entries],
+                )
+                try:
+                    self.catalog.insert([e.row for e in entries], index_texts=[e.index_text for e in entries],
+                                        tags=[e.tags for e in entries])
+                except BaseException:
+                    self.vectors.delete([e.row.id for e in entries])
+                    raise
+            except BaseException:
+                for tmp, _ in tmp_paths:
+                    tmp.unlink(missing_ok=True)
+                raise
+            for tmp, final in tmp_paths:
+                os.replace(tmp, final)
+
+    def attach_blob(self, entry_id: str, blob: bytes, **kv_fields: Any) -> bool:
+        """Attach (or replace) an entry's KV blob; False if the entry no longer exists."""
+        final = self.blob_path(entry_id)
+        with self._lock:
+            if not self.catalog.existing([entry_id]):
+                return False
+            tmp = _write_tmp(final, blob)
+            try:
+                self.catalog.update_kv(entry_id, kv_path=str(final.relative_to(self.root)), **kv_fields)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            os.replace(tmp, final)
+            return True
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Erase rows, vectors and blobs; returns how many entries existed."""
+        total = 0
+        with self._lock:
+            for i in range(0, len(ids), 500):
+                chunk = list(ids[i : i + 500])
+                rows = self.catalog.delete(chunk)  # row first: a crash after it leaves only orphans
+                self.vectors.delete(chunk)
+                for row in rows:
+                    if row.kv_path:
+                        _erase_file(self.root / row.kv_path)
+                total += len(rows)
+        return total
+
+    # --- reads ---------------------------------------------------------------------------------
+    def blob_path(self, entry_id: str) -> Path:
+        return self.kv_dir / entry_id[:2] / f"{entry_id}.kv"
+
+    def read_blob(self, row: EntryRow) -> bytes:
+        if not row.kv_path:
+            raise BlobCorruptedError(f"entry {row.id} has no KV blob")
+        try:
+            return (self.root / row.kv_path).read_bytes()
+        except OSError as exc:
+            raise BlobCorruptedError(f"KV blob of entry {row.id} is unreadable: {exc.strerror}") from exc
+
+    def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
+               query_vector: np.ndarray | None = None) -> list[ScoredRow]:
+        """Hybrid dense + lexical search within ``scope``; best first, at most ``k``."""
+        now = time.time() if now is None else now
+        vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
+        pool = max(self.config.candidate_pool, 4 * k)
+        where = chroma_where(user_id=scope.user_id, session_id=scope.session_id,
+                             kind=list(scope.kinds) if scope.kinds else None)
+        hits = self._fused(query, vec, scope, where, pool, now, ids=None)
+        if len(hits) < k and (scope.tags or scope.predicate):
+            # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
+            allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
+                user_id=scope.user_id, session_id=scope.session_id, kinds=scope.kinds, tags=scope.tags, alive_at=now))
+                for i in page]
+            if scope.predicate is not None:
+                allowed = [r.id for r in self.catalog.get(allowed) if scope.admits(r, now)]
+            if allowed:
+                hits = self._fused(query, vec, scope, where, max(pool, len(allowed)), now, ids=allowed)
+        return hits[:k]
+
+    def _fused(self, query: str, vec: np.ndarray, scope: Scope, where: dict[str, Any] | None, pool: int,
+               now: float, ids: Sequence[str] | None) -> list[ScoredRow]:
+        dense = self.vectors.query(vec, n=pool, where=where, ids=ids)
+        lexical = self.catalog.lexical_search(query, user_id=scope.user_id, limit=pool)
+        if ids is not None:
+            allowed = set(ids)
+            lexical = [(i, s) for i, s in lexical if i in allowed]
+        fused = rrf([[i for i, _ in dense], [i for i, _ in lexical]])
+        dense_s, lex_s = dict(dense), dict(lexical)
+        rows = {r.id: r for r in self.catalog.get([i for i, _ in fused])}
+        out = []
+        for entry_id, score in fused:
+            row = rows.get(entry_id)
+            if row is not None and scope.admits(row, now):
+                parts = {"dense": dense_s[entry_id]} if entry_id in dense_s else {}
+                if entry_id in lex_s:
+                    parts["lexical"] = lex_s[entry_id]
+                out.append(ScoredRow(row, score, parts))
+        return out
+
+    # --- recovery ------------------------------------------------------------------------------
+    def reconcile(self) -> dict[str, int]:
+        """Erase what a crash left without a committed row; finish interrupted blob renames."""
+        fixed = {"orphan_vectors": 0, "orphan_blobs": 0, "finished_renames": 0}
+        with self._lock:
+            vector_ids = self.vectors.all_ids()
+            have = self.catalog.existing(vector_ids)
+            orphans = [i for i in vector_ids if i not in have]
+            self.vectors.delete(orphans)
+            fixed["orphan_vectors"] = len(orphans)
+            referenced = self.catalog.all_kv_paths()
+            for path in self.kv_dir.rglob("*"):
+                if not path.is_file():
+                    continue
+                rel = str(path.relative_to(self.root))
+                if path.name.endswith(".tmp"):
+                    final_rel, pid = _tmp_target(rel)
+                    if pid is not None and pid != os.getpid() and _pid_alive(pid):
+                        continue  # another live process is mid-write
+                    if final_rel in referenced and not (self.root / final_rel).exists():
+                        os.replace(path, self.root / final_rel)
+                        fixed["finished_renames"] += 1
+                    else:
+                        _erase_file(path)
+                        fixed["orphan_blobs"] += 1
+                elif rel not in referenced:
+                    _erase_file(path)
+                    fixed["orphan_blobs"] += 1
+        if any(fixed.values()):
+            log.info("reconciled store %s: %s", self.root, fixed)
+        return fixed
+
+    def close(self) -> None:
+        self.catalog.close()
+
+
+def _vector_metadata(row: EntryRow) -> dict[str, Any]:
+    meta: dict[str, Any] = {"user_id": row.user_id, "kind": row.kind}
+    if row.session_id is not None:
+        meta["session_id"] = row.session_id
+    return meta
+
+
+def _write_tmp(final: Path, data: bytes) -> Path:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return tmp
+
+
+def _tmp_target(rel: str) -> tuple[str, int | None]:
+    base, pid, _tid, _ = rel.rsplit(".", 3)
+    try:
+        return base, int(pid)
+    except ValueError:
+        return base, None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _erase_file(path: Path) -> None:
+    """Overwrite then unlink, so erased KV does not linger in the file's old blocks (best effort)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "r+b") as fh:
+            fh.write(b"\0" * size)
+            fh.flush()
+            os.fsync(fh.fileno())
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+__all__ = ["EntryStore", "NewEntry", "Scope", "ScoredRow"]

@@ -1,0 +1,57 @@
+"""Value objects returned by the public API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+Kind = Literal["turn", "tool", "knowledge", "trained"]
+KINDS: tuple[str, ...] = ("turn", "tool", "knowledge", "trained")
+
+
+def utc_from_epoch(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class KvInfo:
+    """Where an entry's KV blob lives and which model made it."""
+
+    path: str
+    tokens: int
+    fingerprint: str
+    dtype: str
+    kb_version: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One stored memory entry.
+
+    ``text`` is what the caller remembered; ``memory_text`` is the line that is embedded, indexed and
+    encoded to KV (it keeps who said it and when, because temporal questions depend on it).
+    """
+
+    id: str
+    text: str
+    memory_text: str
+    user_id: str
+    session_id: str | None
+    kind: str
+    role: str | None
+    speaker: str | None
+    occurred_at: str | None
+    tags: tuple[str, ...]
+    metadata: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime | None
+    kv: KvInfo | None = None
+
+
+@dataclass(frozen=True)
+class Hit(MemoryRecord):
+    """A recalled entry with its retrieval score (higher is more relevant)."""
+
+    score: float = 0.0
+    scores: dict[str, float] = field(default_factory=dict)
