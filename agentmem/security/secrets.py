@@ -176,6 +176,9 @@ class SecretScanner:
         findings = self.scan(text)
         if not findings:
             return text
+        # Types and counts only: a log line must never carry the value it is about.
+        _log.debug("secret scan: %d finding(s) of %s (policy=%s)", len(findings),
+                   sorted({f.type for f in findings}), self.policy)
         if self.policy == "reject":
             raise _rejection(f.type for f in findings)
         return redact_spans(text, findings)
