@@ -58,13 +58,15 @@ _NOT_A_PASSWORD = frozenset(
 )
 
 
-def _password_value_ok(value: str) -> bool:
+def password_value_ok(value: str) -> bool:
     v = value.strip()
     if len(v) >= 2 and v[0] == v[-1] and v[0] in "\"'":
         v = v[1:-1]
     if not v or v.lower().rstrip(".!?") in _NOT_A_PASSWORD:
         return False
     if set(v) <= set("*•x.X?"):  # already masked: ******
+        return False
+    if re.match(r"(?:~?/|[A-Za-z]:\\)", v):  # a path (PWD=/home/me, password_file), not a secret
         return False
     # Templates and references, not values: ${DB_PW}, {{pw}}, <password>, %(pw)s, $PW
     return not re.fullmatch(r"\$\{[^}]*\}|\{\{.*\}\}|<[^>]*>|%\([^)]*\)s|%s|\$[A-Za-z_]\w*", v)
@@ -167,7 +169,7 @@ REGEX_DETECTORS: tuple[RegexDetector, ...] = (
         ),
         group="val",
         priority=15,
-        check=_password_value_ok,
+        check=password_value_ok,
     ),
     RegexDetector(
         "bearer_token",
@@ -176,13 +178,13 @@ REGEX_DETECTORS: tuple[RegexDetector, ...] = (
             r"(?:bearer|basic|token|digest|apikey)[ \t]+(?P<val>[A-Za-z0-9\-._~+/]{8,}=*)"
         ),
         group="val",
-        priority=15,
+        priority=25,  # a JWT or provider key inside the header is named as such
     ),
     RegexDetector(
         "bearer_token",
         re.compile(r"(?i)\bbearer[ \t]+(?P<val>[A-Za-z0-9\-._~+/]{16,}=*)"),
         group="val",
-        priority=15,
+        priority=25,
         check=looks_random,
     ),
     RegexDetector(
@@ -191,7 +193,7 @@ REGEX_DETECTORS: tuple[RegexDetector, ...] = (
         re.compile(_PW_KEY + r"[\"']?[ \t]*(?::=|=>|=)[ \t]*" + _VALUE),
         group="val",
         priority=30,
-        check=_password_value_ok,
+        check=password_value_ok,
     ),
     RegexDetector(
         "password",
@@ -200,7 +202,7 @@ REGEX_DETECTORS: tuple[RegexDetector, ...] = (
         re.compile(_PW_KEY + r"[\"']?[ \t]*:(?![:=])[ \t]*" + _VALUE),
         group="val",
         priority=30,
-        check=lambda v: _password_value_ok(v) and not _PLAIN_WORD.fullmatch(v),
+        check=lambda v: password_value_ok(v) and not _PLAIN_WORD.fullmatch(v),
     ),
     RegexDetector(
         "generic_secret",

@@ -50,6 +50,7 @@ from ._patterns import (
     REGEX_DETECTORS,
     SENSITIVE_KEY_RE,
     find_cards,
+    password_value_ok,
     placeholder,
     private_key_fallback_span,
 )
@@ -278,6 +279,12 @@ class SecretScanner:
                 out.append(ValueFinding(path, whole, 0, len(obj)))
                 return
             out.extend(ValueFinding(path, f.type, f.start, f.end) for f in self.scan(obj))
+        elif isinstance(obj, int) and not isinstance(obj, bool):
+            # {"card": 4111111111111111} or {"pin_password": 1234}: numbers can be secrets too.
+            digits = str(obj)
+            whole = _sensitive_key_type(key, digits)
+            kinds = {f.type for f in self.scan(digits)} | ({whole} if whole == "password" else set())
+            out.extend(ValueFinding(path, k, 0, len(digits)) for k in sorted(kinds - self.disabled_types))
         elif isinstance(obj, dict):
             for k, v in obj.items():
                 if isinstance(k, str):
@@ -299,7 +306,7 @@ def _sensitive_key_type(key: Any, value: str) -> str | None:
     if m is None:
         return None
     if m.group("pw"):
-        return "password"
+        return "password" if password_value_ok(value) else None
     # api_key/token/secret: only values shaped like a credential (no spaces, not tiny),
     # so {"token": "none yet"} or {"secret": "surprise party"} survive.
     return "generic_secret" if len(value) >= 8 and not any(c.isspace() for c in value) else None
@@ -311,6 +318,10 @@ def _rebuild(obj: Any, scanner: SecretScanner, key: Any) -> Any:
         if whole is not None and whole not in scanner.disabled_types:
             return placeholder(whole)
         return scanner.apply(obj)
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        found: list[ValueFinding] = []
+        scanner._walk(obj, (), key, found, 0)
+        return placeholder(found[0].type) if found else obj
     if isinstance(obj, dict):
         new: dict = {}
         for k, v in obj.items():

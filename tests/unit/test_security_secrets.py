@@ -229,6 +229,7 @@ PROSE = [
     "The key: value pairs in the YAML file were out of order.",
     "Let's write password reset tests and token refresh tests tomorrow.",
     "He paid 4,000,000 won for it, about 3000 dollars.",
+    "Shell env: PWD=/home/ann/project and OLDPWD=/tmp; password_file=/etc/app/pw.txt.",
 ]
 
 
@@ -279,6 +280,11 @@ def test_scan_value_walks_dicts_lists_and_keys() -> None:
     with pytest.raises(SecretDetectedError):
         SecretScanner("reject").apply_value(meta)
     assert SecretScanner().apply_value({"a": [1, 2.0, None, True]}) == {"a": [1, 2.0, None, True]}
+    numbers = {"card": 4111111111111111, "password": 123456, "count": 4111111111111112, "pwd": "/home/me"}
+    assert SecretScanner().apply_value(numbers) == {
+        "card": "[REDACTED:card_number]", "password": "[REDACTED:password]",
+        "count": 4111111111111112, "pwd": "/home/me",
+    }
 
 
 def test_scan_value_rejects_absurd_nesting() -> None:
