@@ -163,6 +163,8 @@ class SecretScanner:
                     continue
                 if end - start >= 2 and text[start] == text[end - 1] and text[start] in "\"'":
                     start, end = start + 1, end - 1  # keep quotes: JSON/code stays well-formed
+                    if start >= end:
+                        continue
                 spans.append((start, end, det.priority, det.type))
         spans.extend((a, b, 50, "card_number") for a, b in find_cards(text))
         self._scan_plugins(text, spans)
