@@ -1,0 +1,332 @@
+"""Train a short KV prefix that stands for a long document (a "cartridge"), with the model frozen.
+
+Recipe (Cartridges, Eyuboglu et al. 2025, "self-study"):
+
+1. Initialise the prefix from the real KV of the document's first ``p`` tokens, encoded after the shared
+   preamble at the offset mounted entries use.
+2. Let the frozen model write synthetic question/answer conversations about chunks of the document
+   (:mod:`agentmem.train.selfstudy`), recording the *teacher's* top-k next-token log-probs: the model with the
+   whole document in context.
+3. Train only the prefix tensors so the *student* (the model with the prefix in place of the document) matches
+   the teacher over the question and answer tokens: KL divergence on the top-k tokens plus one "everything else"
+   bucket, which is the exact KL of the coarsened distribution.
+
+Positions match mounting: preamble ``[0, offset)``, prefix ``[offset, offset + p)``, then the question turn.
+Batch order is a pure function of ``(seed, step)`` and the synthetic data is stored in the checkpoint, so a
+resumed run continues exactly where an uninterrupted one would be.
+
+Example:
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> model, tok = tiny_causal_lm("llama")
+    >>> tp = train_prefix(model, tok, "Ann: I moved to Oslo in May 2021. " * 8, tokens=16, steps=2,
+    ...                   options=TrainOptions(samples=4, batch_size=2, question_tokens=6, answer_tokens=6),
+    ...                   progress=False)
+    >>> tp.tokens, tp.record["steps"]
+    (16, 2)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import torch
+
+from agentmem.errors import InvalidInputError
+from agentmem.train import _kv, selfstudy
+from agentmem.train.checkpoint import load_state, save_state
+from agentmem.train.layout import PromptLayout
+from agentmem.train.prefix import TrainedPrefix, document_digest
+
+__all__ = ["TrainOptions", "distill_loss", "make_data", "train_prefix"]
+
+log = logging.getLogger(__name__)
+
+RECORD_FORMAT = "agentmem.trained-record/1"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Self-study and optimiser settings beyond the headline ``tokens/steps/seed/lr``.
+
+    Defaults follow Cartridges where it applies (top-20 teacher log-probs, Adam, constant lr) and are otherwise
+    sized for a small model on a CPU: short questions and answers, a few dozen conversations per 1k document
+    tokens. ``time_budget_s`` stops training (not data generation) once the run's wall time exceeds it.
+    """
+
+    samples: int = 128
+    batch_size: int = 8
+    chunk_tokens: int = 256
+    question_tokens: int = 32
+    answer_tokens: int = 48
+    temperature: float = 0.7
+    top_k: int = 20
+    teacher_max_tokens: int = 4096
+    checkpoint_every: int = 10
+    time_budget_s: float | None = None
+    freeze_first: bool | None = None  # None: freeze slot 0 only when there is no preamble to act as the sink
+
+
+def distill_loss(student_logits: torch.Tensor, topk_ids: torch.Tensor, topk_logp: torch.Tensor) -> torch.Tensor:
+    """Mean KL(teacher ‖ student) over rows, on the teacher's top-k tokens plus a "rest of vocabulary" bucket.
+
+    ``student_logits``: ``(M, V)``; ``topk_ids``/``topk_logp``: ``(M, k)`` teacher token ids and log-probs.
+    Merging the tail into one bucket keeps the KL exact for the coarsened distribution, so the loss is 0 only
+    when the student matches the teacher on the top-k and on the leftover mass.
+
+    Example:
+        >>> logits = torch.tensor([[2.0, 1.0, 0.0]])
+        >>> lp = torch.log_softmax(logits, -1)
+        >>> float(distill_loss(logits, torch.tensor([[0, 1]]), lp[:, :2])) < 1e-6
+        True
+    """
+    student = torch.log_softmax(student_logits.float(), -1)
+    s_k = student.gather(-1, topk_ids)
+    p_k = topk_logp.exp()
+    kl = (p_k * (topk_logp - s_k)).sum(-1)
+    p_rest = (1.0 - p_k.sum(-1)).clamp_min(1e-8)
+    s_rest = (1.0 - s_k.exp().sum(-1)).clamp_min(1e-8)
+    kl = kl + p_rest * (p_rest.log() - s_rest.log())
+    return kl.mean()
+
+
+def _batch_indices(n: int, batch_size: int, seed: int, step: int) -> torch.Tensor:
+    # Pure function of (seed, step): resuming needs no sampler state, and the order is the same on any machine.
+    per_epoch = max(1, n // batch_size)
+    epoch, i = divmod(step, per_epoch)
+    g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % (2**63))
+    perm = torch.randperm(n, generator=g)
+    return perm[i * batch_size:(i + 1) * batch_size]
+
+
+def _student_loss(model: Any, head_kv: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor, v: torch.Tensor,
+                  data: selfstudy.SelfStudyData, idx: torch.Tensor) -> torch.Tensor:
+    lens = data.lengths[idx]
+    width = int(lens.max())
+    ids = data.ids[idx, :width]
+    # Position j predicts token j + 1; padding sits after each sample, and causal attention keeps it invisible.
+    valid = torch.arange(width - 1).unsqueeze(0) < (lens - 1).unsqueeze(1)
+    keys = torch.cat([head_kv[0], k], 2)
+    values = torch.cat([head_kv[1], v], 2)
+    hidden, _ = _kv.forward_hidden(model, ids, _kv.cache_from(keys, values, batch=len(idx)))
+    logits = model.get_output_embeddings()(hidden[:, :-1][valid])
+    return distill_loss(logits, data.topk_ids[idx, :width - 1][valid], data.topk_logp[idx, :width - 1][valid])
+
+
+def _run_identity(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def train_prefix(
+    model: Any,
+    tokenizer: Any,
+    document: str,
+    *,
+    tokens: int = 128,
+    steps: int = 300,
+    seed: int = 0,
+    lr: float = 2e-2,
+    preamble_ids: list[int] | None = None,
+    layout: PromptLayout | None = None,
+    options: TrainOptions | None = None,
+    progress: bool = True,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    resume: bool = True,
+    callback: Callable[[int, float], bool | None] | None = None,
+    fingerprint: str | None = None,
+    data: selfstudy.SelfStudyData | None = None,
+) -> TrainedPrefix:
+    """Train a ``tokens``-long KV prefix standing for ``document``; the model's weights are never changed.
+
+    ``preamble_ids`` is the shared preamble the engine mounts before every entry (default: the chat template's
+    system turn, from ``layout``); the prefix is trained at ``offset = len(preamble_ids)``. ``fingerprint`` is
+    the model fingerprint digest to bind the entry to (default: computed from the weights). With
+    ``checkpoint_path``, the state (prefix, Adam moments, step, losses, synthetic data) is saved atomically every
+    ``options.checkpoint_every`` steps, on Ctrl-C and at the end; ``resume=True`` continues from it when it
+    belongs to the same run (document, model, p, seed, lr, options). ``callback(step, loss)`` is called after
+    each step; returning ``False`` stops training early (the partial prefix is returned and checkpointed).
+    ``data`` reuses self-study data made by :func:`make_data` for this document, model and layout (it does not
+    depend on ``tokens``, so prefixes of several sizes can share it); by default it is generated here.
+
+    Example:
+        >>> tp = train_prefix(model, tok, manual_text, tokens=128, steps=300, seed=0)   # doctest: +SKIP
+        >>> blob, record = tp.to_bytes(), tp.record
+    """
+    opts = options or TrainOptions()
+    if tokens <= 0 or steps < 0:
+        raise InvalidInputError("tokens must be > 0 and steps >= 0")
+    if not document or not document.strip():
+        raise InvalidInputError("cannot train an entry on an empty document")
+    _kv.check_rope_model(model)
+    layout = layout or PromptLayout.for_tokenizer(tokenizer)
+    preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)
+    doc_ids = layout.document_ids(document)
+    if len(doc_ids) <= tokens:
+        raise InvalidInputError(
+            f"document is {len(doc_ids)} tokens, not longer than the {tokens}-token prefix; store it as text/KV")
+    started = time.monotonic()
+    fingerprint = fingerprint or _kv.model_fingerprint(model, tokenizer)
+    freeze_first = (not preamble) if opts.freeze_first is None else opts.freeze_first
+    identity = _run_identity(doc=document_digest(document), model=fingerprint, tokens=tokens, seed=seed, lr=lr,
+                             data=None if data is None else data.digest(),
+                             preamble=preamble, layout=[layout.user_prefix, layout.user_suffix,
+                                                        layout.answer_suffix, layout.document_suffix],
+                             options={k: v for k, v in asdict(opts).items()
+                                      if k not in ("checkpoint_every", "time_budget_s")})
+
+    was_training = model.training
+    flags = [p.requires_grad for p in model.parameters()]
+    model.eval()
+    model.requires_grad_(False)  # only the prefix learns; weights stay bit-identical
+    try:
+        pre = torch.tensor(preamble, dtype=torch.long)
+        pre_kv = _kv.encode(model, pre) if preamble else _kv.empty(model)
+        state = _load_checkpoint(checkpoint_path, identity) if (checkpoint_path and resume) else None
+        if state is not None:
+            k_init, v_init, data, step, losses, prior_wall, adam = state
+            log.info("resuming trained-entry run at step %d from %s", step, checkpoint_path)
+        else:
+            k_init, v_init = _kv.encode(model, torch.tensor(doc_ids[:tokens]), pre_kv)
+            if data is None:
+                data = make_data(model, layout, document, preamble_ids=preamble, seed=seed, options=opts,
+                                 progress=progress)
+            step, losses, prior_wall, adam = 0, [], 0.0, None
+        n_frozen = 1 if freeze_first else 0
+        head_kv = (torch.cat([pre_kv[0], k_init[:, :, :n_frozen]], 2), torch.cat([pre_kv[1], v_init[:, :, :n_frozen]], 2))
+        k = k_init[:, :, n_frozen:].clone().requires_grad_(True)
+        v = v_init[:, :, n_frozen:].clone().requires_grad_(True)
+        opt = torch.optim.Adam([k, v], lr=lr)
+        if adam is not None:
+            _restore_adam(opt, adam)
+
+        def snapshot() -> None:
+            if checkpoint_path:
+                wall = prior_wall + time.monotonic() - started
+                save_state(checkpoint_path, _checkpoint_tensors(head_kv, k, v, n_frozen, data, opt),
+                           {"identity": identity, "step": step, "losses": losses, "wall_seconds": wall})
+
+        if state is None:
+            snapshot()  # the synthetic data is the expensive part of an early interruption
+        bar = _progress(total=steps, initial=min(step, steps), enabled=progress, desc="training prefix")
+        stopped = None
+        try:
+            while step < steps:
+                if opts.time_budget_s is not None and prior_wall + time.monotonic() - started > opts.time_budget_s:
+                    stopped = "time_budget"
+                    break
+                idx = _batch_indices(len(data), opts.batch_size, seed, step)
+                loss = _student_loss(model, head_kv, k, v, data, idx)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                losses.append(round(loss.item(), 6))
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.4f}")
+                if checkpoint_path and step % max(1, opts.checkpoint_every) == 0:
+                    snapshot()
+                if callback is not None and callback(step, losses[-1]) is False:
+                    stopped = "callback"
+                    break
+        except KeyboardInterrupt:
+            snapshot()
+            raise
+        finally:
+            bar.close()
+        snapshot()
+        keys = torch.cat([k_init[:, :, :n_frozen], k.detach()], 2)
+        values = torch.cat([v_init[:, :, :n_frozen], v.detach()], 2)
+        record = {
+            "format": RECORD_FORMAT,
+            "document_sha256": document_digest(document),
+            "model_fingerprint": fingerprint,
+            "tokens": tokens,
+            "document_tokens": len(doc_ids),
+            "offset": len(preamble),
+            "seed": seed,
+            "lr": lr,
+            "steps": step,
+            "steps_requested": steps,
+            "stopped_early": stopped,
+            "losses": losses,
+            "init": "first_tokens",
+            "frozen_first_token": bool(freeze_first),
+            "samples": len(data),
+            "options": asdict(opts),
+            "wall_seconds": round(prior_wall + time.monotonic() - started, 3),
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "torch": torch.__version__,
+        }
+        return TrainedPrefix(keys, values, doc_ids[:tokens], len(preamble), record)
+    finally:
+        for p, flag in zip(model.parameters(), flags):
+            p.requires_grad_(flag)
+        model.train(was_training)
+
+
+def make_data(model: Any, layout: PromptLayout, document: str, *, preamble_ids: list[int] | None = None,
+              seed: int = 0, options: TrainOptions | None = None, progress: bool = True) -> selfstudy.SelfStudyData:
+    """Self-study conversations about ``document`` with teacher top-k log-probs (see :mod:`.selfstudy`).
+
+    Example:
+        >>> data = make_data(model, PromptLayout.for_tokenizer(tok), manual_text, seed=0)   # doctest: +SKIP
+        >>> p64 = train_prefix(model, tok, manual_text, tokens=64, data=data)               # doctest: +SKIP
+    """
+    opts = options or TrainOptions()
+    preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)
+    doc_ids = layout.document_ids(document)
+    bar = _progress(total=opts.samples, initial=0, enabled=progress, desc="self-study data")
+    try:
+        return selfstudy.generate(
+            model, layout, doc_ids, preamble, samples=opts.samples, seed=seed, chunk_tokens=opts.chunk_tokens,
+            question_tokens=opts.question_tokens, answer_tokens=opts.answer_tokens, temperature=opts.temperature,
+            top_k=opts.top_k, teacher_max_tokens=opts.teacher_max_tokens, on_progress=bar.update)
+    finally:
+        bar.close()
+
+
+def _progress(*, total: int, initial: int, enabled: bool, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, dynamic_ncols=True)
+
+
+def _checkpoint_tensors(head_kv: tuple[torch.Tensor, torch.Tensor], k: torch.Tensor, v: torch.Tensor, n_frozen: int,
+                        data: selfstudy.SelfStudyData, opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    pre_len = head_kv[0].shape[2] - n_frozen
+    t = {"k_init_frozen": head_kv[0][:, :, pre_len:], "v_init_frozen": head_kv[1][:, :, pre_len:],
+         "k": k.detach(), "v": v.detach(), **data.tensors()}
+    for i, name in enumerate(("k", "v")):
+        st = opt.state.get(opt.param_groups[0]["params"][i], {})
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            if key in st:
+                t[f"adam.{name}.{key}"] = st[key].detach().reshape(st[key].shape)
+    return t
+
+
+def _restore_adam(opt: torch.optim.Optimizer, adam: dict[str, torch.Tensor]) -> None:
+    params = opt.param_groups[0]["params"]
+    for i, name in enumerate(("k", "v")):
+        if f"adam.{name}.exp_avg" in adam:
+            opt.state[params[i]] = {key: adam[f"adam.{name}.{key}"].clone()
+                                    for key in ("step", "exp_avg", "exp_avg_sq")}
+
+
+def _load_checkpoint(path: str | os.PathLike[str], identity: str):
+    if not os.path.exists(path):
+        return None
+    tensors, meta = load_state(path)
+    if meta.get("identity") != identity:
+        log.warning("checkpoint %s belongs to a different run (document/model/settings); starting fresh", path)
+        return None
+    k_init = torch.cat([tensors["k_init_frozen"], tensors["k"]], 2)
+    v_init = torch.cat([tensors["v_init_frozen"], tensors["v"]], 2)
+    data = selfstudy.SelfStudyData.from_tensors(tensors)
+    adam = {key: val for key, val in tensors.items() if key.startswith("adam.")}
+    return k_init, v_init, data, int(meta["step"]), list(meta["losses"]), float(meta["wall_seconds"]), adam
