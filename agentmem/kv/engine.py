@@ -1,0 +1,394 @@
+"""KVEngine: encode memories to KV after a shared preamble, mount them, answer — or re-encode as text to compare.
+
+``generate`` modes, all on the same token ids:
+
+* ``kv``: load each entry's stored KV, re-rotate keys to the entry's new position, place after the cached
+  preamble, prefill only the question suffix, decode.
+* ``kv+fix``: ``kv`` plus recomputing a few tokens of each entry in context (see :mod:`agentmem.kv.fix`).
+* ``text``: encode preamble + memories + suffix from scratch: the baseline.
+
+Example:
+    >>> engine = KVEngine(model, tokenizer)
+    >>> entry = engine.encode("Alice moved to Lisbon in 2021.")
+    >>> blob = engine.to_bytes(entry)                     # the facade stores this (encrypted if configured)
+    >>> memories = [MemoryItem("m1", "Alice moved to Lisbon in 2021.", lambda: engine.from_bytes(blob))]
+    >>> engine.generate("Where does Alice live?", memories, max_new_tokens=16).text
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, InvalidInputError, UnsupportedModelError
+from agentmem.kv import codec
+from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
+from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
+from agentmem.kv.fix import FixConfig, apply_fix
+from agentmem.kv.mount import Workspace, assemble, plan_mount
+from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
+from agentmem.kv.rope import kv_support, rotary_inv_freq
+from agentmem.kv.runner import Sampling, decode, next_token, prefill, stop_ids
+from agentmem.kv.types import EncodedEntry, GenerationResult, Mode, MountMemory
+
+__all__ = ["KVEngine", "PreparedPrompt"]
+
+log = logging.getLogger(__name__)
+_MODES = ("kv", "kv+fix", "text")
+
+
+@dataclass
+class PreparedPrompt:
+    """A cache holding everything before the still-pending ids, plus what went into it (see ``KVEngine.prepare``)."""
+
+    cache: BufferedCache
+    pending_ids: list[int]  # ids still to prefill: the suffix (kv modes) or the whole prompt (text mode)
+    mounted: list[str]
+    dropped: list[str]
+    fallbacks: list[tuple[str, str]]
+    timings: dict[str, float]
+    prompt_tokens: int
+    max_new_tokens: int
+    notes: list[str] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+class KVEngine:
+    """Encodes, stores (as bytes), mounts and answers with memory KV for one loaded causal LM.
+
+    Not thread-safe across processes, but calls on one engine are serialised by a lock (the model and a reused
+    workspace are shared). ``storage_dtype`` applies to :meth:`to_bytes`; fp32 (the default for an fp32 model)
+    makes loading zero-copy.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        storage_dtype: torch.dtype | None = None,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        fix: FixConfig = FixConfig(),
+        position_margin: int = 8,
+        mount_budget: int | None = None,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        param = next(model.parameters())
+        self.dtype, self.device = param.dtype, param.device
+        self.storage_dtype = storage_dtype or self.dtype
+        self.layout = PromptLayout.from_tokenizer(tokenizer, system_prompt)
+        self.fix = fix
+        self.position_margin = position_margin
+        self.mount_budget = mount_budget
+        config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        self.max_positions = int(
+            getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
+        )
+        self.kv_unsupported_reason = kv_support(model)
+        self._inv_freq = None if self.kv_unsupported_reason else rotary_inv_freq(model).to(self.device)
+        self._eos = stop_ids(model, tokenizer)
+        self._fingerprint: ModelFingerprint | None = None
+        self._preamble: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._kv_shape: tuple[int, int, int] | None = None
+        self._workspace = Workspace()
+        self._lock = threading.RLock()
+
+    # -- identity ---------------------------------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> ModelFingerprint:
+        """The loaded model's fingerprint (computed on first use, ~0.5 s for SmolLM2)."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.model, self.tokenizer)
+        return self._fingerprint
+
+    @property
+    def supports_kv(self) -> bool:
+        return self.kv_unsupported_reason is None
+
+    def _require_kv(self) -> None:
+        if self.kv_unsupported_reason is not None:
+            raise UnsupportedModelError(self.kv_unsupported_reason)
+
+    # -- preamble & encoding ----------------------------------------------------------------------------------
+    def preamble_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stacked KV ``[L, 1, H, P, D]`` of the shared preamble, computed once."""
+        with self._lock:
+            if self._preamble is None:
+                ids = self.layout.preamble_ids
+                cache = self._blank_cache(len(ids))
+                prefill(self.model, cache, ids)
+                self._preamble = stacked_from_cache(cache)
+            return self._preamble
+
+    def _blank_cache(self, capacity: int, workspace: Workspace | None = None) -> BufferedCache:
+        """An empty cache for ``capacity`` tokens, shaped like the model's own cache."""
+        if self._kv_shape is None:
+            # Layer count and KV heads/dim as the model really produces them, from a 1-token probe.
+            probe = new_dynamic_cache()
+            prefill(self.model, probe, self.layout.preamble_ids[:1] or [0])
+            k = probe.layers[0].keys
+            self._kv_shape = (len(probe.layers), k.shape[1], k.shape[3])
+        layers, heads, dim = self._kv_shape
+        if workspace is not None:
+            kb, vb = workspace.get(layers, heads, capacity, dim, dtype=self.dtype, device=self.device)
+            return BufferedCache(kb, vb, 0)
+        return empty_cache(layers, heads, dim, capacity=capacity, dtype=self.dtype, device=self.device)
+
+    def encode(self, text: str) -> EncodedEntry:
+        """KV of one memory line, encoded after the shared preamble."""
+        return self.encode_many([text])[0]
+
+    def encode_many(self, texts: Sequence[str], *, batch_size: int = 8) -> list[EncodedEntry]:
+        """Encode several memories; batched with right padding (causal attention never looks at the pads)."""
+        for t in texts:
+            if not isinstance(t, str) or not t.strip():
+                raise InvalidInputError("memory text must be a non-empty string")
+        self._require_kv()
+        with self._lock:
+            pre_k, pre_v = self.preamble_kv()
+            ids = [self.layout.entry_ids(t) for t in texts]
+            out: list[EncodedEntry | None] = [None] * len(texts)
+            order = sorted(range(len(texts)), key=lambda i: len(ids[i]))  # similar lengths batch with less padding
+            for b in range(0, len(order), batch_size):
+                group = order[b : b + batch_size]
+                for i, entry in zip(group, self._encode_batch([ids[i] for i in group], pre_k, pre_v)):
+                    out[i] = entry
+            return [e for e in out if e is not None]
+
+    def _encode_batch(self, batch: list[list[int]], pre_k, pre_v) -> list[EncodedEntry]:
+        p, width = pre_k.shape[3], max(len(x) for x in batch)
+        size = len(batch)
+        cache = cache_from_stacked(
+            pre_k.expand(-1, size, -1, -1, -1), pre_v.expand(-1, size, -1, -1, -1), capacity=p + width
+        )
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        rows = torch.tensor([x + [pad] * (width - len(x)) for x in batch], dtype=torch.long)
+        prefill(self.model, cache, rows)
+        keys, values = stacked_from_cache(cache, p, p + width)  # [L, B, H, W, D]
+        fp, pre = self.fingerprint.digest, self.layout.preamble_digest
+        return [
+            EncodedEntry(
+                token_ids=torch.tensor(x, dtype=torch.long),
+                keys=keys[:, b, :, : len(x)].contiguous(),
+                values=values[:, b, :, : len(x)].contiguous(),
+                offset=p,
+                fingerprint=fp,
+                preamble_digest=pre,
+            )
+            for b, x in enumerate(batch)
+        ]
+
+    # -- bytes ------------------------------------------------------------------------------------------------
+    def to_bytes(self, entry: EncodedEntry) -> bytes:
+        """Serialise an entry (safetensors) in this engine's storage dtype."""
+        return codec.encode_entry(entry, self.fingerprint, storage_dtype=self.storage_dtype)
+
+    def from_bytes(self, blob: bytes | bytearray | memoryview) -> EncodedEntry:
+        """Decode a blob for this model; raises FingerprintMismatchError / BlobCorruptedError."""
+        return codec.decode_entry(
+            blob, expected=self.fingerprint, dtype=self.dtype, preamble_digest=self.layout.preamble_digest
+        )
+
+    # -- mounting ---------------------------------------------------------------------------------------------
+    def _load(self, memory: MountMemory, want_ids: list[int], strict: bool) -> tuple[EncodedEntry | None, str | None]:
+        """The memory's stored entry, or ``(None, reason)`` when it must be encoded from text instead."""
+        loader = getattr(memory, "load_kv", None)
+        if loader is None:
+            return None, "no stored KV"
+        try:
+            entry = loader()
+        except (FingerprintMismatchError, BlobCorruptedError) as exc:
+            if strict:
+                raise
+            return None, f"{type(exc).__name__}: {exc}"
+        if entry.fingerprint != self.fingerprint.digest:
+            reason = "stored KV was encoded by a different model"
+        elif entry.preamble_digest != self.layout.preamble_digest:
+            reason = "stored KV was encoded after a different preamble"
+        elif entry.token_ids.tolist() != want_ids:
+            reason = "stored KV token ids do not match the memory text"
+        else:
+            return entry, None
+        if strict:
+            raise FingerprintMismatchError(f"memory {memory.id}: {reason}")
+        return None, reason
+
+    def prepare(
+        self,
+        question: str,
+        memories: Sequence[MountMemory],
+        *,
+        mode: Mode = "kv",
+        max_new_tokens: int = 64,
+        budget_tokens: int | None = None,
+        strict: bool = False,
+        extra_capacity: int = 0,
+        workspace: bool = False,
+    ) -> PreparedPrompt:
+        """Plan, load, mount (and fix) memories into a cache; the caller prefills ``pending_ids`` next.
+
+        ``workspace=True`` builds the cache in the engine's reused buffers: only for caches that die before the
+        next engine call (``generate`` does this). Otherwise the cache owns fresh memory.
+        """
+        if mode not in _MODES:
+            raise InvalidInputError(f"mode must be one of {_MODES}, got {mode!r}")
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInputError("question must be a non-empty string")
+        if max_new_tokens < 0:
+            raise InvalidInputError("max_new_tokens must be >= 0")
+        if mode != "text":
+            self._require_kv()
+        timings = dict.fromkeys(("load", "encode", "mount", "fix"), 0.0)
+        t0 = time.perf_counter()
+        preamble_ids = self.layout.preamble_ids
+        suffix_ids = self.layout.suffix_ids(question)
+        entry_ids = [self.layout.entry_ids(m.text) for m in memories]
+        budget = budget_tokens if budget_tokens is not None else self.mount_budget
+        plan = plan_mount(
+            [len(x) for x in entry_ids],
+            preamble_len=len(preamble_ids),
+            suffix_len=len(suffix_ids),
+            max_new_tokens=max_new_tokens,
+            max_positions=self.max_positions,
+            margin=self.position_margin,
+            budget_tokens=budget,
+        )
+        kept = [memories[i] for i in plan.keep]
+        kept_ids = [entry_ids[i] for i in plan.keep]
+        total = len(preamble_ids) + plan.memory_tokens + len(suffix_ids)
+        capacity = total + plan.max_new_tokens + extra_capacity
+        ws = self._workspace if workspace else None
+        fallbacks: list[tuple[str, str]] = []
+        spans: list[tuple[int, int]] = []
+        timings["mount"] += time.perf_counter() - t0
+        if mode == "text":
+            pending = preamble_ids + [t for ids in kept_ids for t in ids] + suffix_ids
+            cache = self._blank_cache(capacity, ws)
+        else:
+            pre_k, pre_v = self.preamble_kv()
+            entries: list[EncodedEntry] = []
+            for memory, ids in zip(kept, kept_ids):
+                t = time.perf_counter()
+                entry, reason = self._load(memory, ids, strict)
+                timings["load"] += time.perf_counter() - t
+                if entry is None:
+                    log.warning("memory %s: mounting from text (%s)", memory.id, reason)
+                    fallbacks.append((memory.id, str(reason)))
+                    t = time.perf_counter()
+                    entry = self.encode(memory.text)
+                    timings["encode"] += time.perf_counter() - t
+                entries.append(entry)
+            t = time.perf_counter()
+            cache, spans = assemble(pre_k, pre_v, entries, self._inv_freq, capacity=capacity, workspace=ws)
+            timings["mount"] += time.perf_counter() - t
+            if mode == "kv+fix":
+                t = time.perf_counter()
+                all_ids = torch.tensor(preamble_ids + [i for e in entries for i in e.token_ids.tolist()])
+                apply_fix(self.model, cache, all_ids, spans, self.fix)
+                timings["fix"] = time.perf_counter() - t
+            pending = suffix_ids
+        return PreparedPrompt(
+            cache=cache,
+            pending_ids=pending,
+            mounted=[m.id for m in kept],
+            dropped=[memories[i].id for i in plan.drop],
+            fallbacks=fallbacks,
+            timings=timings,
+            prompt_tokens=total,
+            max_new_tokens=plan.max_new_tokens,
+            notes=plan.notes,
+            spans=spans,
+        )
+
+    # -- answering --------------------------------------------------------------------------------------------
+    def generate(
+        self,
+        question: str,
+        memories: Sequence[MountMemory] = (),
+        *,
+        mode: Mode = "kv",
+        max_new_tokens: int = 64,
+        budget_tokens: int | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+        strict: bool = False,
+        retrieve_s: float = 0.0,
+    ) -> GenerationResult:
+        """Answer ``question`` with ``memories`` (most relevant first) mounted; greedy unless ``do_sample``.
+
+        ``retrieve_s`` is the caller's retrieval time, added to ``ttft`` and ``total`` so they are end to end.
+        Memories that do not fit the budget or the model's context are dropped (least relevant first) and listed
+        in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
+        """
+        sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        with self._lock:
+            t0 = time.perf_counter()
+            prep = self.prepare(
+                question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
+                strict=strict, workspace=True,
+            )
+            t = time.perf_counter()
+            logits = prefill(self.model, prep.cache, prep.pending_ids)
+            gen = sampling.generator(self.device)
+            first = next_token(logits, sampling, gen) if prep.max_new_tokens > 0 else None
+            t_first = time.perf_counter()
+            ids = decode(
+                self.model, prep.cache, logits, max_new_tokens=prep.max_new_tokens, eos_ids=self._eos,
+                sampling=sampling, first_token=first,
+            ) if first is not None else []
+            t_end = time.perf_counter()
+            del prep.cache  # the workspace buffers are reused by the next call
+        timings = dict(prep.timings)
+        timings.update(
+            retrieve=retrieve_s,
+            prefill=t_first - t,
+            ttft=retrieve_s + (t_first - t0),
+            decode=t_end - t_first,
+            total=retrieve_s + (t_end - t0),
+        )
+        return GenerationResult(
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            mounted=prep.mounted,
+            dropped=prep.dropped,
+            mode=mode,
+            timings=timings,
+            fallbacks=prep.fallbacks,
+            token_ids=ids,
+            prompt_tokens=prep.prompt_tokens,
+            max_new_tokens=prep.max_new_tokens,
+            notes=prep.notes,
+        )
+
+    def answer_logits(
+        self, question: str, memories: Sequence[MountMemory], answer: str, *, mode: Mode = "kv"
+    ) -> tuple[torch.Tensor, list[int]]:
+        """Teacher-forced logits ``[len(answer_ids), vocab]`` predicting each answer token, and the answer ids.
+
+        For evaluation (KL between modes, answer NLL): the answer is tokenized as content and follows the prompt.
+        """
+        answer_ids = self.layout._content_ids(answer)
+        if not answer_ids:
+            raise InvalidInputError("answer must be non-empty")
+        with self._lock:
+            prep = self.prepare(question, memories, mode=mode, max_new_tokens=len(answer_ids), workspace=True)
+            if prep.dropped:
+                raise InvalidInputError("memories do not fit the context; pass fewer or shorter ones")
+            logits = prefill(
+                self.model, prep.cache, prep.pending_ids + answer_ids, logits_to_keep=len(answer_ids) + 1
+            )
+            del prep.cache
+        return logits[:-1].float(), answer_ids
+
+    def release_workspace(self) -> None:
+        """Free the reused mount buffers (they are re-created on the next generate)."""
+        with self._lock:
+            self._workspace.release()

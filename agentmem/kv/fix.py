@@ -1,0 +1,121 @@
+"""``kv+fix``: recompute a few tokens of mounted entries in context, so entries see each other again.
+
+Entries encoded alone never attended to each other. Two strategies pick tokens to recompute:
+
+* ``epic`` (after EPIC / LegoLink): the first ``first_tokens`` tokens of every entry after the first.
+* ``cacheblend`` (after CacheBlend): run the mounted prompt through layers ``0..check_layer`` only, splice those
+  exact early-layer KV in for all tokens, and pick the ``ratio`` share of entry tokens whose KV deviate most there.
+
+Recomputation itself is exact for the selected tokens given everything else: one forward over just those tokens
+at their real positions, with a custom attention mask so each attends to (a) cached tokens before it that are not
+being recomputed and (b) the recomputed tokens up to itself. Their new KV then replace the stale ones in place.
+Attention ignores the order of cache slots (positions live inside the rotated keys), so appending the recomputed
+tokens at the end of the cache and masking is equivalent to recomputing them in place. Recomputing *every* entry
+token this way reproduces full text encoding, which the tests check.
+
+Example:
+    >>> n = apply_fix(model, cache, ids, spans, FixConfig(strategy="epic"))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from agentmem.kv.cache import cache_layers, cache_length, crop_cache, new_dynamic_cache, write_positions
+from agentmem.kv.runner import forward_prefix_layers, prefill
+
+__all__ = ["FixConfig", "apply_fix", "cacheblend_positions", "epic_positions", "recompute_positions"]
+
+FixStrategy = Literal["epic", "cacheblend"]
+
+
+@dataclass(frozen=True)
+class FixConfig:
+    """Which tokens ``kv+fix`` recomputes. Constants are the papers' usual settings, not tuned on our data."""
+
+    strategy: FixStrategy = "epic"
+    first_tokens: int = 8  # epic: per entry
+    ratio: float = 0.15  # cacheblend: share of entry tokens
+    check_layer: int = 1  # cacheblend: layer whose KV deviation ranks tokens (layer 0 KV never deviate)
+
+
+def epic_positions(spans: Sequence[tuple[int, int]], first_tokens: int) -> torch.Tensor:
+    """First ``first_tokens`` positions of every span but the first (which was encoded in its true context)."""
+    picks = [torch.arange(s, min(e, s + first_tokens)) for s, e in spans[1:]]
+    return torch.cat(picks) if picks else torch.empty(0, dtype=torch.long)
+
+
+def recompute_positions(model, cache, token_ids: torch.Tensor, positions: torch.Tensor) -> None:
+    """Recompute the KV of ``positions`` in context (everything else fixed) and write them into ``cache``.
+
+    ``token_ids`` are the ids of every cached position (1-D, length = cache length).
+    """
+    if positions.numel() == 0:
+        return
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    n = cache_length(cache)
+    pos = positions.to(device=device, dtype=torch.long).sort().values
+    m = pos.numel()
+    cols = torch.arange(n, device=device)
+    recomputed = torch.zeros(n, dtype=torch.bool, device=device)
+    recomputed[pos] = True
+    old_ok = (cols[None, :] < pos[:, None]) & ~recomputed[None, :]  # stale copies of recomputed tokens are hidden
+    new_ok = pos[None, :] <= pos[:, None]  # causal among the recomputed tokens
+    allowed = torch.cat([old_ok, new_ok], dim=1)
+    # Additive float mask works for every attention backend (eager adds it; sdpa accepts it).
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    prefill(
+        model,
+        cache,
+        token_ids.to(device)[pos],
+        position_ids=pos[None, :],
+        attention_mask=mask[None, None],
+        logits_to_keep=1,
+    )
+    layers = cache_layers(cache)
+    new_k = torch.stack([k[..., n : n + m, :] for k, _ in layers])
+    new_v = torch.stack([v[..., n : n + m, :] for _, v in layers])
+    crop_cache(cache, n)
+    write_positions(cache, pos, new_k, new_v)
+
+
+def cacheblend_positions(
+    model, cache, token_ids: torch.Tensor, spans: Sequence[tuple[int, int]], ratio: float, check_layer: int
+) -> torch.Tensor:
+    """Splice exact KV of layers ``0..check_layer`` into ``cache``; return the most-deviating entry positions."""
+    if len(spans) < 2:
+        return torch.empty(0, dtype=torch.long)
+    n = cache_length(cache)
+    fresh = new_dynamic_cache()
+    forward_prefix_layers(model, fresh, token_ids[:n], check_layer)
+    fresh_layers = cache_layers(fresh)
+    mounted = cache_layers(cache)
+    start = spans[1][0]  # everything before the second entry is already exact
+    fk, fv = fresh_layers[check_layer]
+    mk, mv = mounted[check_layer]
+    dev = ((fk[..., start:n, :] - mk[..., start:n, :]) ** 2).sum(dim=(0, 1, 3))
+    dev += ((fv[..., start:n, :] - mv[..., start:n, :]) ** 2).sum(dim=(0, 1, 3))
+    for layer in range(check_layer + 1):
+        (k, v), (fk_l, fv_l) = mounted[layer], fresh_layers[layer]
+        k[..., start:n, :].copy_(fk_l[..., start:n, :])
+        v[..., start:n, :].copy_(fv_l[..., start:n, :])
+    count = min(dev.numel(), max(1, math.ceil(ratio * dev.numel())))
+    return dev.topk(count).indices.cpu() + start
+
+
+def apply_fix(model, cache, token_ids: torch.Tensor, spans: Sequence[tuple[int, int]], config: FixConfig) -> int:
+    """Apply ``config``'s strategy to a freshly mounted ``cache``; returns how many tokens were recomputed."""
+    if config.strategy == "epic":
+        positions = epic_positions(spans, config.first_tokens)
+    elif config.strategy == "cacheblend":
+        positions = cacheblend_positions(model, cache, token_ids, spans, config.ratio, config.check_layer)
+    else:
+        raise ValueError(f"unknown fix strategy {config.strategy!r}; use 'epic' or 'cacheblend'")
+    recompute_positions(model, cache, token_ids, positions)
+    return int(positions.numel())

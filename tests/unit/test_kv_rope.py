@@ -1,0 +1,81 @@
+"""Re-rotation of cached keys is exact, and models that cannot be re-positioned are refused."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentmem.errors import UnsupportedModelError
+from agentmem.kv.cache import new_dynamic_cache, stacked_from_cache
+from agentmem.kv.rope import kv_support, require_kv_support, rerotate_keys, rotary_inv_freq
+from agentmem.kv.runner import prefill
+from agentmem.kv.testing import tiny_causal_lm
+
+
+def _keys_at(model, ids: list[int], first_position: int) -> torch.Tensor:
+    """Stacked keys [L, 1, H, T, D] of ``ids`` encoded with positions starting at ``first_position``."""
+    cache = new_dynamic_cache()
+    positions = torch.arange(first_position, first_position + len(ids))[None]
+    prefill(model, cache, ids, position_ids=positions)
+    return stacked_from_cache(cache)[0]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("delta", [1, 37, 300])
+def test_rerotated_keys_equal_encoding_at_the_new_offset_in_every_layer(arch, delta):
+    model, tok = tiny_causal_lm(arch)
+    ids = tok("Caroline went to a support group.", add_special_tokens=False).input_ids
+    start = 5
+    base = _keys_at(model, ids, start)
+    # Shifting every position keeps all relative distances, so each layer's keys differ only by the rotation.
+    target = _keys_at(model, ids, start + delta)
+    moved = rerotate_keys(base, delta, rotary_inv_freq(model), start=start)
+    assert moved.shape == target.shape
+    assert (moved - target).abs().max().item() <= 1e-4
+    # Without re-rotation the keys are far off: the check above is not vacuous.
+    assert (base - target).abs().max().item() > 1e-2
+
+
+def test_plain_delta_rotation_is_close_and_composes():
+    model, tok = tiny_causal_lm("llama")
+    ids = tok("hello world", add_special_tokens=False).input_ids
+    inv = rotary_inv_freq(model)
+    base = _keys_at(model, ids, 0)
+    moved = rerotate_keys(base, 40, inv)  # exact float64 angle, no start
+    assert (moved - _keys_at(model, ids, 40)).abs().max().item() <= 1e-4
+    back = rerotate_keys(moved, -40, inv)
+    assert torch.allclose(back, base, atol=1e-5)
+
+
+def test_rerotate_never_modifies_its_input():
+    model, _ = tiny_causal_lm("llama")
+    keys = torch.randn(2, 1, 2, 7, 16)
+    before = keys.clone()
+    out = rerotate_keys(keys, 9, rotary_inv_freq(model), start=3)
+    assert torch.equal(keys, before)
+    assert out.data_ptr() != keys.data_ptr()
+    assert torch.equal(rerotate_keys(keys, 0, rotary_inv_freq(model)), keys)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_rope_models_are_supported(arch):
+    model, _ = tiny_causal_lm(arch)
+    assert kv_support(model) is None
+    require_kv_support(model)
+
+
+def test_gpt2_learned_positions_are_refused_with_a_reason():
+    model, _ = tiny_causal_lm("gpt2")
+    reason = kv_support(model)
+    assert reason is not None and "absolute position" in reason
+    with pytest.raises(UnsupportedModelError, match="mode='text'"):
+        require_kv_support(model)
+
+
+def test_dynamic_rope_and_sliding_windows_are_refused():
+    model, _ = tiny_causal_lm("llama")
+    model.config.rope_parameters = {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}
+    assert "dynamic" in kv_support(model)
+    model, _ = tiny_causal_lm("qwen2")
+    model.config.layer_types = ["full_attention", "sliding_attention", "full_attention"]
+    assert "sliding_attention" in kv_support(model)
