@@ -1,0 +1,82 @@
+"""The cache adapter: buffered caches behave like DynamicCache for the model, and grow/crop correctly."""
+
+from __future__ import annotations
+
+import torch
+
+from agentmem.kv.cache import (
+    cache_from_layers,
+    cache_from_stacked,
+    cache_layers,
+    cache_length,
+    crop_cache,
+    new_dynamic_cache,
+    stacked_from_cache,
+)
+from agentmem.kv.mount import plan_mount
+from agentmem.kv.runner import Sampling, decode, prefill
+from agentmem.kv.testing import tiny_causal_lm
+
+
+def test_buffered_cache_decodes_like_a_stock_dynamic_cache():
+    model, tok = tiny_causal_lm("llama")
+    ids = tok("The quick brown fox", add_special_tokens=False).input_ids
+    stock = new_dynamic_cache()
+    logits = prefill(model, stock, ids)
+    expected = decode(model, stock, logits, max_new_tokens=12)
+
+    warm = new_dynamic_cache()
+    prefill(model, warm, ids[:-1])
+    keys, values = stacked_from_cache(warm)
+    buffered = cache_from_stacked(keys, values, capacity=len(ids) + 2)  # too small on purpose: must grow
+    logits2 = prefill(model, buffered, ids[-1:])
+    assert torch.allclose(logits, logits2, atol=1e-5)
+    assert decode(model, buffered, logits2, max_new_tokens=12) == expected
+    assert cache_length(buffered) == cache_length(stock)
+
+
+def test_layers_round_trip_and_crop():
+    model, tok = tiny_causal_lm("qwen2")
+    cache = new_dynamic_cache()
+    prefill(model, cache, tok("abcdefgh", add_special_tokens=False).input_ids)
+    layers = cache_layers(cache)
+    rebuilt = cache_from_layers([(k.clone(), v.clone()) for k, v in layers])
+    assert cache_length(rebuilt) == 8 and len(rebuilt.layers) == 3
+    keys, values = stacked_from_cache(cache)
+    buffered = cache_from_stacked(keys, values)
+    crop_cache(buffered, 5)
+    crop_cache(rebuilt, 5)
+    assert cache_length(buffered) == cache_length(rebuilt) == 5
+    for (a, _), (b, _) in zip(cache_layers(buffered), cache_layers(rebuilt)):
+        assert torch.equal(a, b)
+    # After a crop, new tokens overwrite the dropped slots.
+    prefill(model, buffered, [1, 2])
+    assert cache_length(buffered) == 7
+
+
+def test_zero_copy_adoption_writes_into_the_given_buffers():
+    keys = torch.zeros(2, 1, 2, 10, 16)
+    values = torch.zeros_like(keys)
+    cache = cache_from_stacked(keys, values, length=3, copy=False)
+    model, _ = tiny_causal_lm("llama")
+    prefill(model, cache, [5, 6])
+    assert cache_length(cache) == 5
+    assert keys[..., 3:5, :].abs().sum() > 0 and keys[..., 5:, :].abs().sum() == 0
+
+
+def test_plan_mount_keeps_a_relevance_prefix():
+    plan = plan_mount([10, 10, 10], preamble_len=5, suffix_len=5, max_new_tokens=10, max_positions=45)
+    assert plan.keep == [0, 1] and plan.drop == [2] and plan.memory_tokens == 20
+    plan = plan_mount([10, 1, 1], preamble_len=5, suffix_len=5, max_new_tokens=0, max_positions=100, budget_tokens=5)
+    assert plan.keep == [] and plan.drop == [0, 1, 2]  # never reorders: relevance decides
+    plan = plan_mount([], preamble_len=5, suffix_len=5, max_new_tokens=100, max_positions=50, margin=4)
+    assert plan.max_new_tokens == 36 and plan.notes
+
+
+def test_sampling_respects_top_k():
+    model, tok = tiny_causal_lm("llama")
+    cache = new_dynamic_cache()
+    logits = prefill(model, cache, tok("hi", add_special_tokens=False).input_ids)
+    top = int(logits.argmax())
+    out = decode(model, cache, logits, max_new_tokens=1, sampling=Sampling(do_sample=True, top_k=1, seed=0))
+    assert out == [top]
