@@ -1,10 +1,10 @@
 """The small seam between training and the KV engine.
 
 Everything trained-entry code needs from "the KV side" goes through these few functions: run the frozen model
-over ids on top of a cache, build a cache from plain tensors, read a cache back into tensors, and name the model
-(fingerprint digest). They are written against transformers directly so training works on its own; when
-``agentmem.kv`` grows the same capabilities these become thin delegations, and nothing else in
-``agentmem.train`` has to change.
+over ids on top of a cache *with gradients flowing into the cache* (the engine's runner is inference-only, so this
+part talks to transformers directly), build a cache from plain tensors, read a cache back, and name the model
+(delegated to :mod:`agentmem.kv.fingerprint` / :mod:`agentmem.kv.rope`, so trained entries are bound to the same
+fingerprint as every other KV blob).
 
 KV layout used throughout ``agentmem.train``: one tensor per kind stacked over layers,
 ``keys``/``values`` of shape ``(layers, kv_heads, tokens, head_dim)`` (no batch dimension).
@@ -19,24 +19,18 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import torch
 
-from agentmem.errors import UnsupportedModelError
-
-__all__ = ["cache_from", "check_rope_model", "empty", "encode", "forward_hidden", "model_fingerprint", "stack_cache"]
+__all__ = ["buffered_cache", "cache_from", "check_rope_model", "empty", "encode", "forward_hidden", "model_fingerprint", "stack_cache"]
 
 
 def check_rope_model(model: Any) -> None:
-    """Refuse models whose positions are not rotary: a trained prefix must be re-positionable when mounted."""
-    cfg = model.config
-    if getattr(cfg, "rope_parameters", None) is None and getattr(cfg, "rope_theta", None) is None:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no rotary position embedding; trained KV entries need RoPE models"
-        )
+    """Refuse models whose cached keys cannot be re-positioned exactly (a trained prefix must mount anywhere)."""
+    from agentmem.kv.rope import require_kv_support
+
+    require_kv_support(model)
 
 
 def cache_from(keys: torch.Tensor, values: torch.Tensor, batch: int = 1) -> Any:
@@ -49,6 +43,19 @@ def cache_from(keys: torch.Tensor, values: torch.Tensor, batch: int = 1) -> Any:
     data = [(keys[i].unsqueeze(0).expand(batch, -1, -1, -1), values[i].unsqueeze(0).expand(batch, -1, -1, -1))
             for i in range(keys.shape[0])]
     return DynamicCache(ddp_cache_data=data)
+
+
+def buffered_cache(keys: torch.Tensor, values: torch.Tensor, batch: int, capacity: int) -> Any:
+    """An inference cache with ``keys``/``values`` ``(L, H, T, D)`` copied into ``batch`` rows and room to grow.
+
+    The engine's buffered cache appends in place; a stock ``DynamicCache`` re-copies everything on each decoded
+    token, which dominates sampling with a 1k-token document in context.
+    """
+    from agentmem.kv.cache import cache_from_stacked
+
+    expand = (-1, batch, -1, -1, -1)
+    return cache_from_stacked(keys.unsqueeze(1).expand(*expand), values.unsqueeze(1).expand(*expand),
+                              capacity=capacity)
 
 
 def stack_cache(cache: Any, row: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,21 +102,7 @@ def empty(model: Any) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def model_fingerprint(model: Any, tokenizer: Any) -> str:
-    """A sha256 hex digest naming the model + tokenizer + dtype (changes when any weight or token id changes).
+    """The KV engine's fingerprint digest of ``(model, tokenizer)``: what every KV blob is bound to."""
+    from agentmem.kv.fingerprint import model_fingerprint as kv_fingerprint
 
-    Stand-in until ``agentmem.kv`` exports its fingerprint; trained entries only compare digests for equality,
-    so switching producers just makes older entries stale (retrain), never silently wrong.
-    """
-    h = hashlib.sha256()
-    cfg = model.config.to_dict()
-    for volatile in ("_name_or_path", "transformers_version", "_commit_hash", "quantization_config"):
-        cfg.pop(volatile, None)
-    h.update(json.dumps(cfg, sort_keys=True, default=str).encode())
-    vocab = tokenizer.get_vocab()
-    h.update(json.dumps(sorted(vocab.items())).encode())
-    with torch.no_grad():
-        for name, p in sorted(model.state_dict().items()):
-            h.update(name.encode())
-            h.update(str(p.dtype).encode())
-            h.update(p.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    return kv_fingerprint(model, tokenizer).digest

@@ -63,8 +63,8 @@ class TrainOptions:
     samples: int = 128
     batch_size: int = 8
     chunk_tokens: int = 256
-    question_tokens: int = 32
-    answer_tokens: int = 48
+    question_tokens: int = 24
+    answer_tokens: int = 40
     temperature: float = 0.7
     top_k: int = 20
     teacher_max_tokens: int = 4096
@@ -175,8 +175,7 @@ def train_prefix(
     freeze_first = (not preamble) if opts.freeze_first is None else opts.freeze_first
     identity = _run_identity(doc=document_digest(document), model=fingerprint, tokens=tokens, seed=seed, lr=lr,
                              data=None if data is None else data.digest(),
-                             preamble=preamble, layout=[layout.user_prefix, layout.user_suffix,
-                                                        layout.answer_suffix, layout.document_suffix],
+                             preamble=preamble, layout=layout.identity(),
                              options={k: v for k, v in asdict(opts).items()
                                       if k not in ("checkpoint_every", "time_budget_s")})
 
@@ -246,6 +245,7 @@ def train_prefix(
             "format": RECORD_FORMAT,
             "document_sha256": document_digest(document),
             "model_fingerprint": fingerprint,
+            "preamble_digest": hashlib.sha256(",".join(map(str, preamble)).encode()).hexdigest(),
             "tokens": tokens,
             "document_tokens": len(doc_ids),
             "offset": len(preamble),
@@ -280,11 +280,10 @@ def make_data(model: Any, layout: PromptLayout, document: str, *, preamble_ids: 
     """
     opts = options or TrainOptions()
     preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)
-    doc_ids = layout.document_ids(document)
     bar = _progress(total=opts.samples, initial=0, enabled=progress, desc="self-study data")
     try:
         return selfstudy.generate(
-            model, layout, doc_ids, preamble, samples=opts.samples, seed=seed, chunk_tokens=opts.chunk_tokens,
+            model, layout, document, preamble, samples=opts.samples, seed=seed, chunk_tokens=opts.chunk_tokens,
             question_tokens=opts.question_tokens, answer_tokens=opts.answer_tokens, temperature=opts.temperature,
             top_k=opts.top_k, teacher_max_tokens=opts.teacher_max_tokens, on_progress=bar.update)
     finally:

@@ -1,85 +1,84 @@
-"""Token layout of a mounted context: ``[preamble][memory KV][question turn][answer turn]``.
+"""Token layout of a mounted context, as the KV engine builds it: ``[preamble][entries][question][answer]``.
 
 Training must see exactly the layout the engine mounts at answer time, otherwise the prefix learns to serve a
-prompt it will never meet. The layout is derived from the tokenizer's chat template when it has one (SmolLM2 and
-Qwen2 use ChatML), so the preamble is the template's default system turn and a question is a user turn followed
-by the assistant header. Each piece is tokenised on its own, as the engine does when it concatenates cached KV
-with a fresh prompt.
+prompt it will never meet. So this is a thin adapter over :class:`agentmem.kv.prompt.PromptLayout` (memories sit
+in the system block after a shared preamble, the question in the user turn): the document, when in context, is
+one memory entry (``entry_ids``); a question is the engine's prompt suffix (``suffix_ids``); an answer is the
+content ids plus the template's end-of-turn token (the teacher's distribution over "stop here" is trained too).
 
 Example:
     >>> from agentmem.kv.testing import tiny_causal_lm
     >>> _, tok = tiny_causal_lm("llama")
     >>> layout = PromptLayout.for_tokenizer(tok)
     >>> tok.decode(layout.question_ids("Hi?"))
-    '<|im_start|>user\\nHi?<|im_end|>\\n<|im_start|>assistant\\n'
+    '<|im_end|>\\n<|im_start|>user\\nHi?<|im_end|>\\n<|im_start|>assistant\\n'
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT
+from agentmem.kv.prompt import PromptLayout as KvLayout
 
 __all__ = ["PromptLayout"]
 
-_MARK_Q = "\x00QUESTION\x00"
-_MARK_A = "\x00ANSWER\x00"
+_MARK = "\u2063AGENTMEM-ANSWER-SLOT\u2063"
 
 
-@dataclass(frozen=True)
+def _end_of_turn(tokenizer: Any) -> str:
+    """Text the chat template puts after an assistant message (ChatML: ``<|im_end|>``), else the EOS token."""
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            text = tokenizer.apply_chat_template(
+                [{"role": "user", "content": "q"}, {"role": "assistant", "content": _MARK}], tokenize=False)
+            tail = text.split(_MARK, 1)[1].rstrip("\n")
+            if tail:
+                return tail
+        except Exception:  # templates raise freely; the EOS token is a safe fallback
+            pass
+    return tokenizer.eos_token or ""
+
+
 class PromptLayout:
-    """String pieces around the question and answer; ``preamble`` is the shared system turn.
+    """What training and evaluation need from the engine's prompt layout (ids only, one piece at a time)."""
 
-    ``question_ids(q)`` = ``user_prefix + q + user_suffix`` (ends with the assistant header, where generation
-    starts); ``answer_ids(a)`` = ``a + answer_suffix``; ``document_ids(d)`` = ``d + document_suffix``.
-    """
-
-    tokenizer: Any
-    preamble: str
-    user_prefix: str
-    user_suffix: str
-    answer_suffix: str
-    document_suffix: str = "\n"
+    def __init__(self, tokenizer: Any, kv_layout: KvLayout | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.kv = kv_layout or KvLayout.from_tokenizer(tokenizer)
+        self.end_of_turn = _end_of_turn(tokenizer)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer: Any) -> PromptLayout:
-        """Derive the pieces from ``tokenizer.chat_template`` (plain ``User:/Assistant:`` lines without one)."""
-        if not getattr(tokenizer, "chat_template", None):
-            eos = tokenizer.eos_token or ""
-            return cls(tokenizer, "", "User: ", "\nAssistant: ", eos + "\n")
-        render = tokenizer.apply_chat_template
-        pre = render([{"role": "user", "content": _MARK_Q}], tokenize=False, add_generation_prompt=True)
-        head, tail = pre.split(_MARK_Q)
-        full = render([{"role": "user", "content": _MARK_Q}, {"role": "assistant", "content": _MARK_A}],
-                      tokenize=False)
-        answer_tail = full.split(_MARK_A)[1]
-        # The template's default system turn (if any) is everything before the user turn starts; it is the
-        # preamble every mount shares, so it is not part of the question.
-        starts = [m for m in ("<|im_start|>", "<|start_header_id|>", tokenizer.bos_token) if m and m in head]
-        user_start = head.rfind(starts[0]) if starts else 0
-        preamble, user_prefix = head[:user_start], head[user_start:]
-        # ChatML closes a turn with "<|im_end|>\n"; the trailing newline belongs to the next turn's framing, and
-        # the answer target should end on the end-of-turn token the model emits.
-        answer_suffix = answer_tail.rstrip("\n") or answer_tail
-        return cls(tokenizer, preamble, user_prefix, tail, answer_suffix)
-
-    def _ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+    def for_tokenizer(cls, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> PromptLayout:
+        """The layout the default :class:`~agentmem.kv.KVEngine` uses for this tokenizer."""
+        return cls(tokenizer, KvLayout.from_tokenizer(tokenizer, system_prompt))
 
     def preamble_ids(self) -> list[int]:
-        return self._ids(self.preamble)
-
-    def question_ids(self, question: str) -> list[int]:
-        return self._ids(self.user_prefix + question + self.user_suffix)
-
-    def answer_ids(self, answer: str) -> list[int]:
-        return self._ids(answer + self.answer_suffix)
+        return list(self.kv.preamble_ids)
 
     def document_ids(self, document: str) -> list[int]:
-        return self._ids(document + self.document_suffix)
+        """The document as one memory entry (what text mode would mount in place of the trained entry)."""
+        return self.kv.entry_ids(document)
+
+    def question_ids(self, question: str) -> list[int]:
+        """Everything between the memories and the answer (the engine's suffix)."""
+        return self.kv.suffix_ids(question)
+
+    def answer_ids(self, answer: str, *, end: bool = True) -> list[int]:
+        ids = self.kv._content_ids(answer)
+        return ids + self._end_ids() if end else ids
+
+    def _end_ids(self) -> list[int]:
+        return self.kv._template_ids(self.end_of_turn)
 
     def stop_ids(self) -> set[int]:
-        """Token ids that end an answer turn (end-of-turn and end-of-sequence)."""
-        stops = set(self._ids(self.answer_suffix)[:1])
+        """Ids that end an answer: the end-of-turn token and EOS."""
+        stops = set(self._end_ids()[:1])
         if self.tokenizer.eos_token_id is not None:
             stops.add(int(self.tokenizer.eos_token_id))
         return stops
+
+    def identity(self) -> list[str]:
+        """The strings that decide the layout (part of a training run's identity)."""
+        kv = self.kv
+        return [kv.preamble_text, kv.between_text, kv.after_text, kv.entry_prefix, kv.entry_suffix, self.end_of_turn]

@@ -64,6 +64,26 @@ class TrainedPrefix:
     def kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys, self.values
 
+    def to_entry(self) -> Any:
+        """This prefix as an :class:`agentmem.kv.EncodedEntry`, so the engine's codec and mounting take it as is.
+
+        ``token_ids`` are the document tokens the prefix was initialised from (one id per KV position, as the
+        codec requires); they are *not* what the KV encodes after training, so the engine must neither compare
+        them with a memory's text nor recompute them ("kv+fix"). The record does not fit the codec's header:
+        store it in the entry's metadata.
+        """
+        from agentmem.kv.types import EncodedEntry
+
+        return EncodedEntry(
+            token_ids=torch.tensor(self.token_ids, dtype=torch.int64), keys=self.keys, values=self.values,
+            offset=int(self.offset), fingerprint=str(self.record.get("model_fingerprint", "")),
+            preamble_digest=str(self.record.get("preamble_digest", "")))
+
+    @classmethod
+    def from_entry(cls, entry: Any, record: dict[str, Any]) -> TrainedPrefix:
+        """Inverse of :meth:`to_entry` given the record kept in metadata."""
+        return cls(entry.keys, entry.values, entry.token_ids.tolist(), int(entry.offset), dict(record))
+
     def to_bytes(self) -> bytes:
         """safetensors bytes; the record travels as JSON in the header metadata."""
         tensors = {
@@ -96,10 +116,13 @@ def _metadata(data: bytes) -> dict[str, str]:
     return header.get("__metadata__", {}) or {}
 
 
-def is_stale(record: dict[str, Any], document: str | None, fingerprint_digest: str | None) -> str | None:
+def is_stale(record: dict[str, Any], document: str | None, fingerprint_digest: str | None, *,
+             preamble_digest: str | None = None) -> str | None:
     """Why a trained entry must not be mounted, or ``None`` when it is current.
 
-    ``document=None`` / ``fingerprint_digest=None`` skip that check (e.g. the caller only knows the model).
+    ``document=None`` / ``fingerprint_digest=None`` / ``preamble_digest=None`` skip that check (e.g. the caller
+    only knows the model). A changed preamble (system prompt) also makes the prefix stale: it was trained to
+    follow that exact preamble.
 
     Example:
         >>> is_stale({"document_sha256": document_digest("a"), "model_fingerprint": "m1"}, "b", "m1")[:16]
@@ -111,11 +134,15 @@ def is_stale(record: dict[str, Any], document: str | None, fingerprint_digest: s
     want_model = record.get("model_fingerprint")
     if fingerprint_digest is not None and want_model != fingerprint_digest:
         return f"model changed since training (fingerprint {str(want_model)[:12]}… ≠ {fingerprint_digest[:12]}…)"
+    want_pre = record.get("preamble_digest")
+    if preamble_digest is not None and want_pre != preamble_digest:
+        return "prompt preamble changed since training"
     return None
 
 
-def check_fresh(record: dict[str, Any], document: str | None, fingerprint_digest: str | None) -> None:
+def check_fresh(record: dict[str, Any], document: str | None, fingerprint_digest: str | None, *,
+                preamble_digest: str | None = None) -> None:
     """Raise :class:`~agentmem.errors.StaleEntryError` if :func:`is_stale` finds a reason."""
-    reason = is_stale(record, document, fingerprint_digest)
+    reason = is_stale(record, document, fingerprint_digest, preamble_digest=preamble_digest)
     if reason is not None:
         raise StaleEntryError(f"trained entry is stale: {reason}; retrain it before mounting")

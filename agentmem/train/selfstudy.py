@@ -12,7 +12,7 @@ Example:
     >>> from agentmem.kv.testing import tiny_causal_lm
     >>> model, tok = tiny_causal_lm("llama")
     >>> layout = PromptLayout.for_tokenizer(tok)
-    >>> data = generate(model, layout, layout.document_ids("Ann: I moved to Oslo in May."), [], samples=4, seed=0)
+    >>> data = generate(model, layout, "Ann: I moved to Oslo in May.", layout.preamble_ids(), samples=4, seed=0)
     >>> data.ids.shape[0], data.topk_ids.shape[-1]
     (4, 20)
 """
@@ -28,16 +28,15 @@ import torch
 from agentmem.train import _kv
 from agentmem.train.layout import PromptLayout
 
-__all__ = ["SEED_INSTRUCTIONS", "SelfStudyData", "generate", "sample"]
+__all__ = ["QUESTION_INSTRUCTION", "QUESTION_OPENERS", "SelfStudyData", "chunk_text", "generate", "sample"]
 
-# Seed instructions steer the question writer towards different kinds of facts (Cartridges uses a handful of
-# generic seed prompts; these are the question-type ones, phrased for a small chat model). They are generic on
-# purpose: nothing here knows the benchmark's question categories.
-SEED_INSTRUCTIONS: tuple[str, ...] = (
-    "Ask one short question about a specific fact in the text above. Write only the question.",
-    "Ask one short question about what a person in the text above did, said or likes. Write only the question.",
-    "Ask one short question about when or where something in the text above happened. Write only the question.",
-    "Ask one short question that can be answered from the text above. Write only the question.",
+# How questions are seeded. Cartridges varies seed prompts for diversity; a 135M chat model asked for "a question
+# about the text" mostly writes generic ones, so the assistant's reply is started with a question opener instead
+# (cycled, so every chunk gets who/what/when/where/why/how questions). Nothing here knows any benchmark's
+# question categories: these are just the English interrogatives.
+QUESTION_INSTRUCTION = "Write one question about the text above."
+QUESTION_OPENERS: tuple[str, ...] = (
+    "What did", "When did", "Who", "Why did", "How did", "Where did", "What is", "How does",
 )
 
 
@@ -98,7 +97,7 @@ def sample(model: Any, prefix: tuple[torch.Tensor, torch.Tensor], prompts: list[
         ids[r, width - len(p):] = torch.tensor(p)
         mask[r, plen + width - len(p):] = 1
     pos = (plen + mask[:, plen:].cumsum(-1) - 1).clamp(min=plen)
-    cache = _kv.cache_from(*prefix, batch=batch) if plen else None
+    cache = _kv.buffered_cache(*prefix, batch=batch, capacity=plen + width + max_new) if plen else None
     hidden, cache = _kv.forward_hidden(model, ids, cache, attention_mask=mask, position_ids=pos)
     logits = _head(model, hidden)
     records: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(batch)]
@@ -144,6 +143,29 @@ def chunk_spans(n_tokens: int, chunk_tokens: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(n)]
 
 
+def chunk_text(document: str, count: Callable[[str], int], chunk_tokens: int) -> list[str]:
+    """Group whole lines into chunks of about ``chunk_tokens`` tokens (``count`` measures a string).
+
+    Lines keep facts intact (a conversation turn, a manual paragraph); chunks are balanced so the last one is
+    not a stub. A single line longer than a chunk becomes its own chunk.
+    """
+    lines = [ln for ln in document.split("\n") if ln.strip()]
+    if not lines:
+        return [document]
+    sizes = [count(ln) + 1 for ln in lines]
+    n = max(1, round(sum(sizes) / max(1, chunk_tokens)))
+    target = sum(sizes) / n
+    chunks, cur, used = [], [], 0
+    for ln, size in zip(lines, sizes):
+        if cur and used + size / 2 > target and len(chunks) < n - 1:
+            chunks.append("\n".join(cur))
+            cur, used = [], 0
+        cur.append(ln)
+        used += size
+    chunks.append("\n".join(cur))
+    return chunks
+
+
 def _clean_question(text: str) -> str:
     # Small models often keep talking after the question; keep the first line, up to the first '?'.
     line = text.strip().split("\n")[0].strip()
@@ -152,14 +174,15 @@ def _clean_question(text: str) -> str:
     return line
 
 
-def generate(model: Any, layout: PromptLayout, doc_ids: list[int], preamble_ids: list[int], *, samples: int,
-             seed: int, chunk_tokens: int = 256, question_tokens: int = 32, answer_tokens: int = 48,
-             temperature: float = 0.7, top_k: int = 20, teacher_max_tokens: int = 4096, rows: int = 16,
+def generate(model: Any, layout: PromptLayout, document: str, preamble_ids: list[int], *, samples: int,
+             seed: int, chunk_tokens: int = 256, question_tokens: int = 24, answer_tokens: int = 40,
+             temperature: float = 0.7, top_k: int = 20, teacher_max_tokens: int = 4096, rows: int = 32,
              on_progress: Callable[[int], None] | None = None) -> SelfStudyData:
-    """Generate ``samples`` question/answer conversations about ``doc_ids`` with teacher top-k log-probs.
+    """Generate ``samples`` question/answer conversations about ``document`` with teacher top-k log-probs.
 
-    Questions are spread evenly over chunks of ``chunk_tokens`` (so the whole document is asked about, not just
-    its start) and over :data:`SEED_INSTRUCTIONS`. The teacher context is the whole document after the preamble
+    Questions are spread evenly over chunks of about ``chunk_tokens`` (whole lines; so the whole document is asked
+    about, not just its start) and over :data:`QUESTION_OPENERS`; a chunk is shown as a memory entry after the
+    preamble, the model is asked for a question and its reply is started with the opener. The teacher context is the whole document after the preamble
     when it is at most ``teacher_max_tokens`` long (the exact context the trained entry replaces), else the
     question's own chunk. ``rows`` bounds the batch of one sampling call (memory).
     """
@@ -168,28 +191,30 @@ def generate(model: Any, layout: PromptLayout, doc_ids: list[int], preamble_ids:
     stops = layout.stop_ids()
     pre = torch.tensor(preamble_ids, dtype=torch.long)
     pre_kv = _kv.encode(model, pre) if preamble_ids else _kv.empty(model)
+    doc_ids = layout.document_ids(document)
     doc = torch.tensor(doc_ids, dtype=torch.long)
     whole_doc = len(doc_ids) <= teacher_max_tokens
     doc_kv = _cat(pre_kv, _kv.encode(model, doc, pre_kv)) if whole_doc else None
-    spans = chunk_spans(len(doc_ids), chunk_tokens)
-    per_chunk = [samples // len(spans) + (1 if i < samples % len(spans) else 0) for i in range(len(spans))]
+    ask = layout.question_ids(QUESTION_INSTRUCTION)
+    chunks = chunk_text(document, lambda t: len(layout.answer_ids(t, end=False)), chunk_tokens)
+    per_chunk = [samples // len(chunks) + (1 if i < samples % len(chunks) else 0) for i in range(len(chunks))]
     sample_ids: list[list[int]] = []
     teacher: list[tuple[torch.Tensor, torch.Tensor]] = []
     q_no = 0
-    for (s, e), n in zip(spans, per_chunk):
+    for chunk, n in zip(chunks, per_chunk):
         if n == 0:
             continue
-        chunk_kv = _cat(pre_kv, _kv.encode(model, torch.tensor(layout.document_ids(
-            layout.tokenizer.decode(doc_ids[s:e]))), pre_kv))
+        chunk_kv = _cat(pre_kv, _kv.encode(model, torch.tensor(layout.document_ids(chunk)), pre_kv))
         teacher_kv = doc_kv if whole_doc else chunk_kv
         for lo in range(0, n, rows):
             m = min(rows, n - lo)
-            prompts = [layout.question_ids(SEED_INSTRUCTIONS[(q_no + j) % len(SEED_INSTRUCTIONS)]) for j in range(m)]
+            openers = [QUESTION_OPENERS[(q_no + j) % len(QUESTION_OPENERS)] for j in range(m)]
             q_no += m
+            prompts = [ask + layout.answer_ids(o, end=False) for o in openers]
             q_out, _ = sample(model, chunk_kv, prompts, max_new=question_tokens, temperature=temperature,
                               generator=gen, stop_ids=stops, pad_id=pad)
-            questions = [_clean_question(layout.tokenizer.decode(q, skip_special_tokens=True)) or "What happened?"
-                         for q in q_out]
+            questions = [_clean_question(o + layout.tokenizer.decode(q, skip_special_tokens=True))
+                         for o, q in zip(openers, q_out)]
             q_ids = [layout.question_ids(q) for q in questions]
             a_out, recs = sample(model, teacher_kv, q_ids, max_new=answer_tokens, temperature=temperature,
                                  generator=gen, stop_ids=stops, pad_id=pad, top_k=top_k)

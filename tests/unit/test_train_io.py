@@ -66,3 +66,35 @@ def test_stale_on_document_or_model_change(trained):
         check_fresh(tp.record, DOC, other_fp)
     with pytest.raises(StaleEntryError):
         check_fresh(tp.record, "a different manual", None)
+
+
+def test_engine_codec_round_trip_and_mount_match_training(trained):
+    """The facade path: engine bytes for the blob, record in metadata; mounted at its offset = what training saw."""
+    from agentmem.kv import KVEngine, prefill, rotary_inv_freq
+    from agentmem.kv.mount import assemble
+    from agentmem.train import PromptLayout
+    from agentmem.train.evaluate import mounted_context
+
+    tp, model, tok = trained
+    engine = KVEngine(model, tok)
+    assert tp.record["preamble_digest"] == engine.layout.preamble_digest
+    entry = engine.from_bytes(engine.to_bytes(tp.to_entry()))
+    back = TrainedPrefix.from_entry(entry, tp.record)
+    assert torch.equal(back.keys, tp.keys) and torch.equal(back.values, tp.values) and back.offset == tp.offset
+
+    layout = PromptLayout.for_tokenizer(tok)
+    suffix = layout.question_ids("Where does Mia run her bakery?")
+    pre_k, pre_v = engine.preamble_kv()
+    cache, spans = assemble(pre_k, pre_v, [entry], rotary_inv_freq(model), capacity=256)
+    assert spans == [(tp.offset, tp.offset + tp.tokens)]  # mounted exactly where it was trained
+    mounted = prefill(model, cache, suffix, logits_to_keep=0)
+    ctx = mounted_context(model, layout.preamble_ids(), *tp.kv())
+    hidden, _ = _kv.forward_hidden(model, torch.tensor([suffix]), _kv.cache_from(*ctx))
+    seen_in_training = model.get_output_embeddings()(hidden)[0]
+    torch.testing.assert_close(mounted, seen_in_training, atol=1e-4, rtol=1e-4)
+
+
+def test_stale_on_preamble_change(trained):
+    tp, _, _ = trained
+    assert is_stale(tp.record, DOC, None, preamble_digest=tp.record["preamble_digest"]) is None
+    assert "preamble" in is_stale(tp.record, DOC, None, preamble_digest="0" * 64)

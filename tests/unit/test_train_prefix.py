@@ -58,20 +58,26 @@ def test_only_kv_learns_and_weights_stay_bit_identical(tiny):
     assert [p.requires_grad for p in model.parameters()] == flags  # caller's flags restored
     # ... and the prefix did change (it is what was trained)
     layout = PromptLayout.for_tokenizer(tok)
-    k0, _ = _kv.encode(model, torch.tensor(layout.document_ids(DOC)[:16]))
+    pre = _kv.encode(model, torch.tensor(layout.preamble_ids()))
+    k0, _ = _kv.encode(model, torch.tensor(layout.document_ids(DOC)[:16]), pre)
     assert not torch.equal(tp.keys, k0)
     assert tp.keys.shape == (2, 2, 16, 16) and tp.values.shape == tp.keys.shape
 
 
-def test_untrained_prefix_is_the_real_kv_of_the_first_tokens(tiny):
+def test_untrained_prefix_is_the_real_kv_of_the_first_tokens_after_the_preamble(tiny):
     model, tok, data = tiny
     tp = _train(model, tok, data, steps=0)
     layout = PromptLayout.for_tokenizer(tok)
-    doc = layout.document_ids(DOC)
-    k, v = _kv.encode(model, torch.tensor(doc[:16]))
-    assert torch.equal(tp.keys, k) and torch.equal(tp.values, v)
-    assert tp.offset == 0 and tp.token_ids == doc[:16]
-    assert tp.record["frozen_first_token"] is True  # no preamble: slot 0 is the attention sink
+    preamble, doc = layout.preamble_ids(), layout.document_ids(DOC)
+    # The same KV the engine would store for these tokens: encoded in one pass right after the preamble.
+    with torch.no_grad():
+        cache = model(torch.tensor([preamble + doc[:16]]), use_cache=True).past_key_values
+    k = torch.stack([layer.keys[0, :, len(preamble):] for layer in cache.layers])
+    v = torch.stack([layer.values[0, :, len(preamble):] for layer in cache.layers])
+    torch.testing.assert_close(tp.keys, k, atol=1e-5, rtol=0)
+    torch.testing.assert_close(tp.values, v, atol=1e-5, rtol=0)
+    assert tp.offset == len(preamble) > 0 and tp.token_ids == doc[:16]
+    assert tp.record["frozen_first_token"] is False  # the preamble holds the attention sink
 
 
 def test_loss_decreases(tiny):
@@ -81,11 +87,14 @@ def test_loss_decreases(tiny):
     assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3
 
 
-def test_first_slot_stays_frozen_and_record_is_complete(tiny):
+def test_first_slot_can_stay_frozen_and_record_is_complete(tiny):
     model, tok, data = tiny
-    tp0 = _train(model, tok, data, steps=0)
-    tp = _train(model, tok, data, steps=2)
+    opts = TrainOptions(**{**OPTS.__dict__, "freeze_first": True})
+    tp0 = _train(model, tok, data, steps=0, options=opts)
+    tp = _train(model, tok, data, steps=2, options=opts)
     assert torch.equal(tp.keys[:, :, :1], tp0.keys[:, :, :1])
+    assert not torch.equal(tp.keys[:, :, 1:], tp0.keys[:, :, 1:])
+    assert tp.record["frozen_first_token"] is True
     rec = tp.record
     for key in ("steps", "losses", "document_sha256", "tokens", "seed", "lr", "model_fingerprint",
                 "wall_seconds", "created_at", "offset"):

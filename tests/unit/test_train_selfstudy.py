@@ -24,9 +24,9 @@ def _one_thread():
 def test_teacher_logprobs_match_a_direct_forward_and_are_seeded():
     model, tok = tiny_causal_lm("llama", seed=0)
     layout = PromptLayout.for_tokenizer(tok)
-    doc = layout.document_ids(DOC)
-    kw = dict(samples=3, seed=5, chunk_tokens=48, question_tokens=5, answer_tokens=6)
-    data = selfstudy.generate(model, layout, doc, [], **kw)
+    doc = layout.preamble_ids() + layout.document_ids(DOC)
+    kw = dict(samples=3, seed=5, chunk_tokens=24, question_tokens=5, answer_tokens=6)
+    data = selfstudy.generate(model, layout, DOC, layout.preamble_ids(), **kw)
     assert len(data) == 3 and data.topk_ids.shape[-1] == 20
     for r in range(len(data)):
         n = int(data.lengths[r])
@@ -37,7 +37,7 @@ def test_teacher_logprobs_match_a_direct_forward_and_are_seeded():
         torch.testing.assert_close(got, data.topk_logp[r, : n - 1], atol=1e-4, rtol=0)
         # the recorded ids are the teacher's top-k, best first
         assert torch.equal(logp.argmax(-1), data.topk_ids[r, : n - 1, 0])
-    again = selfstudy.generate(model, layout, doc, [], **kw)
+    again = selfstudy.generate(model, layout, DOC, layout.preamble_ids(), **kw)
     assert torch.equal(again.ids, data.ids) and torch.equal(again.topk_logp, data.topk_logp)
 
 
@@ -49,7 +49,10 @@ def test_distill_loss_is_zero_only_at_the_teacher():
     assert float(distill_loss(torch.randn(5, 50), lp.indices, lp.values)) > 0.05
 
 
-def test_chunk_spans_cover_the_document():
-    spans = selfstudy.chunk_spans(1000, 256)
-    assert spans[0][0] == 0 and spans[-1][1] == 1000 and len(spans) == 4
-    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+def test_chunks_are_whole_lines_covering_the_document():
+    lines = [f"[{i} May] Ann: line number {i} says something." for i in range(40)]
+    chunks = selfstudy.chunk_text("\n".join(lines), len, 400)
+    assert "\n".join(chunks).split("\n") == lines
+    assert len(chunks) == round(sum(len(x) + 1 for x in lines) / 400)
+    sizes = [len(c) for c in chunks]
+    assert max(sizes) < 1.5 * min(sizes)

@@ -1,0 +1,64 @@
+"""Gold-answer NLL under a mounted context: how much a memory (text, KV or trained) helps the model answer.
+
+The context is a KV cache from position 0 (preamble, then whatever is mounted); each question follows as the
+engine's prompt suffix and the answer as the assistant reply. Only the answer's content tokens are scored, as in
+:meth:`agentmem.kv.KVEngine.answer_logits`, so numbers are comparable with the engine's own evaluation.
+
+Example:
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> model, tok = tiny_causal_lm("llama")
+    >>> layout = PromptLayout.for_tokenizer(tok)
+    >>> ctx = context_kv(model, layout.preamble_ids())
+    >>> [round(x, 1) > 0 for x, n in answer_nll(model, layout, ctx, [("Where?", "Oslo")])]
+    [True]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from agentmem.train import _kv
+from agentmem.train.layout import PromptLayout
+
+__all__ = ["answer_nll", "context_kv", "mounted_context"]
+
+
+def context_kv(model: Any, preamble_ids: list[int], memory_ids: list[int] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """KV of ``preamble_ids + memory_ids`` encoded in one pass (text mode's context)."""
+    ids = list(preamble_ids) + list(memory_ids or [])
+    return _kv.encode(model, torch.tensor(ids, dtype=torch.long))
+
+
+def mounted_context(model: Any, preamble_ids: list[int], keys: torch.Tensor, values: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Preamble KV followed by stored/trained KV at positions ``len(preamble) ..`` (KV mode's context)."""
+    pre = _kv.encode(model, torch.tensor(preamble_ids, dtype=torch.long)) if preamble_ids else _kv.empty(model)
+    return torch.cat([pre[0], keys], 2), torch.cat([pre[1], values], 2)
+
+
+@torch.no_grad()
+def answer_nll(model: Any, layout: PromptLayout, context: tuple[torch.Tensor, torch.Tensor],
+               qa: list[tuple[str, str]], *, batch_size: int = 8) -> list[tuple[float, int]]:
+    """``(summed NLL in nats, answer tokens)`` of each gold answer, teacher-forced after ``context``."""
+    rows = []
+    for question, answer in qa:
+        q, a = layout.question_ids(question), layout.answer_ids(answer, end=False)
+        rows.append((q + a, len(q), len(a)))
+    out: list[tuple[float, int]] = []
+    for lo in range(0, len(rows), batch_size):
+        group = rows[lo:lo + batch_size]
+        width = max(len(ids) for ids, _, _ in group)
+        ids = torch.zeros((len(group), width), dtype=torch.long)
+        for r, (x, _, _) in enumerate(group):
+            ids[r, :len(x)] = torch.tensor(x)  # right padding: causal attention never sees it
+        hidden, _ = _kv.forward_hidden(model, ids, _kv.cache_from(*context, batch=len(group)))
+        for r, (x, nq, na) in enumerate(group):
+            # Position j predicts token j + 1; the answer occupies [nq, nq + na).
+            h = hidden[r, nq - 1:nq + na - 1]
+            logp = torch.log_softmax(model.get_output_embeddings()(h).float(), -1)
+            target = torch.tensor(x[nq:nq + na])
+            out.append((float(-logp.gather(-1, target.unsqueeze(1)).sum()), na))
+    return out
