@@ -33,11 +33,12 @@ class MemoryConfig(BaseModel):
     )
     embedding_batch_size: int = Field(default=64, gt=0)
     keep_text_in_index: bool = Field(
-        default=True,
-        description="Store entry text in Chroma documents too. False keeps only vectors there (text lives in SQLite).",
+        default=False,
+        description="Also store entry text as Chroma documents. Off by default: text lives in SQLite only, where it "
+        "can be encrypted and is provably erased; Chroma keeps vectors and scoping fields.",
     )
     candidate_pool: int = Field(
-        default=50, gt=0, description="How many dense and lexical candidates each retriever contributes before fusion."
+        default=100, gt=0, description="How many dense and lexical candidates each retriever contributes before fusion."
     )
 
     # --- security -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmem.config import MemoryConfig
-from agentmem.errors import InvalidInputError, NotFoundError
+from agentmem.errors import EncryptionError, InvalidInputError, NotFoundError
 from agentmem.store.catalog import EntryRow
 from agentmem.store.entries import EntryStore, NewEntry, Scope
 from agentmem.store.filters import compile_filters
@@ -28,9 +29,24 @@ from agentmem.store.records import (
     check_id, check_k, check_kind, check_kinds, check_metadata, check_tags, check_text, check_ttl,
     format_timestamp, memory_line, message_fields, to_hit, to_record,
 )
+from agentmem.security import DEFAULT_ENV_VAR, AuditLog, Cipher, SecretScanner, entry_aad, install_log_filter, is_encrypted_store
 from agentmem.types import Hit, MemoryRecord
 
 log = logging.getLogger("agentmem")
+install_log_filter("agentmem")  # INFO+ logs never carry memory text or KV
+
+
+def open_cipher(path: Path, key: str | bytes | None) -> Cipher | None:
+    """The store's cipher: from ``key``, else ``$AGENTMEM_ENCRYPTION_KEY``; None for a plaintext store."""
+    if key is None and os.environ.get(DEFAULT_ENV_VAR):
+        return Cipher.from_env(DEFAULT_ENV_VAR, store_dir=path)
+    if key is None:
+        if is_encrypted_store(path):
+            raise EncryptionError(
+                f"the store at {path} is encrypted: pass encryption_key= or set {DEFAULT_ENV_VAR}"
+            )
+        return None
+    return Cipher.for_store(path, key)
 
 
 class AgentMemory:
@@ -41,13 +57,19 @@ class AgentMemory:
         config: a :class:`MemoryConfig`; keyword overrides may be given instead (``AgentMemory(p, kv_dtype="float16")``).
     """
 
-    def __init__(self, path: str | Path, *, config: MemoryConfig | None = None, **overrides: Any) -> None:
+    def __init__(self, path: str | Path, *, config: MemoryConfig | None = None,
+                 encryption_key: str | bytes | None = None, **overrides: Any) -> None:
         if config is not None and overrides:
             raise InvalidInputError("give either config= or keyword overrides, not both")
         self.config = config or MemoryConfig(**overrides)
         self.path = Path(path)
-        self._store = EntryStore(self.path, self.config)
+        self._cipher = open_cipher(self.path, encryption_key)
+        self._scanner = None if self.config.secret_policy == "off" else SecretScanner(self.config.secret_policy)
+        self._audit = AuditLog(self.path / "audit.jsonl")
+        self._store = EntryStore(self.path, self.config, cipher=self._cipher)
         self._closed = False
+        self._last_ts = 0.0
+        self._clock_lock = threading.Lock()
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
         if self.config.sweep_interval:
@@ -92,7 +114,28 @@ class AgentMemory:
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind=kind, role=role,
                                 speaker=speaker, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata)
         self._store.add([entry])
-        return to_record(entry.row)
+        return self._record(entry.row)
+
+    def remember_many(self, items: Sequence[Mapping[str, Any]]) -> list[MemoryRecord]:
+        """Store many memories in one all-or-nothing batch (embeddings computed in batches).
+
+        Each item takes the keyword arguments of :meth:`remember`, e.g.
+        ``mem.remember_many([{"text": "hi", "user_id": "u1", "speaker": "Ann"}, ...])``.
+        """
+        if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
+            raise InvalidInputError("remember_many takes a list of dicts of remember() arguments")
+        entries = []
+        for n, item in enumerate(items):
+            if not isinstance(item, Mapping) or "text" not in item:
+                raise InvalidInputError(f"item {n} must be a dict with at least 'text' and 'user_id'")
+            fields = dict(item)
+            text = fields.pop("text")
+            unknown = set(fields) - _REMEMBER_FIELDS
+            if unknown:
+                raise InvalidInputError(f"item {n} has unknown fields {sorted(unknown)}")
+            entries.append(self._new_entry(text, **{**_REMEMBER_DEFAULTS, **fields}))
+        self._store.add(entries)
+        return [self._record(e.row) for e in entries]
 
     def remember_messages(
         self,
@@ -122,7 +165,7 @@ class AgentMemory:
                 role=role, speaker=name, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata,
             ))
         self._store.add(entries)
-        return [to_record(e.row) for e in entries]
+        return [self._record(e.row) for e in entries]
 
     def _new_entry(self, text: str, *, user_id: str, session_id: str | None, kind: str, role: str | None,
                    speaker: str | None, timestamp: datetime | str | None, tags: Iterable[str] | None,
@@ -135,15 +178,33 @@ class AgentMemory:
         tag_list = check_tags(tags)
         ttl_s = check_ttl(ttl)
         meta = check_metadata(metadata)
-        now = time.time()
+        if self._scanner is not None:
+            # before anything is embedded, indexed or encoded: secrets never enter the bank
+            text = self._scanner.apply(text)
+            speaker = self._scanner.apply(speaker) if speaker else speaker
+            tag_list = [self._scanner.apply(t) for t in tag_list]
+            meta = self._scanner.apply_value(meta)
+        now = self._clock()
         occurred = format_timestamp(timestamp if timestamp is not None else datetime.now().astimezone())
         line = memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=occurred)
+        entry_id = str(uuid.uuid4())
         row = EntryRow(
-            id=str(uuid.uuid4()), user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
-            occurred_at=occurred, text=text, memory_text=line, metadata_json=meta, created_at=now,
+            id=entry_id, user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
+            occurred_at=occurred, text=self._seal_text(entry_id, "text", text),
+            memory_text=self._seal_text(entry_id, "memory_text", line), metadata_json=meta, created_at=now,
             expires_at=None if ttl_s is None else now + ttl_s,
         )
         return NewEntry(row=row, embed_text=line, index_text=line, tags=tag_list)
+
+    def _seal_text(self, entry_id: str, field: str, value: str) -> str:
+        return value if self._cipher is None else self._cipher.encrypt_text(value, aad=entry_aad(entry_id, field))
+
+    def _open_text(self, entry_id: str, field: str, value: str) -> str:
+        return value if self._cipher is None else self._cipher.decrypt_text(value, aad=entry_aad(entry_id, field))
+
+    def _record(self, row: EntryRow) -> MemoryRecord:
+        return to_record(row, text=self._open_text(row.id, "text", row.text),
+                         memory_text=self._open_text(row.id, "memory_text", row.memory_text))
 
     # --- read ----------------------------------------------------------------------------------
     def recall(
@@ -168,7 +229,11 @@ class AgentMemory:
             session_id=check_id(session_id, "session_id", required=False),
             kinds=check_kinds(kinds), tags=check_tags(tags) or None, predicate=compile_filters(filters),
         )
-        return [to_hit(s.row, s.score, s.scores) for s in self._store.search(query, scope, k=check_k(k))]
+        return [
+            to_hit(s.row, s.score, s.scores, text=self._open_text(s.row.id, "text", s.row.text),
+                   memory_text=self._open_text(s.row.id, "memory_text", s.row.memory_text))
+            for s in self._store.search(query, scope, k=check_k(k))
+        ]
 
     def get(self, entry_id: str) -> MemoryRecord:
         """The entry with that id; raises :class:`NotFoundError` if it does not exist or has expired."""
@@ -176,7 +241,7 @@ class AgentMemory:
         rows = self._store.catalog.get([entry_id])
         if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()):
             raise NotFoundError(f"no memory entry with id {entry_id!r}")
-        return to_record(rows[0])
+        return self._record(rows[0])
 
     def list(
         self,
@@ -197,7 +262,7 @@ class AgentMemory:
             session_id=check_id(session_id, "session_id", required=False),
             kinds=check_kinds(kinds), tags=check_tags(tags), alive_at=time.time(),
         )
-        return [to_record(r) for r in self._store.catalog.list_rows(q, limit=limit, offset=offset)]
+        return [self._record(r) for r in self._store.catalog.list_rows(q, limit=limit, offset=offset)]
 
     # --- erase ---------------------------------------------------------------------------------
     def forget(
@@ -216,7 +281,9 @@ class AgentMemory:
         if entry_id is not None:
             if any(x is not None for x in (user_id, session_id, tags)):
                 raise InvalidInputError("forget takes an entry id or a scope (user_id/session_id/tags), not both")
-            return self._store.delete([entry_id])
+            n = self._store.delete([entry_id])
+            self._audit.record("forget", count=n)
+            return n
         tag_list = check_tags(tags)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
@@ -225,12 +292,18 @@ class AgentMemory:
             session_id=check_id(session_id, "session_id", required=False), tags=tag_list,
         )
         ids = [i for page in self._store.catalog.iter_ids(q) for i in page]
-        return self._store.delete(ids)
+        n = self._store.delete(ids)
+        action = "forget_user" if user_id is not None else "forget_session" if session_id is not None else "forget_tags"
+        self._audit.record(action, user_id=user_id, session_id=session_id, count=n)
+        return n
 
     def sweep(self) -> int:
         """Erase every expired entry everywhere (row, vector, blob); returns how many."""
         self._check_open()
-        return self._store.delete(self._store.catalog.expired_ids(time.time()))
+        n = self._store.delete(self._store.catalog.expired_ids(time.time()))
+        if n:
+            self._audit.record("expire", count=n)
+        return n
 
     def _start_sweeper(self, interval: float) -> None:
         def loop() -> None:
@@ -243,9 +316,20 @@ class AgentMemory:
         self._sweeper = threading.Thread(target=loop, name="agentmem-sweeper", daemon=True)
         self._sweeper.start()
 
+    def _clock(self) -> float:
+        """Strictly increasing wall-clock seconds, so entries written together keep their order."""
+        with self._clock_lock:
+            self._last_ts = max(time.time(), self._last_ts + 1e-6)
+            return self._last_ts
+
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidInputError("this AgentMemory is closed")
 
+
+_REMEMBER_DEFAULTS: dict[str, Any] = dict(
+    session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None, ttl=None, metadata=None
+)
+_REMEMBER_FIELDS = set(_REMEMBER_DEFAULTS) | {"user_id"}
 
 __all__ = ["AgentMemory"]

@@ -76,7 +76,7 @@ class Cipher:
     True
     """
 
-    __slots__ = ("_aead", "_key_id", "kdf")
+    __slots__ = ("_aead", "_key_id", "_index_key", "kdf")
 
     def __init__(self, key: bytes | bytearray, *, kdf: dict | None = None) -> None:
         if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_LEN:
@@ -86,6 +86,8 @@ class Cipher:
         # A fingerprint for headers and the key check: HKDF is one-way, so it reveals nothing
         # usable about the key, and a separate info string keeps it independent of the cipher.
         self._key_id = HKDF(hashes.SHA256(), 8, salt=None, info=b"agentmem key id v1").derive(key)
+        # A separate one-way subkey for the blind lexical index (agentmem.security.blind).
+        self._index_key = HKDF(hashes.SHA256(), 32, salt=None, info=b"agentmem blind index v1").derive(key)
         self.kdf = kdf or {"name": "raw"}  # how the key was made; recorded in the key check
 
     # -- construction ---------------------------------------------------------------------
@@ -215,6 +217,11 @@ class Cipher:
         return (json.dumps(record, indent=2) + "\n").encode("utf-8")
 
     # -- bytes --------------------------------------------------------------------------------
+
+    @property
+    def index_key(self) -> bytes:
+        """Subkey for keyed hashing of index terms; reveals nothing about the encryption key."""
+        return self._index_key
 
     @property
     def key_id(self) -> str:

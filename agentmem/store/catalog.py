@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text, create_engine, delete, event, func, select, text
@@ -93,11 +93,16 @@ _STOPWORDS = frozenset(
 )
 
 
-def fts_query(query: str) -> str | None:
-    """Turn free text into a safe FTS5 OR-query of its content words (None when nothing is left)."""
-    words = []
+def fts_query(query: str, *, blind: Callable[[str], str] | None = None) -> str | None:
+    """Turn free text into a safe FTS5 OR-query of its content words (None when nothing is left).
+
+    ``blind`` maps each word to its keyed hash when the index is blinded (encrypted stores).
+    """
+    words: list[str] = []
     for w in _WORD.findall(query.lower()):
         w = w.split("'")[0]
+        if blind is not None:
+            w = blind(w)
         if w and w not in _STOPWORDS and w not in words:
             words.append(w)
     return " OR ".join(f'"{w}"' for w in words) or None
@@ -257,9 +262,10 @@ class Catalog:
                 out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk))))
         return out
 
-    def lexical_search(self, query: str, *, user_id: str, limit: int) -> list[tuple[str, float]]:
+    def lexical_search(self, query: str, *, user_id: str, limit: int,
+                       blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
         """BM25 search over the user's lexical documents: [(id, score)], best first, score > 0."""
-        match = fts_query(query)
+        match = fts_query(query, blind=blind)
         if match is None:
             return []
         sql = text(
@@ -268,6 +274,34 @@ class Catalog:
         )
         with self.engine.connect() as conn:
             return [(r[0], -float(r[1])) for r in conn.execute(sql, {"m": match, "u": user_id, "k": limit})]
+
+    def turn_neighbours(self, ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """For conversation turns among ``ids``: (previous turn, next turn) in the same session."""
+        if not ids:
+            return {}
+        params = {f"i{n}": v for n, v in enumerate(ids)}
+        marks = ",".join(f":i{n}" for n in range(len(ids)))
+        sql = text(
+            "SELECT id, prev_id, next_id FROM ("
+            " SELECT id, LAG(id) OVER w AS prev_id, LEAD(id) OVER w AS next_id FROM entries"
+            " WHERE kind = 'turn' AND session_id IN"
+            f"  (SELECT session_id FROM entries WHERE id IN ({marks}) AND kind = 'turn')"
+            " WINDOW w AS (PARTITION BY session_id ORDER BY created_at, id)"
+            f") WHERE id IN ({marks})"
+        )
+        with self.engine.connect() as conn:
+            return {r[0]: (r[1], r[2]) for r in conn.execute(sql, params)}
+
+    def scrub(self) -> None:
+        """Push erased rows' bytes out of FTS5 segments and the WAL (run after an erasure batch)."""
+        from agentmem.security.erase import scrub_sqlite
+
+        with self._write_lock:
+            conn = self.engine.raw_connection()
+            try:
+                scrub_sqlite(conn, fts_tables=["entries_fts"])
+            finally:
+                conn.close()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -27,8 +27,11 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.store.catalog import Catalog, EntryRow
 from agentmem.store.filters import Predicate
-from agentmem.store.retrieval import rrf
+from agentmem.store.retrieval import fuse, spill_over
 from agentmem.store.vectors import Embedder, VectorIndex, chroma_where
+from agentmem.security.blind import BlindIndex
+from agentmem.security.crypto import Cipher, entry_aad
+from agentmem.security.erase import secure_unlink
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +79,19 @@ class ScoredRow:
 class EntryStore:
     """Catalog (SQLite) + vector index (Chroma) + KV blob directory under one root folder."""
 
-    def __init__(self, root: Path, config: MemoryConfig, *, embedder: Embedder | None = None) -> None:
+    def __init__(self, root: Path, config: MemoryConfig, *, embedder: Embedder | None = None,
+                 cipher: Cipher | None = None) -> None:
         self.root = root
+        self.cipher = cipher
+        # encrypted stores keep keyed word hashes, not words, in the lexical index
+        self._blind_index = BlindIndex(cipher.index_key) if cipher is not None else None
         self.config = config
         root.mkdir(parents=True, exist_ok=True)
         self.kv_dir = root / "kv"
         self.kv_dir.mkdir(exist_ok=True)
         self.catalog = Catalog(str(root / "catalog.db"), busy_timeout_ms=config.busy_timeout_ms)
-        self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index)
+        # Chroma cannot be encrypted: with a cipher it never gets the text, only vectors and scope fields.
+        self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index and cipher is None)
         self.embedder = embedder or Embedder(config.embedding_model)
         self._lock = threading.RLock()
         self.reconcile()
@@ -101,15 +109,17 @@ class EntryStore:
                 for e in entries:
                     if e.blob is not None:
                         final = self.blob_path(e.row.id)
-                        tmp = _write_tmp(final, e.blob)
+                        tmp = _write_tmp(final, self._seal(e.row.id, e.blob))
                         tmp_paths.append((tmp, final))
                         e.row.kv_path = str(final.relative_to(self.root))
                 self.vectors.add(
                     [e.row.id for e in entries], vectors,
-                    [_vector_metadata(e.row) for e in entries], [e.row.memory_text for e in entries],
+                    [_vector_metadata(e.row) for e in entries], [e.embed_text for e in entries],
                 )
                 try:
-                    self.catalog.insert([e.row for e in entries], index_texts=[e.index_text for e in entries],
+                    index_texts = [e.index_text if self._blind_index is None else self._blind_index.text(e.index_text)
+                                   for e in entries]
+                    self.catalog.insert([e.row for e in entries], index_texts=index_texts,
                                         tags=[e.tags for e in entries])
                 except BaseException:
                     self.vectors.delete([e.row.id for e in entries])
@@ -127,7 +137,7 @@ class EntryStore:
         with self._lock:
             if not self.catalog.existing([entry_id]):
                 return False
-            tmp = _write_tmp(final, blob)
+            tmp = _write_tmp(final, self._seal(entry_id, blob))
             try:
                 self.catalog.update_kv(entry_id, kv_path=str(final.relative_to(self.root)), **kv_fields)
             except BaseException:
@@ -148,6 +158,8 @@ class EntryStore:
                     if row.kv_path:
                         _erase_file(self.root / row.kv_path)
                 total += len(rows)
+            if total:
+                self.catalog.scrub()
         return total
 
     # --- reads ---------------------------------------------------------------------------------
@@ -158,9 +170,15 @@ class EntryStore:
         if not row.kv_path:
             raise BlobCorruptedError(f"entry {row.id} has no KV blob")
         try:
-            return (self.root / row.kv_path).read_bytes()
+            data = (self.root / row.kv_path).read_bytes()
         except OSError as exc:
             raise BlobCorruptedError(f"KV blob of entry {row.id} is unreadable: {exc.strerror}") from exc
+        if self.cipher is not None:
+            data = self.cipher.decrypt(data, aad=entry_aad(row.id, "kv"))  # BlobCorruptedError if tampered
+        return data
+
+    def _seal(self, entry_id: str, blob: bytes) -> bytes:
+        return blob if self.cipher is None else self.cipher.encrypt(blob, aad=entry_aad(entry_id, "kv"))
 
     def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
                query_vector: np.ndarray | None = None) -> list[ScoredRow]:
@@ -184,21 +202,22 @@ class EntryStore:
 
     def _fused(self, query: str, vec: np.ndarray, scope: Scope, where: dict[str, Any] | None, pool: int,
                now: float, ids: Sequence[str] | None) -> list[ScoredRow]:
-        dense = self.vectors.query(vec, n=pool, where=where, ids=ids)
-        lexical = self.catalog.lexical_search(query, user_id=scope.user_id, limit=pool)
+        dense = dict(self.vectors.query(vec, n=pool, where=where, ids=ids))
+        lexical = dict(self.catalog.lexical_search(query, user_id=scope.user_id, limit=pool,
+                                                   blind=self._blind_index.token if self._blind_index else None))
         if ids is not None:
             allowed = set(ids)
-            lexical = [(i, s) for i, s in lexical if i in allowed]
-        fused = rrf([[i for i, _ in dense], [i for i, _ in lexical]])
-        dense_s, lex_s = dict(dense), dict(lexical)
-        rows = {r.id: r for r in self.catalog.get([i for i, _ in fused])}
+            lexical = {i: s for i, s in lexical.items() if i in allowed}
+        fused = fuse(dense, lexical)
+        fused = spill_over(fused, self.catalog.turn_neighbours(list(fused)))
+        rows = {r.id: r for r in self.catalog.get(list(fused))}
         out = []
-        for entry_id, score in fused:
+        for entry_id, score in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])):
             row = rows.get(entry_id)
             if row is not None and scope.admits(row, now):
-                parts = {"dense": dense_s[entry_id]} if entry_id in dense_s else {}
-                if entry_id in lex_s:
-                    parts["lexical"] = lex_s[entry_id]
+                parts = {"dense": dense[entry_id]} if entry_id in dense else {}
+                if entry_id in lexical:
+                    parts["lexical"] = lexical[entry_id]
                 out.append(ScoredRow(row, score, parts))
         return out
 
@@ -275,15 +294,7 @@ def _pid_alive(pid: int) -> bool:
 
 def _erase_file(path: Path) -> None:
     """Overwrite then unlink, so erased KV does not linger in the file's old blocks (best effort)."""
-    try:
-        size = path.stat().st_size
-        with open(path, "r+b") as fh:
-            fh.write(b"\0" * size)
-            fh.flush()
-            os.fsync(fh.fileno())
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    secure_unlink(path, missing_ok=True)
 
 
 __all__ = ["EntryStore", "NewEntry", "Scope", "ScoredRow"]

@@ -1,28 +1,55 @@
-"""Hybrid retrieval: dense (Chroma) and lexical (FTS5/BM25) candidates fused by reciprocal rank.
+"""Hybrid scoring: dense (cosine) and lexical (BM25) evidence fused into one score.
 
-Reciprocal-rank fusion needs no score calibration between retrievers, which is why it is the default:
-cosine similarities and BM25 scores live on different scales that change with corpus and query.
+Why this fusion: on conversational memory BM25 alone beats MiniLM alone, and rank fusion (RRF) throws away
+how *much* better the top lexical match is. We keep the scores: dense cosine is min-max scaled over the
+candidate pool, BM25 is divided by the best BM25 of the query (so an absent lexical match is 0, not the
+pool minimum), and the two are averaged with equal weight. Conversation turns then pass a fraction of
+their score to the turns just before and after them in the same session, because an answer often sits
+in the reply to the turn that matched the question ("context spillover").
+
+Measured on the LoCoMo dev half (docs/retrieval.md): RRF 0.53/0.63 recall@5/@10, score fusion 0.60/0.70,
+with spillover 0.63/0.73. The constants below are round values, not fitted (0.1 and 0.5 spillover gave
+within 0.01 of 0.25).
 
 Example:
-    >>> rrf([["a", "b"], ["b", "c"]])[0][0]
-    'b'
+    >>> fuse({"a": 0.9, "b": 0.5}, {"b": 12.0})["b"] > fuse({"a": 0.9, "b": 0.5}, {"b": 12.0})["a"]
+    True
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 
-RRF_K = 60  # the constant from Cormack et al. (2009); not tuned here
-
-
-def rrf(rankings: Sequence[Sequence[str]], *, weights: Sequence[float] | None = None, k: int = RRF_K) -> list[tuple[str, float]]:
-    """Fuse ranked id lists: score(id) = sum_i w_i / (k + rank_i(id)), best first."""
-    weights = weights or [1.0] * len(rankings)
-    scores: dict[str, float] = {}
-    for ranking, w in zip(rankings, weights):
-        for rank, entry_id in enumerate(ranking, start=1):
-            scores[entry_id] = scores.get(entry_id, 0.0) + w / (k + rank)
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+DENSE_WEIGHT = 0.5  # equal weight: no retriever is favoured a priori
+SPILLOVER = 0.25  # share of a turn's score passed to its neighbours in the same session
 
 
-__all__ = ["RRF_K", "rrf"]
+def fuse(dense: Mapping[str, float], lexical: Mapping[str, float], *, dense_weight: float = DENSE_WEIGHT) -> dict[str, float]:
+    """Combine cosine similarities and BM25 scores (higher is better) into one score in [0, 1]."""
+    scaled_dense: dict[str, float] = {}
+    if dense:
+        lo, hi = min(dense.values()), max(dense.values())
+        span = hi - lo
+        scaled_dense = {i: ((s - lo) / span if span > 0 else 1.0) for i, s in dense.items()}
+    scaled_lex: dict[str, float] = {}
+    if lexical:
+        best = max(lexical.values())
+        scaled_lex = {i: (s / best if best > 0 else 0.0) for i, s in lexical.items()}
+    return {
+        i: dense_weight * scaled_dense.get(i, 0.0) + (1 - dense_weight) * scaled_lex.get(i, 0.0)
+        for i in scaled_dense.keys() | scaled_lex.keys()
+    }
+
+
+def spill_over(scores: Mapping[str, float], neighbours: Mapping[str, tuple[str | None, str | None]],
+               *, share: float = SPILLOVER) -> dict[str, float]:
+    """Add ``share`` of each entry's score to its previous and next turn (which may be new candidates)."""
+    out = dict(scores)
+    for entry_id, score in scores.items():
+        for n in neighbours.get(entry_id, (None, None)):
+            if n is not None:
+                out[n] = out.get(n, 0.0) + share * score
+    return out
+
+
+__all__ = ["DENSE_WEIGHT", "SPILLOVER", "fuse", "spill_over"]

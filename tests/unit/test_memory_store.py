@@ -1,0 +1,208 @@
+"""The memory store through the public API: real SQLite, real Chroma, bundled MiniLM."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from agentmem import AgentMemory, InvalidInputError, NotFoundError
+
+
+def _facts(mem: AgentMemory) -> dict[str, str]:
+    ids = {}
+    ids["lyon"] = mem.remember("I moved to Lyon last May.", user_id="u1", session_id="s1", role="user",
+                               tags=["profile"], metadata={"source": "chat", "n": 3}).id
+    ids["dog"] = mem.remember("My dog is called Rex and loves the park.", user_id="u1", session_id="s1",
+                              role="user", metadata={"source": "chat", "n": 1}).id
+    ids["job"] = mem.remember("I work as a nurse at the city hospital.", user_id="u1", session_id="s2",
+                              role="user", tags=["profile", "work"], metadata={"source": "import", "n": 7}).id
+    ids["other"] = mem.remember("I moved to Berlin and live there now.", user_id="u2", session_id="s9", role="user").id
+    return ids
+
+
+def test_remember_recall_get_list(mem: AgentMemory) -> None:
+    ids = _facts(mem)
+    hits = mem.recall("Which city did I move to last May?", user_id="u1", k=2)
+    assert hits[0].id == ids["lyon"]
+    assert hits[0].text == "I moved to Lyon last May."
+    assert "User:" in hits[0].memory_text  # who said it travels with the text
+    assert hits[0].metadata == {"source": "chat", "n": 3}
+    assert hits[0].session_id == "s1" and hits[0].created_at.tzinfo is not None
+    assert hits[0].score >= hits[-1].score
+    assert mem.get(ids["dog"]).text.startswith("My dog")
+    assert [r.id for r in mem.list(user_id="u1")] == [ids["lyon"], ids["dog"], ids["job"]]
+    assert [r.id for r in mem.list(user_id="u1", session_id="s2")] == [ids["job"]]
+    with pytest.raises(NotFoundError):
+        mem.get("no-such-id")
+
+
+def test_recall_never_crosses_users(mem: AgentMemory) -> None:
+    ids = _facts(mem)
+    for hit in mem.recall("Berlin", user_id="u1", k=10):
+        assert hit.user_id == "u1" and hit.id != ids["other"]
+    assert [h.id for h in mem.recall("Berlin", user_id="u2", k=10)] == [ids["other"]]
+
+
+def test_filters_tags_kinds_session(mem: AgentMemory) -> None:
+    ids = _facts(mem)
+    tool = mem.remember("weather(Lyon) = 21C sunny", user_id="u1", session_id="s1", kind="tool", speaker="weather")
+    assert {h.id for h in mem.recall("city", user_id="u1", k=10, tags=["profile"])} == {ids["lyon"], ids["job"]}
+    assert {h.id for h in mem.recall("city", user_id="u1", k=10, tags=["profile", "work"])} == {ids["job"]}
+    assert {h.id for h in mem.recall("city", user_id="u1", k=10, session_id="s2")} == {ids["job"]}
+    assert {h.id for h in mem.recall("weather", user_id="u1", k=10, kinds=["tool"])} == {tool.id}
+    got = mem.recall("city", user_id="u1", k=10, filters={"source": {"$eq": "chat"}})
+    assert {h.id for h in got} == {ids["lyon"], ids["dog"]}
+    got = mem.recall("city", user_id="u1", k=10, filters={"$or": [{"n": {"$gt": 5}}, {"n": {"$lt": 2}}]})
+    assert {h.id for h in got} == {ids["dog"], ids["job"]}
+    got = mem.recall("city", user_id="u1", k=10, filters={"source": {"$in": ["import"]}, "n": {"$gte": 7}})
+    assert {h.id for h in got} == {ids["job"]}
+    got = mem.recall("city", user_id="u1", k=10, filters={"source": {"$nin": ["chat"]}, "n": {"$lte": 100}})
+    assert {h.id for h in got} == {ids["job"]}
+    got = mem.recall("city", user_id="u1", k=10, filters={"source": {"$contains": "imp"}, "n": {"$ne": 3}})
+    assert {h.id for h in got} == {ids["job"]}
+
+
+def test_restrictive_filter_finds_entries_outside_the_candidate_pool(mem_path: Path) -> None:
+    with AgentMemory(mem_path, candidate_pool=5) as mem:
+        mem.remember_many([dict(text=f"note {i} about gardening and tomatoes", user_id="u") for i in range(30)])
+        rare = mem.remember("the car needs new tyres", user_id="u", tags=["car"])
+        hits = mem.recall("gardening tomatoes", user_id="u", k=3, tags=["car"])
+        assert [h.id for h in hits] == [rare.id]
+
+
+def test_remember_messages_batches_and_tool_kind(mem: AgentMemory) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    recs = mem.remember_messages(
+        [SystemMessage("be nice"), HumanMessage("My sister is called Inès."), AIMessage("Nice name!"),
+         ToolMessage("Paris: 18C", tool_call_id="c1", name="weather"),
+         {"role": "user", "content": "and my brother is Tom"}],
+        user_id="u1", session_id="s1",
+    )
+    assert [r.kind for r in recs] == ["turn", "turn", "tool", "turn"]
+    assert [r.role for r in recs] == ["user", "assistant", "tool", "user"]
+    assert recs[2].memory_text.endswith("Tool weather: Paris: 18C")
+    assert mem.recall("sister's name", user_id="u1", k=1)[0].id == recs[0].id
+
+
+def test_ttl_hides_then_sweep_erases_everywhere(mem: AgentMemory) -> None:
+    keep = mem.remember("permanent fact about tea", user_id="u1")
+    short = mem.remember("ephemeral fact about tea", user_id="u1", ttl=timedelta(seconds=0.5))
+    store = mem._store
+    assert store.attach_blob(short.id, b"kv-bytes")  # a KV blob, as the KV bank attaches it
+    blob = store.blob_path(short.id)
+    assert blob.exists()
+    time.sleep(0.6)
+    assert [h.id for h in mem.recall("tea", user_id="u1", k=5)] == [keep.id]  # hidden before any sweep
+    with pytest.raises(NotFoundError):
+        mem.get(short.id)
+    assert mem.sweep() == 1
+    assert store.catalog.get([short.id]) == []
+    assert short.id not in store.vectors.all_ids()
+    assert not blob.exists()
+    assert mem.sweep() == 0
+
+
+def test_background_sweeper(mem_path: Path) -> None:
+    with AgentMemory(mem_path, sweep_interval=0.2) as mem:
+        rec = mem.remember("soon gone", user_id="u", ttl=0.1)
+        deadline = time.time() + 5
+        while mem._store.catalog.get([rec.id]) and time.time() < deadline:
+            time.sleep(0.1)
+        assert mem._store.catalog.get([rec.id]) == []
+
+
+def test_forget_cascade_and_counts(mem: AgentMemory) -> None:
+    ids = _facts(mem)
+    assert mem._store.attach_blob(ids["dog"], b"kv")
+    assert mem.forget(ids["lyon"]) == 1
+    assert mem.forget(ids["lyon"]) == 0
+    assert mem.forget(tags=["work"]) == 1
+    assert mem.forget(session_id="s1") == 1
+    assert not mem._store.blob_path(ids["dog"]).exists()
+    assert mem.list(user_id="u1") == []
+    assert [r.id for r in mem.list(user_id="u2")] == [ids["other"]]
+    assert set(mem._store.vectors.all_ids()) == {ids["other"]}
+    assert mem.forget(user_id="u2") == 1
+    events = mem._audit.read()
+    assert [e["action"] for e in events] == ["forget", "forget", "forget_tags", "forget_session", "forget_user"]
+    assert all("text" not in e for e in events)
+
+
+def test_forget_pages_past_any_cap(mem: AgentMemory) -> None:
+    mem.remember_many([dict(text=f"memory number {i}", user_id="bulk") for i in range(1234)])
+    assert mem.forget(user_id="bulk") == 1234
+    assert mem.list(user_id="bulk") == []
+    assert mem._store.vectors.count() == 0
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda m: m.remember("", user_id="u"), "empty"),
+        (lambda m: m.remember("   ", user_id="u"), "empty"),
+        (lambda m: m.remember(42, user_id="u"), "string"),
+        (lambda m: m.remember("x", user_id="u", kind="diary"), "unknown kind"),
+        (lambda m: m.remember("x", user_id="u", ttl=-5), "positive"),
+        (lambda m: m.remember("x", user_id="u", ttl=timedelta(seconds=0)), "positive"),
+        (lambda m: m.remember("x", user_id="u", metadata={"when": object()}), "JSON"),
+        (lambda m: m.remember("x", user_id="u", metadata={"x": float("nan")}), "JSON"),
+        (lambda m: m.remember("x", user_id=""), "user_id"),
+        (lambda m: m.remember("x", user_id=None), "user_id"),
+        (lambda m: m.remember("x", user_id="u", tags="profile"), "list"),
+        (lambda m: m.recall("q", user_id="u", k=0), "k must"),
+        (lambda m: m.recall("q", user_id="u", k=-1), "k must"),
+        (lambda m: m.recall("q", user_id="u", filters={"a": {"$regex": "x"}}), "unknown filter operator"),
+        (lambda m: m.recall("q", user_id="u", filters={"$not": {}}), "unknown filter operator"),
+        (lambda m: m.recall("q", user_id="u", filters={"a": {"$in": "x"}}), "needs a list"),
+        (lambda m: m.recall("", user_id="u"), "empty"),
+        (lambda m: m.recall("q", user_id=None), "user_id"),
+        (lambda m: m.forget(), "refusing"),
+        (lambda m: m.forget("id", user_id="u"), "not both"),
+        (lambda m: m.list(), "user_id or session_id"),
+        (lambda m: m.remember_messages([{"role": "robot", "content": "x"}], user_id="u"), "role"),
+        (lambda m: m.remember_many([{"text": "x", "user_id": "u", "colour": "red"}]), "unknown fields"),
+    ],
+)
+def test_bad_input_gets_typed_error(mem: AgentMemory, call, match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        call(mem)
+    assert mem._store.catalog.count(mem._store.catalog.scope_select()) == 0
+
+
+def test_batch_is_all_or_nothing(mem: AgentMemory) -> None:
+    with pytest.raises(InvalidInputError):
+        mem.remember_many([dict(text="fine", user_id="u"), dict(text="", user_id="u")])
+    assert mem.list(user_id="u") == []
+    assert mem._store.vectors.count() == 0
+
+
+def test_persists_across_reopen(mem_path: Path) -> None:
+    with AgentMemory(mem_path) as mem:
+        rec = mem.remember("the wifi password hint is the cat's name", user_id="u")
+    with AgentMemory(mem_path) as mem:
+        assert mem.recall("wifi", user_id="u", k=1)[0].id == rec.id
+
+
+def test_eight_threads_remember_and_recall(mem: AgentMemory) -> None:
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        try:
+            for i in range(6):
+                mem.remember(f"thread {n} fact {i} about rivers", user_id=f"u{n % 2}", session_id=f"s{n}")
+                mem.recall("rivers", user_id=f"u{n % 2}", k=3)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(mem.list(user_id="u0")) + len(mem.list(user_id="u1")) == 48
