@@ -45,12 +45,30 @@ class MemoryConfig(BaseModel):
     secret_policy: Literal["redact", "reject", "off"] = "redact"
 
     # --- KV bank ---------------------------------------------------------------------------------
+    kv_encoding: Literal["lazy", "eager", "off"] = Field(
+        default="lazy",
+        description="When an entry's KV is encoded: 'eager' on every write (loads the LLM), 'lazy' on writes once the "
+        "LLM is loaded and otherwise at first mount, 'off' never (text mode only).",
+    )
     kv_dtype: KvDtype = "float32"
     mount_budget_tokens: int = Field(default=2048, gt=0)
     strict_fingerprint: bool = Field(
         default=False, description="Raise on a foreign-model blob instead of falling back to text."
     )
     cache_dir: Path | None = Field(default=None, description="Where converted model weights are cached.")
+
+    # --- sessions (working KV of live conversations) ----------------------------------------------
+    session_hot_bytes: int = Field(default=512 * 2**20, ge=0, description="Byte budget of the hot tier (model device).")
+    session_warm_bytes: int = Field(default=2 * 2**30, ge=0, description="Byte budget of the warm tier (CPU memory).")
+    session_idle_seconds: float = Field(
+        default=300.0, gt=0, description="A session idle this long is offloaded to disk by the background worker."
+    )
+    session_ttl_seconds: float | None = Field(
+        default=7 * 24 * 3600.0, gt=0, description="After this long without use a session's working KV is erased."
+    )
+    session_max_tokens: int = Field(
+        default=1536, gt=0, description="Most tokens of conversation a session keeps in its working cache."
+    )
 
     # --- lifecycle -------------------------------------------------------------------------------
     sweep_interval: float | None = Field(

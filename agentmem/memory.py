@@ -18,8 +18,9 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from agentmem.bank import BankMemory, KVBank
 from agentmem.config import MemoryConfig
 from agentmem.errors import EncryptionError, InvalidInputError, NotFoundError
 from agentmem.store.catalog import EntryRow
@@ -31,6 +32,10 @@ from agentmem.store.records import (
 )
 from agentmem.security import DEFAULT_ENV_VAR, AuditLog, Cipher, SecretScanner, entry_aad, install_log_filter, is_encrypted_store
 from agentmem.types import Hit, MemoryRecord
+
+if TYPE_CHECKING:
+    from agentmem.kv.types import GenerationResult, Mode
+    from agentmem.sessions import Session, SessionManager
 
 log = logging.getLogger("agentmem")
 install_log_filter("agentmem")  # INFO+ logs never carry memory text or KV
@@ -54,10 +59,13 @@ class AgentMemory:
 
     Args:
         path: directory holding ``catalog.db``, ``chroma/`` and ``kv/`` (created if missing).
+        model: the local LLM whose KV is banked: ``None`` = the embedded SmolLM2-135M-Instruct, a local Hugging Face
+            model directory, or a loaded ``(model, tokenizer)`` pair. Loaded only when KV is encoded or mounted.
+        encryption_key: encrypt texts and KV blobs at rest (or set ``$AGENTMEM_ENCRYPTION_KEY``).
         config: a :class:`MemoryConfig`; keyword overrides may be given instead (``AgentMemory(p, kv_dtype="float16")``).
     """
 
-    def __init__(self, path: str | Path, *, config: MemoryConfig | None = None,
+    def __init__(self, path: str | Path, *, model: Any = None, config: MemoryConfig | None = None,
                  encryption_key: str | bytes | None = None, **overrides: Any) -> None:
         if config is not None and overrides:
             raise InvalidInputError("give either config= or keyword overrides, not both")
@@ -67,6 +75,9 @@ class AgentMemory:
         self._scanner = None if self.config.secret_policy == "off" else SecretScanner(self.config.secret_policy)
         self._audit = AuditLog(self.path / "audit.jsonl")
         self._store = EntryStore(self.path, self.config, cipher=self._cipher)
+        self._bank = KVBank(self._store, self.config, model_spec=model)
+        self._sessions: SessionManager | None = None
+        self._sessions_lock = threading.Lock()
         self._closed = False
         self._last_ts = 0.0
         self._clock_lock = threading.Lock()
@@ -105,16 +116,27 @@ class AgentMemory:
         tags: Iterable[str] | None = None,
         ttl: float | timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
+        encode: bool | None = None,
     ) -> MemoryRecord:
         """Store one memory and return its record.
 
         ``speaker`` and ``timestamp`` (when it happened; default now) are kept in the memory line that is
-        embedded and encoded, because questions like "when did I ..." depend on them.
+        embedded and encoded, because questions like "when did I ..." depend on them. ``encode`` forces (True)
+        or skips (False) encoding the entry's KV now; by default the store's ``kv_encoding`` policy decides.
         """
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind=kind, role=role,
                                 speaker=speaker, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata)
-        self._store.add([entry])
-        return self._record(entry.row)
+        return self._write([entry], encode)[0]
+
+    def _write(self, entries: Sequence[NewEntry], encode: bool | None) -> list[MemoryRecord]:
+        """Encode KV if the policy says so, then write everything all-or-nothing."""
+        if entries and self._bank.should_encode(encode):
+            for entry, (blob, fields) in zip(entries, self._bank.encode_blobs([e.embed_text for e in entries])):
+                entry.blob = blob
+                for key, value in fields.items():
+                    setattr(entry.row, key, value)
+        self._store.add(entries)
+        return [self._record(e.row) for e in entries]
 
     def remember_many(self, items: Sequence[Mapping[str, Any]]) -> list[MemoryRecord]:
         """Store many memories in one all-or-nothing batch (embeddings computed in batches).
@@ -134,8 +156,7 @@ class AgentMemory:
             if unknown:
                 raise InvalidInputError(f"item {n} has unknown fields {sorted(unknown)}")
             entries.append(self._new_entry(text, **{**_REMEMBER_DEFAULTS, **fields}))
-        self._store.add(entries)
-        return [self._record(e.row) for e in entries]
+        return self._write(entries, None)
 
     def remember_messages(
         self,
@@ -164,8 +185,7 @@ class AgentMemory:
                 content, user_id=user_id, session_id=session_id, kind="tool" if role == "tool" else "turn",
                 role=role, speaker=name, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata,
             ))
-        self._store.add(entries)
-        return [self._record(e.row) for e in entries]
+        return self._write(entries, None)
 
     def _new_entry(self, text: str, *, user_id: str, session_id: str | None, kind: str, role: str | None,
                    speaker: str | None, timestamp: datetime | str | None, tags: Iterable[str] | None,
@@ -263,6 +283,130 @@ class AgentMemory:
             kinds=check_kinds(kinds), tags=check_tags(tags), alive_at=time.time(),
         )
         return [self._record(r) for r in self._store.catalog.list_rows(q, limit=limit, offset=offset)]
+
+    # --- KV bank -------------------------------------------------------------------------------
+    def generate(
+        self,
+        question: str,
+        *,
+        user_id: str,
+        session_id: str | None = None,
+        k: int = 4,
+        mode: Mode = "kv",
+        max_new_tokens: int = 64,
+        tags: Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        budget_tokens: int | None = None,
+        strict: bool | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> GenerationResult:
+        """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
+
+        ``mode="kv"`` mounts stored KV (re-positioned exactly); ``"kv+fix"`` also recomputes a few tokens of each
+        entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
+        across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit
+        ``budget_tokens`` (default ``mount_budget_tokens``) or the model's context are dropped least relevant
+        first and listed in ``out.dropped``.
+
+        Example:
+            >>> out = mem.generate("What is my dog's name?", user_id="u1", k=4)      # doctest: +SKIP
+            >>> out.text, out.mounted, out.timings["ttft"]                           # doctest: +SKIP
+        """
+        t0 = time.perf_counter()
+        hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters)
+        retrieve_s = time.perf_counter() - t0
+        strict = self.config.strict_fingerprint if strict is None else strict
+        rows = self._store.catalog.get([h.id for h in hits])
+        memories = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict) if mode != "text" else [
+            BankMemory(id=h.id, text=h.memory_text) for h in hits
+        ]
+        return self._bank.engine.generate(
+            question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
+            do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
+            retrieve_s=retrieve_s,
+        )
+
+    def encode_pending(self, *, user_id: str | None = None, batch_size: int = 16, progress: bool = True) -> int:
+        """Encode KV for every entry that has none for the loaded model (bulk loads, model changes).
+
+        Shows a progress bar; returns how many entries were encoded.
+        """
+        from tqdm.auto import tqdm
+
+        self._check_open()
+        catalog = self._store.catalog
+        q = catalog.scope_select(user_id=check_id(user_id, "user_id", required=False), alive_at=time.time())
+        todo = [r for page in catalog.iter_ids(q) for r in self._bank.stale_rows(catalog.get(page))]
+        done = 0
+        with tqdm(total=len(todo), desc="encoding KV", unit="entry", disable=not progress) as bar:
+            for i in range(0, len(todo), batch_size):
+                rows = todo[i : i + batch_size]
+                lines = [self._open_text(r.id, "memory_text", r.memory_text) for r in rows]
+                for row, (blob, fields) in zip(rows, self._bank.encode_blobs(lines)):
+                    done += self._store.attach_blob(row.id, blob, **fields)
+                bar.update(len(rows))
+        return done
+
+    @property
+    def kb_version(self) -> str | None:
+        """The knowledge-base version recorded on entries encoded from now on."""
+        return self._store.catalog.get_info("kb_version")
+
+    def set_kb_version(self, version: str) -> None:
+        """Declare a new knowledge-base version (session caches built on an older one are rebuilt)."""
+        self._store.catalog.set_info("kb_version", check_text(version, "kb version"))
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time."""
+        return {"kv": self._bank.stats.as_dict(), "model_loaded": self._bank.loaded}
+
+    # --- sessions ------------------------------------------------------------------------------
+    @property
+    def sessions(self) -> SessionManager:
+        """The session cache manager (hot / warm / cold tiers of each conversation's working KV)."""
+        with self._sessions_lock:
+            if self._sessions is None:
+                from agentmem.sessions import SessionManager
+
+                self._sessions = SessionManager(
+                    engine=lambda: self._bank.engine,
+                    retrieve=self._mountable,
+                    remember_turn=self._remember_turn,
+                    scan=self._scanner.apply if self._scanner is not None else (lambda text: text),
+                    kb_version=lambda: self.kb_version,
+                    root=self.path / "sessions",
+                    config=self.config,
+                    cipher=self._cipher,
+                )
+            return self._sessions
+
+    def session(self, session_id: str, *, user_id: str) -> Session:
+        """Open (or restore) a conversation whose working KV is reused across turns.
+
+        Example:
+            >>> chat = mem.session("s1", user_id="u1")                               # doctest: +SKIP
+            >>> r = chat.send("Remember that my sister is called Inès.", k=4)        # doctest: +SKIP
+            >>> r.text, r.reused_tokens, r.mounted                                   # doctest: +SKIP
+        """
+        self._check_open()
+        return self.sessions.open(check_id(session_id, "session_id", required=True) or "",
+                                  user_id=check_id(user_id, "user_id", required=True) or "")
+
+    def _mountable(self, query: str, user_id: str, k: int, *, exclude_session: str | None = None,
+                   strict: bool = False) -> list[BankMemory]:
+        """Recalled memories ready to mount, most relevant first (used by sessions)."""
+        hits = self.recall(query, user_id=user_id, k=k)
+        if exclude_session is not None:  # turns of the live conversation are already in its working cache
+            hits = [h for h in hits if h.session_id != exclude_session]
+        rows = self._store.catalog.get([h.id for h in hits])
+        return self._bank.memories(rows, [h.memory_text for h in hits], strict=strict)
+
+    def _remember_turn(self, user_id: str, session_id: str, role: str, text: str) -> MemoryRecord:
+        return self.remember(text, user_id=user_id, session_id=session_id, kind="turn", role=role)
 
     # --- erase ---------------------------------------------------------------------------------
     def forget(

@@ -1,0 +1,136 @@
+"""The KV bank: joins the entry store (rows, blob files) to the KV engine (tensors, mounting).
+
+It owns the lazily loaded model and engine, decides when an entry's KV is encoded (``kv_encoding``:
+``eager`` on every write, ``lazy`` when the model is already loaded or at first mount, ``off`` never), turns
+catalog rows into mountable memories, and repairs what cannot be mounted ("hot update"): a blob made by
+another model or corrupted on disk is re-encoded with the current model and stored again. Nothing here
+logs KV or memory text; only ids and reasons.
+
+Example:
+    >>> bank = KVBank(store, config, model_spec=None)     # doctest: +SKIP
+    >>> bank.engine.fingerprint.digest[:8]                 # loads SmolLM2 on first use   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agentmem.config import MemoryConfig
+from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
+from agentmem.store.catalog import EntryRow
+from agentmem.store.entries import EntryStore
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class BankMemory:
+    """A recalled entry ready to mount (satisfies ``agentmem.kv.MountMemory``)."""
+
+    id: str
+    text: str
+    load_kv: Any = None
+    trained: bool = False
+
+
+@dataclass
+class BankStats:
+    counts: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+class KVBank:
+    def __init__(self, store: EntryStore, config: MemoryConfig, *, model_spec: Any = None) -> None:
+        self.store = store
+        self.config = config
+        self.model_spec = model_spec
+        self.stats = BankStats()
+        self._engine: Any = None
+        self._lock = threading.Lock()
+
+    # --- the model, loaded on first need ----------------------------------------------------------
+    @property
+    def loaded(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def engine(self) -> Any:
+        with self._lock:
+            if self._engine is None:
+                from agentmem.kv import KVEngine, load_model
+
+                model, tokenizer = load_model(self.model_spec, cache_dir=self.config.cache_dir)
+                self._engine = KVEngine(
+                    model, tokenizer, storage_dtype=_DTYPES[self.config.kv_dtype],
+                    mount_budget=self.config.mount_budget_tokens,
+                )
+            return self._engine
+
+    def should_encode(self, requested: bool | None) -> bool:
+        """Whether a write encodes KV now (``requested`` is ``remember(..., encode=)``)."""
+        if requested is not None:
+            return requested
+        if self.config.kv_encoding == "eager":
+            return True
+        return self.config.kv_encoding == "lazy" and self.loaded
+
+    # --- encode ----------------------------------------------------------------------------------
+    def encode_blobs(self, texts: Sequence[str]) -> list[tuple[bytes, dict[str, Any]]]:
+        """Blob bytes and catalog KV fields for memory lines; empty when the model cannot mount KV."""
+        engine = self.engine
+        if not engine.supports_kv:
+            return []
+        entries = engine.encode_many(list(texts))
+        return [(engine.to_bytes(e), self._kv_fields(e.num_tokens)) for e in entries]
+
+    def _kv_fields(self, tokens: int) -> dict[str, Any]:
+        return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=self.config.kv_dtype,
+                    kb_version=self.store.catalog.get_info("kb_version"))
+
+    def stale_rows(self, rows: Sequence[EntryRow]) -> list[EntryRow]:
+        """Rows without KV for the loaded model (never encoded, or encoded by another model)."""
+        digest = self.engine.fingerprint.digest
+        return [r for r in rows if r.kind != "trained" and (not r.kv_path or r.kv_fingerprint != digest)]
+
+    # --- mount -----------------------------------------------------------------------------------
+    def memories(self, rows: Sequence[EntryRow], texts: Sequence[str], *, strict: bool) -> list[BankMemory]:
+        """Mountable memories for recalled rows, most relevant first."""
+        return [BankMemory(id=r.id, text=t, load_kv=self._loader(r, t, strict), trained=r.kind == "trained")
+                for r, t in zip(rows, texts)]
+
+    def _loader(self, row: EntryRow, text: str, strict: bool):
+        def load() -> Any:
+            engine = self.engine
+            if row.kv_path:
+                try:
+                    entry = engine.from_bytes(self.store.read_blob(row))
+                    self.stats.counts["blob_loads"] += 1
+                    return entry
+                except (FingerprintMismatchError, BlobCorruptedError) as exc:
+                    # The reason names the mismatch or the damage, never KV content.
+                    self.stats.counts["fingerprint_mismatch" if isinstance(exc, FingerprintMismatchError)
+                                      else "corrupted_blobs"] += 1
+                    log.warning("entry %s: stored KV not mountable (%s); re-encoding", row.id, exc)
+                    if strict or row.kind == "trained":
+                        raise
+            # No usable blob: encode now and store it, so the next mount is a plain load ("hot update").
+            entry = engine.encode(text)
+            self.store.attach_blob(row.id, engine.to_bytes(entry), **self._kv_fields(entry.num_tokens))
+            self.stats.counts["encoded_on_mount"] += 1
+            return entry
+
+        return load
+
+
+__all__ = ["BankMemory", "KVBank"]
