@@ -360,6 +360,17 @@ class AgentMemory:
         """Declare a new knowledge-base version (session caches built on an older one are rebuilt)."""
         self._store.catalog.set_info("kb_version", check_text(version, "kb version"))
 
+    def verify(self) -> dict[str, int]:
+        """Check the store's consistency (rows, vectors, blobs; orphans and missing parts). Read-only.
+
+        Example:
+            >>> report = mem.verify()                                                 # doctest: +SKIP
+            >>> report["orphan_vectors"], report["rows_missing_blob"]                 # doctest: +SKIP
+            (0, 0)
+        """
+        self._check_open()
+        return self._store.verify()
+
     def stats(self) -> dict[str, Any]:
         """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time."""
         return {"kv": self._bank.stats.as_dict(), "model_loaded": self._bank.loaded}

@@ -253,6 +253,25 @@ class EntryStore:
             log.info("reconciled store %s: %s", self.root, fixed)
         return fixed
 
+    def verify(self) -> dict[str, int]:
+        """Consistency report (read-only): every row should have its vector and, if it names one, its blob."""
+        with self._lock:
+            vector_ids = set(self.vectors.all_ids())
+            row_ids: set[str] = set()
+            for page in self.catalog.iter_ids(self.catalog.scope_select()):
+                row_ids.update(page)
+            referenced = self.catalog.all_kv_paths()
+            files = {str(p.relative_to(self.root)) for p in self.kv_dir.rglob("*") if p.is_file()}
+        return {
+            "rows": len(row_ids),
+            "vectors": len(vector_ids),
+            "blobs": len(files & referenced),
+            "rows_missing_vector": len(row_ids - vector_ids),
+            "rows_missing_blob": len(referenced - files),
+            "orphan_vectors": len(vector_ids - row_ids),
+            "orphan_blobs": len(files - referenced),
+        }
+
     def close(self) -> None:
         self.catalog.close()
 
