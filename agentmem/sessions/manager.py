@@ -1,0 +1,550 @@
+"""SessionManager: the registry of live conversations and the tiers their working KV moves between.
+
+* **hot** (model device) → **warm** (CPU) → **cold** (disk): when a tier's byte budget would be exceeded, its
+  least recently used sessions move one tier down (never one that is answering right now). A background worker
+  offloads sessions idle longer than ``session_idle_seconds`` to disk and erases those unused for longer than
+  ``session_ttl_seconds``; it only ever *tries* a session's lock, so it never makes a ``send`` wait.
+* A returning session is restored to hot transparently by its next ``send`` (or by :meth:`restore`).
+* Validity: the KV is tagged with the model fingerprint, the preamble digest, the knowledge-base version and an
+  invalidation epoch; on any mismatch it is dropped and re-encoded from the session's stored turns.
+
+Locks: each session has its own (a second ``send`` on one session waits its turn); the manager lock only guards
+bookkeeping and is never held across a model call or a disk write; the engine's lock serialises model calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentmem.errors import BlobCorruptedError, EncryptionError, InvalidInputError, NotFoundError
+from agentmem.kv.mount import Workspace
+from agentmem.security import is_encrypted
+from agentmem.sessions.session import Session
+from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session, session_aad
+from agentmem.sessions.tiers import DiskBackend, MemoryBackend, Tier
+from agentmem.sessions.turn import EngineContext
+
+__all__ = ["SessionManager"]
+
+log = logging.getLogger(__name__)
+_EPOCH_FILE = "epoch"
+_SLACK_TOKENS = 128  # spare room a restored session gets for its next turn
+
+
+class SessionManager:
+    """Owns every session's working KV across the hot / warm / cold tiers (see the module docstring).
+
+    Args:
+        engine: returns the loaded :class:`~agentmem.kv.KVEngine` (called lazily, on first use).
+        retrieve: ``(query, user_id, k, *, strict=False) -> [mountable memory]``, most relevant first.
+        remember_turn: ``(user_id, session_id, role, text) -> MemoryRecord``: stores a turn long-term.
+        scan: secret redaction applied to user text before it is encoded.
+        kb_version: returns the current knowledge-base version.
+        root: cold-tier directory. config: a :class:`~agentmem.config.MemoryConfig`. cipher: encrypts cold files.
+        history_kv: ``"clean"`` (default) keeps the history's KV exactly as if encoded right after the preamble:
+            a turn that mounted memories is re-encoded once without them after its reply. ``"as_generated"``
+            keeps the KV the turn was generated with (it attended to that turn's memories), shifted back.
+        start_worker: run the background idle/TTL worker (tests may call :meth:`sweep` by hand instead).
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Callable[[], Any],
+        retrieve: Callable[..., list[Any]],
+        remember_turn: Callable[[str, str, str, str], Any],
+        scan: Callable[[str], str],
+        kb_version: Callable[[], str | None],
+        root: str | Path,
+        config: Any,
+        cipher: Any = None,
+        history_kv: str = "clean",
+        start_worker: bool = True,
+        sweep_interval: float | None = None,
+    ) -> None:
+        if history_kv not in ("clean", "as_generated"):
+            raise InvalidInputError("history_kv must be 'clean' or 'as_generated'")
+        self._engine_fn = engine
+        self._retrieve = retrieve
+        self._remember_turn = remember_turn
+        self._scan = scan
+        self._kb_version = kb_version
+        self.root = Path(root)
+        self.config = config
+        self._cipher = cipher
+        self.history_kv = history_kv
+        self._lock = threading.RLock()
+        self._ctx_lock = threading.Lock()
+        self._ctx: EngineContext | None = None
+        self._sessions: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
+        self.hot = Tier(MemoryBackend("hot", device=None), config.session_hot_bytes)
+        self.warm = Tier(MemoryBackend("warm", device="cpu"), config.session_warm_bytes)
+        self.cold = Tier(DiskBackend(self.root), None)
+        self._workspace = Workspace()
+        self._workspace_peak = 0
+        self.counts: Counter[str] = Counter()
+        self._epoch = self._load_epoch()
+        self._closed = False
+        self._stop = threading.Event()
+        ttl = config.session_ttl_seconds
+        self._interval = sweep_interval or max(0.05, min(30.0, config.session_idle_seconds / 4,
+                                                         (ttl / 4) if ttl else 30.0))
+        self._worker: threading.Thread | None = None
+        if start_worker:
+            self._worker = threading.Thread(target=self._run_worker, name="agentmem-sessions", daemon=True)
+            self._worker.start()
+
+    # -- public API -------------------------------------------------------------------------------------
+    def open(self, session_id: str, *, user_id: str) -> Session:
+        """The session with that id (created if new; restored lazily from disk on its first ``send``)."""
+        self._check_open()
+        if not session_id or not user_id:
+            raise InvalidInputError("open needs a session_id and a user_id")
+        with self._lock:
+            s = self._sessions.get(session_id)
+            if s is not None:
+                if s.user_id != user_id:
+                    raise InvalidInputError(f"session {session_id!r} belongs to another user")
+                return s
+            key = self._key_for(user_id, session_id)
+            if any(k != key for k in self.cold.backend.find(key.split("/")[1])):
+                raise InvalidInputError(f"session {session_id!r} belongs to another user")
+            s = Session(self, session_id, user_id, key)
+            if self.cold.backend.contains(key):
+                s._tier = "cold"
+                s._last_used = self.cold.backend.mtime(key) or time.time()
+            self._register(s)
+            return s
+
+    def get(self, session_id: str) -> Session:
+        """An open session; raises :class:`NotFoundError` if none is registered under that id."""
+        with self._lock:
+            s = self._sessions.get(session_id)
+        if s is None:
+            raise NotFoundError(f"no open session {session_id!r}")
+        return s
+
+    def list(self, *, user_id: str | None = None) -> list[str]:
+        """Ids of registered sessions (optionally of one user)."""
+        with self._lock:
+            return [sid for sid, s in self._sessions.items() if user_id is None or s.user_id == user_id]
+
+    def offload(self, session_id: str, to: str = "disk") -> str | None:
+        """Move a session's KV down to ``"warm"`` or ``"disk"``/``"cold"`` now (waits for an in-flight send).
+
+        Returns the tier it is in afterwards. Moving up is :meth:`restore`.
+        """
+        target = {"warm": "warm", "cpu": "warm", "disk": "cold", "cold": "cold"}.get(to)
+        if target is None:
+            raise InvalidInputError("offload to 'warm' or 'disk'")
+        s = self.get(session_id)
+        with s._lock:
+            if s._tier == "hot":
+                self._move_down(s, self.hot, to_cold=target == "cold")
+            if s._tier == "warm" and target == "cold":
+                self._move_down(s, self.warm, to_cold=True)
+            return s._tier
+
+    def restore(self, session_id: str) -> dict[str, Any]:
+        """Bring a session's KV back to the hot tier now; returns ``{"from": tier, "seconds": s}``."""
+        s = self.get(session_id)
+        ctx = self.context()
+        with s._lock:
+            source, seconds = self._bring_hot(s, ctx)
+            self._validate(s, ctx)
+            s._last_used = time.time()
+            with self._lock:
+                if self.hot.backend.contains(s._key):
+                    self.hot.policy.touch(s._key)
+        self._fit(self.hot)
+        return {"from": source, "seconds": seconds}
+
+    def end(self, session_id: str) -> bool:
+        """Erase a session's working KV and stored turns from every tier now (its long-term memories stay)."""
+        found = False
+        with self._lock:
+            s = self._sessions.get(session_id)
+        if s is not None:
+            with s._lock:
+                found = self._erase(s)
+        key_hash = self._hash("s", session_id)
+        for key in self.cold.backend.find(key_hash):  # files no process has opened since a restart
+            found = self.cold.backend.erase(key) or found
+        self.cold.backend.drain_trash()
+        if found:
+            self.counts["ended"] += 1
+        return found
+
+    def end_user(self, user_id: str) -> int:
+        """Erase every session of ``user_id`` from every tier; returns how many were erased."""
+        with self._lock:
+            mine = [s for s in self._sessions.values() if s.user_id == user_id]
+        n = 0
+        for s in mine:
+            with s._lock:
+                n += self._erase(s)
+        n += self.cold.backend.erase_folder(self._hash("u", user_id))
+        self.cold.backend.drain_trash()
+        self.counts["ended"] += n
+        return n
+
+    def invalidate(self, reason: str = "invalidated") -> int:
+        """Drop every session's cached KV (rebuilt from its turns on next use); returns how many were dropped.
+
+        A new epoch is written next to the cold files, so KV on disk is never mounted after this either.
+        """
+        self._epoch = uuid.uuid4().hex
+        _write_small(self.root / _EPOCH_FILE, self._epoch.encode())
+        with self._lock:
+            sessions = list(self._sessions.values())
+        dropped = 0
+        for s in sessions:
+            if not s._lock.acquire(blocking=False):
+                continue  # busy: its next use sees the new epoch
+            try:
+                if not s._busy and self._drop_kv(s):
+                    dropped += 1
+            finally:
+                s._lock.release()
+        self.counts["invalidations"] += 1
+        log.info("session KV invalidated (%s): %d sessions dropped from memory", reason, dropped)
+        return dropped
+
+    def sweep(self) -> dict[str, int]:
+        """One pass of the background worker: offload idle sessions to disk, erase expired ones."""
+        now = time.time()
+        idle_s, ttl = self.config.session_idle_seconds, self.config.session_ttl_seconds
+        done = Counter()
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for s in sessions:
+            if not s._lock.acquire(blocking=False):
+                continue
+            try:
+                if s._busy:
+                    continue
+                age = now - s._last_used
+                if ttl is not None and age > ttl:
+                    if self._erase(s):
+                        done["expired"] += 1
+                elif age > idle_s and s._tier in ("hot", "warm"):
+                    self._move_down(s, self.hot if s._tier == "hot" else self.warm, to_cold=True)
+                    done["idle_offloads"] += 1
+            except Exception:
+                log.exception("session sweep failed for one session")
+            finally:
+                s._lock.release()
+        if ttl is not None:  # files of sessions no process has opened since a restart
+            with self._lock:
+                known = set(self._by_key)
+            for key in self.cold.backend.keys():
+                mtime = self.cold.backend.mtime(key)
+                if key not in known and mtime is not None and now - mtime > ttl:
+                    self.cold.backend.erase(key)
+                    done["expired"] += 1
+        self.cold.backend.drain_trash()
+        self.counts.update(done)
+        return dict(done)
+
+    def stats(self) -> dict[str, Any]:
+        """Per tier: sessions, bytes, budget, peak, hits, misses, offloads, restores, restore latency."""
+        tiers = {t.name: t.stats() for t in (self.hot, self.warm, self.cold)}
+        with self._lock:
+            registered = len(self._sessions)
+        return {
+            **tiers,
+            "restore_latency_s": {"warm": tiers["warm"]["restore_latency_s"], "cold": tiers["cold"]["restore_latency_s"]},
+            "sessions": registered,
+            "workspace_bytes": self._workspace_peak,
+            "history_kv": self.history_kv,
+            **{k: self.counts.get(k, 0) for k in (
+                "turns", "rebuilds", "invalidations", "invalidated_sessions", "evicted_turns", "idle_offloads",
+                "expired", "ended", "resets", "corrupted",
+            )},
+        }
+
+    def close(self) -> None:
+        """Stop the worker and write every in-memory session to disk (they are restored after a restart)."""
+        if self._closed:
+            return
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout=10)
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for s in sessions:
+            with s._lock:
+                try:
+                    if s._tier == "hot":
+                        self._move_down(s, self.hot, to_cold=True)
+                    elif s._tier == "warm":
+                        self._move_down(s, self.warm, to_cold=True)
+                except Exception:
+                    log.exception("could not write a session to disk at close")
+        self.cold.backend.drain_trash()
+        self._workspace.release()
+        self._closed = True
+
+    def __enter__(self) -> SessionManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- engine -----------------------------------------------------------------------------------------
+    def context(self) -> EngineContext:
+        """The loaded engine's session context (loads the model on first use)."""
+        with self._ctx_lock:
+            if self._ctx is None:
+                self._ctx = EngineContext.from_engine(self._engine_fn())
+                self.hot.backend.device = self._ctx.device
+            return self._ctx
+
+    def _limit(self, ctx: EngineContext) -> int:
+        """Most conversation tokens (history + new message + reply) a session may hold."""
+        return max(1, min(int(self.config.session_max_tokens), ctx.max_positions - ctx.margin - ctx.preamble_len))
+
+    # -- registry ---------------------------------------------------------------------------------------
+    def _hash(self, kind: str, value: str) -> str:
+        secret = self._cipher.index_key if self._cipher is not None else b"agentmem-sessions-v1"
+        return hmac.new(secret, f"{kind}:{value}".encode(), hashlib.sha256).hexdigest()[:32]
+
+    def _key_for(self, user_id: str, session_id: str) -> str:
+        return f"{self._hash('u', user_id)}/{self._hash('s', session_id)}"
+
+    def _register(self, s: Session) -> None:
+        with self._lock:
+            current = self._sessions.get(s.session_id)
+            if current is not None and current is not s:
+                raise InvalidInputError(
+                    f"session {s.session_id!r} was ended and reopened through another handle; use that one"
+                )
+            self._sessions[s.session_id] = s
+            self._by_key[s._key] = s
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidInputError("this session manager is closed")
+
+    # -- tier moves (caller holds the session's lock) ---------------------------------------------------
+    def _seal(self, key: str, data: bytes) -> bytes:
+        return data if self._cipher is None else self._cipher.encrypt(data, aad=session_aad(key))
+
+    def _unseal(self, key: str, blob: bytes) -> bytes:
+        if self._cipher is not None:
+            return self._cipher.decrypt(blob, aad=session_aad(key))
+        if is_encrypted(blob):
+            raise EncryptionError("this session file is encrypted; open the store with its key")
+        return blob
+
+    def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
+        assert s._state is not None
+        blob = self._seal(s._key, dump_session(s._state, kv))
+        self.cold.backend.put(s._key, blob, mtime=s._last_used)
+        s._state = None  # the transcript now lives in the file
+        s._tier = "cold"
+        self.cold.note_bytes()
+
+    def _move_down(self, s: Session, src: Tier, *, to_cold: bool) -> None:
+        """Move ``s`` from ``src`` (hot or warm) to warm, or to cold when ``to_cold`` or warm cannot take it."""
+        kv = src.backend.pop(s._key)
+        with self._lock:
+            src.policy.remove(s._key)
+            src.counters.offloads += 1
+        if kv is None or s._state is None:
+            s._tier = None
+            return
+        if src is self.hot and not to_cold and kv.length * self._bytes_per_token(kv) <= (self.warm.budget or 0):
+            self._fit(self.warm, incoming=kv.length * self._bytes_per_token(kv), exclude=s)
+            self.warm.backend.put(s._key, kv.moved("cpu"))  # compacted: no spare capacity in the warm tier
+            s._tier = "warm"
+            with self._lock:
+                self.warm.policy.touch(s._key)
+            self.warm.note_bytes()
+            return
+        if not s._state.turns:  # an empty conversation: nothing worth a file
+            s._state, s._tier = None, None
+            return
+        self._write_cold(s, kv)
+
+    @staticmethod
+    def _bytes_per_token(kv: SessionKV) -> int:
+        return kv.nbytes // max(1, kv.capacity)
+
+    def _bring_hot(self, s: Session, ctx: EngineContext, extra: int = _SLACK_TOKENS) -> tuple[str | None, float]:
+        """Restore ``s``'s KV (and transcript) to the hot tier; count hits and misses on the way down."""
+        if s._tier == "hot" and self.hot.backend.contains(s._key):
+            self.hot.counters.hits += 1
+            return None, 0.0
+        t0 = time.perf_counter()
+        self.hot.counters.misses += 1
+        source: Tier | None = None
+        kv: SessionKV | None = None
+        if s._tier == "warm":
+            self.warm.counters.hits += 1
+            kv = self.warm.backend.pop(s._key)
+            with self._lock:
+                self.warm.policy.remove(s._key)
+            source = self.warm
+        else:
+            self.warm.counters.misses += 1
+            if s._tier == "cold":
+                self.cold.counters.hits += 1
+                source = self.cold
+                kv = self._read_cold(s, ctx)
+            else:
+                self.cold.counters.misses += 1
+        if s._state is None:
+            s._state = Transcript(s.session_id, s.user_id)
+        s._tier = None
+        if kv is None:
+            return (source.name if source else None), time.perf_counter() - t0
+        capacity = kv.length + extra
+        self._fit(self.hot, incoming=capacity * self._bytes_per_token(kv), exclude=s)
+        kv = kv.moved(ctx.device, capacity=capacity)
+        self.hot.backend.put(s._key, kv)
+        s._tier = "hot"
+        with self._lock:
+            self.hot.policy.touch(s._key)
+        self.hot.note_bytes()
+        seconds = time.perf_counter() - t0
+        assert source is not None
+        source.counters.restores += 1
+        source.counters.restore_seconds.append(seconds)
+        return source.name, seconds
+
+    def _read_cold(self, s: Session, ctx: EngineContext) -> SessionKV | None:
+        blob = self.cold.backend.pop(s._key)
+        if blob is None:
+            return None
+        try:
+            transcript, kv = load_session(self._unseal(s._key, blob))
+            if transcript.session_id != s.session_id or transcript.user_id != s.user_id:
+                raise BlobCorruptedError("session file belongs to another session")
+        except (BlobCorruptedError, EncryptionError) as exc:
+            log.warning("session file %s unusable (%s); starting the conversation over", s._key, exc)
+            self.counts["corrupted"] += 1
+            s._state = None
+            return None
+        s._state = transcript
+        key = transcript.key or {}
+        if kv is not None and (
+            key.get("fingerprint") != ctx.fingerprint
+            or tuple(kv.keys.shape[:3]) != tuple(ctx.pre_k.shape[:3])
+            or kv.keys.shape[4] != ctx.pre_k.shape[4]
+            or kv.keys.dtype != ctx.dtype
+        ):
+            kv = None  # made by another model: rebuilt from the turns by _validate / the next send
+        return kv
+
+    def _validate(self, s: Session, ctx: EngineContext) -> str | None:
+        """Drop ``s``'s KV if it was built under another model, preamble, kb version or epoch; say why.
+
+        Returns None when the cached KV can be used as is (or there is no history to encode).
+        """
+        from agentmem.sessions.turn import retokenize
+
+        st = s._state
+        if st is None:
+            return None
+        want = ctx.validity_key(self._kb_version(), self._epoch)
+        have = st.key
+        if have is not None and have != want:
+            changed = next(name for name in ("fingerprint", "preamble", "kb", "epoch") if have.get(name) != want[name])
+            reason = {"fingerprint": "model changed", "preamble": "preamble changed",
+                      "kb": "knowledge-base version changed", "epoch": "invalidated"}[changed]
+            self.counts["invalidated_sessions"] += 1
+            if changed in ("fingerprint", "preamble"):
+                retokenize(ctx, st)  # another tokenizer or template may split the texts differently
+            self._drop_kv(s)
+            st.key = None
+            return reason if st.ids else None
+        if not self.hot.backend.contains(s._key):
+            st.kv_len = 0
+            return "no cached KV" if st.ids else None
+        return None
+
+    def _drop_kv(self, s: Session) -> bool:
+        """Forget ``s``'s KV in memory (its transcript and validity key stay); True if there was any."""
+        had = False
+        for tier in (self.hot, self.warm):
+            if tier.backend.pop(s._key) is not None:
+                had = True
+            with self._lock:
+                tier.policy.remove(s._key)
+        if s._state is not None:
+            s._state.kv_len = 0
+        if s._tier in ("hot", "warm"):
+            s._tier = None
+        return had
+
+    def _erase(self, s: Session) -> bool:
+        """Erase ``s`` from every tier and the registry; True if it held anything."""
+        had = s._state is not None or s._tier is not None
+        self._drop_kv(s)
+        had = self.cold.backend.erase(s._key) or had
+        s._state, s._tier = None, None
+        with self._lock:
+            if self._sessions.get(s.session_id) is s:
+                del self._sessions[s.session_id]
+            self._by_key.pop(s._key, None)
+        return had
+
+    def _fit(self, tier: Tier, *, incoming: int = 0, exclude: Session | None = None) -> None:
+        """Move least recently used sessions out of ``tier`` until ``incoming`` more bytes fit its budget."""
+        if tier.budget is None:
+            return
+        with self._lock:
+            order = [self._by_key.get(k) for k in tier.policy.victims()]
+        for victim in order:
+            if tier.bytes() + incoming <= tier.budget:
+                return
+            if victim is None or victim is exclude or not victim._lock.acquire(blocking=False):
+                continue
+            try:
+                if not victim._busy and victim._tier == tier.name:
+                    self._move_down(victim, tier, to_cold=tier is self.warm)
+            finally:
+                victim._lock.release()
+
+    # -- epoch and worker ------------------------------------------------------------------------------
+    def _load_epoch(self) -> str:
+        path = self.root / _EPOCH_FILE
+        try:
+            value = path.read_text().strip()
+            if value:
+                return value
+        except FileNotFoundError:
+            pass
+        value = uuid.uuid4().hex
+        _write_small(path, value.encode())
+        return value
+
+    def _run_worker(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.sweep()
+            except Exception:  # a failed pass must not kill the worker; the next one retries
+                log.exception("background session sweep failed")
+
+
+def _write_small(path: Path, data: bytes) -> None:
+    """Replace a small file atomically (tmp + fsync + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

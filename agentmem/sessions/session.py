@@ -1,0 +1,438 @@
+"""A conversation whose working KV is reused across turns, and the result of one turn.
+
+A turn (:meth:`Session.send`): scan the user text for secrets, restore the session's KV to the hot tier if it
+left, drop it if stale, make room under ``session_max_tokens``, recall memories (not the turns already in the
+working cache), then, under the engine lock, mount::
+
+    [preamble][this turn's memories][history, re-rotated after them][pending + new user message] -> generate
+
+prefilling only the new tokens; finally append the turn to the working KV and store both messages as long-term
+memories. See ``docs/sessions.md`` for why the layout is this one.
+
+Example:
+    >>> chat = mem.session("s1", user_id="u1")
+    >>> r = chat.send("Remember that my sister is called Inès.", k=4, max_new_tokens=64)
+    >>> r.text, r.reused_tokens, r.mounted, r.timings["ttft"]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentmem.errors import InvalidInputError
+from agentmem.kv.cache import BufferedCache, cache_length
+from agentmem.kv.mount import assemble, plan_mount
+from agentmem.kv.rope import rerotate_keys
+from agentmem.kv.runner import Sampling, decode, next_token, prefill
+from agentmem.sessions.state import SessionKV, Transcript, Turn, load_session
+from agentmem.sessions.turn import load_entry, rebuild_kv, shift_history
+
+if TYPE_CHECKING:
+    from agentmem.sessions.manager import SessionManager
+    from agentmem.sessions.turn import EngineContext
+
+__all__ = ["Session", "TurnResult"]
+
+log = logging.getLogger(__name__)
+_MODES = ("kv", "text")
+_GROW_TOKENS = 128  # capacity is rounded up to this many tokens so most turns append without reallocating
+
+
+@dataclass
+class TurnResult:
+    """The reply and what it cost.
+
+    ``reused_tokens``: history tokens whose cached KV was reused instead of re-encoded. ``prefilled_tokens``: tokens
+    run through the model before the first new token. ``timings`` (seconds): ``scan``, ``restore``, ``retrieve``,
+    ``load``, ``encode``, ``rebuild``, ``mount``, ``prefill``, ``ttft`` (send start to first token), ``decode``,
+    ``append``, ``remember``, ``total``.
+    """
+
+    text: str
+    token_ids: list[int]
+    mounted: list[str]
+    dropped: list[str]
+    reused_tokens: int
+    prefilled_tokens: int
+    prompt_tokens: int
+    timings: dict[str, float]
+    mode: str = "kv"
+    restored_from: str | None = None
+    rebuilt: str | None = None
+    evicted_turns: int = 0
+    records: list[str] = field(default_factory=list)
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+class Session:
+    """One conversation of one user; get it from ``mem.session(session_id, user_id=...)``."""
+
+    def __init__(self, manager: SessionManager, session_id: str, user_id: str, key: str) -> None:
+        import threading
+
+        self.session_id = session_id
+        self.user_id = user_id
+        self._mgr = manager
+        self._key = key
+        self._lock = threading.RLock()
+        self._state: Transcript | None = None  # None while the session lives on disk (or has no turns yet)
+        self._tier: str | None = None
+        self._busy = False
+        self._last_used = time.time()
+
+    def __repr__(self) -> str:
+        return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self._tier!r})"
+
+    # -- inspection -------------------------------------------------------------------------------------
+    @property
+    def tier(self) -> str | None:
+        """Where the working KV is now: ``"hot"``, ``"warm"``, ``"cold"``, or None (none cached)."""
+        return self._tier
+
+    def history(self) -> list[dict[str, str]]:
+        """The turns still in the working cache, as chat messages (the user text as scanned)."""
+        with self._lock:
+            st = self._state
+            if st is None and self._tier == "cold":
+                blob = self._mgr.cold.backend.get(self._key)
+                st = load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0] if blob else None
+            out: list[dict[str, str]] = []
+            for t in st.turns if st else []:
+                out += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.reply}]
+            return out
+
+    @property
+    def tokens(self) -> int:
+        """History tokens in the working cache (0 while on disk)."""
+        st = self._state
+        return len(st.ids) if st else 0
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Start a new topic: drop the working KV and turns from every tier (long-term memories stay)."""
+        mgr = self._mgr
+        with self._lock:
+            mgr._drop_kv(self)
+            mgr.cold.backend.erase(self._key)
+            self._state = Transcript(self.session_id, self.user_id)
+            self._tier = None
+            mgr.counts["resets"] += 1
+
+    def end(self) -> bool:
+        """Erase this session now (same as ``mem.sessions.end(session_id)``)."""
+        return self._mgr.end(self.session_id)
+
+    # -- a turn -----------------------------------------------------------------------------------------
+    def send(
+        self,
+        text: str,
+        *,
+        k: int = 4,
+        max_new_tokens: int = 64,
+        mode: str = "kv",
+        budget_tokens: int | None = None,
+        remember: bool = True,
+        commit: bool = True,
+        strict: bool | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+    ) -> TurnResult:
+        """Answer ``text`` in this conversation; greedy unless ``do_sample``.
+
+        ``k`` memories are recalled (never turns already in the working cache) and mounted as stored KV. ``mode``
+        ``"text"`` re-encodes preamble + memories + history + message from scratch instead (the baseline; same
+        ids). ``commit=False`` answers without changing the session or storing anything (a dry run).
+        ``remember=False`` keeps the turn in the session but does not store it as long-term memories.
+        """
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("message text must be a non-empty string")
+        if mode not in _MODES:
+            raise InvalidInputError(f"mode must be one of {_MODES}")
+        if not isinstance(k, int) or k < 0:
+            raise InvalidInputError("k must be an int >= 0")
+        if max_new_tokens < 0:
+            raise InvalidInputError("max_new_tokens must be >= 0")
+        sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        mgr = self._mgr
+        strict = mgr.config.strict_fingerprint if strict is None else strict
+        t0 = time.perf_counter()
+        tm = dict.fromkeys(
+            ("scan", "restore", "retrieve", "load", "encode", "rebuild", "mount", "prefill", "ttft", "decode",
+             "append", "remember", "total"), 0.0)
+        with self._lock:
+            mgr._check_open()
+            mgr._register(self)
+            user_text = mgr._scan(text)  # before anything is encoded: secrets never enter the session KV
+            tm["scan"] = time.perf_counter() - t0
+            ctx = mgr.context()
+            if mode == "kv":
+                ctx.require_kv()
+            self._busy = True
+            try:
+                result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
+                                    strict, sampling, tm, t0)
+            finally:
+                self._busy = False
+                self._last_used = time.time()
+                if self._state is not None:
+                    self._state.last_used = self._last_used
+                with mgr._lock:
+                    if mgr.hot.backend.contains(self._key):
+                        mgr.hot.policy.touch(self._key)
+            # Keep the tiers within budget (this session may move down too if it alone exceeds the hot budget).
+            mgr._fit(mgr.hot)
+            mgr._fit(mgr.warm)
+        result.timings["total"] = time.perf_counter() - t0
+        return result
+
+    def _turn(self, ctx: EngineContext, user_text: str, k: int, max_new_tokens: int, mode: str,
+              budget_tokens: int | None, remember: bool, commit: bool, strict: bool, sampling: Sampling,
+              tm: dict[str, float], t0: float) -> TurnResult:
+        mgr, engine, chat = self._mgr, ctx.engine, ctx.chat
+        P = ctx.preamble_len
+        notes: list[str] = []
+
+        # 1. the session's KV on the model's device, valid, with room for this turn
+        t = time.perf_counter()
+        restored_from, _ = mgr._bring_hot(self, ctx, extra=len(chat.content_ids(user_text)) + max_new_tokens + 64)
+        st = self._state
+        assert st is not None
+        rebuilt = mgr._validate(self, ctx)
+        tm["restore"] = time.perf_counter() - t
+        limit = mgr._limit(ctx)
+        new_ids = chat.user_turn_ids(user_text, first=not st.turns)
+        if len(new_ids) >= limit:
+            raise InvalidInputError(f"the message is {len(new_ids)} tokens; a session holds at most {limit}")
+        max_new = min(max_new_tokens, limit - len(new_ids))
+        if max_new < max_new_tokens:
+            notes.append(f"max_new_tokens reduced from {max_new_tokens} to {max_new} to fit the session limit")
+        if not commit and len(st.ids) + len(new_ids) > limit:
+            raise InvalidInputError("a dry run (commit=False) cannot make room: the message does not fit the session")
+        evicted = self._evict(ctx, st, len(new_ids) + max_new, limit) if commit else 0
+        if evicted:
+            new_ids = chat.user_turn_ids(user_text, first=not st.turns)
+            if self._mgr.hot.backend.get(self._key) is None and st.ids:
+                rebuilt = rebuilt or "oldest turns left and the template needs another opener"
+        max_new = max(0, min(max_new, limit - len(st.ids) - len(new_ids)))
+
+        # 2. memories: recalled, planned against the model's positions, loaded outside the engine lock
+        t = time.perf_counter()
+        memories = self._recall(user_text, st, k, strict) if k > 0 else []
+        tm["retrieve"] = time.perf_counter() - t
+        entry_ids = [engine.layout.entry_ids(m.text) for m in memories]
+        plan = plan_mount(
+            [len(x) for x in entry_ids], preamble_len=P, suffix_len=len(st.ids) + len(new_ids),
+            max_new_tokens=max_new, max_positions=ctx.max_positions, margin=ctx.margin,
+            budget_tokens=budget_tokens if budget_tokens is not None else getattr(engine, "mount_budget", None),
+        )
+        notes += plan.notes
+        max_new = plan.max_new_tokens
+        kept = [memories[i] for i in plan.keep]
+        kept_ids = [entry_ids[i] for i in plan.keep]
+        entries, fallbacks = [], []
+        for memory, ids in zip(kept, kept_ids):
+            t = time.perf_counter()
+            entry, reason = load_entry(ctx, memory, ids, strict)
+            if reason is None:
+                tm["load"] += time.perf_counter() - t
+            else:
+                tm["encode"] += time.perf_counter() - t
+                fallbacks.append((memory.id, reason))
+            entries.append(entry)
+        mem_tokens = sum(len(x) for x in kept_ids)
+
+        # 3. room in the hot tier for this turn (other sessions move down first, outside the engine lock)
+        need = P + len(st.ids) + len(new_ids) + max_new + 1
+        kv = mgr.hot.backend.get(self._key)
+        if kv is None or kv.capacity < need:
+            capacity = -(-(need + _GROW_TOKENS // 2) // _GROW_TOKENS) * _GROW_TOKENS
+            mgr._fit(mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token, exclude=self)
+        else:
+            capacity = kv.capacity
+
+        sampling_gen = sampling.generator(ctx.device)
+        with engine._lock:
+            # 4. rebuild (stale or missing KV) or grow the buffers
+            t = time.perf_counter()
+            rebuilt_tokens = 0
+            if kv is None:
+                kv = rebuild_kv(ctx, st, capacity)
+                rebuilt_tokens = st.kv_len
+                if st.ids:
+                    rebuilt = rebuilt or "no cached KV"
+                    mgr.counts["rebuilds"] += 1
+                st.key = ctx.validity_key(mgr._kb_version(), mgr._epoch)
+                self._put_hot(kv)
+            elif kv.capacity < need:
+                kv = kv.moved(ctx.device, capacity=capacity)
+                self._put_hot(kv)
+            tm["rebuild"] = time.perf_counter() - t
+            kv_len = st.kv_len
+            reused = 0 if rebuilt else kv_len
+            pending = st.ids[kv_len:]
+            step = pending + new_ids
+            base = kv.length
+
+            # 5. the prompt cache: straight on the session buffers, or assembled in the workspace
+            t = time.perf_counter()
+            own = False
+            if mode == "text":
+                full = ctx.preamble_ids + [i for ids in kept_ids for i in ids] + st.ids + new_ids
+                cache = self._workspace_cache(ctx, len(full) + max_new + 1)
+                step_in = full
+                reused = 0
+            elif entries:
+                hist = [ctx.history_entry(kv, st.ids, kv_len)] if kv_len else []
+                cap = P + mem_tokens + kv_len + len(step) + max_new + 1
+                cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries + hist, ctx.inv_freq, capacity=cap,
+                                    workspace=mgr._workspace)
+                mgr._workspace_peak = max(mgr._workspace_peak, cap * ctx.bytes_per_token)
+                step_in = step
+            else:
+                cache, own, step_in = kv.cache(), True, step
+            tm["mount"] = time.perf_counter() - t
+
+            # 6. prefill only what is new, then decode
+            t = time.perf_counter()
+            logits = prefill(engine.model, cache, step_in)
+            first = next_token(logits, sampling, sampling_gen) if max_new > 0 else None
+            t_first = time.perf_counter()
+            tm["prefill"] = t_first - t
+            tm["ttft"] = t_first - t0
+            reply = decode(engine.model, cache, logits, max_new_tokens=max_new, eos_ids=engine._eos,
+                           sampling=sampling, first_token=first) if first is not None else []
+            tm["decode"] = time.perf_counter() - t_first
+
+            # 7. append the turn to the working KV
+            t = time.perf_counter()
+            if commit:
+                if own:
+                    kv = self._adopt(ctx, kv, cache)
+                elif mode == "kv" and mgr.history_kv == "as_generated":
+                    self._copy_back(ctx, kv, cache, base, P + mem_tokens + kv_len, mem_tokens)
+                else:  # "clean": this turn's tokens as if encoded right after the preamble and the history
+                    own_cache = kv.cache()
+                    prefill(engine.model, own_cache, step + reply)
+                    kv = self._adopt(ctx, kv, own_cache)
+            else:
+                kv.length = base  # a dry run leaves the session as it was (writes past the length are ignored)
+            del cache
+            tm["append"] = time.perf_counter() - t
+
+        reply_text = engine.tokenizer.decode(reply, skip_special_tokens=True)
+        prompt_tokens = P + mem_tokens + len(st.ids) + len(new_ids)
+        records: list[str] = []
+        if commit:
+            start = len(st.ids)
+            st.ids += new_ids + reply
+            st.kv_len = kv.length - P
+            turn = Turn(user=user_text, reply=reply_text, start=start, end=len(st.ids), at=time.time())
+            st.turns.append(turn)
+            mgr.counts["turns"] += 1
+            self._tier = "hot"
+            mgr.hot.note_bytes()
+            if remember:
+                t = time.perf_counter()
+                records = self._remember(user_text, reply_text, notes)
+                turn.record_ids = records
+                tm["remember"] = time.perf_counter() - t
+        return TurnResult(
+            text=reply_text, token_ids=list(reply), mounted=[m.id for m in kept],
+            dropped=[memories[i].id for i in plan.drop], reused_tokens=reused,
+            prefilled_tokens=len(step_in) + rebuilt_tokens, prompt_tokens=prompt_tokens,
+            timings=tm, mode=mode, restored_from=restored_from, rebuilt=rebuilt, evicted_turns=evicted,
+            records=records, fallbacks=fallbacks, notes=notes,
+        )
+
+    # -- helpers (caller holds the session lock) --------------------------------------------------------
+    def _put_hot(self, kv: SessionKV) -> None:
+        mgr = self._mgr
+        mgr.hot.backend.put(self._key, kv)
+        self._tier = "hot"
+        with mgr._lock:
+            mgr.hot.policy.touch(self._key)
+        mgr.hot.note_bytes()
+
+    def _adopt(self, ctx: EngineContext, kv: SessionKV, cache: BufferedCache) -> SessionKV:
+        from agentmem.sessions.turn import _adopt
+
+        out = _adopt(kv, cache)
+        if out is not kv:
+            self._put_hot(out)
+        return out
+
+    def _copy_back(self, ctx: EngineContext, kv: SessionKV, cache: BufferedCache, dst: int, src: int,
+                   shift: int) -> None:
+        """``as_generated``: move the turn's KV from the workspace into the session, ``shift`` positions back."""
+        from agentmem.kv.cache import stacked_from_cache
+
+        end = cache_length(cache)
+        keys, values = stacked_from_cache(cache, src, end)
+        n = end - src
+        if shift:
+            keys = rerotate_keys(keys, -shift, ctx.inv_freq, start=src)
+        kv.keys[..., dst : dst + n, :].copy_(keys)
+        kv.values[..., dst : dst + n, :].copy_(values)
+        kv.length = dst + n
+
+    def _workspace_cache(self, ctx: EngineContext, capacity: int) -> BufferedCache:
+        L, _, H, _, D = ctx.pre_k.shape
+        kb, vb = self._mgr._workspace.get(L, H, capacity, D, dtype=ctx.dtype, device=ctx.device)
+        self._mgr._workspace_peak = max(self._mgr._workspace_peak, capacity * ctx.bytes_per_token)
+        return BufferedCache(kb, vb, 0)
+
+    def _evict(self, ctx: EngineContext, st: Transcript, need: int, limit: int) -> int:
+        """Drop the oldest turns until ``need`` more tokens fit; the rest of the KV moves back exactly."""
+        if len(st.ids) + need <= limit or not st.turns:
+            return 0
+        count = 0
+        while count < len(st.turns):
+            count += 1
+            cut = st.turns[count].start if count < len(st.turns) else len(st.ids)
+            if len(st.ids) - cut + need <= limit:
+                break
+        mgr, chat = self._mgr, ctx.chat
+        old_kv_len = st.kv_len
+        cut = st.drop_turns(count)
+        kv = mgr.hot.backend.get(self._key)
+        if st.turns and not chat.openers_match:
+            # The first kept turn must open like a first turn: swap its opener; its KV has to be re-encoded.
+            drop, add = len(chat.next_open_ids), chat.first_open_ids
+            st.ids[:drop] = add
+            delta = len(add) - drop
+            for i, turn in enumerate(st.turns):
+                turn.start += delta if i else 0
+                turn.end += delta
+            mgr._drop_kv(self)
+        elif kv is not None:
+            if ctx.inv_freq is None:
+                mgr._drop_kv(self)
+            else:
+                shift_history(ctx, kv, cut, old_kv_len)
+        mgr.counts["evicted_turns"] += count
+        return count
+
+    def _recall(self, query: str, st: Transcript, k: int, strict: bool) -> list[Any]:
+        exclude = st.in_cache_records
+        hits = self._mgr._retrieve(query, self.user_id, k + min(len(exclude), 64), strict=strict)
+        return [m for m in hits if m.id not in exclude][:k]
+
+    def _remember(self, user_text: str, reply_text: str, notes: list[str]) -> list[str]:
+        ids: list[str] = []
+        for role, content in (("user", user_text), ("assistant", reply_text)):
+            if not content.strip():
+                continue
+            try:
+                ids.append(self._mgr._remember_turn(self.user_id, self.session_id, role, content).id)
+            except Exception as exc:  # the reply is already committed: report, do not lose it
+                log.warning("session %s: storing the %s turn failed (%s)", self._key, role, type(exc).__name__)
+                notes.append(f"storing the {role} turn as a long-term memory failed: {type(exc).__name__}")
+        return ids
+

@@ -1,0 +1,171 @@
+"""What a session is made of: its transcript (texts + token ids) and its working KV, and their on-disk form.
+
+* :class:`Transcript`: the turns (scanned user text, reply text, the ids they occupy, the long-term memory ids
+  they were stored as), every history token id after the preamble, how many of them have KV, and the validity
+  key the KV was built under. Small; enough to rebuild the KV from scratch.
+* :class:`SessionKV`: stacked buffers ``[layers, 1, kv_heads, capacity, head_dim]`` holding the preamble and the
+  history, with spare capacity for the next turn. A :class:`~agentmem.kv.BufferedCache` is a zero-copy view on it.
+* :func:`dump_session` / :func:`load_session`: one safetensors file (``ids``, ``keys``, ``values`` + JSON metadata),
+  encrypted as a whole when a cipher is set. The KV keeps the model's dtype, so a restored session continues
+  token-for-token like one that never left memory.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from safetensors.torch import load as _st_load
+from safetensors.torch import save as _st_save
+
+from agentmem.errors import BlobCorruptedError
+from agentmem.kv.cache import BufferedCache, cache_from_stacked, cache_layers
+
+__all__ = ["SessionKV", "Transcript", "Turn", "dump_session", "load_session", "session_aad"]
+
+FORMAT = "agentmem.session"
+FORMAT_VERSION = 1
+_META_KEY = "agentmem.session"
+
+
+@dataclass
+class Turn:
+    """One exchange. ``start``/``end`` index the transcript's ``ids``; ``record_ids`` are long-term memory ids."""
+
+    user: str
+    reply: str
+    start: int
+    end: int
+    record_ids: list[str] = field(default_factory=list)
+    at: float = 0.0
+
+
+@dataclass
+class Transcript:
+    """A conversation's texts and token ids; ``kv_len`` of the ``ids`` have KV (the rest is pending)."""
+
+    session_id: str
+    user_id: str
+    ids: list[int] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    kv_len: int = 0
+    key: dict[str, Any] | None = None  # validity of the KV: fingerprint, preamble digest, kb version, epoch
+    created: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.time)
+    evicted_turns: int = 0
+
+    @property
+    def in_cache_records(self) -> set[str]:
+        return {r for t in self.turns for r in t.record_ids}
+
+    def drop_turns(self, count: int) -> int:
+        """Forget the oldest ``count`` turns (ids and offsets shift); returns how many ids left."""
+        if count <= 0:
+            return 0
+        cut = self.turns[count].start if count < len(self.turns) else len(self.ids)
+        del self.ids[:cut]
+        del self.turns[:count]
+        for t in self.turns:
+            t.start -= cut
+            t.end -= cut
+        self.kv_len = max(0, self.kv_len - cut)
+        self.evicted_turns += count
+        return cut
+
+    def meta(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("ids")
+        return d
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any], ids: list[int]) -> Transcript:
+        turns = [Turn(**t) for t in meta.pop("turns")]
+        return cls(ids=ids, turns=turns, **meta)
+
+
+@dataclass
+class SessionKV:
+    """Stacked preamble + history KV on one device; the first ``length`` tokens are valid."""
+
+    keys: torch.Tensor  # [L, 1, H, capacity, D]
+    values: torch.Tensor
+    length: int
+
+    @property
+    def capacity(self) -> int:
+        return int(self.keys.shape[3])
+
+    @property
+    def nbytes(self) -> int:
+        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+
+    @property
+    def device(self) -> torch.device:
+        return self.keys.device
+
+    def moved(self, device: torch.device | str, *, capacity: int | None = None) -> SessionKV:
+        """A copy on ``device`` with room for ``capacity`` tokens (default: exactly ``length``, i.e. compacted)."""
+        cap = max(self.length, capacity or self.length)
+        shape = (*self.keys.shape[:3], cap, self.keys.shape[4])
+        keys = torch.empty(shape, dtype=self.keys.dtype, device=device)
+        values = torch.empty(shape, dtype=self.values.dtype, device=device)
+        keys[..., : self.length, :].copy_(self.keys[..., : self.length, :])
+        values[..., : self.length, :].copy_(self.values[..., : self.length, :])
+        return SessionKV(keys, values, self.length)
+
+    def cache(self) -> BufferedCache:
+        """A model cache writing straight into these buffers (never grow it past ``capacity``)."""
+        return cache_from_stacked(self.keys, self.values, length=self.length, copy=False)
+
+    def owns(self, cache: BufferedCache) -> bool:
+        """True if ``cache`` still writes into these buffers (it did not have to grow)."""
+        k, _ = cache_layers(cache)[0]
+        return k.data_ptr() == self.keys[0].data_ptr()
+
+
+def session_aad(key: str) -> bytes:
+    """Associated data binding an encrypted session file to its (hashed) location."""
+    return f"agentmem:session:{key}".encode()
+
+
+def dump_session(transcript: Transcript, kv: SessionKV | None) -> bytes:
+    """Serialise a session: its transcript and (if any) its valid KV, in the KV's own dtype, as safetensors."""
+    tensors = {"ids": torch.tensor(transcript.ids, dtype=torch.int64)}
+    if kv is not None and kv.length > 0:
+        tensors["keys"] = kv.keys[..., : kv.length, :].detach().to("cpu").contiguous()
+        tensors["values"] = kv.values[..., : kv.length, :].detach().to("cpu").contiguous()
+    info = {"format": FORMAT, "version": FORMAT_VERSION, "transcript": transcript.meta(), "has_kv": "keys" in tensors}
+    return _st_save(tensors, metadata={_META_KEY: json.dumps(info, sort_keys=True, separators=(",", ":"))})
+
+
+def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, SessionKV | None]:
+    """Inverse of :func:`dump_session`; raises :class:`BlobCorruptedError` on anything malformed."""
+    try:
+        tensors = _st_load(bytes(blob))
+        meta = _read_meta(blob)
+        info = json.loads(meta[_META_KEY])
+        if info.get("format") != FORMAT or int(info.get("version", -1)) != FORMAT_VERSION:
+            raise ValueError(f"unknown session format {info.get('format')!r} v{info.get('version')!r}")
+        transcript = Transcript.from_meta(info["transcript"], tensors["ids"].tolist())
+    except BlobCorruptedError:
+        raise
+    except Exception as exc:  # safetensors, json and dataclass errors all mean the same: unusable file
+        raise BlobCorruptedError(f"session file is unreadable ({type(exc).__name__})") from None
+    kv = None
+    if with_kv and info.get("has_kv"):
+        keys, values = tensors["keys"], tensors["values"]
+        if keys.dim() != 5 or keys.shape != values.shape:
+            raise BlobCorruptedError("session file holds KV of an unexpected shape")
+        kv = SessionKV(keys, values, int(keys.shape[3]))
+    return transcript, kv
+
+
+def _read_meta(blob: bytes) -> dict[str, str]:
+    n = int.from_bytes(bytes(blob[:8]), "little")
+    if n <= 0 or n > len(blob) - 8 or n > (1 << 26):
+        raise ValueError("bad safetensors header length")
+    header = json.loads(bytes(blob[8 : 8 + n]))
+    return header.get("__metadata__") or {}
