@@ -1,0 +1,102 @@
+"""AgentMemStore beyond the shared conformance suite: the agentmem mapping, TTL, persistence, agents."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.prebuilt import InjectedStore, create_react_agent
+from langgraph.store.base import BaseStore
+
+from agentmem import AgentMemory
+from agentmem_langgraph import AgentMemStore
+from lg_fakes import RecordingChatModel
+
+
+def test_namespace_maps_to_user_tags_and_metadata(mem):
+    store = AgentMemStore(mem, user_index=1)  # LangMem's ("memories", "{langgraph_user_id}")
+    store.put(("memories", "alice"), "k1", {"content": {"content": "Alice is allergic to peanuts"}, "kind": "Memory"})
+    store.put(("memories", "bob"), "k2", {"content": "Bob collects stamps"})
+    (rec,) = mem.list(user_id="alice")
+    assert rec.kind == "knowledge" and rec.text == "Alice is allergic to peanuts"
+    assert rec.metadata["lg:namespace"] == ["memories", "alice"] and rec.metadata["lg:key"] == "k1"
+    assert 'lg-ns:["memories"]' in rec.tags and 'lg-ns:["memories","alice"]' in rec.tags
+    # the user is agentmem's isolation boundary
+    assert [h.text for h in mem.recall("peanuts", user_id="bob", k=5)] == ["Bob collects stamps"]
+    assert [i.key for i in store.search(("memories", "bob"), query="peanut allergy")] == ["k2"]
+    # a prefix above the user spans users (through the namespace registry), still one result per item
+    assert {i.key for i in store.search(("memories",), query="allergy")} == {"k1", "k2"}
+    # a namespace shorter than the user index goes to the shared user
+    store.put(("memories",), "k3", {"content": "shared note"})
+    assert [r.text for r in mem.list(user_id="_langgraph_shared")] == ["shared note"]
+    # erasing a subtree with agentmem's own tools
+    assert mem.forget(tags=['lg-ns:["memories","alice"]']) == 1
+    assert store.get(("memories", "alice"), "k1") is None
+
+
+def test_update_keeps_created_at_and_persists_across_reopen(tmp_path):
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        store = AgentMemStore(mem)
+        store.put(("u1", "prefs"), "drink", {"content": "coffee"})
+        first = store.get(("u1", "prefs"), "drink")
+        store.put(("u1", "prefs"), "drink", {"content": "green tea"})
+        second = store.get(("u1", "prefs"), "drink")
+        assert second.created_at == first.created_at and second.updated_at > first.updated_at
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        store = AgentMemStore(mem)
+        assert store.get(("u1", "prefs"), "drink").value == {"content": "green tea"}
+        assert store.list_namespaces() == [("u1", "prefs")]
+        assert len(mem.list(user_id="u1")) == 1  # the overwritten version is erased, not hidden
+
+
+def test_ttl_expiry_and_refresh_on_read(mem):
+    store = AgentMemStore(mem)
+    assert store.supports_ttl
+    store.put(("u1", "tmp"), "short", {"content": "gone soon"}, ttl=1.0 / 60)  # minutes, as in LangGraph
+    store.put(("u1", "tmp"), "kept", {"content": "refreshed"}, ttl=2.0 / 60)
+    store.put(("u1", "tmp"), "forever", {"content": "no ttl"})
+    time.sleep(1.3)
+    assert store.get(("u1", "tmp"), "short") is None  # expired: invisible at once, before any sweep
+    assert store.get(("u1", "tmp"), "kept") is not None  # read at ~1.3 s: its 2 s clock restarts
+    time.sleep(1.2)  # ~2.5 s after the put, ~1.2 s after the refresh
+    assert store.get(("u1", "tmp"), "kept", refresh_ttl=False) is not None
+    assert {i.key for i in store.search(("u1",))} == {"kept", "forever"}
+    assert store.sweep_ttl() >= 1
+
+
+def test_default_ttl_from_config(mem):
+    store = AgentMemStore(mem, ttl={"default_ttl": 0.5 / 60, "refresh_on_read": False})
+    store.put(("u1", "tmp"), "k", {"content": "x"})
+    time.sleep(0.8)
+    assert store.get(("u1", "tmp"), "k") is None
+    assert store.list_namespaces() == []  # a namespace whose items all expired is not listed
+
+
+def test_namespace_with_only_deleted_items_is_not_listed(mem):
+    store = AgentMemStore(mem)
+    store.put(("a", "b"), "k", {"content": "x"})
+    store.put(("a", "c"), "k", {"content": "y"})
+    store.delete(("a", "c"), "k")
+    assert store.list_namespaces() == [("a", "b")]
+
+
+@tool
+def save_fact(fact: str, store: Annotated[BaseStore, InjectedStore()]) -> str:
+    """Save a fact about the user."""
+    store.put(("alice", "facts"), "fact-1", {"content": fact})
+    return "saved"
+
+
+def test_create_react_agent_with_the_store(mem):
+    store = AgentMemStore(mem)
+    llm = RecordingChatModel([
+        AIMessage(content="", tool_calls=[{"name": "save_fact", "args": {"fact": "Alice runs marathons"},
+                                           "id": "c1"}]),
+        "Saved.",
+    ])
+    agent = create_react_agent(llm, [save_fact], store=store)
+    agent.invoke({"messages": [("user", "Remember that I run marathons.")]})
+    assert store.get(("alice", "facts"), "fact-1").value == {"content": "Alice runs marathons"}
+    assert mem.recall("sport", user_id="alice", k=1)[0].text == "Alice runs marathons"
