@@ -56,6 +56,7 @@ class PreparedPrompt:
     max_new_tokens: int
     notes: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
+    recomputed_tokens: int = 0  # kv+fix: entry tokens recomputed in context
 
 
 class KVEngine:
@@ -266,6 +267,7 @@ class KVEngine:
         ws = self._workspace if workspace else None
         fallbacks: list[tuple[str, str]] = []
         spans: list[tuple[int, int]] = []
+        recomputed = 0
         timings["mount"] += time.perf_counter() - t0
         if mode == "text":
             pending = preamble_ids + [t for ids in kept_ids for t in ids] + suffix_ids
@@ -290,7 +292,7 @@ class KVEngine:
             if mode == "kv+fix":
                 t = time.perf_counter()
                 all_ids = torch.tensor(preamble_ids + [i for e in entries for i in e.token_ids.tolist()])
-                apply_fix(self.model, cache, all_ids, spans, self.fix)
+                recomputed = apply_fix(self.model, cache, all_ids, spans, self.fix)
                 timings["fix"] = time.perf_counter() - t
             pending = suffix_ids
         return PreparedPrompt(
@@ -304,6 +306,7 @@ class KVEngine:
             max_new_tokens=plan.max_new_tokens,
             notes=plan.notes,
             spans=spans,
+            recomputed_tokens=recomputed,
         )
 
     # -- answering --------------------------------------------------------------------------------------------
@@ -366,16 +369,24 @@ class KVEngine:
             prompt_tokens=prep.prompt_tokens,
             max_new_tokens=prep.max_new_tokens,
             notes=prep.notes,
+            recomputed_tokens=prep.recomputed_tokens,
         )
 
     def answer_logits(
-        self, question: str, memories: Sequence[MountMemory], answer: str, *, mode: Mode = "kv"
+        self,
+        question: str,
+        memories: Sequence[MountMemory],
+        answer: str,
+        *,
+        mode: Mode = "kv",
+        info: dict | None = None,
     ) -> tuple[torch.Tensor, list[int]]:
         """Teacher-forced logits ``[len(answer_ids), vocab]`` predicting each answer token, and the answer ids.
 
         For evaluation (KL between modes, answer NLL): the answer is tokenized as content and follows the prompt.
+        Pass a dict as ``info`` to receive ``recomputed_tokens``, ``memory_tokens``, ``fallbacks`` and ``timings``.
         """
-        answer_ids = self.layout._content_ids(answer)
+        answer_ids = self.layout.content_ids(answer)
         if not answer_ids:
             raise InvalidInputError("answer must be non-empty")
         with self._lock:
@@ -386,6 +397,13 @@ class KVEngine:
                 self.model, prep.cache, prep.pending_ids + answer_ids, logits_to_keep=len(answer_ids) + 1
             )
             del prep.cache
+        if info is not None:
+            info.update(
+                recomputed_tokens=prep.recomputed_tokens,
+                memory_tokens=sum(e - s for s, e in prep.spans),
+                fallbacks=prep.fallbacks,
+                timings=prep.timings,
+            )
         return logits[:-1].float(), answer_ids
 
     def release_workspace(self) -> None:

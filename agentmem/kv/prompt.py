@@ -69,19 +69,23 @@ class PromptLayout:
         return cls(tokenizer, (bos or "") + system_prompt, "\nQuestion: ", "\nAnswer:", kind="plain")
 
     # -- token ids -------------------------------------------------------------------------------------------
-    def _template_ids(self, text: str) -> list[int]:
-        # Template pieces may contain special tokens (<|im_start|>): let the tokenizer recognise them.
+    def template_ids(self, text: str) -> list[int]:
+        """Ids of a template piece; special-token strings in it (``<|im_start|>``) become special tokens."""
         return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
 
-    def _content_ids(self, text: str) -> list[int]:
-        # User-supplied content: special-token strings stay literal text (no prompt-structure injection).
+    def content_ids(self, text: str) -> list[int]:
+        """Ids of user-supplied content: special-token strings stay literal text (no prompt-structure injection)."""
         if not text:
             return []
         return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
 
+    # Older private names, kept for callers that used them.
+    _template_ids = template_ids
+    _content_ids = content_ids
+
     @property
     def preamble_ids(self) -> list[int]:
-        return self._cached("_preamble", lambda: self._template_ids(self.preamble_text))
+        return list(self._cached("_preamble", lambda: self.template_ids(self.preamble_text)))  # a copy: callers may append
 
     @property
     def preamble_digest(self) -> str:
@@ -92,11 +96,11 @@ class PromptLayout:
 
     def entry_ids(self, text: str) -> list[int]:
         """Ids of one memory line (``- {text}\\n``), tokenized on its own."""
-        return self._template_ids(self.entry_prefix) + self._content_ids(text) + self._template_ids(self.entry_suffix)
+        return self.template_ids(self.entry_prefix) + self.content_ids(text) + self.template_ids(self.entry_suffix)
 
     def suffix_ids(self, question: str) -> list[int]:
         """Ids after the memories: close the memory block, the question, the generation prompt."""
-        return self._template_ids(self.between_text) + self._content_ids(question) + self._template_ids(self.after_text)
+        return self.template_ids(self.between_text) + self.content_ids(question) + self.template_ids(self.after_text)
 
     def prompt_ids(self, entries: list[list[int]], question: str) -> list[int]:
         """The full text-mode prompt: preamble + entries (in order) + suffix."""

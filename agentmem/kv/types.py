@@ -83,3 +83,4 @@ class GenerationResult:
     prompt_tokens: int = 0
     max_new_tokens: int = 0  # after clamping to the model's position limit
     notes: list[str] = field(default_factory=list)
+    recomputed_tokens: int = 0  # kv+fix: mounted tokens recomputed in context
