@@ -1,0 +1,269 @@
+"""``ChatAgentMem``: a LangChain chat model over agentmem's local LLM that mounts memories as KV.
+
+Memories are not pasted into the prompt as text: their precomputed KV is mounted in front of it
+(``mem.generate``), so the model skips re-encoding them. Inside a thread (``configurable["thread_id"]``) it
+talks through ``mem.session(thread_id)``, whose working KV of the conversation is reused from turn to turn.
+
+Which memories: the ids named by the memory node's context message (or ``config["metadata"]["agentmem_mounted"]``)
+when there are any, else its own recall of ``k`` memories. The answer's ``response_metadata["agentmem"]``
+says what was mounted, what was dropped and where the time went.
+
+Example:
+    >>> from agentmem import AgentMemory
+    >>> from agentmem_langgraph import ChatAgentMem
+    >>> mem = AgentMemory("./memdata")                                            # doctest: +SKIP
+    >>> llm = ChatAgentMem(memory=mem, user_id="u1", k=4, max_new_tokens=48)      # doctest: +SKIP
+    >>> msg = llm.invoke("Where do I live?")                                       # doctest: +SKIP
+    >>> msg.content, msg.response_metadata["agentmem"]["mounted"]                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from agentmem import InvalidInputError
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables.config import ensure_config
+from pydantic import ConfigDict, Field
+
+from agentmem_langgraph._context import MARK_KEY, META_KEY, is_context, message_text, mounted_ids, resolve_scope
+
+__all__ = ["MARK_KEY", "ChatAgentMem"]
+
+log = logging.getLogger("agentmem_langgraph")
+
+_ID_PARAMS = ("entry_ids", "ids", "memory_ids")  # what the core may call "mount exactly these entries"
+_NO_ENTRY_TAG = "agentmem-langgraph:none"
+
+
+class ChatAgentMem(BaseChatModel):
+    """Chat model that answers with agentmem's local LLM, memories mounted as KV.
+
+    Args:
+        memory: the :class:`agentmem.AgentMemory` (its ``model=`` is the LLM used).
+        user_id: default user (else ``configurable``/``metadata`` ``user_id`` or the runtime context's).
+        k: memories to recall when the memory node has not chosen them.
+        mode: ``"kv"`` (mount stored KV), ``"kv+fix"`` (plus a few recomputed tokens) or ``"text"`` (baseline).
+        max_new_tokens: answer length limit.
+        use_session: inside a thread, reuse the conversation's working KV through ``mem.session`` (which also
+            remembers both turns itself; the answer is marked so the memory node does not store them again).
+        history_messages: without a session, how many earlier messages are replayed into the prompt.
+
+    Tool calling is not supported: the local model answers in text (``bind_tools`` raises).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: Any = Field(exclude=True)
+    user_id: str | None = None
+    k: int = 4
+    mode: Literal["kv", "kv+fix", "text"] = "kv"
+    max_new_tokens: int = 64
+    kinds: list[str] | None = None
+    tags: list[str] | None = None
+    use_session: bool = True
+    history_messages: int = 6
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentmem"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"k": self.k, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
+                "memory": str(getattr(self.memory, "path", ""))}
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "ChatAgentMem answers in text and cannot call tools; use a tool-calling chat model for tool steps "
+            "(MemoryNode then injects memories as text) or ChatAgentMem for answering nodes"
+        )
+
+    # --- LangChain entry points ------------------------------------------------------------------
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        text, info, usage, mark = self._answer(messages, run_manager, kwargs)
+        text = _cut_at_stop(text, stop)
+        meta: dict[str, Any] = {META_KEY: info, "model_name": "agentmem"}
+        if mark is not None:
+            meta[MARK_KEY] = mark
+        message = AIMessage(content=text, response_metadata=meta, usage_metadata=usage)
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        # The engine decodes the whole answer before returning it, so the "stream" replays the finished text
+        # in word-sized pieces: callers written for streaming work unchanged, but the first piece arrives only
+        # when the answer is complete.
+        text, info, usage, mark = self._answer(messages, run_manager, kwargs)
+        text = _cut_at_stop(text, stop)
+        pieces = re.findall(r"\S+\s*|\s+", text) or [""]
+        for n, piece in enumerate(pieces):
+            last = n == len(pieces) - 1
+            meta: dict[str, Any] = {}
+            if last:
+                meta = {META_KEY: info, "model_name": "agentmem"}
+                if mark is not None:
+                    meta[MARK_KEY] = mark
+            chunk = ChatGenerationChunk(message=AIMessageChunk(
+                content=piece, response_metadata=meta, usage_metadata=usage if last else None,
+                chunk_position="last" if last else None,
+            ))
+            if run_manager is not None:
+                run_manager.on_llm_new_token(piece, chunk=chunk)
+            yield chunk
+
+    # _agenerate / _astream: BaseChatModel's defaults run the sync versions in an executor, which is what a
+    # CPU-bound local model wants anyway.
+
+    # --- the call ----------------------------------------------------------------------------------
+    def _answer(self, messages: Sequence[BaseMessage], run_manager: Any,
+                kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, int] | None, Any]:
+        if self.memory is None:
+            raise InvalidInputError("ChatAgentMem needs memory=AgentMemory(...)")
+        user, thread = self._scope(run_manager, kwargs)
+        meta = dict(getattr(run_manager, "metadata", None) or {})
+        ids = kwargs.get("mounted_ids")
+        if ids is None:
+            ids = meta.get("agentmem_mounted")
+        if ids is None:
+            ids = mounted_ids(messages)
+        convo = [m for m in messages if not is_context(m)]
+        if not convo:
+            raise InvalidInputError("ChatAgentMem got no message to answer")
+        present = [m.id for m in messages if m.id and not is_context(m)]
+        k = max(1, len(ids)) if ids is not None else self.k
+        # without a way to mount given ids, recall again with the node's scope: the same query on the same
+        # store gives the same entries, and messages already in the conversation stay out
+        filters = {"message_id": {"$nin": present}} if present else None
+        max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
+
+        if ids is not None and not ids:
+            k = 0  # the node looked and found nothing relevant: mount nothing
+        # kv+fix is a generate-only mode; sessions do kv and text
+        session = self._session(user, thread) if self.use_session and thread and self.mode != "kv+fix" else None
+        if session is not None:
+            # The session keeps this conversation's KV (only the new message is prefilled), recalls memories
+            # outside it, and stores both turns; the answer is marked stored so the memory node skips them.
+            out = session.send(self._question(convo, with_history=False), k=k, max_new_tokens=max_new,
+                               mode=self.mode)
+            records = list(getattr(out, "records", []) or [])
+            mark = {"entry_id": records[-1] if records else None, "by": "session"}
+        else:
+            question = self._question(convo, with_history=True)
+            out = self._call(self.memory.generate, question, user_id=user, session_id=thread, k=k,
+                             mode=self.mode, max_new_tokens=max_new, kinds=self.kinds, tags=self.tags,
+                             ids=ids, filters=filters)
+            mark = None
+        info = {
+            "mounted": list(getattr(out, "mounted", []) or []),
+            "requested": ids,
+            "dropped": list(getattr(out, "dropped", []) or []),
+            "mode": getattr(out, "mode", self.mode),
+            "timings": dict(getattr(out, "timings", {}) or {}),
+            "reused_tokens": getattr(out, "reused_tokens", None),
+            "user_id": user,
+            "thread_id": thread,
+        }
+        prompt_tokens = getattr(out, "prompt_tokens", None)
+        out_tokens = len(getattr(out, "token_ids", []) or [])
+        usage = None
+        if prompt_tokens:
+            usage = {"input_tokens": int(prompt_tokens), "output_tokens": out_tokens,
+                     "total_tokens": int(prompt_tokens) + out_tokens}
+        return str(out.text), info, usage, mark
+
+    def _call(self, fn: Any, question: str, *, ids: list[str] | None, filters: Any, k: int, **kw: Any) -> Any:
+        """Call ``generate``/``send`` with what it accepts (the core's signature evolves; extra args are dropped)."""
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = {}
+        accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        id_param = next((p for p in _ID_PARAMS if p in params), None)
+        args: dict[str, Any] = {}
+        if ids is not None and id_param:
+            args[id_param] = list(ids)
+        elif k == 0:
+            # The node found nothing worth mounting, but the core has no k=0: scope the recall to a tag no entry
+            # has, which costs one SQL lookup and mounts nothing.
+            args["k"] = 1
+            if "tags" in params or accepts_any:
+                kw = {**kw, "tags": [_NO_ENTRY_TAG]}
+        else:
+            args["k"] = k
+            if filters is not None and ("filters" in params or accepts_any):
+                args["filters"] = filters
+        for name, value in kw.items():
+            if value is not None and (name in params or accepts_any):
+                args[name] = value
+        return fn(question, **args)
+
+    def _scope(self, run_manager: Any, kwargs: Mapping[str, Any]) -> tuple[str, str | None]:
+        meta = dict(getattr(run_manager, "metadata", None) or {})
+        config = ensure_config()  # inside a graph node: that node's config (configurable user_id/thread_id)
+        conf = dict(config.get("configurable") or {})
+        for key in ("user_id", "thread_id"):
+            if kwargs.get(key):
+                conf[key] = kwargs[key]
+            elif not conf.get(key) and meta.get(key):
+                conf[key] = meta[key]
+        return resolve_scope({"configurable": conf}, default_user=self.user_id)
+
+    def _session(self, user: str, thread: str) -> Any:
+        # the memory's session manager keeps one Session per id (and restores it from disk after a restart)
+        opener = getattr(self.memory, "session", None)
+        if opener is None:
+            return None
+        try:
+            return opener(thread, user_id=user)
+        except ImportError:  # the core was installed without session support: plain generate then
+            log.info("agentmem sessions unavailable; answering without session KV reuse")
+            return None
+
+    def _question(self, convo: Sequence[BaseMessage], *, with_history: bool) -> str:
+        """The prompt text: the latest message, plus earlier turns when no session keeps them."""
+        instructions = [message_text(m).strip() for m in convo if isinstance(m, SystemMessage)]
+        turns = [m for m in convo if not isinstance(m, SystemMessage) and message_text(m).strip()]
+        if not turns:
+            raise InvalidInputError("ChatAgentMem got no message with text to answer")
+        last = turns[-1]
+        parts = [p for p in instructions if p]
+        if with_history and self.history_messages > 0 and len(turns) > 1:
+            earlier = turns[:-1][-self.history_messages:]
+            parts.append("Earlier in this conversation:\n" + "\n".join(_line(m) for m in earlier))
+        body = message_text(last).strip()
+        if isinstance(last, ToolMessage):
+            body = f"Tool {last.name or 'result'} returned: {body}"
+        if parts:
+            return "\n\n".join([*parts, body])
+        return body
+
+
+def _line(m: BaseMessage) -> str:
+    who = {"human": "User", "ai": "Assistant", "tool": f"Tool {getattr(m, 'name', '') or ''}".strip()}
+    return f"{who.get(m.type, m.type.capitalize())}: {message_text(m).strip()}"
+
+
+def _cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
+    if not stop:
+        return text
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
