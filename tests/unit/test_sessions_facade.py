@@ -1,0 +1,55 @@
+"""Sessions through the public facade: AgentMemory(path, model=tiny) -> mem.session(...).send(...)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentmem import AgentMemory
+from agentmem.kv.testing import tiny_causal_lm
+
+
+@pytest.fixture(scope="module")
+def mem(tmp_path_factory) -> Iterator[AgentMemory]:
+    path: Path = tmp_path_factory.mktemp("store")
+    m = AgentMemory(path, model=tiny_causal_lm("llama", seed=0), session_idle_seconds=3600)
+    yield m
+    m.sessions.close()
+    m.close()
+
+
+def test_send_recalls_other_sessions_mounts_them_and_remembers_the_turn(mem):
+    old = mem.remember("My dog is called Rex.", user_id="u1", session_id="old")
+    chat = mem.session("s1", user_id="u1")
+    r = chat.send("What is my dog called?", k=3, max_new_tokens=4)
+    assert old.id in r.mounted and r.timings["ttft"] > 0 and len(r.records) == len(mem.list(session_id="s1"))
+    stored = mem.list(session_id="s1")
+    assert [e.role for e in stored][:1] == ["user"] and stored[0].text == "What is my dog called?"
+    r2 = chat.send("And what did I just ask?", k=3, max_new_tokens=4)
+    assert r2.reused_tokens > 0 and r2.rebuilt is None
+    assert not set(r2.mounted) & {e.id for e in stored}  # the live session's turns are already in its KV
+    assert mem.session("s1", user_id="u1") is chat
+
+
+def test_offload_restore_and_stats_through_the_facade(mem):
+    chat = mem.session("s2", user_id="u1")
+    chat.send("Hello there.", k=0, max_new_tokens=4)
+    assert mem.sessions.offload("s2", to="disk") == "cold"
+    assert mem.sessions.restore("s2")["from"] == "cold" and chat.tier == "hot"
+    stats = mem.sessions.stats()
+    for tier in ("hot", "warm", "cold"):
+        assert {"sessions", "bytes", "hits", "misses", "offloads", "restores"} <= set(stats[tier])
+    assert stats["restore_latency_s"]["cold"]["count"] >= 1
+
+
+def test_kb_version_change_rebuilds_and_secrets_never_reach_the_session(mem):
+    chat = mem.session("s3", user_id="u2")
+    chat.send("my login is password=hunter2", k=0, max_new_tokens=4)
+    assert "hunter2" not in chat.history()[0]["content"]
+    mem.set_kb_version("v2")
+    r = chat.send("Go on.", k=0, max_new_tokens=4)
+    assert r.rebuilt == "knowledge-base version changed" and r.reused_tokens == 0
+    assert chat.send("Still there?", k=0, max_new_tokens=4).rebuilt is None
+    assert mem.sessions.end("s3") and "s3" not in mem.sessions.list()
