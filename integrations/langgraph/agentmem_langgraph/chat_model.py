@@ -55,6 +55,9 @@ class ChatAgentMem(BaseChatModel):
         use_session: inside a thread, reuse the conversation's working KV through ``mem.session`` (which also
             remembers both turns itself; the answer is marked so the memory node does not store them again).
         history_messages: without a session, how many earlier messages are replayed into the prompt.
+        measure_baseline: also time the same turn with memories (and history) re-encoded as text, in a dry run
+            that changes nothing, and report it as ``baseline_ttft`` next to ``timings["ttft"]``. It costs one
+            extra prefill per call: for demos and benchmarks.
 
     Tool calling is not supported: the local model answers in text (``bind_tools`` raises).
     """
@@ -70,6 +73,7 @@ class ChatAgentMem(BaseChatModel):
     tags: list[str] | None = None
     use_session: bool = True
     history_messages: int = 6
+    measure_baseline: bool = False
 
     @property
     def _llm_type(self) -> str:
@@ -159,18 +163,23 @@ class ChatAgentMem(BaseChatModel):
             k = 0  # the node looked and found nothing relevant: mount nothing
         # kv+fix is a generate-only mode; sessions do kv and text
         session = self._session(user, thread) if self.use_session and thread and self.mode != "kv+fix" else None
+        baseline = None
         if session is not None:
             # The session keeps this conversation's KV (only the new message is prefilled), recalls memories
             # outside it, and stores both turns; the answer is marked stored so the memory node skips them.
-            out = session.send(self._question(convo, with_history=False), k=k, max_new_tokens=max_new,
-                               mode=self.mode)
+            question = self._question(convo, with_history=False)
+            if self.measure_baseline:  # before the real turn, so both see the same session state
+                baseline = session.send(question, k=k, max_new_tokens=0, mode="text", commit=False)
+            out = session.send(question, k=k, max_new_tokens=max_new, mode=self.mode)
             records = list(getattr(out, "records", []) or [])
             mark = {"entry_id": records[-1] if records else None, "by": "session"}
         else:
             question = self._question(convo, with_history=True)
-            out = self._call(self.memory.generate, question, user_id=user, session_id=thread, k=k,
-                             mode=self.mode, max_new_tokens=max_new, kinds=self.kinds, tags=self.tags,
-                             ids=ids, filters=filters)
+            common = dict(user_id=user, session_id=thread, k=k, kinds=self.kinds, tags=self.tags, ids=ids,
+                          filters=filters)
+            if self.measure_baseline:
+                baseline = self._call(self.memory.generate, question, mode="text", max_new_tokens=0, **common)
+            out = self._call(self.memory.generate, question, mode=self.mode, max_new_tokens=max_new, **common)
             mark = None
         info = {
             "mounted": list(getattr(out, "mounted", []) or []),
@@ -179,6 +188,7 @@ class ChatAgentMem(BaseChatModel):
             "mode": getattr(out, "mode", self.mode),
             "timings": dict(getattr(out, "timings", {}) or {}),
             "reused_tokens": getattr(out, "reused_tokens", None),
+            "baseline_ttft": None if baseline is None else _baseline_ttft(baseline.timings),
             "user_id": user,
             "thread_id": thread,
         }
@@ -255,6 +265,12 @@ class ChatAgentMem(BaseChatModel):
         if parts:
             return "\n\n".join([*parts, body])
         return body
+
+
+def _baseline_ttft(timings: Mapping[str, float]) -> float:
+    # The dry run goes first, so it pays the session's restore from disk, which the real turn then skips and
+    # which text mode would not need either: leave it out, or the comparison flatters KV mode.
+    return float(timings.get("ttft", 0.0)) - float(timings.get("restore", 0.0))
 
 
 def _line(m: BaseMessage) -> str:

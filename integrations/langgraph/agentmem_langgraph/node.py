@@ -233,10 +233,11 @@ class MemoryNode:
             call = calls.get(m.tool_call_id) or {}
             name = m.name or call.get("name") or "tool"
             args = call.get("args")
-            # a result means little without its question: keep the call with it ("weather(city=Paris) -> 21C")
-            head = f"{name}({json.dumps(args, ensure_ascii=False, sort_keys=True)})" if args else name
+            # a result means little without its question: keep the call's arguments with it; the memory line
+            # reads 'Tool get_weather: called with {"city": "Paris"}, returned: 21 C'
+            head = f"called with {json.dumps(args, ensure_ascii=False, sort_keys=True)}, returned" if args else "returned"
             meta["tool_call_id"] = m.tool_call_id
-            return {**item, "text": f"{head} returned: {text}", "kind": "tool", "role": "tool", "speaker": name}
+            return {**item, "text": f"{head}: {text}", "kind": "tool", "role": "tool", "speaker": name}
         if isinstance(m, HumanMessage):
             return {**item, "text": text, "kind": "turn", "role": "user", "speaker": m.name or self.user_name}
         return {**item, "text": text, "kind": "turn", "role": "assistant", "speaker": m.name}

@@ -122,7 +122,8 @@ def test_tool_results_are_remembered_and_recalled_with_create_react_agent(mem):
 
     tools = mem.list(user_id="alice", kinds=["tool"])
     assert len(tools) == 1
-    assert tools[0].text == 'get_weather({"city": "Paris"}) returned: Sunny and 24 C in Paris'
+    assert tools[0].text == 'called with {"city": "Paris"}, returned: Sunny and 24 C in Paris'
+    assert tools[0].memory_text.endswith('Tool get_weather: called with {"city": "Paris"}, returned: Sunny and 24 C in Paris')
     assert tools[0].speaker == "get_weather" and tools[0].metadata["tool_call_id"] == "call1"
     assert len(mem.list(user_id="alice")) == 3  # the question, the tool result, the answer (no empty AI turn)
 

@@ -1,0 +1,48 @@
+"""docs/langgraph.md's quick start is executed as written (and once on a tiny model, for speed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "langgraph.md"
+
+
+def quick_start() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks, "docs/langgraph.md has no python block under '## Quick start'"
+    return blocks[0]
+
+
+def test_quick_start_is_short():
+    code = quick_start()
+    assert len([line for line in code.splitlines() if line.strip()]) <= 14
+    assert 'AgentMemory("./memdata")' in code
+
+
+def test_quick_start_runs_on_a_tiny_model(tmp_path, monkeypatch, capsys, tiny_lm):
+    monkeypatch.chdir(tmp_path)
+    # the same code, with the embedded SmolLM2 swapped for the tiny random model so it runs in seconds
+    code = quick_start().replace('AgentMemory("./memdata")', 'AgentMemory("./memdata", model=TINY)')
+    namespace = {"TINY": tiny_lm}
+    exec(compile(code, str(DOC), "exec"), namespace)
+    mem = namespace["mem"]
+    told = mem.list(user_id="alice", session_id="1")[0]
+    assert told.text == "My dog is called Rex."
+    assert told.id in namespace["out"]["messages"][-1].response_metadata["agentmem"]["mounted"]
+    assert capsys.readouterr().out.strip()
+    mem.close()
+
+
+@pytest.mark.slow
+def test_quick_start_runs_verbatim_on_smollm2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(quick_start(), str(DOC), "exec"), namespace)
+    told = namespace["mem"].list(user_id="alice", session_id="1")[0]
+    assert told.id in namespace["out"]["messages"][-1].response_metadata["agentmem"]["mounted"]
+    namespace["mem"].close()
