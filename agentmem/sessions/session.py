@@ -200,11 +200,19 @@ class Session:
         notes: list[str] = []
 
         # 1. the session's KV on the model's device, valid, with room for this turn
+        # (a text-mode dry run needs no KV: it only reads the transcript and moves nothing between tiers)
         t = time.perf_counter()
-        restored_from, _ = mgr._bring_hot(self, ctx, extra=len(chat.content_ids(user_text)) + max_new_tokens + 64)
-        st = self._state
-        assert st is not None
-        rebuilt = mgr._validate(self, ctx)
+        peek = mode == "text" and not commit
+        restored_from: str | None = None
+        rebuilt: str | None = None
+        if peek:
+            st = self._peek_transcript()
+        else:
+            extra = len(chat.content_ids(user_text)) + max_new_tokens + 64
+            restored_from, _ = mgr._bring_hot(self, ctx, extra=extra)
+            st = self._state
+            assert st is not None
+            rebuilt = mgr._validate(self, ctx)
         tm["restore"] = time.perf_counter() - t
         limit = mgr._limit(ctx)
         new_ids = chat.user_turn_ids(user_text, first=not st.turns)
@@ -250,8 +258,10 @@ class Session:
 
         # 3. room in the hot tier for this turn (other sessions move down first, outside the engine lock)
         need = P + len(st.ids) + len(new_ids) + max_new + 1
-        kv = mgr.hot.backend.get(self._key)
-        if kv is None or kv.capacity < need:
+        kv = None if peek else mgr.hot.backend.get(self._key)
+        if peek:
+            capacity = 0
+        elif kv is None or kv.capacity < need:
             capacity = -(-(need + _GROW_TOKENS // 2) // _GROW_TOKENS) * _GROW_TOKENS
             mgr._fit(mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token, exclude=self)
         else:
@@ -262,7 +272,9 @@ class Session:
             # 4. rebuild (stale or missing KV) or grow the buffers
             t = time.perf_counter()
             rebuilt_tokens = 0
-            if kv is None:
+            if peek:
+                pass
+            elif kv is None:
                 kv = rebuild_kv(ctx, st, capacity)
                 rebuilt_tokens = st.kv_len
                 if st.ids:
@@ -274,11 +286,11 @@ class Session:
                 kv = kv.moved(ctx.device, capacity=capacity)
                 self._put_hot(kv)
             tm["rebuild"] = time.perf_counter() - t
-            kv_len = st.kv_len
+            kv_len = 0 if peek else st.kv_len
             reused = 0 if rebuilt else kv_len
             pending = st.ids[kv_len:]
             step = pending + new_ids
-            base = kv.length
+            base = kv.length if kv is not None else 0
 
             # 5. the prompt cache: straight on the session buffers, or assembled in the workspace
             t = time.perf_counter()
@@ -321,7 +333,7 @@ class Session:
                     own_cache = kv.cache()
                     prefill(engine.model, own_cache, step + reply)
                     kv = self._adopt(ctx, kv, own_cache)
-            else:
+            elif kv is not None:
                 kv.length = base  # a dry run leaves the session as it was (writes past the length are ignored)
             del cache
             tm["append"] = time.perf_counter() - t
@@ -352,6 +364,16 @@ class Session:
         )
 
     # -- helpers (caller holds the session lock) --------------------------------------------------------
+    def _peek_transcript(self) -> Transcript:
+        """The transcript without restoring anything (read from the file if the session is on disk)."""
+        if self._state is not None:
+            return self._state
+        if self._tier == "cold":
+            blob = self._mgr.cold.backend.get(self._key)
+            if blob is not None:
+                return load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0]
+        return Transcript(self.session_id, self.user_id)
+
     def _put_hot(self, kv: SessionKV) -> None:
         mgr = self._mgr
         mgr.hot.backend.put(self._key, kv)

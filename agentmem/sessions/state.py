@@ -144,12 +144,20 @@ def dump_session(transcript: Transcript, kv: SessionKV | None) -> bytes:
 def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, SessionKV | None]:
     """Inverse of :func:`dump_session`; raises :class:`BlobCorruptedError` on anything malformed."""
     try:
-        tensors = _st_load(bytes(blob))
-        meta = _read_meta(blob)
-        info = json.loads(meta[_META_KEY])
+        header, start = _read_header(blob)
+        info = json.loads((header.get("__metadata__") or {})[_META_KEY])
         if info.get("format") != FORMAT or int(info.get("version", -1)) != FORMAT_VERSION:
             raise ValueError(f"unknown session format {info.get('format')!r} v{info.get('version')!r}")
-        transcript = Transcript.from_meta(info["transcript"], tensors["ids"].tolist())
+        if with_kv and info.get("has_kv"):
+            tensors = _st_load(bytes(blob))
+            ids = tensors["ids"].tolist()
+        else:  # only the ids: no need to parse megabytes of KV
+            spec = header["ids"]
+            a, b = spec["data_offsets"]
+            if spec["dtype"] != "I64" or not 0 <= a <= b <= len(blob) - start:
+                raise ValueError("bad ids tensor")
+            ids = torch.frombuffer(bytearray(blob[start + a : start + b]), dtype=torch.int64).tolist() if b > a else []
+        transcript = Transcript.from_meta(info["transcript"], ids)
     except BlobCorruptedError:
         raise
     except Exception as exc:  # safetensors, json and dataclass errors all mean the same: unusable file
@@ -163,9 +171,9 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
     return transcript, kv
 
 
-def _read_meta(blob: bytes) -> dict[str, str]:
+def _read_header(blob: bytes) -> tuple[dict[str, Any], int]:
+    """The safetensors JSON header and where the tensor data starts."""
     n = int.from_bytes(bytes(blob[:8]), "little")
     if n <= 0 or n > len(blob) - 8 or n > (1 << 26):
         raise ValueError("bad safetensors header length")
-    header = json.loads(bytes(blob[8 : 8 + n]))
-    return header.get("__metadata__") or {}
+    return json.loads(bytes(blob[8 : 8 + n])), 8 + n

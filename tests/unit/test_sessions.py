@@ -125,6 +125,12 @@ def test_dry_run_changes_nothing(engine, tmp_path):
     b = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW, commit=False)
     assert a.token_ids == b.token_ids
     assert (list(chat._state.ids), chat._state.kv_len, len(store.records)) == before
+    # a text-mode dry run reads the transcript from disk and restores nothing
+    mgr.offload("s1", to="disk")
+    counters = (mgr.stats()["cold"]["hits"], mgr.stats()["hot"]["misses"])
+    dry = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW, mode="text", commit=False)
+    assert chat.tier == "cold" and (mgr.stats()["cold"]["hits"], mgr.stats()["hot"]["misses"]) == counters
+    assert dry.token_ids == a.token_ids and dry.reused_tokens == 0
     mgr.close()
 
 
