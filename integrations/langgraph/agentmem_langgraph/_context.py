@@ -27,8 +27,11 @@ def is_context(message: Any) -> bool:
     return isinstance(message, BaseMessage) and str(message.id or "").startswith(CONTEXT_PREFIX)
 
 
-def context_message(hits: Sequence[Hit], *, mode: str) -> SystemMessage:
-    """The message that carries recalled memories: their text (text mode) or only their ids (KV mode)."""
+def context_message(hits: Sequence[Hit], *, mode: str, k: int | None = None) -> SystemMessage:
+    """The message that carries recalled memories: their text (text mode) or only their ids (KV mode).
+
+    ``k`` is how many the node asked for (a session recalling again needs it to choose the same entries).
+    """
     ids = [h.id for h in hits]
     if mode == "kv":
         # the model mounts the entries' KV; the text only tells a human reading the state what happened
@@ -38,8 +41,18 @@ def context_message(hits: Sequence[Hit], *, mode: str) -> SystemMessage:
     return SystemMessage(
         content=content,
         id=f"{CONTEXT_PREFIX}-{uuid.uuid4().hex}",
-        additional_kwargs={META_KEY: {"mounted": ids, "mode": mode}},
+        additional_kwargs={META_KEY: {"mounted": ids, "mode": mode, **({"k": k} if k is not None else {})}},
     )
+
+
+def requested_k(messages: Sequence[Any]) -> int | None:
+    """The ``k`` the node recalled with, from its context message (None when absent)."""
+    for m in messages:
+        if is_context(m):
+            k = (m.additional_kwargs.get(META_KEY) or {}).get("k")
+            if isinstance(k, int) and k > 0:
+                return k
+    return None
 
 
 def mounted_ids(messages: Sequence[Any]) -> list[str] | None:

@@ -33,7 +33,15 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables.config import ensure_config
 from pydantic import ConfigDict, Field
 
-from agentmem_langgraph._context import MARK_KEY, META_KEY, is_context, message_text, mounted_ids, resolve_scope
+from agentmem_langgraph._context import (
+    MARK_KEY,
+    META_KEY,
+    is_context,
+    message_text,
+    mounted_ids,
+    requested_k,
+    resolve_scope,
+)
 
 __all__ = ["MARK_KEY", "ChatAgentMem"]
 
@@ -168,6 +176,10 @@ class ChatAgentMem(BaseChatModel):
             # The session keeps this conversation's KV (only the new message is prefilled), recalls memories
             # outside it, and stores both turns; the answer is marked stored so the memory node skips them.
             question = self._question(convo, with_history=False)
+            if k:
+                # the session recalls k and leaves out its own turns, as the node did when choosing the ids:
+                # recall as many as the node did, not as many as it kept
+                k = requested_k(messages) or k
             if self.measure_baseline:  # before the real turn, so both see the same session state
                 baseline = session.send(question, k=k, max_new_tokens=0, mode="text", commit=False)
             out = session.send(question, k=k, max_new_tokens=max_new, mode=self.mode)

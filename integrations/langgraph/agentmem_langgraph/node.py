@@ -132,12 +132,19 @@ class MemoryNode:
         query = self._query(messages)
         if not query:
             return []
-        user, _ = resolve_scope(config, runtime, default_user=self.user_id)
-        present = [m.id for m in messages if m.id]
-        # entries written from messages still in the window would only repeat them: skip them in the search
-        # itself, so k memories still come back
-        filters = {"message_id": {"$nin": present}} if present else None
-        hits = self.memory.recall(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags, filters=filters)
+        user, thread = resolve_scope(config, runtime, default_user=self.user_id)
+        if self.mount_mode == "kv" and thread:
+            # ChatAgentMem answers through the thread's agentmem session, whose working KV already holds the
+            # thread's turns and which recalls k memories minus those: choose exactly what it will mount
+            hits = self.memory.recall(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags)
+            hits = [h for h in hits if h.session_id != thread]
+        else:
+            present = [m.id for m in messages if m.id]
+            # entries written from messages still in the window would only repeat them: skip them in the
+            # search itself, so k memories still come back
+            filters = {"message_id": {"$nin": present}} if present else None
+            hits = self.memory.recall(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags,
+                                      filters=filters)
         if self.min_score is not None:
             hits = [h for h in hits if h.score >= self.min_score]
         return hits
@@ -148,7 +155,7 @@ class MemoryNode:
         hits = self.search(state, config, runtime)
         update: list[BaseMessage] = [RemoveMessage(id=m.id) for m in messages if is_context(m)]
         if hits:
-            update.append(context_message(hits, mode=self.mount_mode))
+            update.append(context_message(hits, mode=self.mount_mode, k=self.k))
         log.debug("recall: %d memories (%s)", len(hits), self.mount_mode)
         return {"messages": update} if update else {}
 
@@ -164,7 +171,7 @@ class MemoryNode:
         lead = 0
         while lead < len(messages) and isinstance(messages[lead], SystemMessage):
             lead += 1  # keep the caller's own system prompt first
-        ctx = context_message(hits, mode=self.mount_mode)
+        ctx = context_message(hits, mode=self.mount_mode, k=self.k)
         return {"llm_input_messages": [*messages[:lead], ctx, *messages[lead:]]}
 
     # --- remember --------------------------------------------------------------------------------
@@ -235,7 +242,9 @@ class MemoryNode:
             args = call.get("args")
             # a result means little without its question: keep the call's arguments with it; the memory line
             # reads 'Tool get_weather: called with {"city": "Paris"}, returned: 21 C'
-            head = f"called with {json.dumps(args, ensure_ascii=False, sort_keys=True)}, returned" if args else "returned"
+            head = "returned"
+            if args:
+                head = f"called with {json.dumps(args, ensure_ascii=False, sort_keys=True)}, returned"
             meta["tool_call_id"] = m.tool_call_id
             return {**item, "text": f"{head}: {text}", "kind": "tool", "role": "tool", "speaker": name}
         if isinstance(m, HumanMessage):

@@ -97,6 +97,7 @@ def test_graph_with_node_sessions_and_sqlite_checkpoints(kvmem, tmp_path):
     second = graph.invoke({"messages": [("user", "And what is my dog called?")]}, config)
     info = second["messages"][-1].response_metadata["agentmem"]
     assert info["reused_tokens"] > 0  # the first turn's KV was reused, not re-encoded
+    assert info["mounted"] == info["requested"]  # the session mounted what the node chose (not this thread's turns)
     turns = [r.text for r in kvmem.list(user_id="alice", session_id="t1")]
     assert turns.count("Where do I live?") == 1 and turns.count("And what is my dog called?") == 1
     # the checkpoint round-trips through SQLite (no tensors in the state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from dataclasses import dataclass
 
@@ -123,7 +124,7 @@ def test_tool_results_are_remembered_and_recalled_with_create_react_agent(mem):
     tools = mem.list(user_id="alice", kinds=["tool"])
     assert len(tools) == 1
     assert tools[0].text == 'called with {"city": "Paris"}, returned: Sunny and 24 C in Paris'
-    assert tools[0].memory_text.endswith('Tool get_weather: called with {"city": "Paris"}, returned: Sunny and 24 C in Paris')
+    assert tools[0].memory_text.endswith('Tool get_weather: ' + tools[0].text)
     assert tools[0].speaker == "get_weather" and tools[0].metadata["tool_call_id"] == "call1"
     assert len(mem.list(user_id="alice")) == 3  # the question, the tool result, the answer (no empty AI turn)
 
@@ -143,6 +144,19 @@ def test_user_from_runtime_context(mem):
     graph.invoke({"messages": [("user", "I am Carol.")]}, {"configurable": {"thread_id": "t1"}},
                  context=Context(user_id="carol"))
     assert [r.text for r in mem.list(user_id="carol")] == ["I am Carol.", "Hi Carol."]
+
+
+def test_async_graph(mem):
+    llm = RecordingChatModel(["Noted.", "Rex."])
+    graph = build(MemoryNode(mem), llm, InMemorySaver())
+
+    async def run():
+        await graph.ainvoke({"messages": [("user", "My dog is called Rex.")]}, cfg("alice", "t1"))
+        await graph.ainvoke({"messages": [("user", "What is my dog called?")]}, cfg("alice", "t2"))
+
+    asyncio.run(run())
+    assert "My dog is called Rex." in llm.system_text()
+    assert len(mem.list(user_id="alice")) == 4
 
 
 def test_missing_user_is_a_clear_error(mem):
@@ -165,5 +179,5 @@ def test_kv_mode_puts_only_entry_ids_in_the_state(mem):
     assert memory.mount_mode == "kv" and MemoryNode(mem).mount_mode == "text"
     update = memory.recall({"messages": [HumanMessage("What is my dog called?", id="m1")]}, cfg("alice", "t1"))
     (ctx,) = update["messages"]
-    assert ctx.additional_kwargs["agentmem"] == {"mounted": [rec.id], "mode": "kv"}
+    assert ctx.additional_kwargs["agentmem"] == {"mounted": [rec.id], "mode": "kv", "k": 4}
     assert "Rex" not in ctx.content
