@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Float, ForeignKey, Integer, String, Text, create_engine, delete, event, func, select, text
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -49,6 +49,8 @@ class EntryRow(Base):
     kv_fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
     kv_dtype: Mapped[str | None] = mapped_column(String(16), default=None)
     kb_version: Mapped[str | None] = mapped_column(String, default=None)
+
+    __table_args__ = (Index("ix_entries_session_created", "session_id", "created_at"),)
 
     tag_rows: Mapped[list[TagRow]] = relationship(
         back_populates="entry", cascade="all, delete-orphan", lazy="selectin"
@@ -276,18 +278,21 @@ class Catalog:
             return [(r[0], -float(r[1])) for r in conn.execute(sql, {"m": match, "u": user_id, "k": limit})]
 
     def turn_neighbours(self, ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
-        """For conversation turns among ``ids``: (previous turn, next turn) in the same session."""
+        """For conversation turns among ``ids``: (previous turn, next turn) in the same session.
+
+        Correlated look-ups on the (session_id, created_at) index: cost grows with the candidates, not the store.
+        """
         if not ids:
             return {}
         params = {f"i{n}": v for n, v in enumerate(ids)}
         marks = ",".join(f":i{n}" for n in range(len(ids)))
         sql = text(
-            "SELECT id, prev_id, next_id FROM ("
-            " SELECT id, LAG(id) OVER w AS prev_id, LEAD(id) OVER w AS next_id FROM entries"
-            " WHERE kind = 'turn' AND session_id IN"
-            f"  (SELECT session_id FROM entries WHERE id IN ({marks}) AND kind = 'turn')"
-            " WINDOW w AS (PARTITION BY session_id ORDER BY created_at, id)"
-            f") WHERE id IN ({marks})"
+            "SELECT e.id,"
+            " (SELECT p.id FROM entries p WHERE p.session_id = e.session_id AND p.kind = 'turn'"
+            "  AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT 1),"
+            " (SELECT n.id FROM entries n WHERE n.session_id = e.session_id AND n.kind = 'turn'"
+            "  AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT 1)"
+            f" FROM entries e WHERE e.id IN ({marks}) AND e.kind = 'turn' AND e.session_id IS NOT NULL"
         )
         with self.engine.connect() as conn:
             return {r[0]: (r[1], r[2]) for r in conn.execute(sql, params)}

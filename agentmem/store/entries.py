@@ -113,7 +113,7 @@ class EntryStore:
                         tmp_paths.append((tmp, final))
                         e.row.kv_path = str(final.relative_to(self.root))
                 self.vectors.add(
-                    [e.row.id for e in entries], vectors,
+                    [e.row.user_id for e in entries], [e.row.id for e in entries], vectors,
                     [_vector_metadata(e.row) for e in entries], [e.embed_text for e in entries],
                 )
                 try:
@@ -122,7 +122,8 @@ class EntryStore:
                     self.catalog.insert([e.row for e in entries], index_texts=index_texts,
                                         tags=[e.tags for e in entries])
                 except BaseException:
-                    self.vectors.delete([e.row.id for e in entries])
+                    for user in {e.row.user_id for e in entries}:
+                        self.vectors.delete([e.row.id for e in entries if e.row.user_id == user], user_id=user)
                     raise
             except BaseException:
                 for tmp, _ in tmp_paths:
@@ -153,7 +154,8 @@ class EntryStore:
             for i in range(0, len(ids), 500):
                 chunk = list(ids[i : i + 500])
                 rows = self.catalog.delete(chunk)  # row first: a crash after it leaves only orphans
-                self.vectors.delete(chunk)
+                for user in {r.user_id for r in rows}:
+                    self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
                 for row in rows:
                     if row.kv_path:
                         _erase_file(self.root / row.kv_path)
@@ -186,9 +188,9 @@ class EntryStore:
         now = time.time() if now is None else now
         vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
         pool = max(self.config.candidate_pool, 4 * k)
-        where = chroma_where(user_id=scope.user_id, session_id=scope.session_id,
+        where = chroma_where(session_id=scope.session_id,
                              kind=list(scope.kinds) if scope.kinds else None)
-        hits = self._fused(query, vec, scope, where, pool, now, ids=None)
+        hits = self._fused(query, vec, scope, where, pool, now, ids=None, k=k)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
@@ -197,12 +199,12 @@ class EntryStore:
             if scope.predicate is not None:
                 allowed = [r.id for r in self.catalog.get(allowed) if scope.admits(r, now)]
             if allowed:
-                hits = self._fused(query, vec, scope, where, max(pool, len(allowed)), now, ids=allowed)
+                hits = self._fused(query, vec, scope, where, max(pool, len(allowed)), now, ids=allowed, k=k)
         return hits[:k]
 
     def _fused(self, query: str, vec: np.ndarray, scope: Scope, where: dict[str, Any] | None, pool: int,
-               now: float, ids: Sequence[str] | None) -> list[ScoredRow]:
-        dense = dict(self.vectors.query(vec, n=pool, where=where, ids=ids))
+               now: float, ids: Sequence[str] | None, k: int) -> list[ScoredRow]:
+        dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
         lexical = dict(self.catalog.lexical_search(query, user_id=scope.user_id, limit=pool,
                                                    blind=self._blind_index.token if self._blind_index else None))
         if ids is not None:
@@ -210,15 +212,22 @@ class EntryStore:
             lexical = {i: s for i, s in lexical.items() if i in allowed}
         fused = fuse(dense, lexical)
         fused = spill_over(fused, self.catalog.turn_neighbours(list(fused)))
-        rows = {r.id: r for r in self.catalog.get(list(fused))}
-        out = []
-        for entry_id, score in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])):
-            row = rows.get(entry_id)
-            if row is not None and scope.admits(row, now):
-                parts = {"dense": dense[entry_id]} if entry_id in dense else {}
-                if entry_id in lexical:
-                    parts["lexical"] = lexical[entry_id]
-                out.append(ScoredRow(row, score, parts))
+        ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
+        out: list[ScoredRow] = []
+        # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
+        step = max(2 * k, 10)
+        for start in range(0, len(ranked), step):
+            page = ranked[start : start + step]
+            rows = {r.id: r for r in self.catalog.get([i for i, _ in page])}
+            for entry_id, score in page:
+                row = rows.get(entry_id)
+                if row is not None and scope.admits(row, now):
+                    parts = {"dense": dense[entry_id]} if entry_id in dense else {}
+                    if entry_id in lexical:
+                        parts["lexical"] = lexical[entry_id]
+                    out.append(ScoredRow(row, score, parts))
+            if len(out) >= k:
+                break
         return out
 
     # --- recovery ------------------------------------------------------------------------------
@@ -277,7 +286,7 @@ class EntryStore:
 
 
 def _vector_metadata(row: EntryRow) -> dict[str, Any]:
-    meta: dict[str, Any] = {"user_id": row.user_id, "kind": row.kind}
+    meta: dict[str, Any] = {"kind": row.kind}
     if row.session_id is not None:
         meta["session_id"] = row.session_id
     return meta

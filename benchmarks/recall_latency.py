@@ -1,0 +1,70 @@
+"""recall() latency at scale, embedding of the query included. Public API only.
+
+    python benchmarks/recall_latency.py --entries 10000 [--queries 200]
+
+Fills one user's store with N short memories (in batches), then times ``recall`` on fresh queries.
+Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from agentmem import AgentMemory
+
+SUBJECTS = ["my sister", "the dog", "our landlord", "my manager", "the dentist", "grandma", "the neighbour", "Tom",
+            "the bakery", "my bike", "the garden", "our team", "the kids", "my doctor", "the car", "Lisa"]
+VERBS = ["moved to", "asked about", "talked about", "fixed", "bought", "visited", "forgot", "planned", "painted",
+         "recommended", "cancelled", "booked", "cooked", "lost", "found", "called about"]
+OBJECTS = ["Lyon", "a red kayak", "the tax forms", "a birthday party", "the broken heater", "a new laptop",
+           "the concert tickets", "a trip to Porto", "the vet appointment", "a lemon cake", "the old piano",
+           "the marathon", "a job interview", "the wedding", "the insurance claim", "a camping weekend"]
+
+
+def sentence(rng: random.Random, i: int) -> str:
+    return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} (note {i})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--entries", type=int, default=10_000)
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as tmp, AgentMemory(Path(tmp) / "store") as mem:
+        batch = 500
+        for start in tqdm(range(0, args.entries, batch), desc="filling", unit="batch", disable=None):
+            n = min(batch, args.entries - start)
+            mem.remember_many([dict(text=sentence(rng, start + j), user_id="u", session_id=f"s{(start + j) // 50}")
+                               for j in range(n)])
+        queries = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(args.queries)]
+        for q in queries[:5]:  # warm-up: model load, first HNSW touch
+            mem.recall(q, user_id="u", k=args.k)
+        times = []
+        for q in tqdm(queries, desc="recall", disable=None):
+            t = time.perf_counter()
+            mem.recall(q, user_id="u", k=args.k)
+            times.append(1000 * (time.perf_counter() - t))
+    times.sort()
+    result = {
+        "entries": args.entries,
+        "queries": len(times),
+        "p50_ms": round(statistics.median(times), 2),
+        "p95_ms": round(times[int(0.95 * (len(times) - 1))], 2),
+        "mean_ms": round(statistics.fmean(times), 2),
+    }
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
