@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["Session", "TurnResult"]
 
 log = logging.getLogger(__name__)
-_MODES = ("kv", "text")
+_MODES = ("kv", "history-text", "text")
 _GROW_TOKENS = 128  # capacity is rounded up to this many tokens so most turns append without reallocating
 
 
@@ -146,9 +146,11 @@ class Session:
     ) -> TurnResult:
         """Answer ``text`` in this conversation; greedy unless ``do_sample``.
 
-        ``k`` memories are recalled (never turns already in the working cache) and mounted as stored KV. ``mode``
-        ``"text"`` re-encodes preamble + memories + history + message from scratch instead (the baseline; same
-        ids). ``commit=False`` answers without changing the session or storing anything (a dry run).
+        ``k`` memories are recalled (never turns already in the working cache) and mounted as stored KV. Baselines
+        on the same ids: ``mode="history-text"`` mounts the memories' KV but re-encodes the history instead of
+        reusing it (what a turn costs without sessions); ``mode="text"`` re-encodes preamble + memories + history
+        + message from scratch. ``commit=False`` answers without changing the session or storing anything (a dry
+        run; with a baseline mode it reads the transcript only and moves nothing between tiers).
         ``remember=False`` keeps the turn in the session but does not store it as long-term memories.
         """
         if not isinstance(text, str) or not text.strip():
@@ -172,7 +174,7 @@ class Session:
             user_text = mgr._scan(text)  # before anything is encoded: secrets never enter the session KV
             tm["scan"] = time.perf_counter() - t0
             ctx = mgr.context()
-            if mode == "kv":
+            if mode != "text":
                 ctx.require_kv()
             self._busy = True
             try:
@@ -202,7 +204,7 @@ class Session:
         # 1. the session's KV on the model's device, valid, with room for this turn
         # (a text-mode dry run needs no KV: it only reads the transcript and moves nothing between tiers)
         t = time.perf_counter()
-        peek = mode == "text" and not commit
+        peek = mode != "kv" and not commit
         restored_from: str | None = None
         rebuilt: str | None = None
         if peek:
@@ -299,6 +301,12 @@ class Session:
                 full = ctx.preamble_ids + [i for ids in kept_ids for i in ids] + st.ids + new_ids
                 cache = self._workspace_cache(ctx, len(full) + max_new + 1)
                 step_in = full
+                reused = 0
+            elif mode == "history-text":
+                cap = P + mem_tokens + len(st.ids) + len(new_ids) + max_new + 1
+                cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries, ctx.inv_freq, capacity=cap, workspace=mgr._workspace)
+                mgr._workspace_peak = max(mgr._workspace_peak, cap * ctx.bytes_per_token)
+                step_in = st.ids + new_ids
                 reused = 0
             elif entries:
                 hist = [ctx.history_entry(kv, st.ids, kv_len)] if kv_len else []

@@ -105,9 +105,11 @@ def test_reuse_across_turns_matches_reencoding_the_whole_history(engine, tmp_pat
     history: list[tuple[str, list[int]]] = []
     for turn, message in enumerate(MESSAGES):
         dry = chat.send(message, k=0, max_new_tokens=NEW, mode="text", commit=False)
+        hist = chat.send(message, k=0, max_new_tokens=NEW, mode="history-text", commit=False)
         r = chat.send(message, k=0, max_new_tokens=NEW)
-        assert r.token_ids == dry.token_ids == reference_reply(engine, history, message, NEW)
-        assert r.prefilled_tokens < dry.prefilled_tokens or turn == 0
+        assert r.token_ids == dry.token_ids == hist.token_ids == reference_reply(engine, history, message, NEW)
+        assert r.prefilled_tokens < hist.prefilled_tokens < dry.prefilled_tokens or turn == 0
+        assert hist.reused_tokens == 0 and hist.prompt_tokens == dry.prompt_tokens == r.prompt_tokens
         if turn:
             assert r.reused_tokens > 0 and r.rebuilt is None
         history.append((message, r.token_ids))
@@ -146,8 +148,10 @@ def test_offload_to_disk_and_restore_continues_token_identically(engine, tmp_pat
         tier = "disk" if i % 2 else "warm"
         if i:
             assert mgr.offload("moved", to=tier) == ("cold" if tier == "disk" else "warm")
+        base = moved.send(message, k=2, max_new_tokens=NEW, mode="history-text", commit=False)
         a = moved.send(message, k=2, max_new_tokens=NEW)
         b = stay.send(message, k=2, max_new_tokens=NEW)
+        assert base.mounted == a.mounted and base.prompt_tokens == a.prompt_tokens
         assert a.token_ids == b.token_ids
         assert a.mounted == b.mounted == ["m0", "m1"]
         if i:
