@@ -100,6 +100,8 @@ class AgentMemory:
         self._stop.set()
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
+        if self._sessions is not None:
+            self._sessions.close()
         self._store.close()
 
     # --- write ---------------------------------------------------------------------------------
@@ -436,9 +438,12 @@ class AgentMemory:
         if entry_id is not None:
             if any(x is not None for x in (user_id, session_id, tags)):
                 raise InvalidInputError("forget takes an entry id or a scope (user_id/session_id/tags), not both")
-            n = self._store.delete([entry_id])
-            self._audit.record("forget", count=n)
-            return n
+            rows = self._store.delete([entry_id])
+            # a forgotten turn may sit in its conversation's working KV: drop that cache too
+            for session in {r.session_id for r in rows if r.session_id}:
+                self._end_session_kv(session)
+            self._audit.record("forget", count=len(rows))
+            return len(rows)
         tag_list = check_tags(tags)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
@@ -447,7 +452,12 @@ class AgentMemory:
             session_id=check_id(session_id, "session_id", required=False), tags=tag_list,
         )
         ids = [i for page in self._store.catalog.iter_ids(q) for i in page]
-        n = self._store.delete(ids)
+        rows = self._store.delete(ids)
+        n = len(rows)
+        if user_id is not None and self._has_sessions():
+            self.sessions.end_user(user_id)
+        for session in {r.session_id for r in rows if r.session_id} | ({session_id} if session_id else set()):
+            self._end_session_kv(session)
         action = "forget_user" if user_id is not None else "forget_session" if session_id is not None else "forget_tags"
         self._audit.record(action, user_id=user_id, session_id=session_id, count=n)
         return n
@@ -455,7 +465,9 @@ class AgentMemory:
     def sweep(self) -> int:
         """Erase every expired entry everywhere (row, vector, blob); returns how many."""
         self._check_open()
-        n = self._store.delete(self._store.catalog.expired_ids(time.time()))
+        n = len(self._store.delete(self._store.catalog.expired_ids(time.time())))
+        if self._sessions is not None:
+            self._sessions.sweep()  # session TTLs
         if n:
             self._audit.record("expire", count=n)
         return n
@@ -476,6 +488,13 @@ class AgentMemory:
         with self._clock_lock:
             self._last_ts = max(time.time(), self._last_ts + 1e-6)
             return self._last_ts
+
+    def _has_sessions(self) -> bool:
+        return self._sessions is not None or (self.path / "sessions").exists()
+
+    def _end_session_kv(self, session_id: str) -> None:
+        if self._has_sessions():
+            self.sessions.end(session_id)
 
     def _check_open(self) -> None:
         if self._closed:

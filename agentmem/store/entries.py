@@ -147,9 +147,9 @@ class EntryStore:
             os.replace(tmp, final)
             return True
 
-    def delete(self, ids: Sequence[str]) -> int:
-        """Erase rows, vectors and blobs; returns how many entries existed."""
-        total = 0
+    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Erase rows, vectors and blobs; returns the rows that existed."""
+        deleted: list[EntryRow] = []
         with self._lock:
             for i in range(0, len(ids), 500):
                 chunk = list(ids[i : i + 500])
@@ -159,10 +159,10 @@ class EntryStore:
                 for row in rows:
                     if row.kv_path:
                         _erase_file(self.root / row.kv_path)
-                total += len(rows)
-            if total:
+                deleted += rows
+            if deleted:
                 self.catalog.scrub()
-        return total
+        return deleted
 
     # --- reads ---------------------------------------------------------------------------------
     def blob_path(self, entry_id: str) -> Path:
