@@ -122,13 +122,17 @@ def describe(bot: Bot, ids: list[str]) -> list[tuple[str, str, str]]:
     return out
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def show_turn(user: str, session: str, text: str, r: dict[str, Any], mounted: list[tuple[str, str, str]]) -> None:
     print(f"\n[{user} | {session}] {user}: {text}")
-    print(f"  bot: {r['text'] or '(empty)'}")
+    print(f"  bot: {_one_line(r['text']) or '(empty)'}")
     if mounted:
         print(f"  mounted {len(mounted)} memories as {r['mode'].upper()}:")
         for _, _, line in mounted:
-            print(f"    - {line}")
+            print(f"    - {_one_line(line)}")
     else:
         print("  mounted no memories")
     ttft = r["timings"].get("ttft", 0.0)
