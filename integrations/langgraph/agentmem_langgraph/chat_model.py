@@ -180,9 +180,10 @@ class ChatAgentMem(BaseChatModel):
                 # the session recalls k and leaves out its own turns, as the node did when choosing the ids:
                 # recall as many as the node did, not as many as it kept
                 k = requested_k(messages) or k
+            send = dict(ids=ids, filters=None, k=k, zero_k=True)
             if self.measure_baseline:  # before the real turn, so both see the same session state
-                baseline = session.send(question, k=k, max_new_tokens=0, mode="text", commit=False)
-            out = session.send(question, k=k, max_new_tokens=max_new, mode=self.mode)
+                baseline = self._call(session.send, question, max_new_tokens=0, mode="text", commit=False, **send)
+            out = self._call(session.send, question, max_new_tokens=max_new, mode=self.mode, **send)
             records = list(getattr(out, "records", []) or [])
             mark = {"entry_id": records[-1] if records else None, "by": "session"}
         else:
@@ -212,8 +213,13 @@ class ChatAgentMem(BaseChatModel):
                      "total_tokens": int(prompt_tokens) + out_tokens}
         return str(out.text), info, usage, mark
 
-    def _call(self, fn: Any, question: str, *, ids: list[str] | None, filters: Any, k: int, **kw: Any) -> Any:
-        """Call ``generate``/``send`` with what it accepts (the core's signature evolves; extra args are dropped)."""
+    def _call(self, fn: Any, question: str, *, ids: list[str] | None, filters: Any, k: int, zero_k: bool = False,
+              **kw: Any) -> Any:
+        """Call ``generate``/``send`` with what it accepts (the core's signature evolves; extra args are dropped).
+
+        Given ids are passed as such once the core takes them (``entry_ids=``); until then ``k`` (and the node's
+        filters) make the core recall the same entries. ``zero_k``: the callee accepts ``k=0`` (sessions do).
+        """
         try:
             params = inspect.signature(fn).parameters
         except (TypeError, ValueError):
@@ -223,6 +229,8 @@ class ChatAgentMem(BaseChatModel):
         args: dict[str, Any] = {}
         if ids is not None and id_param:
             args[id_param] = list(ids)
+        elif k == 0 and zero_k:
+            args["k"] = 0
         elif k == 0:
             # The node found nothing worth mounting, but the core has no k=0: scope the recall to a tag no entry
             # has, which costs one SQL lookup and mounts nothing.

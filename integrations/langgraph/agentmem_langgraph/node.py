@@ -154,7 +154,8 @@ class MemoryNode:
         messages = state_messages(state)
         hits = self.search(state, config, runtime)
         update: list[BaseMessage] = [RemoveMessage(id=m.id) for m in messages if is_context(m)]
-        if hits:
+        # in KV mode an empty context message still matters: it tells the model to mount nothing
+        if hits or self.mount_mode == "kv":
             update.append(context_message(hits, mode=self.mount_mode, k=self.k))
         log.debug("recall: %d memories (%s)", len(hits), self.mount_mode)
         return {"messages": update} if update else {}
@@ -166,7 +167,7 @@ class MemoryNode:
         """
         messages = [m for m in state_messages(state) if not is_context(m)]
         hits = self.search(state, config, runtime)
-        if not hits:
+        if not hits and self.mount_mode != "kv":
             return {"llm_input_messages": messages}
         lead = 0
         while lead < len(messages) and isinstance(messages[lead], SystemMessage):

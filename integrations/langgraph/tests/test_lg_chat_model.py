@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import create_react_agent
 
 from agentmem import AgentMemory
 from agentmem_langgraph import ChatAgentMem, MemoryNode, is_context
@@ -104,6 +105,18 @@ def test_graph_with_node_sessions_and_sqlite_checkpoints(kvmem, tmp_path):
     restored = saver.get_tuple(config).checkpoint["channel_values"]["messages"]
     assert [m.id for m in restored] == [m.id for m in second["messages"]]
     saver.conn.close()
+
+
+def test_react_agent_hooks_mount_nothing_when_the_node_keeps_nothing(kvmem):
+    llm = ChatAgentMem(memory=kvmem, max_new_tokens=4)
+    picky = MemoryNode(kvmem, model=llm, min_score=1e9)  # drops every recalled memory
+    agent = create_react_agent(llm, [], pre_model_hook=picky.pre_model_hook, post_model_hook=picky.post_model_hook,
+                               checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [("user", "Where do I live?")]},
+                       {"configurable": {"user_id": "alice", "thread_id": "t9"}})
+    info = out["messages"][-1].response_metadata["agentmem"]
+    assert info["requested"] == [] and info["mounted"] == []
+    assert not any(is_context(m) for m in out["messages"])  # hook mode: the state holds the conversation only
 
 
 @pytest.mark.slow
