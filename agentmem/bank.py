@@ -103,11 +103,60 @@ class KVBank:
         digest = self.engine.fingerprint.digest
         return [r for r in rows if r.kind != "trained" and (not r.kv_path or r.kv_fingerprint != digest)]
 
+    # --- trained entries -------------------------------------------------------------------------
+    def train_blob(self, document: str, *, tokens: int, steps: int, seed: int, lr: float, progress: bool,
+                   checkpoint_path: Any, options: dict[str, Any]) -> tuple[bytes, dict[str, Any], dict[str, Any]]:
+        """Train a KV prefix for ``document`` (model frozen): blob bytes, catalog KV fields, training record."""
+        from agentmem.kv.types import EncodedEntry
+        from agentmem.train import TrainOptions, train_prefix
+
+        engine = self.engine
+        engine._require_kv()
+        prefix = train_prefix(
+            engine.model, engine.tokenizer, document, tokens=tokens, steps=steps, seed=seed, lr=lr,
+            preamble_ids=list(engine.layout.preamble_ids), options=TrainOptions(**options), progress=progress,
+            checkpoint_path=checkpoint_path, fingerprint=engine.fingerprint.digest,
+        )
+        entry = EncodedEntry(
+            token_ids=torch.tensor(prefix.token_ids, dtype=torch.long), keys=prefix.keys.detach(),
+            values=prefix.values.detach(), offset=int(prefix.offset), fingerprint=engine.fingerprint.digest,
+            preamble_digest=engine.layout.preamble_digest,
+        )
+        return engine.to_bytes(entry), self._kv_fields(prefix.tokens), prefix.record
+
+    def stale_reason(self, row: EntryRow, document: str) -> str | None:
+        """Why a trained entry must not be mounted (document or model changed), else None."""
+        from agentmem.train import is_stale
+
+        record = (row.metadata_json or {}).get("training") or {}
+        return is_stale(record, document, self.engine.fingerprint.digest,
+                        preamble_digest=self.engine.layout.preamble_digest)
+
     # --- mount -----------------------------------------------------------------------------------
-    def memories(self, rows: Sequence[EntryRow], texts: Sequence[str], *, strict: bool) -> list[BankMemory]:
-        """Mountable memories for recalled rows, most relevant first."""
-        return [BankMemory(id=r.id, text=t, load_kv=self._loader(r, t, strict), trained=r.kind == "trained")
-                for r, t in zip(rows, texts)]
+    def memories(self, rows: Sequence[EntryRow], texts: Sequence[str], *, strict: bool,
+                 documents: Sequence[str] | None = None) -> tuple[list[BankMemory], list[tuple[str, str]]]:
+        """Mountable memories for recalled rows (most relevant first) and the stale trained entries left out.
+
+        A trained entry mounts its learned KV; its text (for text mode) is the document it stands for.
+        """
+        out: list[BankMemory] = []
+        skipped: list[tuple[str, str]] = []
+        for i, (row, text) in enumerate(zip(rows, texts)):
+            if row.kind == "trained":
+                document = documents[i] if documents is not None else text
+                reason = self.stale_reason(row, document)
+                if reason is not None:
+                    self.stats.counts["stale_trained"] += 1
+                    log.warning("trained entry %s not mounted: %s", row.id, reason)
+                    if strict:
+                        from agentmem.errors import StaleEntryError
+
+                        raise StaleEntryError(f"trained entry {row.id} is stale: {reason}; retrain it")
+                    skipped.append((row.id, reason))
+                    continue
+            out.append(BankMemory(id=row.id, text=text, load_kv=self._loader(row, text, strict),
+                                  trained=row.kind == "trained"))
+        return out, skipped
 
     def _loader(self, row: EntryRow, text: str, strict: bool):
         def load() -> Any:

@@ -305,8 +305,12 @@ class AgentMemory:
         temperature: float = 1.0,
         top_p: float = 1.0,
         seed: int | None = None,
+        entry_ids: Sequence[str] | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
+
+        ``entry_ids`` skips recall and mounts exactly those entries of ``user_id`` (in that order), e.g. what a
+        LangGraph node already chose.
 
         ``mode="kv"`` mounts stored KV (re-positioned exactly); ``"kv+fix"`` also recomputes a few tokens of each
         entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
@@ -319,18 +323,85 @@ class AgentMemory:
             >>> out.text, out.mounted, out.timings["ttft"]                           # doctest: +SKIP
         """
         t0 = time.perf_counter()
-        hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters)
+        if entry_ids is not None:
+            hits = self._owned_hits(entry_ids, user_id)
+        else:
+            hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters)
         retrieve_s = time.perf_counter() - t0
         strict = self.config.strict_fingerprint if strict is None else strict
         rows = self._store.catalog.get([h.id for h in hits])
-        memories = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict) if mode != "text" else [
-            BankMemory(id=h.id, text=h.memory_text) for h in hits
-        ]
-        return self._bank.engine.generate(
+        if mode == "text":
+            memories, skipped = [BankMemory(id=h.id, text=h.memory_text) for h in hits], []
+        else:
+            memories, skipped = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict,
+                                                    documents=[h.text for h in hits])
+        out = self._bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
             retrieve_s=retrieve_s,
         )
+        out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
+        return out
+
+    def train(
+        self,
+        document: str,
+        *,
+        user_id: str,
+        session_id: str | None = None,
+        tags: Iterable[str] | None = None,
+        tokens: int = 128,
+        steps: int = 300,
+        seed: int = 0,
+        lr: float = 2e-2,
+        ttl: float | timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: bool = True,
+        checkpoint_path: str | Path | None = None,
+        **options: Any,
+    ) -> MemoryRecord:
+        """Learn a ``tokens``-long KV prefix that stands for ``document`` (model frozen) and store it as an entry
+        of kind ``trained``; it mounts like any other entry. The document text is kept (secret-scanned) for text
+        mode and inspection; if the document or the model changes, the entry is stale and is not mounted.
+
+        ``options`` are :class:`agentmem.train.TrainOptions` fields (samples, batch_size, time_budget_s, ...).
+        With ``checkpoint_path`` an interrupted training resumes where it stopped.
+
+        Example:
+            >>> entry = mem.train(manual, user_id="u1", tags=["manual"], tokens=128, steps=300)   # doctest: +SKIP
+            >>> mem.generate("How do I reset the device?", user_id="u1", tags=["manual"])         # doctest: +SKIP
+        """
+        self._check_open()
+        text = check_text(document, "document")
+        if self._scanner is not None:
+            text = self._scanner.apply(text)
+        blob, fields, record = self._bank.train_blob(
+            text, tokens=tokens, steps=steps, seed=seed, lr=lr, progress=progress,
+            checkpoint_path=checkpoint_path, options=options,
+        )
+        meta = {**check_metadata(metadata), "training": record}
+        entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind="trained", role=None,
+                                speaker=None, timestamp=None, tags=tags, ttl=ttl, metadata=meta)
+        entry.blob = blob
+        for key, value in fields.items():
+            setattr(entry.row, key, value)
+        self._store.add([entry])
+        return self._record(entry.row)
+
+    def _owned_hits(self, entry_ids: Sequence[str], user_id: str) -> list[Hit]:
+        check_id(user_id, "user_id", required=True)
+        if isinstance(entry_ids, str):
+            raise InvalidInputError("entry_ids must be a list of entry ids")
+        now = time.time()
+        rows = [r for r in self._store.catalog.get(list(entry_ids))
+                if r.user_id == user_id and (r.expires_at is None or r.expires_at > now)]
+        return [to_hit(r, 1.0, {}, text=self._open_text(r.id, "text", r.text),
+                       memory_text=self._open_text(r.id, "memory_text", r.memory_text)) for r in rows]
+
+    def load_model(self) -> None:
+        """Load the local LLM now (it otherwise loads on the first encode or mount)."""
+        self._check_open()
+        _ = self._bank.engine
 
     def encode_pending(self, *, user_id: str | None = None, batch_size: int = 16, progress: bool = True) -> int:
         """Encode KV for every entry that has none for the loaded model (bulk loads, model changes).
@@ -416,7 +487,9 @@ class AgentMemory:
         if exclude_session is not None:  # turns of the live conversation are already in its working cache
             hits = [h for h in hits if h.session_id != exclude_session]
         rows = self._store.catalog.get([h.id for h in hits])
-        return self._bank.memories(rows, [h.memory_text for h in hits], strict=strict)
+        memories, _stale = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict,
+                                               documents=[h.text for h in hits])
+        return memories
 
     def _remember_turn(self, user_id: str, session_id: str, role: str, text: str) -> MemoryRecord:
         return self.remember(text, user_id=user_id, session_id=session_id, kind="turn", role=role)
