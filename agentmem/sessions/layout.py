@@ -53,7 +53,7 @@ def _between(text: str, first: str, second: str) -> str | None:
 class ChatLayout:
     """The three template pieces around conversation turns, as text and (cached) token ids."""
 
-    tokenizer: Any = field(repr=False, compare=False)
+    prompt: Any = field(repr=False, compare=False)  # the engine's PromptLayout: the one place text becomes ids
     first_open_text: str  # closes the memory block, opens the first user message (= PromptLayout.between_text)
     next_open_text: str  # closes an assistant reply, opens the next user message
     after_user_text: str  # closes a user message, opens the assistant reply (= PromptLayout.after_text)
@@ -73,18 +73,16 @@ class ChatLayout:
                 next_open = _between(text, _A1, _U2)
         if next_open is None:  # plain prompts (and templates that refuse the probe): "...reply\nQuestion: ..."
             next_open = layout.between_text
-        return cls(tok, layout.between_text, next_open, layout.after_text)
+        return cls(layout, layout.between_text, next_open, layout.after_text)
 
     # -- ids ----------------------------------------------------------------------------------------------
     def _template_ids(self, text: str) -> list[int]:
-        # Template pieces may hold special tokens (<|im_start|>): let the tokenizer recognise them.
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
+        # Template pieces may hold special tokens (<|im_start|>): the tokenizer recognises them.
+        return self.prompt.template_ids(text)
 
     def content_ids(self, text: str) -> list[int]:
         """User-supplied text: special-token strings stay literal (no prompt-structure injection)."""
-        if not text:
-            return []
-        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
+        return self.prompt.content_ids(text)
 
     def _cached(self, name: str, text: str) -> list[int]:
         value = self.__dict__.get(name)

@@ -14,6 +14,7 @@ bookkeeping and is never held across a model call or a disk write; the engine's 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import logging
@@ -157,18 +158,22 @@ class SessionManager:
             return s._tier
 
     def restore(self, session_id: str) -> dict[str, Any]:
-        """Bring a session's KV back to the hot tier now; returns ``{"from": tier, "seconds": s}``."""
+        """Bring a session's KV back to the hot tier now.
+
+        Returns ``{"from": tier, "seconds": s, "make_room_seconds": s}``: the restore itself, and the time spent first
+        moving other sessions down to make room for it.
+        """
         s = self.get(session_id)
         ctx = self.context()
         with s._lock:
-            source, seconds = self._bring_hot(s, ctx)
+            source, seconds, evict = self._bring_hot(s, ctx)
             self._validate(s, ctx)
             s._last_used = time.time()
             with self._lock:
                 if self.hot.backend.contains(s._key):
                     self.hot.policy.touch(s._key)
         self._fit(self.hot)
-        return {"from": source, "seconds": seconds}
+        return {"from": source, "seconds": seconds, "make_room_seconds": evict}
 
     def end(self, session_id: str) -> bool:
         """Erase a session's working KV and stored turns from every tier now (its long-term memories stay)."""
@@ -183,7 +188,7 @@ class SessionManager:
             found = self.cold.backend.erase(key) or found
         self.cold.backend.drain_trash()
         if found:
-            self.counts["ended"] += 1
+            self._count("ended", 1)
         return found
 
     def end_user(self, user_id: str) -> int:
@@ -196,7 +201,7 @@ class SessionManager:
                 n += self._erase(s)
         n += self.cold.backend.erase_folder(self._hash("u", user_id))
         self.cold.backend.drain_trash()
-        self.counts["ended"] += n
+        self._count("ended", n)
         return n
 
     def invalidate(self, reason: str = "invalidated") -> int:
@@ -217,7 +222,7 @@ class SessionManager:
                     dropped += 1
             finally:
                 s._lock.release()
-        self.counts["invalidations"] += 1
+        self._count("invalidations", 1)
         log.info("session KV invalidated (%s): %d sessions dropped from memory", reason, dropped)
         return dropped
 
@@ -238,13 +243,18 @@ class SessionManager:
                 if ttl is not None and age > ttl:
                     if self._erase(s):
                         done["expired"] += 1
-                elif age > idle_s and s._tier in ("hot", "warm"):
-                    self._move_down(s, self.hot if s._tier == "hot" else self.warm, to_cold=True)
-                    done["idle_offloads"] += 1
+                    continue
+                idle = age > idle_s and s._tier in ("hot", "warm")
             except Exception:
                 log.exception("session sweep failed for one session")
+                continue
             finally:
                 s._lock.release()
+            if idle:
+                try:
+                    done["idle_offloads"] += self._offload_idle(s)
+                except Exception:
+                    log.exception("idle offload failed for one session")
         if ttl is not None:  # files of sessions no process has opened since a restart
             with self._lock:
                 known = set(self._by_key)
@@ -254,7 +264,8 @@ class SessionManager:
                     self.cold.backend.erase(key)
                     done["expired"] += 1
         self.cold.backend.drain_trash()
-        self.counts.update(done)
+        with self._lock:
+            self.counts.update(done)
         return dict(done)
 
     def stats(self) -> dict[str, Any]:
@@ -333,6 +344,14 @@ class SessionManager:
             self._sessions[s.session_id] = s
             self._by_key[s._key] = s
 
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+    def _bump(self, tier: Tier, field: str) -> None:
+        with self._lock:
+            setattr(tier.counters, field, getattr(tier.counters, field) + 1)
+
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidInputError("this session manager is closed")
@@ -378,51 +397,103 @@ class SessionManager:
             return
         self._write_cold(s, kv)
 
+    def _offload_idle(self, s: Session) -> bool:
+        """Move an idle session to disk without holding its lock across the serialisation and the write.
+
+        Snapshot under the lock, write a staged file without it, then publish the file and drop the in-memory
+        KV only if nothing touched the session meanwhile (same version and tier); otherwise discard the file.
+        A ``send`` that arrives during the write therefore never waits for the disk.
+        """
+        if not s._lock.acquire(blocking=False):
+            return False
+        try:
+            if s._busy or s._tier not in ("hot", "warm") or s._state is None:
+                return False
+            tier = self.hot if s._tier == "hot" else self.warm
+            kv = tier.backend.get(s._key)
+            if kv is None:
+                return False
+            if not s._state.turns:  # an empty conversation: nothing worth a file
+                self._drop_kv(s)
+                s._state = None
+                return True
+            version, tier_name, last_used = s._version, s._tier, s._last_used
+            state = copy.deepcopy(s._state)
+        finally:
+            s._lock.release()
+        staged = self.cold.backend.stage(s._key, self._seal(s._key, dump_session(state, kv)), mtime=last_used)
+        published = False
+        if s._lock.acquire(blocking=False):
+            try:
+                if not s._busy and s._version == version and s._tier == tier_name:
+                    self.cold.backend.commit(s._key, staged)
+                    published = True
+                    tier.backend.pop(s._key)
+                    with self._lock:
+                        tier.policy.remove(s._key)
+                        tier.counters.offloads += 1
+                    s._state, s._tier = None, "cold"
+                    self.cold.note_bytes()
+            finally:
+                s._lock.release()
+        if not published:
+            self.cold.backend.discard(staged)
+        return published
+
     @staticmethod
     def _bytes_per_token(kv: SessionKV) -> int:
         return kv.nbytes // max(1, kv.capacity)
 
-    def _bring_hot(self, s: Session, ctx: EngineContext, extra: int = _SLACK_TOKENS) -> tuple[str | None, float]:
-        """Restore ``s``'s KV (and transcript) to the hot tier; count hits and misses on the way down."""
+    def _bring_hot(
+        self, s: Session, ctx: EngineContext, extra: int = _SLACK_TOKENS
+    ) -> tuple[str | None, float, float]:
+        """Restore ``s``'s KV (and transcript) to the hot tier; count hits and misses on the way down.
+
+        Returns the tier it came from, the seconds spent restoring it (reading, parsing, copying to the device)
+        and the seconds spent first moving other sessions down to make room.
+        """
         if s._tier == "hot" and self.hot.backend.contains(s._key):
-            self.hot.counters.hits += 1
-            return None, 0.0
+            self._bump(self.hot, "hits")
+            return None, 0.0, 0.0
         t0 = time.perf_counter()
-        self.hot.counters.misses += 1
+        self._bump(self.hot, "misses")
         source: Tier | None = None
         kv: SessionKV | None = None
         if s._tier == "warm":
-            self.warm.counters.hits += 1
+            self._bump(self.warm, "hits")
             kv = self.warm.backend.pop(s._key)
             with self._lock:
                 self.warm.policy.remove(s._key)
             source = self.warm
         else:
-            self.warm.counters.misses += 1
+            self._bump(self.warm, "misses")
             if s._tier == "cold":
-                self.cold.counters.hits += 1
+                self._bump(self.cold, "hits")
                 source = self.cold
                 kv = self._read_cold(s, ctx)
             else:
-                self.cold.counters.misses += 1
+                self._bump(self.cold, "misses")
         if s._state is None:
             s._state = Transcript(s.session_id, s.user_id)
         s._tier = None
         if kv is None:
-            return (source.name if source else None), time.perf_counter() - t0
+            return (source.name if source else None), time.perf_counter() - t0, 0.0
         capacity = kv.length + extra
+        t_fit = time.perf_counter()
         self._fit(self.hot, incoming=capacity * self._bytes_per_token(kv), exclude=s)
+        evict = time.perf_counter() - t_fit
         kv = kv.moved(ctx.device, capacity=capacity)
         self.hot.backend.put(s._key, kv)
         s._tier = "hot"
         with self._lock:
             self.hot.policy.touch(s._key)
         self.hot.note_bytes()
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - evict
         assert source is not None
-        source.counters.restores += 1
-        source.counters.restore_seconds.append(seconds)
-        return source.name, seconds
+        with self._lock:
+            source.counters.restores += 1
+            source.counters.restore_seconds.append(seconds)
+        return source.name, seconds, evict
 
     def _read_cold(self, s: Session, ctx: EngineContext) -> SessionKV | None:
         blob = self.cold.backend.pop(s._key)
@@ -434,7 +505,7 @@ class SessionManager:
                 raise BlobCorruptedError("session file belongs to another session")
         except (BlobCorruptedError, EncryptionError) as exc:
             log.warning("session file %s unusable (%s); starting the conversation over", s._key, exc)
-            self.counts["corrupted"] += 1
+            self._count("corrupted", 1)
             s._state = None
             return None
         s._state = transcript
@@ -464,7 +535,7 @@ class SessionManager:
             changed = next(name for name in ("fingerprint", "preamble", "kb", "epoch") if have.get(name) != want[name])
             reason = {"fingerprint": "model changed", "preamble": "preamble changed",
                       "kb": "knowledge-base version changed", "epoch": "invalidated"}[changed]
-            self.counts["invalidated_sessions"] += 1
+            self._count("invalidated_sessions", 1)
             if changed in ("fingerprint", "preamble"):
                 retokenize(ctx, st)  # another tokenizer or template may split the texts differently
             self._drop_kv(s)

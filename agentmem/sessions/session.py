@@ -46,7 +46,8 @@ class TurnResult:
     """The reply and what it cost.
 
     ``reused_tokens``: history tokens whose cached KV was reused instead of re-encoded. ``prefilled_tokens``: tokens
-    run through the model before the first new token. ``timings`` (seconds): ``scan``, ``restore``, ``retrieve``,
+    run through the model before the first new token. ``timings`` (seconds): ``scan``, ``make_room`` (moving other
+    sessions down to make room), ``restore`` (this session's KV back to the device, and validating it), ``retrieve``,
     ``load``, ``encode``, ``rebuild``, ``mount``, ``prefill``, ``ttft`` (send start to first token), ``decode``,
     ``append``, ``remember``, ``total``.
     """
@@ -83,6 +84,7 @@ class Session:
         self._tier: str | None = None
         self._busy = False
         self._last_used = time.time()
+        self._version = 0  # bumped by every send and reset: lets the worker write a snapshot without the lock
 
     def __repr__(self) -> str:
         return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self._tier!r})"
@@ -120,7 +122,7 @@ class Session:
             mgr.cold.backend.erase(self._key)
             self._state = Transcript(self.session_id, self.user_id)
             self._tier = None
-            mgr.counts["resets"] += 1
+            mgr._count("resets", 1)
 
     def end(self) -> bool:
         """Erase this session now (same as ``mem.sessions.end(session_id)``)."""
@@ -166,7 +168,7 @@ class Session:
         strict = mgr.config.strict_fingerprint if strict is None else strict
         t0 = time.perf_counter()
         tm = dict.fromkeys(
-            ("scan", "restore", "retrieve", "load", "encode", "rebuild", "mount", "prefill", "ttft", "decode",
+            ("scan", "make_room", "restore", "retrieve", "load", "encode", "rebuild", "mount", "prefill", "ttft", "decode",
              "append", "remember", "total"), 0.0)
         with self._lock:
             mgr._check_open()
@@ -182,6 +184,7 @@ class Session:
                                     strict, sampling, tm, t0)
             finally:
                 self._busy = False
+                self._version += 1
                 self._last_used = time.time()
                 if self._state is not None:
                     self._state.last_used = self._last_used
@@ -211,11 +214,11 @@ class Session:
             st = self._peek_transcript()
         else:
             extra = len(chat.content_ids(user_text)) + max_new_tokens + 64
-            restored_from, _ = mgr._bring_hot(self, ctx, extra=extra)
+            restored_from, _, tm["make_room"] = mgr._bring_hot(self, ctx, extra=extra)
             st = self._state
             assert st is not None
             rebuilt = mgr._validate(self, ctx)
-        tm["restore"] = time.perf_counter() - t
+        tm["restore"] = time.perf_counter() - t - tm["make_room"]
         limit = mgr._limit(ctx)
         new_ids = chat.user_turn_ids(user_text, first=not st.turns)
         if len(new_ids) >= limit:
@@ -265,7 +268,9 @@ class Session:
             capacity = 0
         elif kv is None or kv.capacity < need:
             capacity = -(-(need + _GROW_TOKENS // 2) // _GROW_TOKENS) * _GROW_TOKENS
+            t = time.perf_counter()
             mgr._fit(mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token, exclude=self)
+            tm["make_room"] += time.perf_counter() - t
         else:
             capacity = kv.capacity
 
@@ -281,7 +286,7 @@ class Session:
                 rebuilt_tokens = st.kv_len
                 if st.ids:
                     rebuilt = rebuilt or "no cached KV"
-                    mgr.counts["rebuilds"] += 1
+                    mgr._count("rebuilds", 1)
                 st.key = ctx.validity_key(mgr._kb_version(), mgr._epoch)
                 self._put_hot(kv)
             elif kv.capacity < need:
@@ -355,7 +360,7 @@ class Session:
             st.kv_len = kv.length - P
             turn = Turn(user=user_text, reply=reply_text, start=start, end=len(st.ids), at=time.time())
             st.turns.append(turn)
-            mgr.counts["turns"] += 1
+            mgr._count("turns", 1)
             self._tier = "hot"
             mgr.hot.note_bytes()
             if remember:
@@ -446,7 +451,7 @@ class Session:
                 mgr._drop_kv(self)
             else:
                 shift_history(ctx, kv, cut, old_kv_len)
-        mgr.counts["evicted_turns"] += count
+        mgr._count("evicted_turns", count)
         return count
 
     def _recall(self, query: str, st: Transcript, k: int, strict: bool) -> list[Any]:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-from safetensors.torch import load as _st_load
 from safetensors.torch import save as _st_save
 
 from agentmem.errors import BlobCorruptedError
@@ -148,16 +148,10 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
         info = json.loads((header.get("__metadata__") or {})[_META_KEY])
         if info.get("format") != FORMAT or int(info.get("version", -1)) != FORMAT_VERSION:
             raise ValueError(f"unknown session format {info.get('format')!r} v{info.get('version')!r}")
-        if with_kv and info.get("has_kv"):
-            tensors = _st_load(bytes(blob))
-            ids = tensors["ids"].tolist()
-        else:  # only the ids: no need to parse megabytes of KV
-            spec = header["ids"]
-            a, b = spec["data_offsets"]
-            if spec["dtype"] != "I64" or not 0 <= a <= b <= len(blob) - start:
-                raise ValueError("bad ids tensor")
-            ids = torch.frombuffer(bytearray(blob[start + a : start + b]), dtype=torch.int64).tolist() if b > a else []
+        ids = _view(blob, start, header["ids"]).tolist()
         transcript = Transcript.from_meta(info["transcript"], ids)
+        tensors = {name: _view(blob, start, header[name]) for name in ("keys", "values")
+                   if with_kv and info.get("has_kv")}
     except BlobCorruptedError:
         raise
     except Exception as exc:  # safetensors, json and dataclass errors all mean the same: unusable file
@@ -169,6 +163,27 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
             raise BlobCorruptedError("session file holds KV of an unexpected shape")
         kv = SessionKV(keys, values, int(keys.shape[3]))
     return transcript, kv
+
+
+_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+
+
+def _view(blob: bytes | bytearray | memoryview, start: int, spec: dict[str, Any]) -> torch.Tensor:
+    """A tensor over the blob's bytes, no copy (read-only use: it is copied once, into the device buffers)."""
+    dtype = _DTYPES[spec["dtype"]]
+    shape = [int(x) for x in spec["shape"]]
+    a, b = (int(x) for x in spec["data_offsets"])
+    count = 1
+    for x in shape:
+        count *= x
+    if not 0 <= a <= b <= len(blob) - start or b - a != count * dtype.itemsize:
+        raise ValueError("tensor bounds do not match its shape")
+    if count == 0:
+        return torch.empty(shape, dtype=dtype)
+    with warnings.catch_warnings():  # bytes are read-only; we never write through these views
+        warnings.simplefilter("ignore", UserWarning)
+        flat = torch.frombuffer(memoryview(blob)[start + a : start + b], dtype=dtype)
+    return flat.view(shape)
 
 
 def _read_header(blob: bytes) -> tuple[dict[str, Any], int]:

@@ -104,6 +104,11 @@ class DiskBackend:
         return f"{path.parent.name}/{path.name[: -len(SUFFIX)]}"
 
     def put(self, key: str, value: bytes, *, mtime: float | None = None) -> None:
+        """Write the key's file atomically (tmp + fsync + rename)."""
+        self.commit(key, self.stage(key, value, mtime=mtime))
+
+    def stage(self, key: str, value: bytes, *, mtime: float | None = None) -> Path:
+        """Write ``value`` to a fsynced temp file next to the key's file; :meth:`commit` or :meth:`discard` it."""
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -114,25 +119,37 @@ class DiskBackend:
                 os.fsync(f.fileno())
             if mtime is not None:
                 os.utime(tmp, (mtime, mtime))  # last use, for the TTL of sessions no process has opened
-            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        return Path(tmp)
+
+    def commit(self, key: str, staged: Path) -> None:
+        """Publish a staged file as the key's file (atomic rename)."""
+        path = self.path(key)
+        try:
+            os.replace(staged, path)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
         _fsync_dir(path.parent)
         with self._lock:
-            self._sizes[key] = len(value)
+            self._sizes[key] = path.stat().st_size
 
-    def get(self, key: str) -> bytes | None:
+    def discard(self, staged: Path) -> None:
+        secure_unlink(staged, missing_ok=True)
+
+    def get(self, key: str) -> bytearray | None:
         try:
-            return self.path(key).read_bytes()
+            return _read(self.path(key))
         except FileNotFoundError:
             return None
 
-    def pop(self, key: str) -> bytes | None:
+    def pop(self, key: str) -> bytearray | None:
         """Read the file and move it to the trash (overwritten later by :meth:`drain_trash`)."""
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            data = _read(path)
         except FileNotFoundError:
             with self._lock:
                 self._sizes.pop(key, None)
@@ -195,6 +212,20 @@ class DiskBackend:
         return sum(secure_unlink(p, missing_ok=True) for p in list(self.trash.iterdir()))
 
 
+def _read(path: Path) -> bytearray:
+    """The whole file in one writable buffer (one copy from the page cache)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        buf = bytearray(size)
+        view, done = memoryview(buf), 0
+        while done < size:
+            n = f.readinto(view[done:])
+            if not n:
+                raise OSError(f"{path.name}: file shrank while being read")
+            done += n
+    return buf
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -251,6 +282,7 @@ class Tier:
     budget: int | None
     policy: LRUPolicy = field(default_factory=LRUPolicy)
     counters: TierCounters = field(default_factory=TierCounters)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
@@ -261,9 +293,10 @@ class Tier:
 
     def note_bytes(self) -> None:
         used = self.bytes()
-        self.counters.peak_bytes = max(self.counters.peak_bytes, used)
-        if self.budget is not None and used > self.budget:
-            self.counters.over_budget += 1
+        with self._lock:
+            self.counters.peak_bytes = max(self.counters.peak_bytes, used)
+            if self.budget is not None and used > self.budget:
+                self.counters.over_budget += 1
 
     def stats(self) -> dict[str, Any]:
         c = self.counters

@@ -14,8 +14,7 @@ from typing import Any
 import torch
 
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, UnsupportedModelError
-from agentmem.kv.cache import BufferedCache, cache_length
-from agentmem.kv.rope import rerotate_keys
+from agentmem.kv.cache import BufferedCache, cache_length, remove_cache_span
 from agentmem.kv.runner import prefill
 from agentmem.kv.types import EncodedEntry
 from agentmem.sessions.layout import ChatLayout
@@ -126,14 +125,9 @@ def _adopt(kv: SessionKV, cache: BufferedCache) -> SessionKV:
 def shift_history(ctx: EngineContext, kv: SessionKV, cut: int, old_kv_len: int) -> None:
     """Drop the first ``cut`` history tokens of ``kv`` in place; the rest moves ``cut`` positions back exactly."""
     P = ctx.preamble_len
-    keep = old_kv_len - cut
-    if keep > 0:
-        src = slice(P + cut, P + old_kv_len)
-        moved = rerotate_keys(kv.keys[..., src, :], -cut, ctx.inv_freq, start=P + cut)
-        values = kv.values[..., src, :].clone()  # source and destination overlap
-        kv.keys[..., P : P + keep, :].copy_(moved)
-        kv.values[..., P : P + keep, :].copy_(values)
-    kv.length = P + max(keep, 0)
+    cache = kv.cache()
+    remove_cache_span(cache, P, P + min(cut, old_kv_len), ctx.inv_freq)
+    kv.length = cache_length(cache)
 
 
 def retokenize(ctx: EngineContext, transcript: Transcript) -> None:

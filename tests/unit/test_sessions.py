@@ -241,6 +241,29 @@ def test_background_worker_offloads_idle_sessions(engine, tmp_path):
     mgr.close()
 
 
+def test_idle_offload_writes_without_the_lock_and_yields_to_a_send(engine, tmp_path):
+    mgr, _ = make(engine, tmp_path)
+    chat = mgr.open("s1", user_id="u1")
+    chat.send(MESSAGES[0], k=0, max_new_tokens=NEW)
+    real_stage, seen = mgr.cold.backend.stage, {}
+
+    def stage_during_a_send(key, value, **kwargs):  # a user message arrives while the worker writes the file
+        t = threading.Thread(target=lambda: chat.send(MESSAGES[1], k=0, max_new_tokens=NEW))
+        t.start()
+        t.join(timeout=120)
+        seen["send_done"] = not t.is_alive()
+        return real_stage(key, value, **kwargs)
+
+    mgr.cold.backend.stage = stage_during_a_send
+    assert mgr._offload_idle(chat) is False  # the snapshot is stale: discarded, the session stays in memory
+    assert seen["send_done"] and chat.tier == "hot" and len(chat.history()) == 4
+    assert not list(tmp_path.glob("*/*.session")) and not list(tmp_path.glob("*/.*.tmp"))
+    mgr.cold.backend.stage = real_stage
+    assert mgr._offload_idle(chat) is True and chat.tier == "cold"
+    assert chat.send(MESSAGES[2], k=0, max_new_tokens=NEW).restored_from == "cold"
+    mgr.close()
+
+
 def test_ttl_erases_the_session_from_every_tier(engine, tmp_path):
     mgr, _ = make(engine, tmp_path, session_ttl_seconds=0.5, session_idle_seconds=60)
     chats = [mgr.open(f"s{i}", user_id="u1") for i in range(3)]
@@ -441,4 +464,39 @@ def test_bad_arguments_are_rejected(engine, tmp_path):
         mgr.offload("s1", to="gpu")
     with pytest.raises(InvalidInputError, match="at most"):
         chat.send("y" * 5000)
+    mgr.close()
+
+
+NO_SYSTEM_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
+    "<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize(("template", "limit"), [(None, 110), (NO_SYSTEM_TEMPLATE, 230)], ids=["plain", "no-system-role"])
+def test_other_templates_reuse_exactly_and_evict_correctly(tmp_path, template, limit):
+    other = KVEngine(*tiny_causal_lm("llama", seed=0, chat_template=template))
+    chat_layout = ChatLayout.from_prompt_layout(other.layout)
+    assert chat_layout.openers_match == (template is None)
+    mgr, _ = make(other, tmp_path, session_max_tokens=limit)
+    chat = mgr.open("s1", user_id="u1")
+    history: list[tuple[str, list[int]]] = []
+    evicted, shifted, rebuilt = 0, False, 0
+    for message in MESSAGES:
+        r = chat.send(message, k=0, max_new_tokens=NEW)
+        evicted += r.evicted_turns
+        if r.evicted_turns:
+            history = history[r.evicted_turns:]
+            if chat_layout.openers_match:  # kept KV moved back: it still carries what the dropped turns said
+                shifted = True
+            else:  # the first kept turn now opens like a first turn: its KV is re-encoded (or nothing is kept)
+                assert r.reused_tokens == 0 and (r.rebuilt or len(history) == 0)
+                rebuilt += bool(r.rebuilt)
+        if not shifted:
+            assert r.token_ids == reference_reply(other, history, message, NEW)
+        history.append((message, r.token_ids))
+    assert evicted > 0 and (rebuilt > 0 or chat_layout.openers_match)
+    st = chat._state
+    assert st.ids[: len(chat_layout.first_open_ids)] == chat_layout.first_open_ids
     mgr.close()
