@@ -3,7 +3,8 @@
 Both modes run side by side in one process, alternating, on the same token ids (SmolLM2-135M on CPU by
 default). Memories are LoCoMo turns (or synthetic text without the data file), grouped into entries of about
 ``--entry-tokens`` tokens, stored as KV blob files and mapped back per call, so "load" includes opening and
-mapping the file and the safetensors header parse; the page-ins happen during the mount, which copies the data. Reported per size: median TTFT of each mode, the speedup, the share of KV TTFT spent on
+mapping the file and the safetensors header parse; the page-ins happen during the mount, which copies the data.
+Reported per size: median TTFT of each mode, the speedup, the share of KV TTFT spent on
 load and mount (re-rotation + placement), and the ceiling (text TTFT over the bare suffix prefill).
 
     python benchmarks/ttft.py --memory-tokens 256 512 1024 2048

@@ -11,6 +11,8 @@ from agentmem.kv.cache import (
     cache_length,
     crop_cache,
     empty_cache,
+    remove_cache_span,
+    rerotate_cache,
     stacked_from_cache,
 )
 from agentmem.kv.codec import decode_entry, encode_entry, read_metadata
@@ -21,7 +23,7 @@ from agentmem.kv.model import load_model
 from agentmem.kv.mount import MountPlan, assemble, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, require_kv_support, rerotate_keys, rotary_inv_freq
-from agentmem.kv.runner import Sampling, decode, prefill
+from agentmem.kv.runner import Sampling, decode, next_token, prefill
 from agentmem.kv.types import EncodedEntry, GenerationResult, MemoryItem, Mode, MountMemory
 
 __all__ = [
@@ -53,10 +55,13 @@ __all__ = [
     "kv_support",
     "load_model",
     "model_fingerprint",
+    "next_token",
     "plan_mount",
     "prefill",
     "read_metadata",
     "recompute_positions",
+    "remove_cache_span",
+    "rerotate_cache",
     "require_kv_support",
     "rerotate_keys",
     "rotary_inv_freq",

@@ -22,6 +22,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
+from agentmem.kv.rope import rerotate_keys
+
 __all__ = [
     "BufferedCache",
     "allocate_stacked",
@@ -32,6 +34,8 @@ __all__ = [
     "crop_cache",
     "empty_cache",
     "new_dynamic_cache",
+    "remove_cache_span",
+    "rerotate_cache",
     "stacked_from_cache",
     "write_positions",
 ]
@@ -207,3 +211,34 @@ def write_positions(cache: Cache, positions: torch.Tensor, keys: torch.Tensor, v
     for i, (k, v) in enumerate(cache_layers(cache)):
         k.index_copy_(-2, positions, keys[i])
         v.index_copy_(-2, positions, values[i])
+
+
+def rerotate_cache(cache: Cache, start: int, end: int, delta: int, inv_freq: torch.Tensor) -> None:
+    """Re-position the keys of tokens ``[start, end)`` by ``delta`` in every layer, in place (slots unchanged)."""
+    for layer in cache.layers:
+        keys = layer.keys[..., start:end, :]
+        keys.copy_(rerotate_keys(keys, delta, inv_freq, start=start))
+
+
+def remove_cache_span(cache: Cache, start: int, end: int, inv_freq: torch.Tensor) -> None:
+    """Delete tokens ``[start, end)`` from every layer; later tokens move left and are re-rotated to match.
+
+    What a session manager needs to evict an old turn without re-encoding the rest. Example:
+        >>> remove_cache_span(cache, 40, 90, rotary_inv_freq(model))   # 50 tokens gone, positions contiguous
+    """
+    n = cache_length(cache)
+    if not 0 <= start <= end <= n:
+        raise ValueError(f"span [{start}, {end}) is outside a cache of {n} tokens")
+    width = end - start
+    if width == 0:
+        return
+    for layer in cache.layers:
+        tail_k = rerotate_keys(layer.keys[..., end:, :], -width, inv_freq, start=end)  # a new tensor: no aliasing
+        tail_v = layer.values[..., end:, :].clone()
+        if isinstance(layer, _BufferLayer):
+            layer.keys[..., start : n - width, :].copy_(tail_k)
+            layer.values[..., start : n - width, :].copy_(tail_v)
+            layer.set_length(n - width)
+        else:
+            layer.keys = torch.cat([layer.keys[..., :start, :], tail_k], dim=-2)
+            layer.values = torch.cat([layer.values[..., :start, :], tail_v], dim=-2)

@@ -29,7 +29,7 @@ from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, Invali
 from agentmem.kv import codec
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
-from agentmem.kv.fix import FixConfig, apply_fix
+from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
 from agentmem.kv.mount import Workspace, assemble, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
@@ -87,7 +87,9 @@ class KVEngine:
         self.fix = fix
         self.position_margin = position_margin
         self.mount_budget = mount_budget
-        config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        config = model.config
+        if hasattr(config, "get_text_config"):
+            config = config.get_text_config(decoder=True)
         self.max_positions = int(
             getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
         )
@@ -154,6 +156,9 @@ class KVEngine:
         with self._lock:
             pre_k, pre_v = self.preamble_kv()
             ids = [self.layout.entry_ids(t) for t in texts]
+            limit = self.max_positions - pre_k.shape[3] - self.position_margin
+            if any(len(x) > limit for x in ids):
+                raise InvalidInputError(f"a memory is longer than the model's context allows ({limit} tokens)")
             out: list[EncodedEntry | None] = [None] * len(texts)
             order = sorted(range(len(texts)), key=lambda i: len(ids[i]))  # similar lengths batch with less padding
             for b in range(0, len(order), batch_size):
@@ -237,6 +242,14 @@ class KVEngine:
         ``workspace=True`` builds the cache in the engine's reused buffers: only for caches that die before the
         next engine call (``generate`` does this). Otherwise the cache owns fresh memory.
         """
+        with self._lock:  # the model, the preamble cache and the workspace are shared
+            return self._prepare(
+                question, memories, mode, max_new_tokens, budget_tokens, strict, extra_capacity, workspace
+            )
+
+    def _prepare(
+        self, question, memories, mode, max_new_tokens, budget_tokens, strict, extra_capacity, workspace
+    ) -> PreparedPrompt:
         if mode not in _MODES:
             raise InvalidInputError(f"mode must be one of {_MODES}, got {mode!r}")
         if not isinstance(question, str) or not question.strip():
@@ -264,6 +277,8 @@ class KVEngine:
         kept_ids = [entry_ids[i] for i in plan.keep]
         total = len(preamble_ids) + plan.memory_tokens + len(suffix_ids)
         capacity = total + plan.max_new_tokens + extra_capacity
+        if mode == "kv+fix":  # recomputed tokens are appended before being spliced back: leave room, never regrow
+            capacity += max_recomputed(self.fix, [len(x) for x in kept_ids])
         ws = self._workspace if workspace else None
         fallbacks: list[tuple[str, str]] = []
         spans: list[tuple[int, int]] = []
@@ -346,7 +361,7 @@ class KVEngine:
             t_first = time.perf_counter()
             ids = decode(
                 self.model, prep.cache, logits, max_new_tokens=prep.max_new_tokens, eos_ids=self._eos,
-                sampling=sampling, first_token=first,
+                sampling=sampling, first_token=first, generator=gen,
             ) if first is not None else []
             t_end = time.perf_counter()
             del prep.cache  # the workspace buffers are reused by the next call

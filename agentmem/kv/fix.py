@@ -29,7 +29,14 @@ import torch
 from agentmem.kv.cache import cache_layers, cache_length, crop_cache, new_dynamic_cache, write_positions
 from agentmem.kv.runner import forward_prefix_layers, prefill
 
-__all__ = ["FixConfig", "apply_fix", "cacheblend_positions", "epic_positions", "recompute_positions"]
+__all__ = [
+    "FixConfig",
+    "apply_fix",
+    "cacheblend_positions",
+    "epic_positions",
+    "max_recomputed",
+    "recompute_positions",
+]
 
 FixStrategy = Literal["epic", "cacheblend"]
 
@@ -42,6 +49,14 @@ class FixConfig:
     first_tokens: int = 8  # epic: per entry
     ratio: float = 0.15  # cacheblend: share of entry tokens
     check_layer: int = 1  # cacheblend: layer whose KV deviation ranks tokens (layer 0 KV never deviate)
+
+
+def max_recomputed(config: FixConfig, lengths: Sequence[int]) -> int:
+    """Upper bound on how many tokens ``config`` recomputes for entries of ``lengths`` (to size the cache)."""
+    later = list(lengths[1:])
+    if config.strategy == "epic":
+        return sum(min(n, config.first_tokens) for n in later)
+    return math.ceil(config.ratio * sum(later)) + 1
 
 
 def epic_positions(spans: Sequence[tuple[int, int]], first_tokens: int) -> torch.Tensor:

@@ -56,7 +56,9 @@ def plan_mount(
     notes: list[str] = []
     if fixed + max_new_tokens > limit:
         room = max(0, limit - fixed)
-        notes.append(f"max_new_tokens reduced from {max_new_tokens} to {room}: the prompt alone nearly fills the context")
+        notes.append(
+            f"max_new_tokens reduced from {max_new_tokens} to {room}: the prompt alone nearly fills the context"
+        )
         max_new_tokens = room
     room = limit - fixed - max_new_tokens
     if budget_tokens is not None:

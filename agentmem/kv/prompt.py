@@ -85,7 +85,8 @@ class PromptLayout:
 
     @property
     def preamble_ids(self) -> list[int]:
-        return list(self._cached("_preamble", lambda: self.template_ids(self.preamble_text)))  # a copy: callers may append
+        # A copy: callers may append to it.
+        return list(self._cached("_preamble", lambda: self.template_ids(self.preamble_text)))
 
     @property
     def preamble_digest(self) -> str:

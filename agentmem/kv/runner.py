@@ -130,7 +130,8 @@ def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Genera
 def stop_ids(model, tokenizer) -> set[int]:
     """End-of-sequence ids from the tokenizer and the model's generation config."""
     ids: set[int] = set()
-    for source in (getattr(tokenizer, "eos_token_id", None), getattr(getattr(model, "generation_config", None), "eos_token_id", None)):
+    config = getattr(model, "generation_config", None)
+    for source in (getattr(tokenizer, "eos_token_id", None), getattr(config, "eos_token_id", None)):
         if isinstance(source, int):
             ids.add(source)
         elif isinstance(source, Iterable):
@@ -149,16 +150,18 @@ def decode(
     sampling: Sampling = Sampling(),
     first_token: int | None = None,
     on_token: Callable[[int], None] | None = None,
+    generator: torch.Generator | None = None,
 ) -> list[int]:
     """Generate up to ``max_new_tokens`` ids from ``first_logits`` (the prefill's last row), appending to ``cache``.
 
     Stops after an id in ``eos_ids`` (not included in the result). ``first_token`` lets a caller that already
-    picked the first id (to time TTFT) pass it in. The last id's KV is not appended (no forward is needed for it).
+    picked the first id (to time TTFT) pass it in, with the ``generator`` it drew from so sampling continues the
+    same random stream. The last id's KV is not appended (no forward is needed for it).
     """
     if max_new_tokens <= 0:
         return []
     device = _device(model)
-    gen = sampling.generator(device)
+    gen = generator if generator is not None else sampling.generator(device)
     token = first_token if first_token is not None else next_token(first_logits, sampling, gen)
     out: list[int] = []
     while True:

@@ -80,3 +80,25 @@ def test_sampling_respects_top_k():
     top = int(logits.argmax())
     out = decode(model, cache, logits, max_new_tokens=1, sampling=Sampling(do_sample=True, top_k=1, seed=0))
     assert out == [top]
+
+
+def test_removing_a_span_equals_encoding_without_it():
+    from agentmem.kv.cache import remove_cache_span, rerotate_cache
+    from agentmem.kv.rope import rotary_inv_freq
+
+    model, tok = tiny_causal_lm("llama")
+    inv = rotary_inv_freq(model)
+    a, b = [5, 6, 7, 8], [9, 10, 11]
+    # Layer-0 keys depend only on token and position, so removing a span and re-rotating the tail must equal
+    # encoding the sequence without that span.
+    full = new_dynamic_cache()
+    prefill(model, full, a + [1, 2, 3] + b)
+    keys, values = stacked_from_cache(full)
+    for cache in (cache_from_stacked(keys, values), cache_from_layers([(k, v) for k, v in cache_layers(full)])):
+        remove_cache_span(cache, 4, 7, inv)
+        short = new_dynamic_cache()
+        prefill(model, short, a + b)
+        assert cache_length(cache) == 7
+        assert torch.allclose(cache_layers(cache)[0][0], cache_layers(short)[0][0], atol=1e-5)
+        rerotate_cache(cache, 4, 7, 3, inv)
+        assert torch.allclose(cache_layers(cache)[0][0][..., 4:, :], cache_layers(full)[0][0][..., 7:, :], atol=1e-5)

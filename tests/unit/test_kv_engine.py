@@ -197,3 +197,10 @@ def test_gpt2_refuses_kv_modes_but_answers_in_text_mode():
         engine.encode(MEMORIES[0])
     result = engine.generate(QUESTION, items, mode="text", max_new_tokens=4)
     assert result.mounted == ["m0"] and len(result.token_ids) <= 4
+
+
+def test_a_memory_longer_than_the_context_is_rejected_at_encode(engine):
+    small = KVEngine(engine.model, engine.tokenizer)
+    small.max_positions = len(engine.layout.preamble_ids) + 20
+    with pytest.raises(InvalidInputError, match="longer than the model's context"):
+        small.encode("x" * 200)

@@ -59,7 +59,8 @@ def test_text_and_kv_modes_run_the_same_token_ids():
     memories = ["Alice likes tea.", "Bob likes coffee."]
     entries = engine.encode_many(memories)
     prep = engine.prepare("Who likes tea?", [_Item(f"m{i}", t, e) for i, (t, e) in enumerate(zip(memories, entries))])
-    text = engine.prepare("Who likes tea?", [_Item("m0", memories[0], None), _Item("m1", memories[1], None)], mode="text")
+    plain = [_Item("m0", memories[0], None), _Item("m1", memories[1], None)]
+    text = engine.prepare("Who likes tea?", plain, mode="text")
     mounted_ids = engine.layout.preamble_ids + [t for e in entries for t in e.token_ids.tolist()] + prep.pending_ids
     assert mounted_ids == text.pending_ids
 
