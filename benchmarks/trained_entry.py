@@ -12,6 +12,9 @@ Reported per answer token (gold answer as the assistant reply to the question, S
 * ``trained``   the trained p-token entry
 
 ``recovered = (none - trained) / (none - text)``: the share of the document's benefit that the entry keeps.
+Also reported: ``kl_to_text``, the mean KL(text ‖ condition) over the gold answer tokens (full vocabulary), i.e.
+how far each condition's predictions are from having the document in context, and
+``kl_recovered = 1 - kl_trained / kl_none``.
 
 Run (the stretch is the one holding the most held-out questions; ties go to the earliest):
 
@@ -39,7 +42,7 @@ from agentmem.kv.model import load_model  # noqa: E402
 from agentmem.train import PromptLayout, TrainedPrefix, TrainOptions, make_data, train_prefix  # noqa: E402
 from agentmem.train import _kv  # noqa: E402
 from agentmem.train.checkpoint import load_state, save_state  # noqa: E402
-from agentmem.train.evaluate import answer_nll, context_kv, mounted_context  # noqa: E402
+from agentmem.train.evaluate import answer_logprobs, context_kv, kl, mounted_context, nll  # noqa: E402
 from agentmem.train.selfstudy import SelfStudyData  # noqa: E402
 
 
@@ -73,6 +76,15 @@ def pick_stretch(conv: dict, count, doc_tokens: int) -> tuple[str, list[dict], d
     return doc, qa, info
 
 
+def score(model, layout, context, qa, reference=None) -> tuple[dict, list]:
+    """Gold-answer NLL (macro: mean over questions of per-token NLL; micro: pooled) and KL to ``reference``."""
+    lps = answer_logprobs(model, layout, context, qa)
+    res = mean_nll([nll(lp, ids) for lp, ids in lps])
+    if reference is not None:
+        res["kl_to_text"] = sum(kl(r, lp) for (r, _), (lp, _) in zip(reference, lps)) / len(lps)
+    return res, lps
+
+
 def mean_nll(rows: list[tuple[float, int]]) -> dict:
     per_q = [s / n for s, n in rows]
     return {"macro": sum(per_q) / len(per_q), "micro": sum(s for s, _ in rows) / sum(n for _, n in rows),
@@ -89,10 +101,10 @@ def main() -> None:
     ap.add_argument("--doc-tokens", type=int, default=1024)
     ap.add_argument("--tokens", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--conversations", type=int, nargs="+", default=[0], help="indices into the data file")
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--samples", type=int, default=96)
+    ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=2e-2)
+    ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads; 1 because a 2-thread OpenMP team stalls badly on a shared 2-core box")
@@ -122,10 +134,8 @@ def main() -> None:
         doc_ids = layout.document_ids(doc)
         print(f"conversation {cid}: {len(doc_ids)} document tokens ({info['first_turn']}..{info['last_turn']}), "
               f"{len(qa)} held-out questions", file=sys.stderr)
-        base = {
-            "none": mean_nll(answer_nll(model, layout, context_kv(model, preamble), qa)),
-            "text": mean_nll(answer_nll(model, layout, context_kv(model, preamble, doc_ids), qa)),
-        }
+        text_res, text_lps = score(model, layout, context_kv(model, preamble, doc_ids), qa)
+        base = {"none": score(model, layout, context_kv(model, preamble), qa, text_lps)[0], "text": text_res}
         conv_dir = out_dir / f"conv{cid}-d{args.doc_tokens}-s{args.seed}"
         data_path = conv_dir / f"selfstudy-n{args.samples}.safetensors"
         t = time.monotonic()
@@ -140,6 +150,8 @@ def main() -> None:
         row = {"conversation": cid, "document_tokens": len(doc_ids), "questions": len(qa), "stretch": info,
                "nll": {k: round(v["macro"], 4) for k, v in base.items()},
                "nll_micro": {k: round(v["micro"], 4) for k, v in base.items()},
+               "kl_to_text_none": round(base["none"]["kl_to_text"], 4),
+               "nll_per_question": {k: v["per_question"] for k, v in base.items()},
                "selfstudy_seconds": round(data_seconds, 1), "selfstudy_reused": data_reused, "entries": []}
         for p in args.tokens:
             untrained = TrainedPrefix(*_kv.encode(model, torch.tensor(doc_ids[:p]),
@@ -152,8 +164,8 @@ def main() -> None:
                                   options=opts, data=data, fingerprint=fingerprint, progress=not args.no_progress,
                                   checkpoint_path=conv_dir / f"ckpt-p{p}-steps{args.steps}-lr{args.lr}.safetensors")
                 entry_path.write_bytes(tp.to_bytes())
-            nll_u = mean_nll(answer_nll(model, layout, mounted_context(model, preamble, *untrained.kv()), qa))
-            nll_t = mean_nll(answer_nll(model, layout, mounted_context(model, preamble, *tp.kv()), qa))
+            nll_u = score(model, layout, mounted_context(model, preamble, *untrained.kv()), qa, text_lps)[0]
+            nll_t = score(model, layout, mounted_context(model, preamble, *tp.kv()), qa, text_lps)[0]
             none, text = base["none"]["macro"], base["text"]["macro"]
             train_s = tp.record["wall_seconds"]
             entry = {
@@ -163,6 +175,12 @@ def main() -> None:
                 "recovered_untrained": round(recovered(none, text, nll_u["macro"]), 4),
                 "recovered": round(recovered(none, text, nll_t["macro"]), 4),
                 "recovered_micro": round(recovered(base["none"]["micro"], base["text"]["micro"], nll_t["micro"]), 4),
+                "kl_to_text_untrained": round(nll_u["kl_to_text"], 4),
+                "kl_to_text_trained": round(nll_t["kl_to_text"], 4),
+                "kl_recovered_untrained": round(1 - nll_u["kl_to_text"] / base["none"]["kl_to_text"], 4),
+                "kl_recovered": round(1 - nll_t["kl_to_text"] / base["none"]["kl_to_text"], 4),
+                "nll_per_question_untrained": nll_u["per_question"],
+                "nll_per_question_trained": nll_t["per_question"],
                 "steps": tp.record["steps"], "train_seconds": train_s,
                 "entry_seconds": round(train_s + data_seconds, 1),  # what one mem.train() call costs end to end
                 "final_loss": tp.record["losses"][-1] if tp.record["losses"] else None,
@@ -183,17 +201,24 @@ def main() -> None:
         "conversations": results,
     }
     for p in args.tokens:  # pooled over conversations: every question weighs the same
-        per = {k: [] for k in ("none", "text", "untrained", "trained")}
+        per = {k: [] for k in ("none", "text", "untrained", "trained", "kl_none", "kl_untrained", "kl_trained")}
         for row in results:
             e = next(x for x in row["entries"] if x["tokens"] == p)
             per["none"] += [row["nll"]["none"]] * row["questions"]
             per["text"] += [row["nll"]["text"]] * row["questions"]
             per["untrained"] += [e["nll_untrained"]] * row["questions"]
             per["trained"] += [e["nll_trained"]] * row["questions"]
+            per["kl_none"] += [row["kl_to_text_none"]] * row["questions"]
+            per["kl_untrained"] += [e["kl_to_text_untrained"]] * row["questions"]
+            per["kl_trained"] += [e["kl_to_text_trained"]] * row["questions"]
         m = {k: sum(v) / len(v) for k, v in per.items()}
-        summary[f"p{p}"] = {**{f"nll_{k}": round(v, 4) for k, v in m.items()},
+        summary[f"p{p}"] = {**{(k if k.startswith("kl") else f"nll_{k}"): round(v, 4) for k, v in m.items()},
                             "recovered": round(recovered(m["none"], m["text"], m["trained"]), 4),
-                            "recovered_untrained": round(recovered(m["none"], m["text"], m["untrained"]), 4)}
+                            "recovered_untrained": round(recovered(m["none"], m["text"], m["untrained"]), 4),
+                            "kl_recovered": round(1 - m["kl_trained"] / m["kl_none"], 4),
+                            "kl_recovered_untrained": round(1 - m["kl_untrained"] / m["kl_none"], 4),
+                            "max_entry_seconds": max(next(x for x in r["entries"] if x["tokens"] == p)["entry_seconds"]
+                                                     for r in results)}
     print(json.dumps(summary))
 
 

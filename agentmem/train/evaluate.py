@@ -22,7 +22,7 @@ import torch
 from agentmem.train import _kv
 from agentmem.train.layout import PromptLayout
 
-__all__ = ["answer_nll", "context_kv", "mounted_context"]
+__all__ = ["answer_logprobs", "answer_nll", "context_kv", "kl", "mounted_context", "nll"]
 
 
 def context_kv(model: Any, preamble_ids: list[int], memory_ids: list[int] | None = None
@@ -40,14 +40,14 @@ def mounted_context(model: Any, preamble_ids: list[int], keys: torch.Tensor, val
 
 
 @torch.no_grad()
-def answer_nll(model: Any, layout: PromptLayout, context: tuple[torch.Tensor, torch.Tensor],
-               qa: list[tuple[str, str]], *, batch_size: int = 8) -> list[tuple[float, int]]:
-    """``(summed NLL in nats, answer tokens)`` of each gold answer, teacher-forced after ``context``."""
+def answer_logprobs(model: Any, layout: PromptLayout, context: tuple[torch.Tensor, torch.Tensor],
+                    qa: list[tuple[str, str]], *, batch_size: int = 8) -> list[tuple[torch.Tensor, list[int]]]:
+    """Per question: ``(log-probs [answer tokens, vocab], answer ids)``, teacher-forced after ``context``."""
     rows = []
     for question, answer in qa:
         q, a = layout.question_ids(question), layout.answer_ids(answer, end=False)
         rows.append((q + a, len(q), len(a)))
-    out: list[tuple[float, int]] = []
+    out: list[tuple[torch.Tensor, list[int]]] = []
     for lo in range(0, len(rows), batch_size):
         group = rows[lo:lo + batch_size]
         width = max(len(ids) for ids, _, _ in group)
@@ -58,7 +58,21 @@ def answer_nll(model: Any, layout: PromptLayout, context: tuple[torch.Tensor, to
         for r, (x, nq, na) in enumerate(group):
             # Position j predicts token j + 1; the answer occupies [nq, nq + na).
             h = hidden[r, nq - 1:nq + na - 1]
-            logp = torch.log_softmax(model.get_output_embeddings()(h).float(), -1)
-            target = torch.tensor(x[nq:nq + na])
-            out.append((float(-logp.gather(-1, target.unsqueeze(1)).sum()), na))
+            out.append((torch.log_softmax(model.get_output_embeddings()(h).float(), -1), x[nq:nq + na]))
     return out
+
+
+def answer_nll(model: Any, layout: PromptLayout, context: tuple[torch.Tensor, torch.Tensor],
+               qa: list[tuple[str, str]], *, batch_size: int = 8) -> list[tuple[float, int]]:
+    """``(summed NLL in nats, answer tokens)`` of each gold answer, teacher-forced after ``context``."""
+    return [nll(lp, ids) for lp, ids in answer_logprobs(model, layout, context, qa, batch_size=batch_size)]
+
+
+def nll(logprobs: torch.Tensor, ids: list[int]) -> tuple[float, int]:
+    """Summed NLL of ``ids`` under ``logprobs`` ``[n, vocab]``, and ``n``."""
+    return float(-logprobs.gather(-1, torch.tensor(ids).unsqueeze(1)).sum()), len(ids)
+
+
+def kl(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """Mean over positions of KL(reference ‖ other), both ``[n, vocab]`` log-probs (full vocabulary)."""
+    return float((reference.exp() * (reference - other)).sum(-1).mean())

@@ -56,3 +56,23 @@ def test_chunks_are_whole_lines_covering_the_document():
     assert len(chunks) == round(sum(len(x) + 1 for x in lines) / 400)
     sizes = [len(c) for c in chunks]
     assert max(sizes) < 1.5 * min(sizes)
+
+
+def test_answer_scoring_matches_a_direct_forward():
+    from agentmem.train.evaluate import answer_logprobs, answer_nll, context_kv, kl
+
+    model, tok = tiny_causal_lm("llama", seed=0)
+    layout = PromptLayout.for_tokenizer(tok)
+    ctx_ids = layout.preamble_ids() + layout.document_ids(DOC)
+    qa = [("When did Ann hike?", "Saturday"), ("What did Bob paint?", "A sunset over the fjord")]
+    ctx = context_kv(model, layout.preamble_ids(), layout.document_ids(DOC))
+    got = answer_nll(model, layout, ctx, qa, batch_size=2)
+    for (q, a), (total, n) in zip(qa, got):
+        qi, ai = layout.question_ids(q), layout.answer_ids(a, end=False)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ctx_ids + qi + ai])).logits[0].float(), -1)
+        start = len(ctx_ids) + len(qi)
+        want = -logp[start - 1:start + len(ai) - 1].gather(-1, torch.tensor(ai)[:, None]).sum()
+        assert n == len(ai) and abs(total - float(want)) < 1e-3
+    lps = answer_logprobs(model, layout, ctx, qa)
+    assert kl(lps[0][0], lps[0][0]) < 1e-6
