@@ -123,7 +123,8 @@ def main() -> None:
                 rows.append({
                     "turn": turn + 1, "session": p["id"], "reuse_ttft": reuse.timings["ttft"],
                     "text_ttft": text.timings["ttft"], "hist_ttft": hist.timings["ttft"],
-                    "restore": reuse.timings["restore"], "load": reuse.timings["load"] + reuse.timings["encode"],
+                    "restore": reuse.timings["restore"], "make_room": reuse.timings["make_room"],
+                    "load": reuse.timings["load"] + reuse.timings["encode"],
                     "mount": reuse.timings["mount"], "prefill": reuse.timings["prefill"],
                     "retrieve": reuse.timings["retrieve"], "restored_from": reuse.restored_from,
                     "prompt_tokens": text.prompt_tokens, "reuse_prefill_tokens": reuse.prefilled_tokens,
@@ -154,7 +155,7 @@ def main() -> None:
     # -- report ---------------------------------------------------------------------------------------
     per_turn = {}
     print(f"\n{'turn':>4} {'prompt':>7} {'reuse ttft':>11} {'hist-text':>10} {'x':>6} {'text ttft':>10} {'x':>6} "
-          f"{'restore':>8} {'1st tok =':>9}  restored from", file=sys.stderr)
+          f"{'restore':>8} {'room':>7} {'1st tok =':>9}  restored from", file=sys.stderr)
     for turn in range(1, args.turns + 1):
         rs = [r for r in rows if r["turn"] == turn]
         reuse_t, text_t = med([r["reuse_ttft"] for r in rs]), med([r["text_ttft"] for r in rs])
@@ -164,14 +165,16 @@ def main() -> None:
         per_turn[str(turn)] = {
             "prompt_tokens": med([r["prompt_tokens"] for r in rs]), "reuse_ttft_s": reuse_t, "text_ttft_s": text_t,
             "speedup": text_t / reuse_t, "history_text_ttft_s": hist_t, "speedup_vs_history_text": hist_t / reuse_t,
-            "breakdown_s": {k: med([r[k] for r in rs]) for k in ("retrieve", "restore", "load", "mount", "prefill")},
+            "breakdown_s": {k: med([r[k] for r in rs])
+                            for k in ("retrieve", "make_room", "restore", "load", "mount", "prefill")},
             "history_text_first_token_agreement": sum(r["hist_first_token_agrees"] for r in rs) / len(rs), "reuse_prefill_tokens": med([r["reuse_prefill_tokens"] for r in rs]),
             "restore_s": med([r["restore"] for r in rs]), "retrieve_s": med([r["retrieve"] for r in rs]),
             "first_token_agreement": agree, "restored_from": sources,
         }
         print(f"{turn:>4} {per_turn[str(turn)]['prompt_tokens']:>7.0f} {reuse_t:>10.3f}s {hist_t:>9.3f}s "
               f"{hist_t / reuse_t:>5.1f}x {text_t:>9.3f}s {text_t / reuse_t:>5.1f}x "
-              f"{per_turn[str(turn)]['restore_s']:>7.3f}s {agree:>9.0%}  {sources}",
+              f"{per_turn[str(turn)]['restore_s']:>7.3f}s {per_turn[str(turn)]['breakdown_s']['make_room']:>6.3f}s "
+              f"{agree:>9.0%}  {sources}",
               file=sys.stderr)
     ratios = [r["cold_s"] / r["reencode_s"] for r in restore_rows if r["reencode_s"] > 0]
     restore = {
@@ -208,6 +211,7 @@ def main() -> None:
         "peak_rss_mb": peak_rss / MB,
         "first_token_agreement": sum(r["first_token_agrees"] for r in rows) / len(rows),
         "evicted_turns": stats["evicted_turns"],
+        "write_behind": {"clean_copies": stats["clean_copies"], "clean_demotions": stats["clean_demotions"]},
         "goals": {
             "ttft_speedup_at_last_turn": per_turn[last]["speedup"],
             "ttft_speedup_vs_history_text_at_last_turn": per_turn[last]["speedup_vs_history_text"],

@@ -98,6 +98,8 @@ class SessionManager:
         self._epoch = self._load_epoch()
         self._closed = False
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._write_behind: set[str] = set()
         ttl = config.session_ttl_seconds
         self._interval = sweep_interval or max(0.05, min(30.0, config.session_idle_seconds / 4,
                                                          (ttl / 4) if ttl else 30.0))
@@ -281,7 +283,7 @@ class SessionManager:
             "history_kv": self.history_kv,
             **{k: self.counts.get(k, 0) for k in (
                 "turns", "rebuilds", "invalidations", "invalidated_sessions", "evicted_turns", "idle_offloads",
-                "expired", "ended", "resets", "corrupted",
+                "expired", "ended", "resets", "corrupted", "clean_copies", "clean_demotions",
             )},
         }
 
@@ -290,6 +292,7 @@ class SessionManager:
         if self._closed:
             return
         self._stop.set()
+        self._wake.set()
         if self._worker is not None:
             self._worker.join(timeout=10)
         with self._lock:
@@ -371,6 +374,7 @@ class SessionManager:
         assert s._state is not None
         blob = self._seal(s._key, dump_session(s._state, kv))
         self.cold.backend.put(s._key, blob, mtime=s._last_used)
+        s._disk_version = s._version
         s._state = None  # the transcript now lives in the file
         s._tier = "cold"
         self.cold.note_bytes()
@@ -390,10 +394,18 @@ class SessionManager:
             s._tier = "warm"
             with self._lock:
                 self.warm.policy.touch(s._key)
+                if s._state.turns and s._disk_version != s._version:
+                    self._write_behind.add(s._key)  # the worker writes a clean disk copy ahead of need
             self.warm.note_bytes()
+            self._wake.set()
             return
         if not s._state.turns:  # an empty conversation: nothing worth a file
             s._state, s._tier = None, None
+            return
+        if s._disk_version == s._version and self.cold.backend.contains(s._key):
+            s._state, s._tier = None, "cold"  # its clean copy is already on disk: nothing to write
+            with self._lock:
+                self.counts["clean_demotions"] += 1
             return
         self._write_cold(s, kv)
 
@@ -417,6 +429,9 @@ class SessionManager:
                 self._drop_kv(s)
                 s._state = None
                 return True
+            if s._disk_version == s._version and self.cold.backend.contains(s._key):
+                self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
+                return True
             version, tier_name, last_used = s._version, s._tier, s._last_used
             state = copy.deepcopy(s._state)
         finally:
@@ -428,6 +443,7 @@ class SessionManager:
                 if not s._busy and s._version == version and s._tier == tier_name:
                     self.cold.backend.commit(s._key, staged)
                     published = True
+                    s._disk_version = version
                     tier.backend.pop(s._key)
                     with self._lock:
                         tier.policy.remove(s._key)
@@ -439,6 +455,56 @@ class SessionManager:
         if not published:
             self.cold.backend.discard(staged)
         return published
+
+    def _write_clean_copy(self, s: Session) -> bool | None:
+        """Write-behind: put a current copy of a warm session on disk, keeping it in memory; lock-free write.
+
+        True: written. False: not needed (or the session changed meanwhile). None: the session was busy; retry.
+        """
+        if not s._lock.acquire(blocking=False):
+            return None
+        try:
+            if s._busy or s._tier != "warm" or s._state is None or s._disk_version == s._version:
+                return False
+            kv = self.warm.backend.get(s._key)
+            if kv is None:
+                return False
+            version, last_used = s._version, s._last_used
+            state = copy.deepcopy(s._state)
+        finally:
+            s._lock.release()
+        staged = self.cold.backend.stage(s._key, self._seal(s._key, dump_session(state, kv)), mtime=last_used)
+        if s._lock.acquire(blocking=False):
+            try:
+                if not s._busy and s._version == version and s._tier == "warm":
+                    self.cold.backend.commit(s._key, staged)
+                    s._disk_version = version
+                    self.cold.note_bytes()
+                    return True
+            finally:
+                s._lock.release()
+        self.cold.backend.discard(staged)
+        return False
+
+    def _drain_write_behind(self) -> int:
+        with self._lock:
+            keys, self._write_behind = list(self._write_behind), set()
+            sessions = [self._by_key.get(k) for k in keys]
+        done = 0
+        for key, s in zip(keys, sessions):
+            if s is not None and not self._stop.is_set():
+                try:
+                    result = self._write_clean_copy(s)
+                except Exception:
+                    log.exception("write-behind failed for one session")
+                    continue
+                if result is None:
+                    with self._lock:
+                        self._write_behind.add(key)  # busy right now: try again shortly
+                done += bool(result)
+        if done:
+            self._count("clean_copies", done)
+        return done
 
     @staticmethod
     def _bytes_per_token(kv: SessionKV) -> int:
@@ -464,6 +530,9 @@ class SessionManager:
             kv = self.warm.backend.pop(s._key)
             with self._lock:
                 self.warm.policy.remove(s._key)
+                self._write_behind.discard(s._key)
+            if s._disk_version is not None:
+                self.cold.backend.retire(s._key)  # a file exists only while it is current
             source = self.warm
         else:
             self._bump(self.warm, "misses")
@@ -476,6 +545,7 @@ class SessionManager:
         if s._state is None:
             s._state = Transcript(s.session_id, s.user_id)
         s._tier = None
+        s._disk_version = None
         if kv is None:
             return (source.name if source else None), time.perf_counter() - t0, 0.0
         capacity = kv.length + extra
@@ -558,13 +628,18 @@ class SessionManager:
             s._state.kv_len = 0
         if s._tier in ("hot", "warm"):
             s._tier = None
+            if s._disk_version is not None:
+                self.cold.backend.retire(s._key)
+        s._version += 1
+        s._disk_version = None
         return had
 
     def _erase(self, s: Session) -> bool:
         """Erase ``s`` from every tier and the registry; True if it held anything."""
         had = s._state is not None or s._tier is not None
+        had = self.cold.backend.erase(s._key) or had  # overwritten now (before _drop_kv could retire it)
+        s._disk_version = None
         self._drop_kv(s)
-        had = self.cold.backend.erase(s._key) or had
         s._state, s._tier = None, None
         with self._lock:
             if self._sessions.get(s.session_id) is s:
@@ -603,11 +678,21 @@ class SessionManager:
         return value
 
     def _run_worker(self) -> None:
-        while not self._stop.wait(self._interval):
+        last_sweep = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                pending = bool(self._write_behind)
+            self._wake.wait(0.05 if pending else self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
-                self.sweep()
+                self._drain_write_behind()
+                if time.monotonic() - last_sweep >= self._interval:
+                    last_sweep = time.monotonic()
+                    self.sweep()
             except Exception:  # a failed pass must not kill the worker; the next one retries
-                log.exception("background session sweep failed")
+                log.exception("background session pass failed")
 
 
 def _write_small(path: Path, data: bytes) -> None:

@@ -85,6 +85,7 @@ class Session:
         self._busy = False
         self._last_used = time.time()
         self._version = 0  # bumped by every send and reset: lets the worker write a snapshot without the lock
+        self._disk_version: int | None = None  # the version its file on disk holds (None: no current file)
 
     def __repr__(self) -> str:
         return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self._tier!r})"
@@ -118,8 +119,9 @@ class Session:
         """Start a new topic: drop the working KV and turns from every tier (long-term memories stay)."""
         mgr = self._mgr
         with self._lock:
-            mgr._drop_kv(self)
             mgr.cold.backend.erase(self._key)
+            self._disk_version = None
+            mgr._drop_kv(self)
             self._state = Transcript(self.session_id, self.user_id)
             self._tier = None
             mgr._count("resets", 1)

@@ -160,6 +160,18 @@ class DiskBackend:
             self._sizes.pop(key, None)
         return data
 
+    def retire(self, key: str) -> bool:
+        """Move the key's file to the trash unread (overwritten later by :meth:`drain_trash`)."""
+        self.trash.mkdir(exist_ok=True, mode=0o700)
+        try:
+            os.replace(self.path(key), self.trash / f"{time.time_ns()}-{threading.get_ident()}.trashed")
+        except FileNotFoundError:
+            return False
+        finally:
+            with self._lock:
+                self._sizes.pop(key, None)
+        return True
+
     def erase(self, key: str) -> bool:
         """Overwrite and unlink the key's file now."""
         with self._lock:

@@ -500,3 +500,30 @@ def test_other_templates_reuse_exactly_and_evict_correctly(tmp_path, template, l
     st = chat._state
     assert st.ids[: len(chat_layout.first_open_ids)] == chat_layout.first_open_ids
     mgr.close()
+
+
+def test_write_behind_makes_demotion_to_disk_free_and_files_stay_current(engine, tmp_path):
+    mgr, _ = make(engine, tmp_path, worker=True)
+    twin_mgr, _ = make(engine, tmp_path / "twin")
+    chat, twin = mgr.open("s1", user_id="u1"), twin_mgr.open("s1", user_id="u1")
+    assert chat.send(MESSAGES[0], k=0, max_new_tokens=NEW).token_ids == twin.send(MESSAGES[0], k=0, max_new_tokens=NEW).token_ids
+    mgr.offload("s1", to="warm")  # queues a clean copy for the worker
+    deadline = time.time() + 30
+    while mgr.stats()["clean_copies"] < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert mgr.stats()["clean_copies"] == 1 and len(list(tmp_path.glob("*/*.session"))) == 1
+    assert mgr.offload("s1", to="disk") == "cold" and mgr.stats()["clean_demotions"] == 1  # no write needed
+    r = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW)
+    assert r.restored_from == "cold" and r.token_ids == twin.send(MESSAGES[1], k=0, max_new_tokens=NEW).token_ids
+    # a warm session whose copy is written, then used again, leaves no stale file behind
+    mgr.offload("s1", to="warm")
+    deadline = time.time() + 30
+    while mgr.stats()["clean_copies"] < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert mgr.stats()["clean_copies"] == 2
+    r = chat.send(MESSAGES[2], k=0, max_new_tokens=NEW)
+    assert r.restored_from == "warm" and r.token_ids == twin.send(MESSAGES[2], k=0, max_new_tokens=NEW).token_ids
+    mgr.sweep()  # drains the trash
+    assert not list(tmp_path.glob("*/*.session")) and not list((tmp_path / ".trash").iterdir())
+    mgr.close()
+    twin_mgr.close()
