@@ -39,7 +39,8 @@ class BankMemory:
     id: str
     text: str
     load_kv: Any = None
-    trained: bool = False
+    trained: bool = False  # learned KV: mounted as is, never compared with text ids or recomputed
+    kv_tokens: int | None = None
 
 
 @dataclass
@@ -155,7 +156,7 @@ class KVBank:
                     skipped.append((row.id, reason))
                     continue
             out.append(BankMemory(id=row.id, text=text, load_kv=self._loader(row, text, strict),
-                                  trained=row.kind == "trained"))
+                                  trained=row.kind == "trained", kv_tokens=row.kv_tokens))
         return out, skipped
 
     def _loader(self, row: EntryRow, text: str, strict: bool):

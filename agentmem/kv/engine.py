@@ -202,6 +202,12 @@ class KVEngine:
         )
 
     # -- mounting ---------------------------------------------------------------------------------------------
+    def _planned_ids(self, memory: MountMemory, mode: str) -> list[int]:
+        """Token ids a memory occupies; a trained entry occupies its learned KV length (text mode: its document)."""
+        if mode != "text" and getattr(memory, "trained", False):
+            return [-1] * int(getattr(memory, "kv_tokens", 0) or 0)
+        return self.layout.entry_ids(memory.text)
+
     def _load(self, memory: MountMemory, want_ids: list[int], strict: bool) -> tuple[EncodedEntry | None, str | None]:
         """The memory's stored entry, or ``(None, reason)`` when it must be encoded from text instead."""
         loader = getattr(memory, "load_kv", None)
@@ -217,7 +223,7 @@ class KVEngine:
             reason = "stored KV was encoded by a different model"
         elif entry.preamble_digest != self.layout.preamble_digest:
             reason = "stored KV was encoded after a different preamble"
-        elif entry.token_ids.tolist() != want_ids:
+        elif not getattr(memory, "trained", False) and entry.token_ids.tolist() != want_ids:
             reason = "stored KV token ids do not match the memory text"
         else:
             return entry, None
@@ -262,7 +268,7 @@ class KVEngine:
         t0 = time.perf_counter()
         preamble_ids = self.layout.preamble_ids
         suffix_ids = self.layout.suffix_ids(question)
-        entry_ids = [self.layout.entry_ids(m.text) for m in memories]
+        entry_ids = [self._planned_ids(m, mode) for m in memories]
         budget = budget_tokens if budget_tokens is not None else self.mount_budget
         plan = plan_mount(
             [len(x) for x in entry_ids],
@@ -290,10 +296,16 @@ class KVEngine:
         else:
             pre_k, pre_v = self.preamble_kv()
             entries: list[EncodedEntry] = []
+            loaded: list[MountMemory] = []
             for memory, ids in zip(kept, kept_ids):
                 t = time.perf_counter()
                 entry, reason = self._load(memory, ids, strict)
                 timings["load"] += time.perf_counter() - t
+                if entry is None and getattr(memory, "trained", False):
+                    # learned KV cannot be rebuilt from text: leave it out rather than mount the whole document
+                    log.warning("trained memory %s not mounted (%s)", memory.id, reason)
+                    fallbacks.append((memory.id, str(reason)))
+                    continue
                 if entry is None:
                     log.warning("memory %s: mounting from text (%s)", memory.id, reason)
                     fallbacks.append((memory.id, str(reason)))
@@ -301,13 +313,17 @@ class KVEngine:
                     entry = self.encode(memory.text)
                     timings["encode"] += time.perf_counter() - t
                 entries.append(entry)
+                loaded.append(memory)
+            kept = loaded
             t = time.perf_counter()
             cache, spans = assemble(pre_k, pre_v, entries, self._inv_freq, capacity=capacity, workspace=ws)
             timings["mount"] += time.perf_counter() - t
             if mode == "kv+fix":
                 t = time.perf_counter()
                 all_ids = torch.tensor(preamble_ids + [i for e in entries for i in e.token_ids.tolist()])
-                recomputed = apply_fix(self.model, cache, all_ids, spans, self.fix)
+                # a trained entry's KV stands for no token sequence: there is nothing to recompute in it
+                fix_spans = [sp for sp, m in zip(spans, kept) if not getattr(m, "trained", False)]
+                recomputed = apply_fix(self.model, cache, all_ids, fix_spans, self.fix)
                 timings["fix"] = time.perf_counter() - t
             pending = suffix_ids
         return PreparedPrompt(
