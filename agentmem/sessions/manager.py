@@ -456,17 +456,44 @@ class SessionManager:
             self.cold.backend.discard(staged)
         return published
 
+    def _queue_likely_victims(self) -> None:
+        """Write-behind watermark: queue clean disk copies of the sessions each tier would move down next.
+
+        For every tier above half its budget, its least recently used sessions covering the excess get a copy
+        written in the background; moving one of them to disk later is then free (no write on a ``send``'s path).
+        """
+        queued = False
+        with self._lock:
+            for tier in (self.hot, self.warm):
+                if not tier.budget:
+                    continue
+                excess = tier.bytes() - tier.budget // 2
+                for key in tier.policy.victims():
+                    if excess <= 0:
+                        break
+                    s = self._by_key.get(key)
+                    if s is None or s._busy:
+                        continue
+                    excess -= tier.backend.size(key)
+                    st = s._state
+                    if s._disk_version != s._version and st is not None and st.turns:
+                        self._write_behind.add(key)
+                        queued = True
+        if queued:
+            self._wake.set()
+
     def _write_clean_copy(self, s: Session) -> bool | None:
-        """Write-behind: put a current copy of a warm session on disk, keeping it in memory; lock-free write.
+        """Write-behind: put a current copy of a hot or warm session on disk, keeping it in memory; lock-free write.
 
         True: written. False: not needed (or the session changed meanwhile). None: the session was busy; retry.
         """
         if not s._lock.acquire(blocking=False):
             return None
         try:
-            if s._busy or s._tier != "warm" or s._state is None or s._disk_version == s._version:
+            if s._busy or s._tier not in ("hot", "warm") or s._state is None or s._disk_version == s._version:
                 return False
-            kv = self.warm.backend.get(s._key)
+            tier_name = s._tier
+            kv = (self.hot if tier_name == "hot" else self.warm).backend.get(s._key)
             if kv is None:
                 return False
             version, last_used = s._version, s._last_used
@@ -476,7 +503,7 @@ class SessionManager:
         staged = self.cold.backend.stage(s._key, self._seal(s._key, dump_session(state, kv)), mtime=last_used)
         if s._lock.acquire(blocking=False):
             try:
-                if not s._busy and s._version == version and s._tier == "warm":
+                if not s._busy and s._version == version and s._tier in ("hot", "warm"):
                     self.cold.backend.commit(s._key, staged)
                     s._disk_version = version
                     self.cold.note_bytes()
@@ -520,6 +547,9 @@ class SessionManager:
         """
         if s._tier == "hot" and self.hot.backend.contains(s._key):
             self._bump(self.hot, "hits")
+            if s._disk_version is not None:  # its write-behind copy is about to go stale
+                self.cold.backend.retire(s._key)
+                s._disk_version = None
             return None, 0.0, 0.0
         t0 = time.perf_counter()
         self._bump(self.hot, "misses")

@@ -186,16 +186,20 @@ class Session:
                                     strict, sampling, tm, t0)
             finally:
                 self._busy = False
-                self._version += 1
+                if mode == "kv" or commit:  # a baseline dry run only read the transcript
+                    self._version += 1
                 self._last_used = time.time()
                 if self._state is not None:
                     self._state.last_used = self._last_used
                 with mgr._lock:
                     if mgr.hot.backend.contains(self._key):
                         mgr.hot.policy.touch(self._key)
-            # Keep the tiers within budget (this session may move down too if it alone exceeds the hot budget).
+            # Keep the tiers within budget (this session may move down too if it alone exceeds the hot budget),
+            # and let the worker write ahead the sessions that would move down next.
             mgr._fit(mgr.hot)
             mgr._fit(mgr.warm)
+            if mgr._worker is not None:
+                mgr._queue_likely_victims()
         result.timings["total"] = time.perf_counter() - t0
         return result
 

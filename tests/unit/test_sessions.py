@@ -527,3 +527,25 @@ def test_write_behind_makes_demotion_to_disk_free_and_files_stay_current(engine,
     assert not list(tmp_path.glob("*/*.session")) and not list((tmp_path / ".trash").iterdir())
     mgr.close()
     twin_mgr.close()
+
+
+def test_watermark_write_behind_makes_hot_to_disk_demotion_free(engine, tmp_path):
+    mgr, _ = make(engine, tmp_path, worker=True)
+    probe = mgr.open("probe", user_id="u1")
+    probe.send(MESSAGES[0], k=0, max_new_tokens=NEW)
+    one = mgr.hot.bytes()
+    mgr.close()
+    # hot holds one session, warm none: every demotion goes to disk
+    mgr, _ = make(engine, tmp_path / "b", worker=True, session_hot_bytes=int(1.5 * one), session_warm_bytes=0)
+    a, b = mgr.open("a", user_id="u1"), mgr.open("b", user_id="u1")
+    a.send(MESSAGES[0], k=0, max_new_tokens=NEW)  # hot is above half its budget: a's copy is written ahead
+    deadline = time.time() + 30
+    while mgr.stats()["clean_copies"] < 1 and time.time() < deadline:
+        time.sleep(0.05)
+    assert mgr.stats()["clean_copies"] == 1 and a.tier == "hot"
+    r = b.send(MESSAGES[0], k=0, max_new_tokens=NEW)  # needs a's room: a moves to disk without a write
+    assert a.tier == "cold" and mgr.stats()["clean_demotions"] == 1 and r.timings["make_room"] < 1.0
+    r = a.send(MESSAGES[1], k=0, max_new_tokens=NEW)
+    assert r.restored_from == "cold" and r.reused_tokens > 0
+    assert mgr.stats()["hot"]["over_budget"] == 0
+    mgr.close()
