@@ -2,8 +2,8 @@
 
 Both modes run side by side in one process, alternating, on the same token ids (SmolLM2-135M on CPU by
 default). Memories are LoCoMo turns (or synthetic text without the data file), grouped into entries of about
-``--entry-tokens`` tokens, stored as KV blob files and mapped back per call, so "load" includes opening and
-mapping the file and the safetensors header parse; the page-ins happen during the mount, which copies the data.
+``--entry-tokens`` tokens, stored as KV blob files and read back per call (into one reused buffer), so "load"
+includes the file read and the safetensors decode (``--source memory`` keeps the blob bytes in RAM instead).
 Reported per size: median TTFT of each mode, the speedup, the share of KV TTFT spent on
 load and mount (re-rotation + placement), and the ceiling (text TTFT over the bare suffix prefill).
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import statistics
 import sys
@@ -40,10 +39,13 @@ class EngineBackend:
     one with the same two methods over ``AgentMemory(path, model=(model, tokenizer))``: ``add`` = ``remember``
     each text, ``answer`` = ``mem.generate(question, user_id=..., k=len(ids), mode=mode, max_new_tokens=1)``."""
 
-    def __init__(self, model, tokenizer, workdir: Path) -> None:
-        self.engine = KVEngine(model, tokenizer)
+    def __init__(self, model, tokenizer, workdir: Path, source: str = "file", kv_dtype: str = "float32") -> None:
+        self.engine = KVEngine(model, tokenizer, storage_dtype=getattr(torch, kv_dtype))
         self.dir = workdir
+        self.source = source  # "file": blob files mapped per call; "memory": blobs kept as bytes (a RAM tier)
         self.texts: dict[str, str] = {}
+        self.blobs: dict[str, bytes] = {}
+        self.buffer = bytearray()
 
     def add(self, texts: list[str]) -> list[str]:
         ids = []
@@ -51,7 +53,10 @@ class EngineBackend:
             chunk = texts[start : start + 8]
             for text, entry in zip(chunk, self.engine.encode_many(chunk)):
                 mid = f"m{len(self.texts):05d}"
-                (self.dir / f"{mid}.kv").write_bytes(self.engine.to_bytes(entry))
+                blob = self.engine.to_bytes(entry)
+                (self.dir / f"{mid}.kv").write_bytes(blob)
+                if self.source == "memory":
+                    self.blobs[mid] = blob
                 self.texts[mid] = text
                 ids.append(mid)
         return ids
@@ -59,10 +64,17 @@ class EngineBackend:
     def answer(self, question: str, ids: list[str], mode: str):
         def loader(mid: str):
             def load():
-                # Map the file instead of reading it: decoding is zero-copy, so the page cache feeds the mount
-                # directly and no fresh 8 MB buffer per entry has to be allocated and faulted in.
+                if self.source == "memory":
+                    return self.engine.from_bytes(self.blobs[mid], cast=False)
+                # Read into one reused buffer: decoding is zero-copy and the engine copies each entry into the
+                # cache before it loads the next, so no fresh multi-MB buffer is allocated and faulted in per blob.
                 with open(self.dir / f"{mid}.kv", "rb") as f:
-                    return self.engine.from_bytes(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+                    size = os.fstat(f.fileno()).st_size
+                    if len(self.buffer) < size:
+                        self.buffer = bytearray(size)
+                    view = memoryview(self.buffer)[:size]
+                    f.readinto(view)
+                return self.engine.from_bytes(view, cast=False)
 
             return load
 
@@ -86,19 +98,28 @@ def memory_texts(data: Path | None) -> list[str]:
 
 
 def group(lines: list[str], backend: EngineBackend, entry_tokens: int, total: int) -> list[str]:
-    """Join consecutive lines into entries of about ``entry_tokens`` tokens until ``total`` tokens."""
+    """Join consecutive lines into entries of at most ~``entry_tokens`` tokens, about ``total`` tokens in all."""
     entries, current, used = [], [], 0
     for line in lines:
-        current.append(line)
-        text = "\n".join(current)
-        n = backend.tokens(text)
-        if n >= entry_tokens:
-            if used + n > total:
-                break
-            entries.append(text)
-            used += n
+        if current and backend.tokens("\n".join(current + [line])) > entry_tokens:
+            entries.append("\n".join(current))
+            used += backend.tokens(entries[-1])
             current = []
+            if used >= total:
+                break
+        current.append(line)
     return entries
+
+
+def fill(entries: list[str], ids: list[str], backend: EngineBackend, size: int) -> tuple[list[str], int]:
+    """First-fit: entries in order that keep the total within ``size`` tokens."""
+    chosen, used = [], 0
+    for mid, text in zip(ids, entries):
+        n = backend.tokens(text)
+        if used + n <= size:
+            chosen.append(mid)
+            used += n
+    return chosen, used
 
 
 def main() -> None:
@@ -110,6 +131,12 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="local HF model dir (default: embedded SmolLM2)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--plot", type=Path, default=None, help="save a PNG plot here (e.g. docs/kv-ttft.png)")
+    ap.add_argument("--with-fix", action="store_true", help="also time mode kv+fix (default strategy)")
+    ap.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="storage dtype")
+    ap.add_argument(
+        "--source", choices=["file", "memory"], default="file",
+        help="where stored KV come from: blob files mapped per call, or blob bytes already in RAM (a hot tier)",
+    )
     ap.add_argument(
         "--threads", type=int, default=None,
         help="torch intra-op threads (default: torch's choice). On an oversubscribed CPU, 1 avoids OpenMP barrier "
@@ -121,21 +148,16 @@ def main() -> None:
 
     model, tokenizer = load_model(args.model, device=args.device)
     with tempfile.TemporaryDirectory() as tmp:
-        backend = EngineBackend(model, tokenizer, Path(tmp))
+        backend = EngineBackend(model, tokenizer, Path(tmp), args.source, args.kv_dtype)
         entries = group(memory_texts(args.data), backend, args.entry_tokens, max(args.memory_tokens))
         ids = backend.add(entries)
         sizes: dict[str, dict] = {}
         for size in args.memory_tokens:
-            chosen, used = [], 0
-            for mid, text in zip(ids, entries):
-                n = backend.tokens(text)
-                if used + n > size:
-                    break
-                chosen.append(mid)
-                used += n
-            runs: dict[str, list[dict]] = {"kv": [], "text": []}
+            chosen, used = fill(entries, ids, backend, size)
+            modes = ["kv", "text"] + (["kv+fix"] if args.with_fix else [])
+            runs: dict[str, list[dict]] = {m: [] for m in modes}
             for rep in tqdm(range(args.repeats + 1), desc=f"{size} tokens", unit="rep", disable=None):
-                for mode in ("kv", "text") if rep % 2 == 0 else ("text", "kv"):  # alternate order against drift
+                for mode in modes if rep % 2 == 0 else modes[::-1]:  # alternate the order against drift
                     result = backend.answer(QUESTION, chosen, mode)
                     assert result.mounted == chosen and not result.fallbacks, "benchmark must mount everything"
                     if rep > 0:  # the first round warms caches and the workspace
@@ -157,6 +179,9 @@ def main() -> None:
                 "mount_share": round((med("kv", "load") + med("kv", "mount")) / kv, 4),
                 "ceiling_speedup": round(text / med("kv", "prefill"), 2),
             }
+            if args.with_fix:
+                fix = med("kv+fix", "ttft")
+                sizes[str(size)].update(kv_fix_ttft_s=round(fix, 4), kv_fix_speedup=round(text / fix, 2))
             print(json.dumps({size: sizes[str(size)]}), file=sys.stderr)
 
     if args.plot is not None:
@@ -169,6 +194,8 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.plot(xs, [sizes[str(x)]["text_ttft_s"] for x in xs], "o-", label="text (re-encode)")
         ax.plot(xs, [sizes[str(x)]["kv_ttft_s"] for x in xs], "o-", label="kv (mounted)")
+        if args.with_fix:
+            ax.plot(xs, [sizes[str(x)]["kv_fix_ttft_s"] for x in xs], "o--", label="kv+fix")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("memory tokens")
@@ -184,6 +211,8 @@ def main() -> None:
             {
                 "benchmark": "ttft",
                 "device": args.device,
+                "source": args.source,
+                "kv_dtype": args.kv_dtype,
                 "threads": torch.get_num_threads(),
                 "load_avg_1m": round(os.getloadavg()[0], 2),
                 "repeats": args.repeats,

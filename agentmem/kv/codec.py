@@ -30,7 +30,15 @@ from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
 from agentmem.kv.fingerprint import ModelFingerprint
 from agentmem.kv.types import EncodedEntry
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "STORAGE_DTYPES", "decode_entry", "encode_entry", "read_metadata"]
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "KEEP_STORAGE_DTYPE",
+    "STORAGE_DTYPES",
+    "decode_entry",
+    "encode_entry",
+    "read_metadata",
+]
 
 FORMAT_NAME = "agentmem.kv"
 FORMAT_VERSION = "1"
@@ -40,6 +48,7 @@ STORAGE_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
 }
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+KEEP_STORAGE_DTYPE = "storage"  # decode_entry(dtype=...) sentinel: return KV in the dtype they were stored in
 _META_KEY = "agentmem.kv"
 _MAX_HEADER = 1 << 20  # our headers are ~1 KB; refuse absurd lengths before allocating
 
@@ -135,14 +144,15 @@ def decode_entry(
     blob: bytes | bytearray | memoryview,
     *,
     expected: ModelFingerprint,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     preamble_digest: str | None = None,
 ) -> EncodedEntry:
     """Parse a blob made by :func:`encode_entry` for the model ``expected`` describes.
 
     Raises :class:`FingerprintMismatchError` if it was made by another model/dtype/tokenizer (or after another
     preamble, when ``preamble_digest`` is given) and :class:`BlobCorruptedError` if it is unreadable or truncated.
-    KV come back in ``dtype`` (default: the fingerprint's model dtype); zero-copy when no cast is needed.
+    KV come back in ``dtype`` (default: the fingerprint's model dtype; ``KEEP_STORAGE_DTYPE``: as stored);
+    zero-copy when no cast is needed.
     Error messages name fields only, never tensor contents.
     """
     view = memoryview(blob).cast("B") if not isinstance(blob, memoryview) else blob.cast("B")
@@ -178,7 +188,10 @@ def decode_entry(
         raise BlobCorruptedError(f"KV blob tensors have shape {tuple(keys.shape)}, expected {want}")
     if token_ids.numel() and (int(token_ids.min()) < 0 or int(token_ids.max()) >= expected.vocab_size):
         raise BlobCorruptedError("KV blob holds token ids outside the vocabulary")
-    target = dtype if dtype is not None else STORAGE_DTYPES.get(expected.dtype, torch.float32)
+    if dtype == KEEP_STORAGE_DTYPE:
+        target = stored
+    else:
+        target = dtype if dtype is not None else STORAGE_DTYPES.get(expected.dtype, torch.float32)
     if keys.dtype != target:  # a cast allocates new memory anyway, so the result no longer aliases the blob
         keys, values = keys.to(target), values.to(target)
     return EncodedEntry(

@@ -30,7 +30,7 @@ from agentmem.kv import codec
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
-from agentmem.kv.mount import Workspace, assemble, plan_mount
+from agentmem.kv.mount import Mount, Workspace, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import Sampling, decode, next_token, prefill, stop_ids
@@ -195,10 +195,17 @@ class KVEngine:
         """Serialise an entry (safetensors) in this engine's storage dtype."""
         return codec.encode_entry(entry, self.fingerprint, storage_dtype=self.storage_dtype)
 
-    def from_bytes(self, blob: bytes | bytearray | memoryview) -> EncodedEntry:
-        """Decode a blob for this model; raises FingerprintMismatchError / BlobCorruptedError."""
+    def from_bytes(self, blob: bytes | bytearray | memoryview, *, cast: bool = True) -> EncodedEntry:
+        """Decode a blob for this model; raises FingerprintMismatchError / BlobCorruptedError.
+
+        ``cast=False`` keeps fp16/bf16-stored KV in their storage dtype (zero-copy); mounting widens them while
+        copying them into the cache, which saves a pass over the data. Use it for blobs that are only mounted.
+        """
         return codec.decode_entry(
-            blob, expected=self.fingerprint, dtype=self.dtype, preamble_digest=self.layout.preamble_digest
+            blob,
+            expected=self.fingerprint,
+            dtype=self.dtype if cast else codec.KEEP_STORAGE_DTYPE,
+            preamble_digest=self.layout.preamble_digest,
         )
 
     # -- mounting ---------------------------------------------------------------------------------------------
@@ -294,9 +301,13 @@ class KVEngine:
             pending = preamble_ids + [t for ids in kept_ids for t in ids] + suffix_ids
             cache = self._blank_cache(capacity, ws)
         else:
-            pre_k, pre_v = self.preamble_kv()
-            entries: list[EncodedEntry] = []
+            t = time.perf_counter()
+            mount = Mount(*self.preamble_kv(), self._inv_freq, capacity=capacity, workspace=ws)
+            timings["mount"] += time.perf_counter() - t
             loaded: list[MountMemory] = []
+            all_ids = list(preamble_ids)
+            # Load and place one entry at a time: each is copied into the cache before the next load_kv() call,
+            # so a loader may reuse one read buffer for every blob (no fresh allocation per entry).
             for memory, ids in zip(kept, kept_ids):
                 t = time.perf_counter()
                 entry, reason = self._load(memory, ids, strict)
@@ -312,18 +323,21 @@ class KVEngine:
                     t = time.perf_counter()
                     entry = self.encode(memory.text)
                     timings["encode"] += time.perf_counter() - t
-                entries.append(entry)
+                t = time.perf_counter()
+                mount.place(entry)
+                timings["mount"] += time.perf_counter() - t
+                all_ids.extend(entry.token_ids.tolist())
                 loaded.append(memory)
+                del entry
             kept = loaded
-            t = time.perf_counter()
-            cache, spans = assemble(pre_k, pre_v, entries, self._inv_freq, capacity=capacity, workspace=ws)
-            timings["mount"] += time.perf_counter() - t
+            cache, spans = mount.cache(), mount.spans
             if mode == "kv+fix":
                 t = time.perf_counter()
-                all_ids = torch.tensor(preamble_ids + [i for e in entries for i in e.token_ids.tolist()])
                 # a trained entry's KV stands for no token sequence: there is nothing to recompute in it
                 fix_spans = [sp for sp, m in zip(spans, kept) if not getattr(m, "trained", False)]
-                recomputed = apply_fix(self.model, cache, all_ids, fix_spans, self.fix)
+                recomputed = apply_fix(
+                    self.model, cache, torch.tensor(all_ids), fix_spans, self.fix, exact_end=len(preamble_ids)
+                )
                 timings["fix"] = time.perf_counter() - t
             pending = suffix_ids
         return PreparedPrompt(

@@ -21,7 +21,7 @@ from agentmem.kv.cache import BufferedCache, allocate_stacked
 from agentmem.kv.rope import rerotate_keys_into
 from agentmem.kv.types import EncodedEntry
 
-__all__ = ["MountPlan", "Workspace", "assemble", "plan_mount"]
+__all__ = ["Mount", "MountPlan", "Workspace", "assemble", "plan_mount"]
 
 
 @dataclass
@@ -107,6 +107,65 @@ class Workspace:
         self._k = self._v = None
 
 
+class Mount:
+    """A cache being assembled: the preamble first, then entries placed one at a time at the next positions.
+
+    Placing an entry copies it (values) or re-rotates it while copying (keys); nothing keeps a reference to the
+    entry afterwards, so a caller may load the next entry into the same buffer it used for the last one.
+    """
+
+    def __init__(
+        self,
+        preamble_keys: torch.Tensor,
+        preamble_values: torch.Tensor,
+        inv_freq: torch.Tensor | None,
+        *,
+        capacity: int,
+        workspace: Workspace | None = None,
+    ) -> None:
+        num_layers, _, kv_heads, pre_len, head_dim = preamble_keys.shape
+        self.shape = (num_layers, kv_heads, head_dim)
+        self.dtype, self.device = preamble_keys.dtype, preamble_keys.device
+        capacity = max(capacity, pre_len)
+        if workspace is not None:
+            kbuf, vbuf = workspace.get(num_layers, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
+        else:
+            kbuf, vbuf = allocate_stacked(
+                num_layers, 1, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device
+            )
+        kbuf[..., :pre_len, :].copy_(preamble_keys)
+        vbuf[..., :pre_len, :].copy_(preamble_values)
+        self.kbuf, self.vbuf, self.pos, self.inv_freq = kbuf, vbuf, pre_len, inv_freq
+        self.spans: list[tuple[int, int]] = []
+
+    def place(self, entry: EncodedEntry) -> tuple[int, int]:
+        """Put ``entry`` at the next free positions; returns its ``(start, end)`` span."""
+        num_layers, kv_heads, head_dim = self.shape
+        n, pos = entry.num_tokens, self.pos
+        if tuple(entry.keys.shape) != (num_layers, kv_heads, n, head_dim):
+            raise ValueError(f"entry KV shape {tuple(entry.keys.shape)} does not match the model's cache layout")
+        if pos + n > self.kbuf.shape[3]:
+            raise ValueError(f"mount capacity {self.kbuf.shape[3]} exceeded; plan the capacity before placing")
+        # Same device: keep the stored dtype, the copy/rotation below casts while writing (no extra pass).
+        keys = entry.keys.to(device=self.device)
+        dst_k = self.kbuf[:, 0, :, pos : pos + n, :]
+        delta = pos - entry.offset
+        if delta == 0:
+            dst_k.copy_(keys)
+        else:
+            if self.inv_freq is None:
+                raise ValueError("entries need re-rotation but the model has no rotary frequencies")
+            rerotate_keys_into(dst_k, keys, delta, self.inv_freq, start=entry.offset)
+        self.vbuf[:, 0, :, pos : pos + n, :].copy_(entry.values)
+        self.spans.append((pos, pos + n))
+        self.pos = pos + n
+        return pos, pos + n
+
+    def cache(self) -> BufferedCache:
+        """The cache over everything placed so far (its spare capacity receives later tokens)."""
+        return BufferedCache(self.kbuf, self.vbuf, self.pos)
+
+
 def assemble(
     preamble_keys: torch.Tensor,
     preamble_values: torch.Tensor,
@@ -121,32 +180,8 @@ def assemble(
     Returns the cache and each entry's ``(start, end)`` span. ``inv_freq`` may be ``None`` only if no entry needs
     moving. Raises ``ValueError`` if an entry's shape does not match the preamble's.
     """
-    num_layers, _, kv_heads, pre_len, head_dim = preamble_keys.shape
-    total = pre_len + sum(e.num_tokens for e in entries)
-    capacity = max(capacity, total)
-    dtype, device = preamble_keys.dtype, preamble_keys.device
-    if workspace is not None:
-        kbuf, vbuf = workspace.get(num_layers, kv_heads, capacity, head_dim, dtype=dtype, device=device)
-    else:
-        kbuf, vbuf = allocate_stacked(num_layers, 1, kv_heads, capacity, head_dim, dtype=dtype, device=device)
-    kbuf[..., :pre_len, :].copy_(preamble_keys)
-    vbuf[..., :pre_len, :].copy_(preamble_values)
-    spans: list[tuple[int, int]] = []
-    pos = pre_len
+    total = preamble_keys.shape[3] + sum(e.num_tokens for e in entries)
+    mount = Mount(preamble_keys, preamble_values, inv_freq, capacity=max(capacity, total), workspace=workspace)
     for entry in entries:
-        n = entry.num_tokens
-        if tuple(entry.keys.shape) != (num_layers, kv_heads, n, head_dim):
-            raise ValueError(f"entry KV shape {tuple(entry.keys.shape)} does not match the model's cache layout")
-        keys = entry.keys.to(device=device, dtype=dtype)  # no-op in the common case (same device and dtype)
-        dst_k = kbuf[:, 0, :, pos : pos + n, :]
-        delta = pos - entry.offset
-        if delta == 0:
-            dst_k.copy_(keys)
-        else:
-            if inv_freq is None:
-                raise ValueError("entries need re-rotation but the model has no rotary frequencies")
-            rerotate_keys_into(dst_k, keys, delta, inv_freq, start=entry.offset)
-        vbuf[:, 0, :, pos : pos + n, :].copy_(entry.values)
-        spans.append((pos, pos + n))
-        pos += n
-    return BufferedCache(kbuf, vbuf, pos), spans
+        mount.place(entry)
+    return mount.cache(), mount.spans

@@ -139,7 +139,8 @@ def rerotate_keys_into(
     """
     half = inv_freq.numel()
     rot = 2 * half
-    cos, sin = rotation_tables(delta, inv_freq, keys.dtype, start=start, length=keys.shape[-2])
+    # Tables in the output dtype: fp16/bf16 stored keys are rotated and widened to an fp32 cache in one pass.
+    cos, sin = rotation_tables(delta, inv_freq, out.dtype, start=start, length=keys.shape[-2])
     cos, sin = cos.to(keys.device), sin.to(keys.device)
     # rotate_half convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). One full-width multiply then two
     # half-width fused multiply-adds, all written in place into ``out``: no temporaries, and measured ~25% faster

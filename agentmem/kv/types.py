@@ -48,7 +48,9 @@ class MountMemory(Protocol):
     """What ``KVEngine.generate`` takes per memory: an id, its text, and a way to load its stored KV.
 
     ``load_kv`` may be ``None`` (no KV stored yet: encoded on the fly) and may raise
-    ``FingerprintMismatchError`` / ``BlobCorruptedError`` (falls back to encoding the text).
+    ``FingerprintMismatchError`` / ``BlobCorruptedError`` (falls back to encoding the text). The engine calls the
+    loaders one at a time, in order, and copies each returned entry into the cache before calling the next, so
+    a loader may decode every blob out of one reused buffer.
     """
 
     id: str

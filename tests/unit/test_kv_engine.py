@@ -204,3 +204,21 @@ def test_a_memory_longer_than_the_context_is_rejected_at_encode(engine):
     small.max_positions = len(engine.layout.preamble_ids) + 20
     with pytest.raises(InvalidInputError, match="longer than the model's context"):
         small.encode("x" * 200)
+
+
+@pytest.mark.parametrize("storage", [torch.float16, torch.bfloat16])
+def test_half_precision_blobs_mount_without_a_separate_cast(engine, storage):
+    half = KVEngine(engine.model, engine.tokenizer, storage_dtype=storage)
+    entry = half.encode(MEMORIES[0])
+    blob = half.to_bytes(entry)
+    lazy = half.from_bytes(blob, cast=False)
+    assert lazy.keys.dtype == storage
+    eager = half.from_bytes(blob)
+    assert eager.keys.dtype == torch.float32
+    # The same entry twice: the second copy is re-rotated from the half-precision source straight into fp32.
+    a = half.prepare(QUESTION, [MemoryItem(i, MEMORIES[0], lambda: lazy) for i in "mn"])
+    b = half.prepare(QUESTION, [MemoryItem(i, MEMORIES[0], lambda: eager) for i in "mn"])
+    assert a.fallbacks == [] and b.fallbacks == []
+    ka, va = stacked_from_cache(a.cache)
+    kb, vb = stacked_from_cache(b.cache)
+    assert torch.allclose(ka, kb, atol=1e-6) and torch.equal(va, vb)
