@@ -109,13 +109,14 @@ class KVBank:
                    checkpoint_path: Any, options: dict[str, Any]) -> tuple[bytes, dict[str, Any], dict[str, Any]]:
         """Train a KV prefix for ``document`` (model frozen): blob bytes, catalog KV fields, training record."""
         from agentmem.kv.types import EncodedEntry
-        from agentmem.train import TrainOptions, train_prefix
+        from agentmem.train import PromptLayout, TrainOptions, train_prefix
 
         engine = self.engine
         engine._require_kv()
         prefix = train_prefix(
             engine.model, engine.tokenizer, document, tokens=tokens, steps=steps, seed=seed, lr=lr,
-            preamble_ids=list(engine.layout.preamble_ids), options=TrainOptions(**options), progress=progress,
+            layout=PromptLayout(engine.tokenizer, engine.layout),  # train exactly what this engine mounts
+            options=TrainOptions(**options), progress=progress,
             checkpoint_path=checkpoint_path, fingerprint=engine.fingerprint.digest,
         )
         entry = EncodedEntry(
