@@ -35,9 +35,7 @@ QUESTION = "What did Caroline say about the adoption agencies she was researchin
 
 
 class EngineBackend:
-    """The engine driven directly, blobs in files. To benchmark through the facade instead, swap this class for
-    one with the same two methods over ``AgentMemory(path, model=(model, tokenizer))``: ``add`` = ``remember``
-    each text, ``answer`` = ``mem.generate(question, user_id=..., k=len(ids), mode=mode, max_new_tokens=1)``."""
+    """The engine driven directly, blobs in files; :class:`FacadeBackend` has the same methods over the facade."""
 
     def __init__(self, model, tokenizer, workdir: Path, source: str = "file", kv_dtype: str = "float32") -> None:
         self.engine = KVEngine(model, tokenizer, storage_dtype=getattr(torch, kv_dtype))
@@ -83,6 +81,32 @@ class EngineBackend:
 
     def tokens(self, text: str) -> int:
         return len(self.engine.layout.entry_ids(text))
+
+
+class FacadeBackend:
+    """The same two calls through the public facade: ``remember_many`` then ``generate(entry_ids=...)``.
+
+    Retrieval is bypassed (``entry_ids``) so both modes mount exactly the chosen memories; blobs are whatever the
+    store writes (its ``kv_dtype``, encryption if configured), read by its own loader.
+    """
+
+    def __init__(self, model, tokenizer, workdir: Path, kv_dtype: str = "float32") -> None:
+        from agentmem import AgentMemory
+
+        self.mem = AgentMemory(workdir / "store", model=(model, tokenizer), kv_dtype=kv_dtype, kv_encoding="eager")
+        self.counter = EngineBackend(model, tokenizer, workdir)  # only for token counts
+
+    def add(self, texts: list[str]) -> list[str]:
+        records = self.mem.remember_many([{"text": t, "user_id": "bench"} for t in texts])
+        return [r.id for r in records]
+
+    def answer(self, question: str, ids: list[str], mode: str):
+        return self.mem.generate(
+            question, user_id="bench", entry_ids=ids, mode=mode, max_new_tokens=1, budget_tokens=1 << 30
+        )
+
+    def tokens(self, text: str) -> int:
+        return self.counter.tokens(text)
 
 
 def memory_texts(data: Path | None) -> list[str]:
@@ -132,6 +156,10 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--plot", type=Path, default=None, help="save a PNG plot here (e.g. docs/kv-ttft.png)")
     ap.add_argument("--with-fix", action="store_true", help="also time mode kv+fix (default strategy)")
+    ap.add_argument(
+        "--backend", choices=["engine", "facade"], default="engine",
+        help="drive KVEngine directly (blob files read here) or the public AgentMemory facade",
+    )
     ap.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="storage dtype")
     ap.add_argument(
         "--source", choices=["file", "memory"], default="file",
@@ -148,7 +176,10 @@ def main() -> None:
 
     model, tokenizer = load_model(args.model, device=args.device)
     with tempfile.TemporaryDirectory() as tmp:
-        backend = EngineBackend(model, tokenizer, Path(tmp), args.source, args.kv_dtype)
+        if args.backend == "facade":
+            backend = FacadeBackend(model, tokenizer, Path(tmp), args.kv_dtype)
+        else:
+            backend = EngineBackend(model, tokenizer, Path(tmp), args.source, args.kv_dtype)
         entries = group(memory_texts(args.data), backend, args.entry_tokens, max(args.memory_tokens))
         ids = backend.add(entries)
         sizes: dict[str, dict] = {}
@@ -211,7 +242,8 @@ def main() -> None:
             {
                 "benchmark": "ttft",
                 "device": args.device,
-                "source": args.source,
+                "backend": args.backend,
+                "source": args.source if args.backend == "engine" else "store",
                 "kv_dtype": args.kv_dtype,
                 "threads": torch.get_num_threads(),
                 "load_avg_1m": round(os.getloadavg()[0], 2),
