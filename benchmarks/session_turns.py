@@ -126,6 +126,8 @@ def main() -> None:
                     "restore": reuse.timings["restore"], "make_room": reuse.timings["make_room"],
                     "load": reuse.timings["load"] + reuse.timings["encode"],
                     "mount": reuse.timings["mount"], "prefill": reuse.timings["prefill"],
+                    "append": reuse.timings["append"], "decode": reuse.timings["decode"],
+                    "reply_tokens": len(reuse.token_ids),
                     "retrieve": reuse.timings["retrieve"], "restored_from": reuse.restored_from,
                     "prompt_tokens": text.prompt_tokens, "reuse_prefill_tokens": reuse.prefilled_tokens,
                     "text_prefill_tokens": text.prefilled_tokens, "reused_tokens": reuse.reused_tokens,
@@ -167,7 +169,9 @@ def main() -> None:
             "speedup": text_t / reuse_t, "history_text_ttft_s": hist_t, "speedup_vs_history_text": hist_t / reuse_t,
             "breakdown_s": {k: med([r[k] for r in rs])
                             for k in ("retrieve", "make_room", "restore", "load", "mount", "prefill")},
-            "history_text_first_token_agreement": sum(r["hist_first_token_agrees"] for r in rs) / len(rs), "reuse_prefill_tokens": med([r["reuse_prefill_tokens"] for r in rs]),
+            "history_text_first_token_agreement": sum(r["hist_first_token_agrees"] for r in rs) / len(rs),
+            "after_reply_s": {"decode": med([r["decode"] for r in rs]), "append": med([r["append"] for r in rs]),
+                              "reply_tokens": med([r["reply_tokens"] for r in rs])}, "reuse_prefill_tokens": med([r["reuse_prefill_tokens"] for r in rs]),
             "restore_s": med([r["restore"] for r in rs]), "retrieve_s": med([r["retrieve"] for r in rs]),
             "first_token_agreement": agree, "restored_from": sources,
         }
