@@ -20,7 +20,7 @@ from agentmem.kv.engine import KVEngine, PreparedPrompt
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, recompute_positions
 from agentmem.kv.model import load_model
-from agentmem.kv.mount import MountPlan, assemble, plan_mount
+from agentmem.kv.mount import Mount, MountPlan, Workspace, assemble, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, require_kv_support, rerotate_keys, rotary_inv_freq
 from agentmem.kv.runner import Sampling, decode, next_token, prefill
@@ -36,11 +36,13 @@ __all__ = [
     "MemoryItem",
     "Mode",
     "ModelFingerprint",
+    "Mount",
     "MountMemory",
     "MountPlan",
     "PreparedPrompt",
     "PromptLayout",
     "Sampling",
+    "Workspace",
     "apply_fix",
     "assemble",
     "cache_from_layers",
