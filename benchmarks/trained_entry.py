@@ -85,6 +85,26 @@ def score(model, layout, context, qa, reference=None) -> tuple[dict, list]:
     return res, lps
 
 
+def gold_logp(lps: list) -> torch.Tensor:
+    """Log-prob of every gold answer token, concatenated over questions."""
+    return torch.cat([lp.gather(-1, torch.tensor(ids).unsqueeze(1)).squeeze(1) for lp, ids in lps])
+
+
+def split_by_teacher(text: torch.Tensor, untrained: torch.Tensor, trained: torch.Tensor) -> dict:
+    """Where does training move gold-token log-probs? Split by whether the document-in-context beats the init.
+
+    A prefix that imitates the document-in-context teacher gains where the teacher is better than the untrained
+    prefix and loses where the untrained prefix happened to be better than the teacher.
+    """
+    out = {}
+    for name, m in (("text_better", text > untrained), ("init_better", text <= untrained)):
+        n = int(m.sum())
+        out[name] = {"tokens": n,
+                     "text_minus_init": round(float((text[m] - untrained[m]).mean()), 4) if n else None,
+                     "trained_minus_init": round(float((trained[m] - untrained[m]).mean()), 4) if n else None}
+    return out
+
+
 def mean_nll(rows: list[tuple[float, int]]) -> dict:
     per_q = [s / n for s, n in rows]
     return {"macro": sum(per_q) / len(per_q), "micro": sum(s for s, _ in rows) / sum(n for _, n in rows),
@@ -104,6 +124,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--answer-tokens", type=int, default=TrainOptions.answer_tokens,
+                    help="cap on self-study answer length (training targets)")
     ap.add_argument("--lr", type=float, default=5e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1,
@@ -122,7 +144,9 @@ def main() -> None:
     preamble = layout.preamble_ids()
     fingerprint = _kv.model_fingerprint(model, tok)
     count = lambda text: len(layout.answer_ids(text, end=False))  # noqa: E731
-    opts = TrainOptions(samples=args.samples, batch_size=args.batch_size)
+    opts = TrainOptions(samples=args.samples, batch_size=args.batch_size, answer_tokens=args.answer_tokens)
+    # Artifact names carry every setting that changes them (the default answer cap keeps the short name).
+    variant = "" if args.answer_tokens == TrainOptions.answer_tokens else f"-a{args.answer_tokens}"
     out_dir = Path(args.out)
     data_all = json.load(open(args.data))
     results, curves = [], {}
@@ -137,7 +161,7 @@ def main() -> None:
         text_res, text_lps = score(model, layout, context_kv(model, preamble, doc_ids), qa)
         base = {"none": score(model, layout, context_kv(model, preamble), qa, text_lps)[0], "text": text_res}
         conv_dir = out_dir / f"conv{cid}-d{args.doc_tokens}-s{args.seed}"
-        data_path = conv_dir / f"selfstudy-n{args.samples}.safetensors"
+        data_path = conv_dir / f"selfstudy-n{args.samples}{variant}.safetensors"
         t = time.monotonic()
         if data_path.exists():
             tensors, meta = load_state(data_path)
@@ -154,18 +178,19 @@ def main() -> None:
                "nll_per_question": {k: v["per_question"] for k, v in base.items()},
                "selfstudy_seconds": round(data_seconds, 1), "selfstudy_reused": data_reused, "entries": []}
         for p in args.tokens:
-            untrained = TrainedPrefix(*_kv.encode(model, torch.tensor(doc_ids[:p]),
-                                                  _kv.encode(model, torch.tensor(preamble))), doc_ids[:p], len(preamble))
-            entry_path = conv_dir / f"entry-p{p}-steps{args.steps}-lr{args.lr}.safetensors"
+            pre_kv = _kv.encode(model, torch.tensor(preamble))
+            untrained = TrainedPrefix(*_kv.encode(model, torch.tensor(doc_ids[:p]), pre_kv), doc_ids[:p], len(preamble))
+            tag = f"p{p}-steps{args.steps}-lr{args.lr}{variant}"
+            entry_path = conv_dir / f"entry-{tag}.safetensors"
             if entry_path.exists():
                 tp = TrainedPrefix.from_bytes(entry_path.read_bytes())
             else:
                 tp = train_prefix(model, tok, doc, tokens=p, steps=args.steps, seed=args.seed, lr=args.lr,
                                   options=opts, data=data, fingerprint=fingerprint, progress=not args.no_progress,
-                                  checkpoint_path=conv_dir / f"ckpt-p{p}-steps{args.steps}-lr{args.lr}.safetensors")
+                                  checkpoint_path=conv_dir / f"ckpt-{tag}.safetensors")
                 entry_path.write_bytes(tp.to_bytes())
-            nll_u = score(model, layout, mounted_context(model, preamble, *untrained.kv()), qa, text_lps)[0]
-            nll_t = score(model, layout, mounted_context(model, preamble, *tp.kv()), qa, text_lps)[0]
+            nll_u, lps_u = score(model, layout, mounted_context(model, preamble, *untrained.kv()), qa, text_lps)
+            nll_t, lps_t = score(model, layout, mounted_context(model, preamble, *tp.kv()), qa, text_lps)
             none, text = base["none"]["macro"], base["text"]["macro"]
             train_s = tp.record["wall_seconds"]
             entry = {
@@ -179,6 +204,7 @@ def main() -> None:
                 "kl_to_text_trained": round(nll_t["kl_to_text"], 4),
                 "kl_recovered_untrained": round(1 - nll_u["kl_to_text"] / base["none"]["kl_to_text"], 4),
                 "kl_recovered": round(1 - nll_t["kl_to_text"] / base["none"]["kl_to_text"], 4),
+                "gold_token_logp_shift": split_by_teacher(gold_logp(text_lps), gold_logp(lps_u), gold_logp(lps_t)),
                 "nll_per_question_untrained": nll_u["per_question"],
                 "nll_per_question_trained": nll_t["per_question"],
                 "steps": tp.record["steps"], "train_seconds": train_s,
@@ -195,7 +221,8 @@ def main() -> None:
         "model": "SmolLM2-135M-Instruct (Q4_1 GGUF, fp32)",
         "doc_tokens_target": args.doc_tokens, "steps": args.steps, "samples": args.samples,
         "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "threads": args.threads,
-        "top_k": opts.top_k, "chunk_tokens": opts.chunk_tokens,
+        "top_k": opts.top_k, "chunk_tokens": opts.chunk_tokens, "answer_tokens": opts.answer_tokens,
+        "question_tokens": opts.question_tokens, "temperature": opts.temperature,
         "loadavg_start": [round(x, 2) for x in load_start], "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "wall_seconds_total": round(time.monotonic() - t0, 1),
         "conversations": results,

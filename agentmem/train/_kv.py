@@ -23,7 +23,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["buffered_cache", "cache_from", "check_rope_model", "empty", "encode", "forward_hidden", "model_fingerprint", "stack_cache"]
+__all__ = [
+    "buffered_cache", "cache_from", "check_rope_model", "empty", "encode", "forward_hidden", "model_fingerprint",
+    "stack_cache",
+]
 
 
 def check_rope_model(model: Any) -> None:
@@ -65,8 +68,9 @@ def stack_cache(cache: Any, row: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return keys, values
 
 
-def forward_hidden(model: Any, input_ids: torch.Tensor, cache: Any = None, *, attention_mask: torch.Tensor | None = None,
-                   position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
+def forward_hidden(model: Any, input_ids: torch.Tensor, cache: Any = None, *,
+                   attention_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, Any]:
     """Run the decoder stack only and return ``(last_hidden_state, cache)``.
 
     Callers apply the output head to the positions they need: the vocabulary projection is a quarter of a small

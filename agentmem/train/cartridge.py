@@ -161,7 +161,7 @@ def train_prefix(
 
     Example:
         >>> tp = train_prefix(model, tok, manual_text, tokens=128, steps=300, seed=0)   # doctest: +SKIP
-        >>> blob, record = tp.to_bytes(), tp.record
+        >>> blob, record = tp.to_bytes(), tp.record                                    # doctest: +SKIP
     """
     opts = options or TrainOptions()
     if tokens <= 0 or steps < 0:
@@ -202,7 +202,8 @@ def train_prefix(
                                  progress=progress)
             step, losses, prior_wall, adam = 0, [], 0.0, None
         n_frozen = 1 if freeze_first else 0
-        head_kv = (torch.cat([pre_kv[0], k_init[:, :, :n_frozen]], 2), torch.cat([pre_kv[1], v_init[:, :, :n_frozen]], 2))
+        head_kv = (torch.cat([pre_kv[0], k_init[:, :, :n_frozen]], 2),
+                   torch.cat([pre_kv[1], v_init[:, :, :n_frozen]], 2))
         k = k_init[:, :, n_frozen:].clone().requires_grad_(True)
         v = v_init[:, :, n_frozen:].clone().requires_grad_(True)
         opt = torch.optim.Adam([k, v], lr=lr)

@@ -130,7 +130,8 @@ def is_stale(record: dict[str, Any], document: str | None, fingerprint_digest: s
     """
     want_doc = record.get("document_sha256")
     if document is not None and want_doc != document_digest(document):
-        return f"document changed since training (sha256 {str(want_doc)[:12]}… ≠ {document_digest(document)[:12]}…)"
+        now = document_digest(document)
+        return f"document changed since training (sha256 {str(want_doc)[:12]}… ≠ {now[:12]}…)"
     want_model = record.get("model_fingerprint")
     if fingerprint_digest is not None and want_model != fingerprint_digest:
         return f"model changed since training (fingerprint {str(want_model)[:12]}… ≠ {fingerprint_digest[:12]}…)"

@@ -136,13 +136,6 @@ def sample(model: Any, prefix: tuple[torch.Tensor, torch.Tensor], prompts: list[
     return out, recs
 
 
-def chunk_spans(n_tokens: int, chunk_tokens: int) -> list[tuple[int, int]]:
-    """Split ``[0, n_tokens)`` into near-equal chunks of at most ``chunk_tokens``."""
-    n = max(1, -(-n_tokens // max(1, chunk_tokens)))
-    bounds = [round(i * n_tokens / n) for i in range(n + 1)]
-    return [(bounds[i], bounds[i + 1]) for i in range(n)]
-
-
 def chunk_text(document: str, count: Callable[[str], int], chunk_tokens: int) -> list[str]:
     """Group whole lines into chunks of about ``chunk_tokens`` tokens (``count`` measures a string).
 
@@ -182,9 +175,9 @@ def generate(model: Any, layout: PromptLayout, document: str, preamble_ids: list
 
     Questions are spread evenly over chunks of about ``chunk_tokens`` (whole lines; so the whole document is asked
     about, not just its start) and over :data:`QUESTION_OPENERS`; a chunk is shown as a memory entry after the
-    preamble, the model is asked for a question and its reply is started with the opener. The teacher context is the whole document after the preamble
-    when it is at most ``teacher_max_tokens`` long (the exact context the trained entry replaces), else the
-    question's own chunk. ``rows`` bounds the batch of one sampling call (memory).
+    preamble, the model is asked for a question and its reply is started with the opener. The teacher context is
+    the whole document after the preamble when it is at most ``teacher_max_tokens`` long (the exact context the
+    trained entry replaces), else the question's own chunk. ``rows`` bounds the batch of one sampling call (memory).
     """
     gen = torch.Generator().manual_seed(seed)
     pad = layout.tokenizer.pad_token_id if layout.tokenizer.pad_token_id is not None else 0
