@@ -41,6 +41,7 @@ class BankMemory:
     load_kv: Any = None
     trained: bool = False  # learned KV: mounted as is, never compared with text ids or recomputed
     kv_tokens: int | None = None
+    load_fallback: str | None = None  # set by load_kv when it had to re-encode: why (reported in out.fallbacks)
 
 
 @dataclass
@@ -156,13 +157,19 @@ class KVBank:
                         raise StaleEntryError(f"trained entry {row.id} is stale: {reason}; retrain it")
                     skipped.append((row.id, reason))
                     continue
-            out.append(BankMemory(id=row.id, text=text, load_kv=self._loader(row, text, strict),
-                                  trained=row.kind == "trained", kv_tokens=row.kv_tokens))
+            memory = BankMemory(id=row.id, text=text, trained=row.kind == "trained", kv_tokens=row.kv_tokens)
+            memory.load_kv = self._loader(row, memory, strict)
+            out.append(memory)
         return out, skipped
 
-    def _loader(self, row: EntryRow, text: str, strict: bool):
+    def _loader(self, row: EntryRow, memory: BankMemory, strict: bool):
+        """``memory.load_kv``: the stored entry, or a fresh encoding stored in its place, with the reason recorded
+        in ``memory.load_fallback`` so the engine reports it in ``out.fallbacks`` (it was swallowed before)."""
+
         def load() -> Any:
             engine = self.engine
+            memory.load_fallback = None
+            reason = "no stored KV yet"
             if row.kv_path:
                 try:
                     entry = engine.from_bytes(self.store.read_blob(row))
@@ -175,10 +182,12 @@ class KVBank:
                     log.warning("entry %s: stored KV not mountable (%s); re-encoding", row.id, exc)
                     if strict or row.kind == "trained":
                         raise
+                    reason = f"{type(exc).__name__}: {exc}"
             # No usable blob: encode now and store it, so the next mount is a plain load ("hot update").
-            entry = engine.encode(text)
+            entry = engine.encode(memory.text)
             self.store.attach_blob(row.id, engine.to_bytes(entry), **self._kv_fields(entry.num_tokens))
             self.stats.counts["encoded_on_mount"] += 1
+            memory.load_fallback = f"{reason}: encoded from text and stored again"
             return entry
 
         return load

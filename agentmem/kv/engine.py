@@ -216,7 +216,9 @@ class KVEngine:
         return self.layout.entry_ids(memory.text)
 
     def _load(self, memory: MountMemory, want_ids: list[int], strict: bool) -> tuple[EncodedEntry | None, str | None]:
-        """The memory's stored entry, or ``(None, reason)`` when it must be encoded from text instead."""
+        """``(entry, None)``; ``(None, reason)`` when it must be encoded from text instead; or ``(entry, reason)``
+        when the loader itself replaced unusable stored KV with a fresh encoding (it says why in ``load_fallback``).
+        """
         loader = getattr(memory, "load_kv", None)
         if loader is None:
             return None, "no stored KV"
@@ -233,7 +235,7 @@ class KVEngine:
         elif not getattr(memory, "trained", False) and entry.token_ids.tolist() != want_ids:
             reason = "stored KV token ids do not match the memory text"
         else:
-            return entry, None
+            return entry, getattr(memory, "load_fallback", None)
         if strict:
             raise FingerprintMismatchError(f"memory {memory.id}: {reason}")
         return None, reason
@@ -312,6 +314,10 @@ class KVEngine:
                 t = time.perf_counter()
                 entry, reason = self._load(memory, ids, strict)
                 timings["load"] += time.perf_counter() - t
+                if entry is not None and reason is not None:
+                    # the loader re-encoded unusable stored KV itself (e.g. the facade's hot update): mount that
+                    log.warning("memory %s: stored KV replaced by a fresh encoding (%s)", memory.id, reason)
+                    fallbacks.append((memory.id, reason))
                 if entry is None and getattr(memory, "trained", False):
                     # learned KV cannot be rebuilt from text: leave it out rather than mount the whole document
                     log.warning("trained memory %s not mounted (%s)", memory.id, reason)

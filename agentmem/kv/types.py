@@ -51,6 +51,10 @@ class MountMemory(Protocol):
     ``FingerprintMismatchError`` / ``BlobCorruptedError`` (falls back to encoding the text). The engine calls the
     loaders one at a time, in order, and copies each returned entry into the cache before calling the next, so
     a loader may decode every blob out of one reused buffer.
+
+    A loader that cannot use the stored KV but re-encodes the text itself (the facade's "hot update") returns the
+    fresh entry and sets an optional ``load_fallback`` attribute on the memory to the reason (``None`` otherwise):
+    the engine mounts the entry and reports ``(id, load_fallback)`` in ``GenerationResult.fallbacks``.
     """
 
     id: str

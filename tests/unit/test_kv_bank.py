@@ -1,0 +1,56 @@
+"""The facade's KV bank: unusable stored KV is re-encoded ("hot update") *and* the reason reaches out.fallbacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentmem import AgentMemory
+from agentmem.kv.testing import tiny_causal_lm
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    return tiny_causal_lm("llama", seed=0)
+
+
+def _only_blob(store: Path) -> Path:
+    blobs = list((store / "kv").rglob("*.kv"))
+    assert len(blobs) == 1
+    return blobs[0]
+
+
+def test_corrupted_blob_is_re_encoded_and_the_reason_reported(tmp_path: Path, tiny_pair) -> None:
+    store = tmp_path / "s"
+    with AgentMemory(store, model=tiny_pair, kv_encoding="eager") as mem:
+        rec = mem.remember("the spare key is under the blue flowerpot", user_id="u")
+        blob = _only_blob(store)
+        data = bytearray(blob.read_bytes())
+        data[:8] = (1 << 40).to_bytes(8, "little")  # an impossible safetensors header length
+        blob.write_bytes(bytes(data))
+
+        out = mem.generate("where is the key?", user_id="u", k=1, max_new_tokens=1)
+        assert out.mounted == [rec.id]
+        assert len(out.fallbacks) == 1
+        entry_id, reason = out.fallbacks[0]
+        assert entry_id == rec.id and "BlobCorruptedError" in reason and "stored again" in reason
+        assert "flowerpot" not in reason  # reasons never carry memory text
+        stats = mem.stats()["kv"]
+        assert stats["corrupted_blobs"] == 1 and stats["encoded_on_mount"] == 1
+
+        again = mem.generate("where is the key?", user_id="u", k=1, max_new_tokens=1)
+        assert again.mounted == [rec.id] and again.fallbacks == []  # the hot update stored a good blob
+
+
+def test_foreign_model_blob_is_re_encoded_and_the_reason_reported(tmp_path: Path, tiny_pair) -> None:
+    store = tmp_path / "s"
+    with AgentMemory(store, model=tiny_pair, kv_encoding="eager") as mem:
+        rec = mem.remember("the boat is called Saltire", user_id="u")
+    with AgentMemory(store, model=tiny_causal_lm("llama", seed=1)) as mem:
+        out = mem.generate("what is the boat called?", user_id="u", k=1, max_new_tokens=1)
+        assert out.mounted == [rec.id]
+        assert [i for i, _ in out.fallbacks] == [rec.id]
+        assert "FingerprintMismatchError" in out.fallbacks[0][1] and "weights_digest" in out.fallbacks[0][1]
+        assert mem.stats()["kv"]["fingerprint_mismatch"] == 1
+        assert mem.generate("what is the boat called?", user_id="u", k=1, max_new_tokens=1).fallbacks == []
