@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import weakref
@@ -70,9 +71,12 @@ class ModelFingerprint:
     def from_json(cls, text: str) -> ModelFingerprint:
         return cls.from_dict(json.loads(text))
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
-        """sha256 hex of the canonical JSON; what blobs store and compare."""
+        """sha256 hex of the canonical JSON; what blobs store and compare.
+
+        Cached: the object is frozen, and every blob load compares it (re-serialising cost ~0.1 ms per call).
+        """
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     def differences(self, other: ModelFingerprint) -> list[str]:

@@ -20,12 +20,14 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "PromptLayout"]
 
+_ENTRY_MEMO_SIZE = 4096  # memory lines whose ids stay memoised per layout
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Relevant memories:\n"
 _SYS = "\u2063AGENTMEM-SYSTEM-SLOT\u2063"
 _USER = "\u2063AGENTMEM-USER-SLOT\u2063"
@@ -96,12 +98,30 @@ class PromptLayout:
         )
 
     def entry_ids(self, text: str) -> list[int]:
-        """Ids of one memory line (``- {text}\\n``), tokenized on its own."""
-        return self.template_ids(self.entry_prefix) + self.content_ids(text) + self.template_ids(self.entry_suffix)
+        """Ids of one memory line (``- {text}\\n``), tokenized on its own.
+
+        Memoised per text (bounded LRU): every mount plans with these ids and checks them against the stored
+        ones, and re-tokenizing 19 entries cost ~14 ms per call at 2,048 memory tokens. The ids depend only on
+        the text and this layout's tokenizer, which is fixed for the layout's lifetime (the engine fingerprints it).
+        """
+        memo = self._cached("_entry_memo", lambda: functools.lru_cache(maxsize=_ENTRY_MEMO_SIZE)(self._entry_tuple))
+        return list(memo(text))  # a copy: callers may append to it
+
+    def _entry_tuple(self, text: str) -> tuple[int, ...]:
+        prefix, suffix = self._template_tuple(self.entry_prefix), self._template_tuple(self.entry_suffix)
+        return (*prefix, *self.content_ids(text), *suffix)
+
+    def _template_tuple(self, text: str) -> tuple[int, ...]:
+        """Ids of a fixed template piece, tokenized once per layout."""
+        pieces = self._cached("_template_memo", dict)
+        if text not in pieces:
+            pieces[text] = tuple(self.template_ids(text))
+        return pieces[text]
 
     def suffix_ids(self, question: str) -> list[int]:
         """Ids after the memories: close the memory block, the question, the generation prompt."""
-        return self.template_ids(self.between_text) + self.content_ids(question) + self.template_ids(self.after_text)
+        before, after = self._template_tuple(self.between_text), self._template_tuple(self.after_text)
+        return [*before, *self.content_ids(question), *after]
 
     def prompt_ids(self, entries: list[list[int]], question: str) -> list[int]:
         """The full text-mode prompt: preamble + entries (in order) + suffix."""
