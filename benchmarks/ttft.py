@@ -2,8 +2,9 @@
 
 Both modes run side by side in one process, alternating, on the same token ids (SmolLM2-135M on CPU by
 default). Memories are LoCoMo turns (or synthetic text without the data file), grouped into entries of about
-``--entry-tokens`` tokens, stored as KV blob files and read back per call (into one reused buffer), so "load"
-includes the file read and the safetensors decode (``--source memory`` keeps the blob bytes in RAM instead).
+``--entry-tokens`` tokens, stored as KV blob files and opened per call (memory-mapped, zero-copy; ``--file-read
+read`` reads each into one reused buffer instead), so "load" includes opening the file and the safetensors decode
+and "mount" reads the KV from the page cache (``--source memory`` keeps the blob bytes in RAM instead).
 Reported per size: median TTFT of each mode, the speedup, the share of KV TTFT spent on
 load and mount (re-rotation + placement), and the ceiling (text TTFT over the bare suffix prefill).
 
@@ -28,7 +29,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentmem.kv import KVEngine, MemoryItem, load_model  # noqa: E402
+from agentmem.kv import KVEngine, MemoryItem, codec, load_model  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared/data/locomo/locomo_dev5.json"
 QUESTION = "What did Caroline say about the adoption agencies she was researching?"
@@ -37,10 +38,13 @@ QUESTION = "What did Caroline say about the adoption agencies she was researchin
 class EngineBackend:
     """The engine driven directly, blobs in files; :class:`FacadeBackend` has the same methods over the facade."""
 
-    def __init__(self, model, tokenizer, workdir: Path, source: str = "file", kv_dtype: str = "float32") -> None:
+    def __init__(
+        self, model, tokenizer, workdir: Path, source: str = "file", kv_dtype: str = "float32", file_read: str = "mmap"
+    ) -> None:
         self.engine = KVEngine(model, tokenizer, storage_dtype=getattr(torch, kv_dtype))
         self.dir = workdir
-        self.source = source  # "file": blob files mapped per call; "memory": blobs kept as bytes (a RAM tier)
+        self.source = source  # "file": blob files opened per call; "memory": blobs kept as bytes (a RAM tier)
+        self.file_read = file_read  # "mmap": mapped, zero-copy; "read": read into one reused buffer
         self.texts: dict[str, str] = {}
         self.blobs: dict[str, bytes] = {}
         self.buffer = bytearray()
@@ -64,6 +68,8 @@ class EngineBackend:
             def load():
                 if self.source == "memory":
                     return self.engine.from_bytes(self.blobs[mid], cast=False)
+                if self.file_read == "mmap":  # page-cache pages mapped, nothing copied until the mount places it
+                    return self.engine.from_bytes(codec.map_file(self.dir / f"{mid}.kv"), cast=False)
                 # Read into one reused buffer: decoding is zero-copy and the engine copies each entry into the
                 # cache before it loads the next, so no fresh multi-MB buffer is allocated and faulted in per blob.
                 with open(self.dir / f"{mid}.kv", "rb") as f:
@@ -166,6 +172,10 @@ def main() -> None:
         help="where stored KV come from: blob files mapped per call, or blob bytes already in RAM (a hot tier)",
     )
     ap.add_argument(
+        "--file-read", choices=["mmap", "read"], default="mmap",
+        help="--source file: map each blob file (zero-copy, codec.map_file) or read it into one reused buffer",
+    )
+    ap.add_argument(
         "--threads", type=int, default=None,
         help="torch intra-op threads (default: torch's choice). On an oversubscribed CPU, 1 avoids OpenMP barrier "
         "stalls of a scheduler tick per op, which hit the many small ops of KV mode hardest",
@@ -179,7 +189,7 @@ def main() -> None:
         if args.backend == "facade":
             backend = FacadeBackend(model, tokenizer, Path(tmp), args.kv_dtype)
         else:
-            backend = EngineBackend(model, tokenizer, Path(tmp), args.source, args.kv_dtype)
+            backend = EngineBackend(model, tokenizer, Path(tmp), args.source, args.kv_dtype, args.file_read)
         entries = group(memory_texts(args.data), backend, args.entry_tokens, max(args.memory_tokens))
         ids = backend.add(entries)
         sizes: dict[str, dict] = {}
@@ -244,6 +254,7 @@ def main() -> None:
                 "device": args.device,
                 "backend": args.backend,
                 "source": args.source if args.backend == "engine" else "store",
+                "file_read": args.file_read if (args.backend, args.source) == ("engine", "file") else None,
                 "kv_dtype": args.kv_dtype,
                 "threads": torch.get_num_threads(),
                 "load_avg_1m": round(os.getloadavg()[0], 2),

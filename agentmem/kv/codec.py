@@ -19,6 +19,8 @@ Example:
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import struct
 import warnings
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = [
     "STORAGE_DTYPES",
     "decode_entry",
     "encode_entry",
+    "map_file",
     "read_metadata",
 ]
 
@@ -128,7 +131,7 @@ def _tensor(view: memoryview, specs: dict[str, Any], name: str, data_start: int)
         if s < 0:
             raise BlobCorruptedError(f"KV blob tensor {name!r} has a negative dimension")
         count *= s
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if begin < 0 or end - begin != count * itemsize or data_start + end > len(view):
         raise BlobCorruptedError(f"KV blob is truncated or inconsistent at tensor {name!r}")
     if count == 0:
@@ -138,6 +141,24 @@ def _tensor(view: memoryview, specs: dict[str, Any], name: str, data_start: int)
         warnings.simplefilter("ignore", UserWarning)
         flat = torch.frombuffer(view, dtype=dtype, count=count, offset=data_start + begin)
     return flat.view(shape)
+
+
+def map_file(path: str | os.PathLike[str]) -> memoryview:
+    """A read-only view of a blob file, memory-mapped: decoding it with :func:`decode_entry` copies nothing.
+
+    The kernel maps the file's page-cache pages instead of copying them into a buffer; mounting then reads the KV
+    straight from there. Measured on the shared dev VM for the 94 MB of a 2,048-token SmolLM2 mount: file read
+    into a reused buffer + placement 57-109 ms, mapped + placement 21-49 ms. The mapping is released when the last
+    tensor decoded from it is dropped (the engine drops each entry right after placing it).
+
+    Only for files nobody truncates or rewrites in place while they are mapped: touching a truncated mapping kills
+    the process with SIGBUS (a secure erase truncates). Files replaced by rename, as the store writes them, are
+    safe: the old inode stays valid while mapped.
+    """
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return memoryview(b"")  # mmap refuses empty files; decode_entry reports the truncation
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def decode_entry(
