@@ -1,7 +1,9 @@
 """The catalog: one SQLite row per memory entry, through SQLAlchemy 2.0's typed ORM.
 
 It knows nothing about vectors or tensors. It also holds the lexical index (SQLite FTS5, written in the
-same transaction as the row), so a row and its lexical document can never disagree.
+same transaction as the row), so a row and its lexical document can never disagree. Each user has an FTS5 table
+of their own, like their own Chroma collection: BM25's document frequencies and lengths are then the user's own
+(one shared table let other users' words decide what is rare), and a user's erasure drops a whole table.
 
 Example:
     >>> cat = Catalog(":memory:")
@@ -13,13 +15,15 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -78,11 +82,18 @@ class StoreInfo(Base):
     value: Mapped[str] = mapped_column(String)
 
 
-SCHEMA_VERSION = 1
-_FTS_DDL = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5("
-    "id UNINDEXED, user_id UNINDEXED, content, tokenize='porter unicode61')"
-)
+SCHEMA_VERSION = 2  # 1: one FTS5 table for all users (migrated on open)
+_LEGACY_FTS = "entries_fts"
+_LEXICAL_PREFIX = "lex_"
+
+
+def lexical_table(user_id: str) -> str:
+    """Name of ``user_id``'s FTS5 table (a digest, so the name neither leaks the id nor needs quoting)."""
+    return _LEXICAL_PREFIX + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+
+
+def _lexical_ddl(table: str) -> str:
+    return f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 # Function words carry no topic; dropping them keeps BM25's OR-query from matching everything.
 _STOPWORDS = frozenset(
@@ -103,11 +114,21 @@ def fts_query(query: str, *, blind: Callable[[str], str] | None = None) -> str |
     words: list[str] = []
     for w in _WORD.findall(query.lower()):
         w = w.split("'")[0]
+        if not w or w in _STOPWORDS:
+            continue
         if blind is not None:
             w = blind(w)
-        if w and w not in _STOPWORDS and w not in words:
+        if w not in words:
             words.append(w)
     return " OR ".join(f'"{w}"' for w in words) or None
+
+
+class TurnContext(NamedTuple):
+    """Where an entry sits: its session and the nearest conversation turns before / after it."""
+
+    session_id: str | None
+    before: tuple[str, ...]
+    after: tuple[str, ...]
 
 
 class Catalog:
@@ -133,13 +154,42 @@ class Catalog:
             cur.close()
 
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._lexical_tables: set[str] = set()  # seen to exist; a read that finds one gone refreshes it
         with self._write_lock, self.engine.begin() as conn:
             Base.metadata.create_all(conn)
-            conn.execute(text(_FTS_DDL))
+            self._migrate_shared_lexical_index(conn)
             conn.execute(
                 text("INSERT OR IGNORE INTO store_info(key, value) VALUES ('schema_version', :v)"),
                 {"v": str(SCHEMA_VERSION)},
             )
+
+    def _migrate_shared_lexical_index(self, conn: Any) -> None:
+        """Schema 1 kept every user's lexical documents in one table: split it per user, then drop it."""
+        if not conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": _LEGACY_FTS}).first():
+            return
+        for (user_id,) in conn.execute(text(f"SELECT DISTINCT user_id FROM {_LEGACY_FTS}")).all():
+            table = lexical_table(user_id)
+            conn.execute(text(_lexical_ddl(table)))
+            conn.execute(text(f"INSERT INTO {table}(id, content) SELECT id, content FROM {_LEGACY_FTS} WHERE user_id = :u"),
+                         {"u": user_id})
+        conn.execute(text(f"DROP TABLE {_LEGACY_FTS}"))
+        conn.execute(text("UPDATE store_info SET value = :v WHERE key = 'schema_version'"), {"v": str(SCHEMA_VERSION)})
+
+    def lexical_tables(self) -> list[str]:
+        """Every user's FTS5 table in the file (for scrubbing and checks)."""
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%' "
+                "AND name LIKE ?", (_LEXICAL_PREFIX + "%",))]
+
+    def _has_lexical_table(self, table: str, *, refresh: bool = False) -> bool:
+        if refresh:
+            self._lexical_tables.discard(table)
+        if table not in self._lexical_tables:
+            with self.engine.connect() as conn:
+                if conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).first():
+                    self._lexical_tables.add(table)
+        return table in self._lexical_tables
 
     # --- writes --------------------------------------------------------------------------------
     def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = ()) -> None:
@@ -150,10 +200,15 @@ class Catalog:
                 row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
                 s.add(row)
             s.flush()
-            s.execute(
-                text("INSERT INTO entries_fts(id, user_id, content) VALUES (:id, :u, :c)"),
-                [{"id": r.id, "u": r.user_id, "c": t} for r, t in zip(rows, index_texts)],
-            )
+            for user_id in dict.fromkeys(r.user_id for r in rows):
+                table = lexical_table(user_id)
+                # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
+                s.execute(text(_lexical_ddl(table)))
+                s.execute(
+                    text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"),
+                    [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id],
+                )
+        self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
 
     def update_kv(self, entry_id: str, **fields: Any) -> None:
         allowed = {"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"}
@@ -175,11 +230,20 @@ class Catalog:
             if found:
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
-                for chunk in _chunks(found, 500):
-                    s.execute(
-                        text(f"DELETE FROM entries_fts WHERE id IN ({','.join(':i%d' % i for i in range(len(chunk)))})"),
-                        {f"i{i}": v for i, v in enumerate(chunk)},
-                    )
+                for user_id in {r.user_id for r in rows}:
+                    table = lexical_table(user_id)
+                    if s.scalar(text("SELECT count(*) FROM sqlite_master WHERE name = :n"), {"n": table}) == 0:
+                        continue
+                    if s.scalar(select(func.count()).select_from(EntryRow).where(EntryRow.user_id == user_id)) == 0:
+                        # the user's last entry: drop the whole index (nothing of theirs stays in its segments)
+                        s.execute(text(f"DROP TABLE {table}"))
+                        self._lexical_tables.discard(table)
+                        continue
+                    for chunk in _chunks([r.id for r in rows if r.user_id == user_id], 500):
+                        s.execute(
+                            text(f"DELETE FROM {table} WHERE id IN ({','.join(':i%d' % i for i in range(len(chunk)))})"),
+                            {f"i{i}": v for i, v in enumerate(chunk)},
+                        )
             return rows
 
     def set_info(self, key: str, value: str) -> None:
@@ -268,43 +332,55 @@ class Catalog:
                        blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
         """BM25 search over the user's lexical documents: [(id, score)], best first, score > 0."""
         match = fts_query(query, blind=blind)
-        if match is None:
+        table = lexical_table(user_id)
+        if match is None or not self._has_lexical_table(table):
             return []
-        sql = text(
-            "SELECT id, bm25(entries_fts) AS s FROM entries_fts "
-            "WHERE entries_fts MATCH :m AND user_id = :u ORDER BY s LIMIT :k"
-        )
-        with self.engine.connect() as conn:
-            return [(r[0], -float(r[1])) for r in conn.execute(sql, {"m": match, "u": user_id, "k": limit})]
+        sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
+        try:
+            with self.engine.connect() as conn:
+                return [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (match, limit))]
+        except OperationalError:
+            if self._has_lexical_table(table, refresh=True):
+                raise
+            return []  # another process erased the user's last entry meanwhile
 
-    def turn_neighbours(self, ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
-        """For conversation turns among ``ids``: (previous turn, next turn) in the same session.
+    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
+        """For entries among ``ids``: their session and, for conversation turns, the ``window`` turns before and
+        after them in the same session (nearest first).
 
-        Correlated look-ups on the (session_id, created_at) index: cost grows with the candidates, not the store.
+        Indexed look-ups on (session_id, created_at): cost grows with the candidates, not with the store. Plain
+        driver SQL because the statement changes with the number of ids and SQLAlchemy would compile each one.
         """
         if not ids:
             return {}
-        params = {f"i{n}": v for n, v in enumerate(ids)}
-        marks = ",".join(f":i{n}" for n in range(len(ids)))
-        sql = text(
-            "SELECT e.id,"
-            " (SELECT p.id FROM entries p WHERE p.session_id = e.session_id AND p.kind = 'turn'"
-            "  AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT 1),"
-            " (SELECT n.id FROM entries n WHERE n.session_id = e.session_id AND n.kind = 'turn'"
-            "  AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT 1)"
-            f" FROM entries e WHERE e.id IN ({marks}) AND e.kind = 'turn' AND e.session_id IS NOT NULL"
-        )
+        before = (f"(SELECT group_concat(id, ' ') FROM (SELECT p.id FROM entries p WHERE p.session_id = e.session_id "
+                  f"AND p.kind = 'turn' AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {int(window)}))")
+        after = (f"(SELECT group_concat(id, ' ') FROM (SELECT n.id FROM entries n WHERE n.session_id = e.session_id "
+                 f"AND n.kind = 'turn' AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {int(window)}))")
+        out: dict[str, TurnContext] = {}
         with self.engine.connect() as conn:
-            return {r[0]: (r[1], r[2]) for r in conn.execute(sql, params)}
+            for chunk in _chunks(list(ids), 500):
+                sql = (f"SELECT e.id, e.session_id, e.kind = 'turn' AND e.session_id IS NOT NULL, {before}, {after} "
+                       f"FROM entries e WHERE e.id IN ({','.join('?' * len(chunk))})")
+                for entry_id, session_id, is_turn, prev, nxt in conn.exec_driver_sql(sql, tuple(chunk)):
+                    # group_concat keeps the ordered sub-select's order (nearest first); ids contain no spaces
+                    out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
+                                                tuple(nxt.split()) if is_turn and nxt else ())
+        return out
 
-    def scrub(self) -> None:
-        """Push erased rows' bytes out of FTS5 segments and the WAL (run after an erasure batch)."""
+    def scrub(self, user_ids: Iterable[str] | None = None) -> None:
+        """Push erased rows' bytes out of FTS5 segments and the WAL (run after an erasure batch).
+
+        ``user_ids`` limits the FTS5 ``optimize`` to those users' tables (the ones an erasure touched).
+        """
         from agentmem.security.erase import scrub_sqlite
 
+        tables = (self.lexical_tables() if user_ids is None
+                  else [t for t in map(lexical_table, set(user_ids)) if self._has_lexical_table(t)])
         with self._write_lock:
             conn = self.engine.raw_connection()
             try:
-                scrub_sqlite(conn, fts_tables=["entries_fts"])
+                scrub_sqlite(conn, fts_tables=tables)
             finally:
                 conn.close()
 
@@ -317,4 +393,4 @@ def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
         yield items[i : i + n]
 
 
-__all__ = ["Catalog", "EntryRow", "TagRow", "fts_query"]
+__all__ = ["Catalog", "EntryRow", "TagRow", "TurnContext", "fts_query", "lexical_table"]

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.store.catalog import Catalog, EntryRow
 from agentmem.store.filters import Predicate
-from agentmem.store.retrieval import fuse, spill_over
+from agentmem.store.retrieval import fuse, session_boost, spill_over
 from agentmem.store.vectors import Embedder, VectorIndex, chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher, entry_aad
@@ -94,6 +95,8 @@ class EntryStore:
         self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index and cipher is None)
         self.embedder = embedder or Embedder(config.embedding_model)
         self._lock = threading.RLock()
+        # the lexical search runs beside the query embedding (SQLite and torch both release the GIL)
+        self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")
         self.reconcile()
 
     # --- writes --------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ class EntryStore:
                         _erase_file(self.root / row.kv_path)
                 deleted += rows
             if deleted:
-                self.catalog.scrub()
+                self.catalog.scrub(user_ids={r.user_id for r in deleted})
         return deleted
 
     # --- reads ---------------------------------------------------------------------------------
@@ -186,11 +189,15 @@ class EntryStore:
                query_vector: np.ndarray | None = None) -> list[ScoredRow]:
         """Hybrid dense + lexical search within ``scope``; best first, at most ``k``."""
         now = time.time() if now is None else now
-        vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
         pool = max(self.config.candidate_pool, 4 * k)
+        lexical_job = self._lexical_worker.submit(
+            self.catalog.lexical_search, query, user_id=scope.user_id, limit=pool,
+            blind=self._blind_index.token if self._blind_index else None)
+        vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
+        lexical = dict(lexical_job.result())
         where = chroma_where(session_id=scope.session_id,
                              kind=list(scope.kinds) if scope.kinds else None)
-        hits = self._fused(query, vec, scope, where, pool, now, ids=None, k=k)
+        hits = self._fused(vec, lexical, scope, where, pool, now, ids=None, k=k)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
@@ -199,19 +206,23 @@ class EntryStore:
             if scope.predicate is not None:
                 allowed = [r.id for r in self.catalog.get(allowed) if scope.admits(r, now)]
             if allowed:
-                hits = self._fused(query, vec, scope, where, max(pool, len(allowed)), now, ids=allowed, k=k)
+                admitted = set(allowed)
+                hits = self._fused(vec, {i: s for i, s in lexical.items() if i in admitted}, scope, where,
+                                   max(pool, len(allowed)), now, ids=allowed, k=k)
         return hits[:k]
 
-    def _fused(self, query: str, vec: np.ndarray, scope: Scope, where: dict[str, Any] | None, pool: int,
-               now: float, ids: Sequence[str] | None, k: int) -> list[ScoredRow]:
+    def _fused(self, vec: np.ndarray, lexical: dict[str, float], scope: Scope, where: dict[str, Any] | None,
+               pool: int, now: float, ids: Sequence[str] | None, k: int) -> list[ScoredRow]:
         dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
-        lexical = dict(self.catalog.lexical_search(query, user_id=scope.user_id, limit=pool,
-                                                   blind=self._blind_index.token if self._blind_index else None))
-        if ids is not None:
-            allowed = set(ids)
-            lexical = {i: s for i, s in lexical.items() if i in allowed}
         fused = fuse(dense, lexical)
-        fused = spill_over(fused, self.catalog.turn_neighbours(list(fused)))
+        places = self.catalog.turn_context(list(fused))
+        fused = spill_over(fused, places)
+        # neighbours reached by spillover share the session of the turn that reached them
+        sessions = {i: p.session_id for i, p in places.items()}
+        for entry_id, place in places.items():
+            for neighbour in (*place.before, *place.after):
+                sessions.setdefault(neighbour, place.session_id)
+        fused = session_boost(fused, sessions)
         ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
         out: list[ScoredRow] = []
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
@@ -282,6 +293,7 @@ class EntryStore:
         }
 
     def close(self) -> None:
+        self._lexical_worker.shutdown(wait=True)
         self.catalog.close()
 
 

@@ -1,0 +1,149 @@
+"""Retrieval parts below the facade: per-user lexical index, turn context, score spreading, query embedding."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentmem import AgentMemory
+from agentmem.store.catalog import Catalog, EntryRow, fts_query, lexical_table
+from agentmem.store.retrieval import fuse, session_boost, spill_over
+from agentmem.store.vectors import Embedder
+
+
+def _row(entry_id: str, user: str, text: str, *, session: str | None = None, at: float = 0.0,
+         kind: str = "turn") -> EntryRow:
+    return EntryRow(id=entry_id, user_id=user, session_id=session, kind=kind, text=text, memory_text=text,
+                    created_at=at)
+
+
+def _insert(cat: Catalog, rows: list[EntryRow]) -> None:
+    cat.insert(rows, index_texts=[r.text for r in rows])
+
+
+def test_bm25_statistics_are_per_user(tmp_path: Path) -> None:
+    cat = Catalog(str(tmp_path / "c.db"))
+    _insert(cat, [_row("a1", "alice", "the kayak is red"), _row("a2", "alice", "we painted the fence"),
+                  _row("a3", "alice", "a kayak trip to the lake")])
+    before = cat.lexical_search("red kayak", user_id="alice", limit=10)
+    # Another user writing "kayak" a thousand times must not make it a common word for alice.
+    _insert(cat, [_row(f"b{i}", "bob", f"kayak kayak note {i}") for i in range(1000)])
+    after = cat.lexical_search("red kayak", user_id="alice", limit=10)
+    assert [i for i, _ in after] == [i for i, _ in before] == ["a1", "a3"]
+    assert [s for _, s in after] == pytest.approx([s for _, s in before], abs=1e-9)
+    assert {i for i, _ in cat.lexical_search("kayak", user_id="bob", limit=2000)} == {f"b{i}" for i in range(1000)}
+    assert cat.lexical_search("kayak", user_id="carol", limit=10) == []  # no table, no error
+
+
+def test_erasing_a_users_last_entry_drops_their_lexical_table(tmp_path: Path) -> None:
+    cat = Catalog(str(tmp_path / "c.db"))
+    _insert(cat, [_row("a1", "alice", "red kayak"), _row("a2", "alice", "blue kayak"), _row("b1", "bob", "kayak")])
+    assert lexical_table("alice") in cat.lexical_tables()
+    cat.delete(["a1"])
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="alice", limit=5)] == ["a2"]
+    cat.delete(["a2"])
+    assert lexical_table("alice") not in cat.lexical_tables()
+    assert cat.lexical_search("kayak", user_id="alice", limit=5) == []
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="bob", limit=5)] == ["b1"]
+    _insert(cat, [_row("a3", "alice", "green kayak")])  # writing again recreates it
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="alice", limit=5)] == ["a3"]
+
+
+def test_a_table_dropped_by_another_process_is_noticed(tmp_path: Path) -> None:
+    path = str(tmp_path / "c.db")
+    one, two = Catalog(path), Catalog(path)
+    _insert(one, [_row("a1", "alice", "red kayak")])
+    assert [i for i, _ in two.lexical_search("kayak", user_id="alice", limit=5)] == ["a1"]
+    one.delete(["a1"])  # drops alice's table under the other catalog
+    assert two.lexical_search("kayak", user_id="alice", limit=5) == []
+    _insert(two, [_row("a2", "alice", "kayak again")])
+    assert [i for i, _ in one.lexical_search("kayak", user_id="alice", limit=5)] == ["a2"]
+
+
+def test_schema_1_shared_lexical_index_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "c.db"
+    cat = Catalog(str(path))
+    _insert(cat, [_row("a1", "alice", "red kayak"), _row("b1", "bob", "blue kayak")])
+    cat.close()
+    # Rewrite the file as schema 1 had it: one FTS5 table with a user_id column.
+    con = sqlite3.connect(path)
+    for table in (lexical_table("alice"), lexical_table("bob")):
+        con.execute(f"DROP TABLE {table}")
+    con.execute("CREATE VIRTUAL TABLE entries_fts USING fts5(id UNINDEXED, user_id UNINDEXED, content, "
+                "tokenize='porter unicode61')")
+    con.executemany("INSERT INTO entries_fts VALUES (?, ?, ?)", [("a1", "alice", "red kayak"), ("b1", "bob", "blue kayak")])
+    con.execute("UPDATE store_info SET value = '1' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    cat = Catalog(str(path))
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="alice", limit=5)] == ["a1"]
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="bob", limit=5)] == ["b1"]
+    assert cat.get_info("schema_version") == "2"
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'entries_fts'").fetchone()[0] == 0
+
+
+def test_turn_context_two_turns_each_side_within_the_session(tmp_path: Path) -> None:
+    cat = Catalog(str(tmp_path / "c.db"))
+    _insert(cat, [_row(f"t{i}", "u", f"turn {i}", session="s1", at=float(i)) for i in range(5)]
+            + [_row("x", "u", "other session", session="s2", at=2.5),
+               _row("k", "u", "a fact", session="s1", at=2.2, kind="knowledge"),
+               _row("n", "u", "no session", at=1.0)])
+    ctx = cat.turn_context(["t0", "t2", "t4", "x", "k", "n", "missing"])
+    assert (ctx["t2"].session_id, ctx["t2"].before, ctx["t2"].after) == ("s1", ("t1", "t0"), ("t3", "t4"))
+    assert (ctx["t0"].before, ctx["t0"].after) == ((), ("t1", "t2"))
+    assert (ctx["t4"].before, ctx["t4"].after) == (("t3", "t2"), ())
+    assert (ctx["x"].before, ctx["x"].after) == ((), ())  # alone in its session
+    assert (ctx["k"].session_id, ctx["k"].before, ctx["k"].after) == ("s1", (), ())  # not a turn: no spreading
+    assert ctx["n"].session_id is None and "missing" not in ctx
+
+
+def test_spill_over_and_session_boost() -> None:
+    class Place:
+        def __init__(self, session: str, before: tuple[str, ...], after: tuple[str, ...]) -> None:
+            self.session_id, self.before, self.after = session, before, after
+
+    spread = spill_over({"b": 0.8, "z": 0.1}, {"b": Place("s", ("a",), ("c", "d"))}, share=0.25)
+    assert spread == pytest.approx({"b": 0.8, "z": 0.1, "a": 0.2, "c": 0.2, "d": 0.05})
+    boosted = session_boost(spread, {"a": "s", "b": "s", "c": "s", "d": "s", "z": None}, weight=0.5)
+    assert boosted["b"] == pytest.approx(1.2) and boosted["d"] == pytest.approx(0.45)
+    assert boosted["z"] == 0.1  # no session, no boost
+    # the boost can reorder: a weak turn in a strong session overtakes a lone medium one
+    assert session_boost({"x": 0.5, "y": 0.3, "w": 0.9}, {"x": None, "y": "s", "w": "s"})["y"] > 0.5
+
+
+def test_fuse_keeps_score_margins() -> None:
+    scores = fuse({"a": 0.9, "b": 0.85, "c": 0.5}, {"b": 12.0, "d": 3.0})
+    assert max(scores, key=scores.get) == "b"
+    assert scores["d"] == pytest.approx(0.5 * 3.0 / 12.0)  # lexical only: dense part is 0, not the pool minimum
+    assert fuse({}, {}) == {}
+
+
+def test_blinded_queries_drop_stop_words_before_hashing() -> None:
+    blinded = fts_query("what is the name of my dog", blind=lambda w: "h" + w)
+    assert blinded == '"hname" OR "hdog"'
+
+
+def test_query_embedding_fast_path_matches_sentence_transformers() -> None:
+    emb = Embedder()
+    queries = ["what did the dentist recommend?", "hi", "a long question about kayaks " * 40, "Lyon"]
+    reference = emb.model.encode(queries, normalize_embeddings=True, convert_to_numpy=True)
+    for n in (1, 2, 4):
+        np.testing.assert_allclose(emb.encode(queries[:n]), reference[:n], atol=1e-5)
+
+
+def test_recall_spreads_to_the_reply_and_its_session(mem_path: Path) -> None:
+    with AgentMemory(mem_path) as mem:
+        turns = ["Did you ever get the kayak repaired?", "Yes, the shop on Quai Perrache fixed it for 40 euros.",
+                 "Great, let's go out on Sunday then."]
+        ids = [r.id for r in mem.remember_many([dict(text=t, user_id="u", session_id="s1", kind="turn",
+                                                        speaker=("Ana" if i % 2 == 0 else "Ben"))
+                                                   for i, t in enumerate(turns)])]
+        mem.remember_many([dict(text=f"Unrelated chat number {i} about the weather.", user_id="u", session_id="s2",
+                                kind="turn") for i in range(20)])
+        hits = mem.recall("kayak repaired", user_id="u", k=3)
+        # the reply holds the answer but shares no word with the query: it arrives through its neighbour
+        assert hits[0].id == ids[0] and ids[1] in [h.id for h in hits]
