@@ -98,7 +98,7 @@ def concurrency(store: Path) -> dict[str, int]:
                     mem.remember(f"thread {n} remembers item {i}", user_id=f"thread{n}", session_id="s")
                     mem.recall(f"item {i}", user_id=f"thread{n}", k=3)
                 except Exception as exc:
-                    errors.append(type(exc).__name__)
+                    errors.append(f"{type(exc).__name__}: {exc}")
 
         threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
         for t in threads:
@@ -110,6 +110,8 @@ def concurrency(store: Path) -> dict[str, int]:
         errors += [line for line in err.splitlines() if line.startswith("ERROR")]
         if p.returncode != 0:
             errors.append(f"exit {p.returncode}")
+    for message in sorted(set(errors))[:10]:  # what went wrong, once each (memory text never appears in these)
+        print(f"concurrency error: {message[:300]}", file=sys.stderr, flush=True)
     return {"concurrent_errors": len(errors), "concurrent_writes": 8 * 15 + 2 * 30}
 
 
