@@ -65,14 +65,16 @@ class EngineBackend:
 
     def answer(self, question: str, ids: list[str], mode: str):
         def loader(mid: str):
+            path = str(self.dir / f"{mid}.kv")
+
             def load():
                 if self.source == "memory":
                     return self.engine.from_bytes(self.blobs[mid], cast=False)
                 if self.file_read == "mmap":  # page-cache pages mapped, nothing copied until the mount places it
-                    return self.engine.from_bytes(codec.map_file(self.dir / f"{mid}.kv"), cast=False)
+                    return self.engine.from_bytes(codec.map_file(path), cast=False)
                 # Read into one reused buffer: decoding is zero-copy and the engine copies each entry into the
                 # cache before it loads the next, so no fresh multi-MB buffer is allocated and faulted in per blob.
-                with open(self.dir / f"{mid}.kv", "rb") as f:
+                with open(path, "rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     if len(self.buffer) < size:
                         self.buffer = bytearray(size)

@@ -136,11 +136,7 @@ def _tensor(view: memoryview, specs: dict[str, Any], name: str, data_start: int)
         raise BlobCorruptedError(f"KV blob is truncated or inconsistent at tensor {name!r}")
     if count == 0:
         return torch.empty(shape, dtype=dtype)
-    with warnings.catch_warnings():
-        # frombuffer warns that bytes are read-only; we never write through these tensors (mounting copies).
-        warnings.simplefilter("ignore", UserWarning)
-        flat = torch.frombuffer(view, dtype=dtype, count=count, offset=data_start + begin)
-    return flat.view(shape)
+    return torch.frombuffer(view, dtype=dtype, count=count, offset=data_start + begin).view(shape)
 
 
 def map_file(path: str | os.PathLike[str]) -> memoryview:
@@ -199,9 +195,12 @@ def decode_entry(
     except (KeyError, TypeError, ValueError) as exc:
         raise BlobCorruptedError("KV blob metadata lacks offset or storage dtype") from exc
 
-    keys = _tensor(view, specs, "keys", data_start)
-    values = _tensor(view, specs, "values", data_start)
-    token_ids = _tensor(view, specs, "token_ids", data_start)
+    with warnings.catch_warnings():  # once per blob, not per tensor: entering it costs ~5 us
+        # frombuffer warns that bytes are read-only; we never write through these tensors (mounting copies).
+        warnings.simplefilter("ignore", UserWarning)
+        keys = _tensor(view, specs, "keys", data_start)
+        values = _tensor(view, specs, "values", data_start)
+        token_ids = _tensor(view, specs, "token_ids", data_start)
     want = (expected.num_layers, expected.num_kv_heads, token_ids.numel(), expected.head_dim)
     if keys.dtype != stored or values.dtype != stored or token_ids.dim() != 1:
         raise BlobCorruptedError("KV blob tensors have unexpected dtypes or ranks")

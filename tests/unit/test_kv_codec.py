@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import struct
 
+import numpy as np
 import pytest
 import safetensors.torch
 import torch
 
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
-from agentmem.kv.codec import decode_entry, encode_entry, read_metadata
+from agentmem.kv.codec import decode_entry, encode_entry, map_file, read_metadata
 from agentmem.kv.engine import KVEngine
 from agentmem.kv.testing import tiny_causal_lm
 
@@ -107,3 +108,25 @@ def test_zero_copy_decode_does_not_touch_the_blob(engine, entry):
 class _Item:
     def __init__(self, id, text, load_kv):
         self.id, self.text, self.load_kv = id, text, load_kv
+
+
+def test_mapped_blob_file_decodes_bit_exact_without_copying(engine, entry, tmp_path):
+    path = tmp_path / "m.kv"
+    path.write_bytes(engine.to_bytes(entry))
+    view = map_file(path)
+    back = engine.from_bytes(view)
+    assert torch.equal(back.keys, entry.keys) and torch.equal(back.values, entry.values)
+    assert torch.equal(back.token_ids, entry.token_ids)
+    base = np.frombuffer(view, dtype=np.uint8).ctypes.data  # zero-copy: the tensors live inside the mapping
+    assert base <= back.keys.data_ptr() < base + len(view) and base <= back.values.data_ptr() < base + len(view)
+    out = engine.generate("What did Melanie paint?", [_Item("m", TEXT, lambda: engine.from_bytes(map_file(path)))],
+                          max_new_tokens=2)
+    assert out.mounted == ["m"] and out.fallbacks == []
+
+
+@pytest.mark.parametrize("size", [0, 5])
+def test_mapped_empty_or_truncated_file_raises_blob_corrupted(engine, entry, tmp_path, size):
+    path = tmp_path / "t.kv"
+    path.write_bytes(engine.to_bytes(entry)[:size])
+    with pytest.raises(BlobCorruptedError):
+        engine.from_bytes(map_file(path))
