@@ -332,9 +332,12 @@ class KVEngine:
                 t = time.perf_counter()
                 mount.place(entry)
                 timings["mount"] += time.perf_counter() - t
-                all_ids.extend(entry.token_ids.tolist())
+                if mode == "kv+fix":  # only the fix re-reads the ids
+                    all_ids.extend(entry.token_ids.tolist())
                 loaded.append(memory)
-                del entry
+                t = time.perf_counter()
+                del entry  # releasing the blob (e.g. unmapping a mapped file) is part of loading it
+                timings["load"] += time.perf_counter() - t
             kept = loaded
             cache, spans = mount.cache(), mount.spans
             if mode == "kv+fix":
