@@ -1,4 +1,7 @@
-"""Crash-safe small-file writes for store-level security files (key check, salts).
+"""Crash-safe file writes shared by the store, the session tiers, training checkpoints and security files.
+
+One recipe everywhere: write a temporary file next to the target, fsync it, publish it with one rename (or a
+hard link when an existing file must win), then fsync the directory so the rename itself survives a crash.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "f.json"
@@ -13,8 +16,8 @@ import tempfile
 from pathlib import Path
 
 
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; not possible (nor needed) on Windows.
+def fsync_dir(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable (a no-op where directories cannot be opened, e.g. Windows)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -27,30 +30,46 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_tmp(path: Path, data: bytes, mode: int) -> Path:
+def write_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file at ``path`` and fsync it (the caller publishes it)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_temp(path: Path, data: bytes, *, mode: int | None = None, mtime: float | None = None) -> Path:
+    """Write ``data`` to a fsynced temporary file beside ``path`` (same directory, so a rename is atomic)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, mode) if hasattr(os, "fchmod") else None
+        if mode is not None and hasattr(os, "fchmod"):
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(tmp)
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` all at once (tmp file + fsync + ``os.replace``)."""
-    path = Path(path)
-    tmp = _write_tmp(path, data, mode)
+def publish(tmp: Path, path: Path) -> None:
+    """Rename a temporary file onto ``path`` atomically and durably (the temp file is removed on failure)."""
     try:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` all at once (tmp file + fsync + ``os.replace``)."""
+    path = Path(path)
+    publish(write_temp(path, data, mode=mode), path)
 
 
 def atomic_create(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o600) -> bool:
@@ -62,7 +81,7 @@ def atomic_create(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o60
     name. Where hard links are unsupported, ``O_EXCL`` keeps exclusivity (not atomicity).
     """
     path = Path(path)
-    tmp = _write_tmp(path, data, mode)
+    tmp = write_temp(path, data, mode=mode)
     try:
         os.link(tmp, path)
     except FileExistsError:
@@ -78,5 +97,8 @@ def atomic_create(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o60
             os.fsync(f.fileno())
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return True
+
+
+__all__ = ["atomic_create", "atomic_write", "fsync_dir", "publish", "write_synced", "write_temp"]

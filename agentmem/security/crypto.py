@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from agentmem.errors import BlobCorruptedError, EncryptionError, InvalidInputError
 
-from ._fileutil import atomic_create
+from agentmem._fs import atomic_create
 
 MAGIC = b"AMEB"
 VERSION = 1

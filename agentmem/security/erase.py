@@ -32,7 +32,7 @@ from typing import Any, Iterable, Sequence
 
 from agentmem.errors import InvalidInputError
 
-from ._fileutil import _fsync_dir
+from agentmem._fs import fsync_dir
 
 _CHUNK = 1 << 20
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -144,7 +144,7 @@ def secure_unlink(path: str | os.PathLike[str], *, missing_ok: bool = False) -> 
     finally:
         os.close(fd)
     os.unlink(p)
-    _fsync_dir(p.parent)
+    fsync_dir(p.parent)
     return True
 
 

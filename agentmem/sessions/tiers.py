@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentmem._fs import publish, write_temp
 from agentmem.security import secure_unlink
 
 __all__ = ["DiskBackend", "LRUPolicy", "MemoryBackend", "Tier", "TierBackend", "TierCounters"]
@@ -111,28 +111,13 @@ class DiskBackend:
         """Write ``value`` to a fsynced temp file next to the key's file; :meth:`commit` or :meth:`discard` it."""
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(value)
-                f.flush()
-                os.fsync(f.fileno())
-            if mtime is not None:
-                os.utime(tmp, (mtime, mtime))  # last use, for the TTL of sessions no process has opened
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return Path(tmp)
+        # mtime = last use, for the TTL of sessions no process has opened
+        return write_temp(path, value, mtime=mtime)
 
     def commit(self, key: str, staged: Path) -> None:
         """Publish a staged file as the key's file (atomic rename)."""
         path = self.path(key)
-        try:
-            os.replace(staged, path)
-        except BaseException:
-            staged.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
+        publish(staged, path)
         with self._lock:
             self._sizes[key] = path.stat().st_size
 
@@ -236,19 +221,6 @@ def _read(path: Path) -> bytearray:
                 raise OSError(f"{path.name}: file shrank while being read")
             done += n
     return buf
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class LRUPolicy:

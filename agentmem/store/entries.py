@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmem._fs import write_synced
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.store.catalog import Catalog, EntryRow
@@ -306,11 +307,9 @@ def _vector_metadata(row: EntryRow) -> dict[str, Any]:
 
 def _write_tmp(final: Path, data: bytes) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
+    # the name carries the writer's pid: reconcile() leaves a live writer's temp files alone
     tmp = final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    write_synced(tmp, data)
     return tmp
 
 
