@@ -12,7 +12,8 @@ Example:
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -129,7 +130,35 @@ def rotation_tables(
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-_TABLE_MEMO_SIZE = 1024  # (delta, start, length) rotation tables kept; ~16 KB each for SmolLM2 at 128 tokens
+class _TableMemo:
+    """A small LRU of rotation tables bounded by bytes (tables grow with the entry length), thread-safe."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        value = make()
+        size = sum(t.numel() * t.element_size() for t in value)
+        with self._lock:
+            if key not in self._items and size <= self.max_bytes:
+                self._items[key] = value
+                self._bytes += size
+                while self._bytes > self.max_bytes:
+                    _, old = self._items.popitem(last=False)
+                    self._bytes -= sum(t.numel() * t.element_size() for t in old)
+        return value
+
+
+# 8 MB: ~170 tables of a 128-token SmolLM2 entry (48 KB each), plenty for the entries of a few mounts.
+_TABLES = _TableMemo(8 << 20)
 
 
 def _cached_tables(
@@ -138,17 +167,14 @@ def _cached_tables(
     """``(cat(cos, cos), sin)`` from :func:`rotation_tables`, memoised: mounting the same entries again (same
     offsets, lengths, deltas) reuses them instead of rebuilding eight small tensors per entry (~0.3 ms each).
     Keyed on the frequency *values*, so another model's ``inv_freq`` never hits a stale table. Read-only."""
-    freqs = tuple(inv_freq.tolist())
-    return _tables_by_value(delta, freqs, dtype, str(device), None if start is None else int(start), int(length))
+    start = None if start is None else int(start)
+    key = (int(delta), tuple(inv_freq.tolist()), dtype, str(device), start, int(length))
 
+    def make() -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = rotation_tables(delta, inv_freq.to(device), dtype, start=start, length=length)
+        return torch.cat((cos, cos), dim=-1), sin
 
-@functools.lru_cache(maxsize=_TABLE_MEMO_SIZE)
-def _tables_by_value(
-    delta: int, freqs: tuple[float, ...], dtype: torch.dtype, device: str, start: int | None, length: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = torch.tensor(freqs, dtype=torch.float32, device=device)
-    cos, sin = rotation_tables(delta, inv_freq, dtype, start=start, length=length)
-    return torch.cat((cos, cos), dim=-1), sin
+    return _TABLES.get(key, make)
 
 
 def rerotate_keys_into(

@@ -79,3 +79,21 @@ def test_dynamic_rope_and_sliding_windows_are_refused():
     model, _ = tiny_causal_lm("qwen2")
     model.config.layer_types = ["full_attention", "sliding_attention", "full_attention"]
     assert "sliding_attention" in kv_support(model)
+
+
+def test_rotation_tables_are_memoised_exactly_and_within_their_byte_budget():
+    from agentmem.kv.rope import _cached_tables, _TableMemo, rotation_tables
+
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))
+    cos2, sin = _cached_tables(37, inv_freq, torch.float32, torch.device("cpu"), 14, 9)
+    again = _cached_tables(37, inv_freq, torch.float32, torch.device("cpu"), 14, 9)
+    assert again[0] is cos2 and again[1] is sin  # reused, not rebuilt
+    cos, want_sin = rotation_tables(37, inv_freq, torch.float32, start=14, length=9)
+    assert torch.equal(cos2, torch.cat((cos, cos), dim=-1)) and torch.equal(sin, want_sin)
+    other = _cached_tables(37, inv_freq * 2, torch.float32, torch.device("cpu"), 14, 9)  # another model's freqs
+    assert not torch.equal(other[1], sin)
+
+    memo = _TableMemo(max_bytes=1000)
+    for i in range(20):  # each item is 2 x 100 floats = 800 bytes: at most one fits
+        memo.get(i, lambda: (torch.zeros(100), torch.zeros(100)))
+    assert memo._bytes <= 1000 and len(memo._items) == 1
