@@ -481,9 +481,9 @@ class AgentMemory:
                                   user_id=check_id(user_id, "user_id", required=True) or "")
 
     def _mountable(self, query: str, user_id: str, k: int, *, exclude_session: str | None = None,
-                   strict: bool = False) -> list[BankMemory]:
-        """Recalled memories ready to mount, most relevant first (used by sessions)."""
-        hits = self.recall(query, user_id=user_id, k=k)
+                   strict: bool = False, entry_ids: Sequence[str] | None = None) -> list[BankMemory]:
+        """Recalled (or, with ``entry_ids``, chosen) memories ready to mount, most relevant first (for sessions)."""
+        hits = self._owned_hits(entry_ids, user_id) if entry_ids is not None else self.recall(query, user_id=user_id, k=k)
         if exclude_session is not None:  # turns of the live conversation are already in its working cache
             hits = [h for h in hits if h.session_id != exclude_session]
         rows = self._store.catalog.get([h.id for h in hits])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -147,8 +148,13 @@ class Session:
         top_p: float = 1.0,
         top_k: int = 0,
         seed: int | None = None,
+        entry_ids: Sequence[str] | None = None,
     ) -> TurnResult:
         """Answer ``text`` in this conversation; greedy unless ``do_sample``.
+
+        ``entry_ids`` mounts exactly those memories of this user, in that order (``k`` is then ignored; ids of
+        other users, expired ones and turns already in the working cache are left out) — for a caller that chose
+        them itself, such as a LangGraph memory node.
 
         ``k`` memories are recalled (never turns already in the working cache) and mounted as stored KV. Baselines
         on the same ids: ``mode="history-text"`` mounts the memories' KV but re-encodes the history instead of
@@ -163,6 +169,10 @@ class Session:
             raise InvalidInputError(f"mode must be one of {_MODES}")
         if not isinstance(k, int) or k < 0:
             raise InvalidInputError("k must be an int >= 0")
+        if entry_ids is not None:
+            if isinstance(entry_ids, str) or not all(isinstance(i, str) for i in entry_ids):
+                raise InvalidInputError("entry_ids must be a list of entry id strings")
+            entry_ids = list(entry_ids)
         if max_new_tokens < 0:
             raise InvalidInputError("max_new_tokens must be >= 0")
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
@@ -183,7 +193,7 @@ class Session:
             self._busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
-                                    strict, sampling, tm, t0)
+                                    strict, sampling, tm, t0, entry_ids)
             finally:
                 self._busy = False
                 if mode == "kv" or commit:  # a baseline dry run only read the transcript
@@ -205,7 +215,7 @@ class Session:
 
     def _turn(self, ctx: EngineContext, user_text: str, k: int, max_new_tokens: int, mode: str,
               budget_tokens: int | None, remember: bool, commit: bool, strict: bool, sampling: Sampling,
-              tm: dict[str, float], t0: float) -> TurnResult:
+              tm: dict[str, float], t0: float, chosen_ids: list[str] | None = None) -> TurnResult:
         mgr, engine, chat = self._mgr, ctx.engine, ctx.chat
         P = ctx.preamble_len
         notes: list[str] = []
@@ -243,7 +253,10 @@ class Session:
 
         # 2. memories: recalled, planned against the model's positions, loaded outside the engine lock
         t = time.perf_counter()
-        memories = self._recall(user_text, st, k, strict) if k > 0 else []
+        if chosen_ids is not None:
+            memories = self._chosen(chosen_ids, st, strict)
+        else:
+            memories = self._recall(user_text, st, k, strict) if k > 0 else []
         tm["retrieve"] = time.perf_counter() - t
         entry_ids = [engine.layout.entry_ids(m.text) for m in memories]
         plan = plan_mount(
@@ -459,6 +472,11 @@ class Session:
                 shift_history(ctx, kv, cut, old_kv_len)
         mgr._count("evicted_turns", count)
         return count
+
+    def _chosen(self, ids: list[str], st: Transcript, strict: bool) -> list[Any]:
+        exclude = st.in_cache_records
+        wanted = [i for i in dict.fromkeys(ids) if i not in exclude]
+        return self._mgr._retrieve("", self.user_id, len(wanted), strict=strict, entry_ids=wanted) if wanted else []
 
     def _recall(self, query: str, st: Transcript, k: int, strict: bool) -> list[Any]:
         exclude = st.in_cache_records

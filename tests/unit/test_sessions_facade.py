@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmem import AgentMemory
+from agentmem import AgentMemory, InvalidInputError
 from agentmem.kv.testing import tiny_causal_lm
 
 
@@ -31,6 +31,20 @@ def test_send_recalls_other_sessions_mounts_them_and_remembers_the_turn(mem):
     assert r2.reused_tokens > 0 and r2.rebuilt is None
     assert not set(r2.mounted) & {e.id for e in stored}  # the live session's turns are already in its KV
     assert mem.session("s1", user_id="u1") is chat
+
+
+def test_send_mounts_exactly_the_chosen_entries(mem):
+    a = mem.remember("The boiler code is 4417.", user_id="u3", session_id="notes")
+    b = mem.remember("The bakery opens at seven.", user_id="u3", session_id="notes")
+    theirs = mem.remember("Someone else's secret plan.", user_id="u4", session_id="x")
+    chat = mem.session("s-chosen", user_id="u3")
+    r = chat.send("Tell me something.", entry_ids=[b.id, theirs.id, a.id], k=0, max_new_tokens=2)
+    assert r.mounted == [b.id, a.id]  # in the order given; another user's entry is never mounted
+    first_turn = mem.list(session_id="s-chosen")[0].id
+    r2 = chat.send("And again.", entry_ids=[first_turn], max_new_tokens=2)
+    assert r2.mounted == []  # a turn already in the working cache is not mounted twice
+    with pytest.raises(InvalidInputError):
+        chat.send("Bad ids.", entry_ids=a.id, max_new_tokens=2)
 
 
 def test_offload_restore_and_stats_through_the_facade(mem):

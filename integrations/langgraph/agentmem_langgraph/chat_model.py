@@ -162,8 +162,7 @@ class ChatAgentMem(BaseChatModel):
             raise InvalidInputError("ChatAgentMem got no message to answer")
         present = [m.id for m in messages if m.id and not is_context(m)]
         k = max(1, len(ids)) if ids is not None else self.k
-        # without a way to mount given ids, recall again with the node's scope: the same query on the same
-        # store gives the same entries, and messages already in the conversation stay out
+        # no ids given: recall with the node's scope, keeping messages already in the conversation out
         filters = {"message_id": {"$nin": present}} if present else None
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
 
@@ -217,8 +216,8 @@ class ChatAgentMem(BaseChatModel):
               **kw: Any) -> Any:
         """Call ``generate``/``send`` with what it accepts (the core's signature evolves; extra args are dropped).
 
-        Given ids are passed as such once the core takes them (``entry_ids=``); until then ``k`` (and the node's
-        filters) make the core recall the same entries. ``zero_k``: the callee accepts ``k=0`` (sessions do).
+        Given ids are passed as such (``entry_ids=``, taken by ``generate`` and ``Session.send``); a callee without
+        that parameter recalls ``k`` with the node's filters instead. ``zero_k``: the callee accepts ``k=0``.
         """
         try:
             params = inspect.signature(fn).parameters
