@@ -13,12 +13,12 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 
 from agentmem import AgentMemory
 from agentmem_langgraph import ChatAgentMem, MemoryNode, is_context
 from agentmem_langgraph._context import context_message
+from lg_graphs import build
 
 
 @pytest.fixture
@@ -73,17 +73,8 @@ def test_tools_are_refused_with_a_clear_message(kvmem):
 
 def test_graph_with_node_sessions_and_sqlite_checkpoints(kvmem, tmp_path):
     llm = ChatAgentMem(memory=kvmem, k=2, max_new_tokens=6)
-    memory = MemoryNode(kvmem, model=llm)
-    builder = StateGraph(MessagesState)
-    builder.add_node("recall", memory.recall)
-    builder.add_node("agent", lambda state: {"messages": [llm.invoke(state["messages"])]})
-    builder.add_node("remember", memory.remember)
-    builder.add_edge(START, "recall")
-    builder.add_edge("recall", "agent")
-    builder.add_edge("agent", "remember")
-    builder.add_edge("remember", END)
     saver = SqliteSaver(sqlite3.connect(str(tmp_path / "ckpt.sqlite"), check_same_thread=False))
-    graph = builder.compile(checkpointer=saver)
+    graph = build(MemoryNode(kvmem, model=llm), llm, saver)
     config = {"configurable": {"user_id": "alice", "thread_id": "t1"}}
 
     first = graph.invoke({"messages": [("user", "Where do I live?")]}, config)
@@ -125,16 +116,7 @@ def test_smollm2_mounts_a_memory_told_in_another_thread(tmp_path):
     # answers correctly is the engine's and the model's business, so the answer's content is not asserted.
     with AgentMemory(tmp_path / "real") as mem:  # the embedded SmolLM2-135M-Instruct
         llm = ChatAgentMem(memory=mem, k=2, max_new_tokens=12)
-        memory = MemoryNode(mem, model=llm)
-        builder = StateGraph(MessagesState)
-        builder.add_node("recall", memory.recall)
-        builder.add_node("agent", lambda state: {"messages": [llm.invoke(state["messages"])]})
-        builder.add_node("remember", memory.remember)
-        builder.add_edge(START, "recall")
-        builder.add_edge("recall", "agent")
-        builder.add_edge("agent", "remember")
-        builder.add_edge("remember", END)
-        graph = builder.compile(checkpointer=InMemorySaver())
+        graph = build(MemoryNode(mem, model=llm), llm, InMemorySaver())
         graph.invoke({"messages": [("user", "My favourite city is Lisbon.")]},
                      {"configurable": {"user_id": "alice", "thread_id": "t1"}})
         t2 = {"configurable": {"user_id": "alice", "thread_id": "t2"}}

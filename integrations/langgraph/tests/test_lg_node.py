@@ -11,25 +11,12 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import create_react_agent
 
 from agentmem import AgentMemory, InvalidInputError
 from agentmem_langgraph import AgentMemStore, ChatAgentMem, MemoryNode, is_context
 from lg_fakes import RecordingChatModel
-
-
-def build(memory: MemoryNode, llm, checkpointer, context_schema=None):
-    """START -> recall -> agent -> remember -> END, the wiring docs/langgraph.md shows."""
-    builder = StateGraph(MessagesState, context_schema=context_schema)
-    builder.add_node("recall", memory.recall)
-    builder.add_node("agent", lambda state: {"messages": [llm.invoke(state["messages"])]})
-    builder.add_node("remember", memory.remember)
-    builder.add_edge(START, "recall")
-    builder.add_edge("recall", "agent")
-    builder.add_edge("agent", "remember")
-    builder.add_edge("remember", END)
-    return builder.compile(checkpointer=checkpointer)
+from lg_graphs import build
 
 
 def cfg(user: str, thread: str) -> dict:
