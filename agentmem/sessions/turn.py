@@ -160,7 +160,8 @@ def load_entry(ctx: EngineContext, memory: Any, ids: list[int], strict: bool) ->
             elif entry.token_ids.tolist() != ids:
                 reason = "stored KV token ids do not match the memory text"
             else:
-                return entry, None
+                # the bank's loader may itself have replaced unusable stored KV with a fresh encoding: say why
+                return entry, getattr(memory, "load_fallback", None)
             if strict:
                 raise FingerprintMismatchError(f"memory {memory.id}: {reason}")
     log.warning("memory %s: mounting from text (%s)", memory.id, reason)

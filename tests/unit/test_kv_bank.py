@@ -54,3 +54,17 @@ def test_foreign_model_blob_is_re_encoded_and_the_reason_reported(tmp_path: Path
         assert "FingerprintMismatchError" in out.fallbacks[0][1] and "weights_digest" in out.fallbacks[0][1]
         assert mem.stats()["kv"]["fingerprint_mismatch"] == 1
         assert mem.generate("what is the boat called?", user_id="u", k=1, max_new_tokens=1).fallbacks == []
+
+
+def test_session_turn_reports_why_a_stored_blob_was_re_encoded(tmp_path: Path, tiny_pair) -> None:
+    store = tmp_path / "s"
+    with AgentMemory(store, model=tiny_pair, kv_encoding="eager") as mem:
+        rec = mem.remember("the spare key is under the blue flowerpot", user_id="u", session_id="old")
+        blob = _only_blob(store)
+        data = bytearray(blob.read_bytes())
+        data[:8] = (1 << 40).to_bytes(8, "little")
+        blob.write_bytes(bytes(data))
+
+        turn = mem.session("chat", user_id="u").send("where is the key?", entry_ids=[rec.id], max_new_tokens=1)
+        assert turn.mounted == [rec.id]
+        assert [(i, "BlobCorruptedError" in r) for i, r in turn.fallbacks] == [(rec.id, True)]
