@@ -11,12 +11,20 @@ Example:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 KvDtype = Literal["float32", "float16", "bfloat16"]
+
+
+def default_cache_dir() -> Path:
+    """Where derived artefacts (converted LLM weights, the exported query embedder) are cached:
+    ``$AGENTMEM_CACHE_DIR`` if set, else ``~/.cache/agentmem``."""
+    env = os.environ.get("AGENTMEM_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "agentmem"
 
 
 class MemoryConfig(BaseModel):
@@ -55,7 +63,9 @@ class MemoryConfig(BaseModel):
     strict_fingerprint: bool = Field(
         default=False, description="Raise on a foreign-model blob instead of falling back to text."
     )
-    cache_dir: Path | None = Field(default=None, description="Where converted model weights are cached.")
+    cache_dir: Path | None = Field(
+        default=None, description="Where converted model weights and the exported query embedder are cached "
+        "(default: $AGENTMEM_CACHE_DIR or ~/.cache/agentmem).")
 
     # --- sessions (working KV of live conversations) ----------------------------------------------
     session_hot_bytes: int = Field(default=512 * 2**20, ge=0, description="Byte budget of the hot tier (model device).")

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from agentmem.config import default_cache_dir  # re-exported: kv callers know it from here
 from agentmem.errors import InvalidInputError
 
 __all__ = ["EMBEDDED_GGUF_FILE", "ModelSpec", "default_cache_dir", "embedded_model_dir", "load_model"]
@@ -37,12 +38,6 @@ _CONVERSION_VERSION = "1"
 
 # None = embedded model; str/Path = local HF model dir; (model, tokenizer) = already loaded.
 ModelSpec = Any
-
-
-def default_cache_dir() -> Path:
-    """``$AGENTMEM_CACHE_DIR`` if set, else ``~/.cache/agentmem``."""
-    env = os.environ.get("AGENTMEM_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "agentmem"
 
 
 def embedded_model_dir() -> Path:

@@ -94,7 +94,7 @@ class EntryStore:
         self.catalog = Catalog(str(root / "catalog.db"), busy_timeout_ms=config.busy_timeout_ms)
         # Chroma cannot be encrypted: with a cipher it never gets the text, only vectors and scope fields.
         self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index and cipher is None)
-        self.embedder = embedder or Embedder(config.embedding_model)
+        self.embedder = embedder or Embedder(config.embedding_model, cache_dir=config.cache_dir)
         self._lock = threading.RLock()
         # the lexical search runs beside the query embedding (SQLite and torch both release the GIL)
         self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")

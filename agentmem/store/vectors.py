@@ -29,13 +29,35 @@ def bundled_embedding_model_path() -> str:
 
 
 class Embedder:
-    """Sentence embeddings (L2-normalised float32), one model shared per process and path."""
+    """Sentence embeddings (L2-normalised float32), one model shared per process and path.
+
+    Short inputs (queries) run through ONNX Runtime when it is available (same vectors, ~2.5× faster, see
+    :mod:`agentmem.store.onnx_query`), else through the model directly; batches go through sentence-transformers.
+    """
 
     _shared: dict[str, Any] = {}
+    _onnx: dict[tuple[str, str], Any] = {}
     _lock = threading.Lock()
 
-    def __init__(self, model_path: str | None = None) -> None:
+    def __init__(self, model_path: str | None = None, *, cache_dir: Path | None = None, onnx_queries: bool = True) -> None:
         self.model_path = model_path or bundled_embedding_model_path()
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.onnx_queries = onnx_queries
+
+    def _query_encoder(self) -> Any:
+        """The ONNX query encoder for this model (built once per process; None if unavailable)."""
+        from agentmem.config import default_cache_dir
+
+        cache = self.cache_dir or default_cache_dir()
+        key = (self.model_path, str(cache))
+        if key not in Embedder._onnx:
+            model = self.model
+            from agentmem.store.onnx_query import OnnxQueryEncoder
+
+            encoder = OnnxQueryEncoder.for_model(model, cache_dir=cache)
+            with Embedder._lock:
+                Embedder._onnx.setdefault(key, encoder)
+        return Embedder._onnx[key]
 
     @property
     def model(self) -> Any:
@@ -57,6 +79,9 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self.model
         if len(texts) <= 4:
+            onnx = self._query_encoder() if self.onnx_queries else None
+            if onnx is not None:
+                return onnx.encode(texts)
             with _single_thread():
                 fast = _mean_pooled_forward(model, texts)
                 if fast is not None:

@@ -127,12 +127,31 @@ def test_blinded_queries_drop_stop_words_before_hashing() -> None:
     assert blinded == '"hname" OR "hdog"'
 
 
-def test_query_embedding_fast_path_matches_sentence_transformers() -> None:
-    emb = Embedder()
-    queries = ["what did the dentist recommend?", "hi", "a long question about kayaks " * 40, "Lyon"]
-    reference = emb.model.encode(queries, normalize_embeddings=True, convert_to_numpy=True)
-    for n in (1, 2, 4):
-        np.testing.assert_allclose(emb.encode(queries[:n]), reference[:n], atol=1e-5)
+QUERIES = ["what did the dentist recommend?", "hi", "a long question about kayaks " * 120, "Lyon"]
+
+
+@pytest.mark.parametrize("onnx", [True, False], ids=["onnxruntime", "torch"])
+def test_query_embeddings_match_sentence_transformers(tmp_path: Path, onnx: bool) -> None:
+    emb = Embedder(cache_dir=tmp_path, onnx_queries=onnx)
+    reference = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
+    assert (emb._query_encoder() is not None) if onnx else True
+    for n in (1, 2, 4):  # long inputs are truncated at the model's 256 tokens, as sentence-transformers does
+        np.testing.assert_allclose(emb.encode(QUERIES[:n]), reference[:n], atol=1e-5)
+
+
+def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path: Path) -> None:
+    from agentmem.store.onnx_query import OnnxQueryEncoder
+
+    model = Embedder().model
+    first = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path)
+    [exported] = list((tmp_path / "embeddings").glob("*.onnx"))
+    stamp = exported.stat().st_mtime_ns
+    assert OnnxQueryEncoder.for_model(model, cache_dir=tmp_path) is not None
+    assert exported.stat().st_mtime_ns == stamp  # loaded, not exported again
+    exported.write_bytes(b"not a model")
+    again = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path)
+    assert again is not None and exported.stat().st_size > 1000
+    np.testing.assert_allclose(again.encode(["hello there"]), first.encode(["hello there"]), atol=1e-6)
 
 
 def test_recall_spreads_to_the_reply_and_its_session(mem_path: Path) -> None:
