@@ -16,7 +16,7 @@ Example:
     True
 """
 
-from agentmem.train.cartridge import TrainOptions, distill_loss, make_data, train_prefix
+from agentmem.train.cartridge import TrainOptions, distill_loss, make_data, make_recall_data, train_prefix
 from agentmem.train.layout import PromptLayout
 from agentmem.train.prefix import TrainedPrefix, check_fresh, document_digest, is_stale
 
@@ -29,5 +29,6 @@ __all__ = [
     "document_digest",
     "is_stale",
     "make_data",
+    "make_recall_data",
     "train_prefix",
 ]

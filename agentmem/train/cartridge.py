@@ -1,12 +1,18 @@
 """Train a short KV prefix that stands for a long document (a "cartridge"), with the model frozen.
 
-Recipe (Cartridges, Eyuboglu et al. 2025, "self-study"):
+Recipe (Cartridges, Eyuboglu et al. 2025, context distillation, with the training data changed):
 
 1. Initialise the prefix from the real KV of the document's first ``p`` tokens, encoded after the shared
    preamble at the offset mounted entries use.
-2. Let the frozen model write synthetic question/answer conversations about chunks of the document
-   (:mod:`agentmem.train.selfstudy`), recording the *teacher's* top-k next-token log-probs: the model with the
-   whole document in context.
+2. Training samples, each with the *teacher's* top-k next-token log-probs (the model with the whole document in
+   context; :mod:`agentmem.train.selfstudy`):
+
+   * **recall** (default): one per document line, "Quote the line of the text above that begins "<first words>"."
+     answered with the line itself, teacher-forced. Cheap (no sampling) and it carries the document's specific
+     content. On SmolLM2-135M it is what makes trained entries beat their initialisation on held-out questions.
+   * **self-study** (Cartridges; ``options.samples > 0``): the model writes its own questions about chunks and
+     answers them with the document in context. With a 135M model these are mostly ungrounded, and training on
+     them alone made gold-answer NLL *worse* than the untrained prefix (see docs/trained-entries.md).
 3. Train only the prefix tensors so the *student* (the model with the prefix in place of the document) matches
    the teacher over the question and answer tokens: KL divergence on the top-k tokens plus one "everything else"
    bucket, which is the exact KL of the coarsened distribution.
@@ -19,8 +25,7 @@ Example:
     >>> from agentmem.kv.testing import tiny_causal_lm
     >>> model, tok = tiny_causal_lm("llama")
     >>> tp = train_prefix(model, tok, "Ann: I moved to Oslo in May 2021. " * 8, tokens=16, steps=2,
-    ...                   options=TrainOptions(samples=4, batch_size=2, question_tokens=6, answer_tokens=6),
-    ...                   progress=False)
+    ...                   options=TrainOptions(batch_size=2), progress=False)
     >>> tp.tokens, tp.record["steps"]
     (16, 2)
 """
@@ -44,7 +49,7 @@ from agentmem.train.checkpoint import load_state, save_state
 from agentmem.train.layout import PromptLayout
 from agentmem.train.prefix import TrainedPrefix, document_digest
 
-__all__ = ["TrainOptions", "distill_loss", "make_data", "train_prefix"]
+__all__ = ["TrainOptions", "distill_loss", "make_data", "make_recall_data", "train_prefix"]
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +60,15 @@ RECORD_FORMAT = "agentmem.trained-record/1"
 class TrainOptions:
     """Self-study and optimiser settings beyond the headline ``tokens/steps/seed/lr``.
 
-    Defaults follow Cartridges where it applies (top-20 teacher log-probs, Adam, constant lr) and are otherwise
-    sized for a small model on a CPU: short questions and answers, a few dozen conversations per 1k document
-    tokens. ``time_budget_s`` stops training (not data generation) once the run's wall time exceeds it.
+    Defaults follow Cartridges where it applies (top-20 teacher log-probs, Adam, constant lr). The data default is
+    recall samples only (``recall_repeat=1``, ``samples=0``): on the development conversation it beat self-study
+    and a 6:1 recall/self-study mix on gold-answer NLL, and it costs seconds instead of minutes to make.
+    ``samples`` self-generated Q/A conversations can be added (``question_tokens``/``answer_tokens``/
+    ``temperature`` apply to them); ``recall_repeat`` weighs recall samples against them. ``time_budget_s`` stops
+    training (not data generation) once the run's wall time exceeds it.
     """
 
-    samples: int = 128
+    samples: int = 0
     batch_size: int = 8
     chunk_tokens: int = 256
     question_tokens: int = 24
@@ -68,6 +76,9 @@ class TrainOptions:
     temperature: float = 0.7
     top_k: int = 20
     teacher_max_tokens: int = 4096
+    recall_repeat: int = 1  # recall samples (one per document line, see selfstudy.recall), each this many times
+    recall_key_words: int = 6
+    recall_tokens: int = 64
     checkpoint_every: int = 10
     time_budget_s: float | None = None
     freeze_first: bool | None = None  # None: freeze slot 0 only when there is no preamble to act as the sink
@@ -286,14 +297,34 @@ def make_data(model: Any, layout: PromptLayout, document: str, *, preamble_ids: 
     """
     opts = options or TrainOptions()
     preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)
-    bar = _progress(total=opts.samples, initial=0, enabled=progress, desc="self-study data")
-    try:
-        return selfstudy.generate(
-            model, layout, document, preamble, samples=opts.samples, seed=seed, chunk_tokens=opts.chunk_tokens,
-            question_tokens=opts.question_tokens, answer_tokens=opts.answer_tokens, temperature=opts.temperature,
-            top_k=opts.top_k, teacher_max_tokens=opts.teacher_max_tokens, on_progress=bar.update)
-    finally:
-        bar.close()
+    if opts.samples <= 0 and opts.recall_repeat <= 0:
+        raise InvalidInputError("no training data: set options.samples or options.recall_repeat above 0")
+    parts = []
+    if opts.samples > 0:
+        bar = _progress(total=opts.samples, initial=0, enabled=progress, desc="self-study data")
+        try:
+            parts.append(selfstudy.generate(
+                model, layout, document, preamble, samples=opts.samples, seed=seed, chunk_tokens=opts.chunk_tokens,
+                question_tokens=opts.question_tokens, answer_tokens=opts.answer_tokens,
+                temperature=opts.temperature, top_k=opts.top_k, teacher_max_tokens=opts.teacher_max_tokens,
+                on_progress=bar.update))
+        finally:
+            bar.close()
+    if opts.recall_repeat > 0:
+        parts.append(make_recall_data(model, layout, document, preamble_ids=preamble, options=opts)
+                     .repeat(opts.recall_repeat))
+    pad = layout.tokenizer.pad_token_id if layout.tokenizer.pad_token_id is not None else 0
+    return parts[0] if len(parts) == 1 else selfstudy.SelfStudyData.concat(parts, pad)
+
+
+def make_recall_data(model: Any, layout: PromptLayout, document: str, *, preamble_ids: list[int] | None = None,
+                     options: TrainOptions | None = None) -> selfstudy.SelfStudyData:
+    """Recall samples for ``document`` (one per line, not repeated; see :func:`selfstudy.recall`)."""
+    opts = options or TrainOptions()
+    preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)
+    return selfstudy.recall(model, layout, document, preamble, key_words=opts.recall_key_words,
+                            max_tokens=opts.recall_tokens, top_k=opts.top_k, chunk_tokens=opts.chunk_tokens,
+                            teacher_max_tokens=opts.teacher_max_tokens)
 
 
 def _progress(*, total: int, initial: int, enabled: bool, desc: str):

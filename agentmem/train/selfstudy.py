@@ -28,7 +28,8 @@ import torch
 from agentmem.train import _kv
 from agentmem.train.layout import PromptLayout
 
-__all__ = ["QUESTION_INSTRUCTION", "QUESTION_OPENERS", "SelfStudyData", "chunk_text", "generate", "sample"]
+__all__ = ["QUESTION_INSTRUCTION", "QUESTION_OPENERS", "RECALL_INSTRUCTION", "SelfStudyData", "chunk_text", "generate",
+           "recall", "sample", "segments"]
 
 # How questions are seeded. Cartridges varies seed prompts for diversity; a 135M chat model asked for "a question
 # about the text" mostly writes generic ones, so the assistant's reply is started with a question opener instead
@@ -38,6 +39,11 @@ QUESTION_INSTRUCTION = "Write one question about the text above."
 QUESTION_OPENERS: tuple[str, ...] = (
     "What did", "When did", "Who", "Why did", "How did", "Where did", "What is", "How does",
 )
+
+# Recall samples: the question names a line of the document by its first words, the answer is the line itself.
+# The teacher (whole document in context) can copy it, so its distributions carry the document's specific content
+# (names, dates, numbers) rather than the diffuse, document-wide effects the self-generated Q/A mostly carry.
+RECALL_INSTRUCTION = 'Quote the line of the text above that begins "{key}".'
 
 
 @dataclass
@@ -71,6 +77,28 @@ class SelfStudyData:
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
+
+    def repeat(self, times: int) -> SelfStudyData:
+        """Every sample ``times`` times (how a small sample set is weighted against a larger one)."""
+        return SelfStudyData(self.ids.repeat(times, 1), self.lengths.repeat(times),
+                             self.topk_ids.repeat(times, 1, 1), self.topk_logp.repeat(times, 1, 1))
+
+    @classmethod
+    def concat(cls, parts: list[SelfStudyData], pad: int = 0) -> SelfStudyData:
+        """One data set from several, right-padded to the widest (padding is never scored)."""
+        width = max(p.ids.shape[1] for p in parts)
+        ids, tk_ids, tk_logp = [], [], []
+        for p in parts:
+            n, w = p.ids.shape
+            k = p.topk_ids.shape[-1]
+            x = torch.full((n, width), pad, dtype=torch.long)
+            x[:, :w] = p.ids
+            ti = torch.zeros((n, width - 1, k), dtype=torch.long)
+            ti[:, :w - 1] = p.topk_ids
+            tl = torch.full((n, width - 1, k), -torch.inf, dtype=torch.float32)
+            tl[:, :w - 1] = p.topk_logp
+            ids.append(x), tk_ids.append(ti), tk_logp.append(tl)
+        return cls(torch.cat(ids), torch.cat([p.lengths for p in parts]), torch.cat(tk_ids), torch.cat(tk_logp))
 
 
 def _head(model: Any, hidden: torch.Tensor) -> torch.Tensor:
@@ -216,6 +244,63 @@ def generate(model: Any, layout: PromptLayout, document: str, preamble_ids: list
                 teacher.append(rec)
             if on_progress is not None:
                 on_progress(m)
+    return _pad(sample_ids, teacher, pad, top_k)
+
+
+def segments(document: str, count: Callable[[str], int], max_tokens: int) -> list[str]:
+    """The document's non-empty lines, long ones cut at word boundaries into pieces of at most ``max_tokens``."""
+    out = []
+    for line in (ln.strip() for ln in document.split("\n")):
+        if not line:
+            continue
+        piece: list[str] = []
+        for word in line.split():
+            if piece and count(" ".join(piece + [word])) > max_tokens:
+                out.append(" ".join(piece))
+                piece = []
+            piece.append(word)
+        if piece:
+            out.append(" ".join(piece))
+    return out
+
+
+@torch.no_grad()
+def recall(model: Any, layout: PromptLayout, document: str, preamble_ids: list[int], *, key_words: int = 6,
+           max_tokens: int = 64, top_k: int = 20, chunk_tokens: int = 256, teacher_max_tokens: int = 4096,
+           rows: int = 8, on_progress: Callable[[int], None] | None = None) -> SelfStudyData:
+    """One recall sample per line (piece) of ``document``, with the teacher's top-k log-probs.
+
+    Sample = :data:`RECALL_INSTRUCTION` keyed by the piece's first ``key_words`` words as the question turn, the
+    piece (+ end of turn) as the answer. Nothing is sampled: the teacher (the whole document after the preamble,
+    or the piece's chunk when the document is longer than ``teacher_max_tokens``) is run teacher-forced over the
+    sample, so this costs one forward pass per ``rows`` pieces and is deterministic.
+    """
+    pad = layout.tokenizer.pad_token_id if layout.tokenizer.pad_token_id is not None else 0
+    count = lambda t: len(layout.answer_ids(t, end=False))  # noqa: E731
+    pre_kv = _kv.encode(model, torch.tensor(preamble_ids, dtype=torch.long)) if preamble_ids else _kv.empty(model)
+    doc_ids = layout.document_ids(document)
+    if len(doc_ids) <= teacher_max_tokens:
+        groups = [(document, segments(document, count, max_tokens))]
+    else:
+        groups = [(c, segments(c, count, max_tokens)) for c in chunk_text(document, count, chunk_tokens)]
+    sample_ids: list[list[int]] = []
+    teacher: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for context, pieces in groups:
+        ctx = _cat(pre_kv, _kv.encode(model, torch.tensor(layout.document_ids(context)), pre_kv))
+        for lo in range(0, len(pieces), rows):
+            batch = [layout.question_ids(RECALL_INSTRUCTION.format(key=" ".join(p.split()[:key_words])))
+                     + layout.answer_ids(p) for p in pieces[lo:lo + rows]]
+            width = max(len(b) for b in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            for r, b in enumerate(batch):
+                ids[r, :len(b)] = torch.tensor(b)  # right padding: causal attention never sees it
+            hidden, _ = _kv.forward_hidden(model, ids, _kv.cache_from(*ctx, batch=len(batch)))
+            logp = torch.log_softmax(_head(model, hidden[:, :-1]), -1).topk(top_k, -1)
+            for r, b in enumerate(batch):
+                sample_ids.append(b)
+                teacher.append((logp.indices[r, :len(b) - 1], logp.values[r, :len(b) - 1]))
+            if on_progress is not None:
+                on_progress(len(batch))
     return _pad(sample_ids, teacher, pad, top_k)
 
 

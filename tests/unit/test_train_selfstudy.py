@@ -76,3 +76,58 @@ def test_answer_scoring_matches_a_direct_forward():
         assert n == len(ai) and abs(total - float(want)) < 1e-3
     lps = answer_logprobs(model, layout, ctx, qa)
     assert kl(lps[0][0], lps[0][0]) < 1e-6
+
+
+def test_recall_samples_quote_each_line_under_the_whole_document_teacher():
+    model, tok = tiny_causal_lm("llama", seed=0)
+    layout = PromptLayout.for_tokenizer(tok)
+    ctx = layout.preamble_ids() + layout.document_ids(DOC)
+    data = selfstudy.recall(model, layout, DOC, layout.preamble_ids(), key_words=3, rows=1)
+    lines = [ln for ln in DOC.split("\n") if ln.strip()]
+    assert len(data) == len(lines)
+    for r, line in enumerate(lines):
+        n = int(data.lengths[r])
+        key = " ".join(line.split()[:3])
+        want = layout.question_ids(selfstudy.RECALL_INSTRUCTION.format(key=key)) + layout.answer_ids(line)
+        assert data.ids[r, :n].tolist() == want
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ctx + want])).logits[0].float(), -1)[len(ctx):len(ctx) + n - 1]
+        torch.testing.assert_close(logp.gather(-1, data.topk_ids[r, :n - 1]), data.topk_logp[r, :n - 1],
+                                   atol=1e-4, rtol=0)
+    batched = selfstudy.recall(model, layout, DOC, layout.preamble_ids(), key_words=3, rows=8)
+    assert torch.equal(batched.ids, data.ids)
+    torch.testing.assert_close(batched.topk_logp, data.topk_logp, atol=1e-4, rtol=0)
+
+
+def test_segments_cut_long_lines_at_words_and_keep_every_word():
+    doc = "short line\n\n" + " ".join(f"w{i}" for i in range(25))
+    pieces = selfstudy.segments(doc, lambda t: len(t.split()), 10)
+    assert pieces[0] == "short line" and all(len(p.split()) <= 10 for p in pieces)
+    assert " ".join(pieces[1:]).split() == [f"w{i}" for i in range(25)]
+
+
+def test_concat_and_repeat_keep_samples_and_teacher_rows():
+    model, tok = tiny_causal_lm("llama", seed=0)
+    layout = PromptLayout.for_tokenizer(tok)
+    a = selfstudy.recall(model, layout, DOC, layout.preamble_ids())
+    b = selfstudy.recall(model, layout, "Cy: ok", layout.preamble_ids())
+    both = selfstudy.SelfStudyData.concat([a, b.repeat(2)])
+    assert len(both) == len(a) + 2 * len(b)
+    assert torch.equal(both.lengths[len(a):], b.lengths.repeat(2))
+    n = int(b.lengths[0])
+    assert torch.equal(both.ids[-1, :n], b.ids[0, :n])
+    assert torch.equal(both.topk_logp[-1, :n - 1], b.topk_logp[0, :n - 1])
+
+
+def test_make_data_mixes_self_study_and_repeated_recall_and_refuses_no_data():
+    from agentmem.errors import InvalidInputError
+    from agentmem.train import TrainOptions, make_data, make_recall_data
+
+    model, tok = tiny_causal_lm("llama", seed=0)
+    layout = PromptLayout.for_tokenizer(tok)
+    opts = TrainOptions(samples=2, recall_repeat=2, question_tokens=4, answer_tokens=4, chunk_tokens=24)
+    data = make_data(model, layout, DOC, seed=0, options=opts, progress=False)
+    recall = make_recall_data(model, layout, DOC, options=opts)
+    assert len(data) == 2 + 2 * len(recall)
+    with pytest.raises(InvalidInputError):
+        make_data(model, layout, DOC, options=TrainOptions(samples=0, recall_repeat=0), progress=False)
