@@ -2,7 +2,9 @@
 
 For each chosen LoCoMo conversation, the document is a stretch of whole sessions of about ``--doc-tokens`` tokens
 (lines ``[date] Speaker: text``); the held-out questions are those of categories 1-4 whose evidence turns all lie
-in the stretch. Training never sees them: it uses only the model's self-generated questions and answers.
+in the stretch. Training never sees them: it uses only recall samples made from the document's own lines
+("Quote the line … that begins …", answered with the line) and, with ``--samples N``, the model's self-generated
+questions and answers (the first recipe: ``--samples 128 --recall-repeat 0``).
 
 Reported per answer token (gold answer as the assistant reply to the question, SmolLM2-135M-Instruct):
 
@@ -40,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmem.kv.model import load_model  # noqa: E402
 from agentmem.train import PromptLayout, TrainedPrefix, TrainOptions, make_data, train_prefix  # noqa: E402
+from agentmem.train.cartridge import make_recall_data  # noqa: E402
 from agentmem.train import _kv  # noqa: E402
 from agentmem.train.checkpoint import load_state, save_state  # noqa: E402
 from agentmem.train.evaluate import answer_logprobs, context_kv, kl, mounted_context, nll  # noqa: E402
@@ -105,6 +108,18 @@ def split_by_teacher(text: torch.Tensor, untrained: torch.Tensor, trained: torch
     return out
 
 
+def cached_data(path: Path, make) -> tuple[SelfStudyData, float, bool]:
+    """Training data from ``path`` if there, else ``make()`` saved there; with the seconds it took to make."""
+    if path.exists():
+        tensors, meta = load_state(path)
+        return SelfStudyData.from_tensors(tensors), float(meta["seconds"]), True
+    t = time.monotonic()
+    data = make()
+    seconds = time.monotonic() - t
+    save_state(path, data.tensors(), {"seconds": seconds, "load": os.getloadavg()})
+    return data, seconds, False
+
+
 def mean_nll(rows: list[tuple[float, int]]) -> dict:
     per_q = [s / n for s, n in rows]
     return {"macro": sum(per_q) / len(per_q), "micro": sum(s for s, _ in rows) / sum(n for _, n in rows),
@@ -122,7 +137,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--conversations", type=int, nargs="+", default=[0], help="indices into the data file")
     ap.add_argument("--steps", type=int, default=48)
-    ap.add_argument("--samples", type=int, default=128)
+    ap.add_argument("--samples", type=int, default=TrainOptions.samples,
+                    help="self-generated Q/A conversations (0: none)")
+    ap.add_argument("--recall-repeat", type=int, default=TrainOptions.recall_repeat,
+                    help="recall samples (one per document line), each this many times (0: none)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--answer-tokens", type=int, default=TrainOptions.answer_tokens,
                     help="cap on self-study answer length (training targets)")
@@ -144,9 +162,12 @@ def main() -> None:
     preamble = layout.preamble_ids()
     fingerprint = _kv.model_fingerprint(model, tok)
     count = lambda text: len(layout.answer_ids(text, end=False))  # noqa: E731
-    opts = TrainOptions(samples=args.samples, batch_size=args.batch_size, answer_tokens=args.answer_tokens)
-    # Artifact names carry every setting that changes them (the default answer cap keeps the short name).
-    variant = "" if args.answer_tokens == TrainOptions.answer_tokens else f"-a{args.answer_tokens}"
+    opts = TrainOptions(samples=args.samples, batch_size=args.batch_size, answer_tokens=args.answer_tokens,
+                        recall_repeat=args.recall_repeat)
+    # Artifact names carry every setting that changes them (the first recipe's settings keep the short names).
+    variant = "" if args.answer_tokens == 40 else f"-a{args.answer_tokens}"
+    if args.recall_repeat:
+        variant += f"-n{args.samples}-r{args.recall_repeat}"
     out_dir = Path(args.out)
     data_all = json.load(open(args.data))
     results, curves = [], {}
@@ -161,16 +182,23 @@ def main() -> None:
         text_res, text_lps = score(model, layout, context_kv(model, preamble, doc_ids), qa)
         base = {"none": score(model, layout, context_kv(model, preamble), qa, text_lps)[0], "text": text_res}
         conv_dir = out_dir / f"conv{cid}-d{args.doc_tokens}-s{args.seed}"
-        data_path = conv_dir / f"selfstudy-n{args.samples}{variant}.safetensors"
-        t = time.monotonic()
-        if data_path.exists():
-            tensors, meta = load_state(data_path)
-            data, data_seconds, data_reused = SelfStudyData.from_tensors(tensors), meta["seconds"], True
-        else:
-            data = make_data(model, layout, doc, seed=args.seed, options=opts, progress=not args.no_progress)
-            data_seconds, data_reused = time.monotonic() - t, False
-            save_state(data_path, data.tensors(), {"seconds": data_seconds, "load": os.getloadavg()})
-        print(f"  self-study data: {len(data)} samples, {data_seconds:.0f} s", file=sys.stderr)
+        parts, data_seconds, data_reused = [], 0.0, True
+        if args.samples:  # self-generated Q/A: the expensive part, cached (and shared with the first recipe)
+            qa_variant = "" if args.answer_tokens == 40 else f"-a{args.answer_tokens}"
+            qa_opts = TrainOptions(samples=args.samples, answer_tokens=args.answer_tokens, recall_repeat=0)
+            part, secs, reused = cached_data(conv_dir / f"selfstudy-n{args.samples}{qa_variant}.safetensors",
+                                             lambda: make_data(model, layout, doc, seed=args.seed, options=qa_opts,
+                                                               progress=not args.no_progress))
+            parts.append(part)
+            data_seconds, data_reused = data_seconds + secs, data_reused and reused
+        if args.recall_repeat:  # one teacher-forced pass per 8 lines: seconds
+            part, secs, reused = cached_data(conv_dir / f"recall-k{opts.recall_key_words}-t{opts.recall_tokens}"
+                                                        f".safetensors",
+                                             lambda: make_recall_data(model, layout, doc, options=opts))
+            parts.append(part.repeat(args.recall_repeat))
+            data_seconds, data_reused = data_seconds + secs, data_reused and reused
+        data = parts[0] if len(parts) == 1 else SelfStudyData.concat(parts, tok.pad_token_id or 0)
+        print(f"  training data: {len(data)} samples, {data_seconds:.0f} s", file=sys.stderr)
         row = {"conversation": cid, "document_tokens": len(doc_ids), "questions": len(qa), "stretch": info,
                "nll": {k: round(v["macro"], 4) for k, v in base.items()},
                "nll_micro": {k: round(v["micro"], 4) for k, v in base.items()},
@@ -220,6 +248,7 @@ def main() -> None:
     summary = {
         "model": "SmolLM2-135M-Instruct (Q4_1 GGUF, fp32)",
         "doc_tokens_target": args.doc_tokens, "steps": args.steps, "samples": args.samples,
+        "recall_repeat": args.recall_repeat,
         "batch_size": args.batch_size, "lr": args.lr, "seed": args.seed, "threads": args.threads,
         "top_k": opts.top_k, "chunk_tokens": opts.chunk_tokens, "answer_tokens": opts.answer_tokens,
         "question_tokens": opts.question_tokens, "temperature": opts.temperature,
