@@ -33,7 +33,8 @@ _SYS = "\u2063AGENTMEM-SYSTEM-SLOT\u2063"
 _USER = "\u2063AGENTMEM-USER-SLOT\u2063"
 
 
-def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
+def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
+    """The chat template applied to ``messages`` with the generation prompt, or None if the template refuses them."""
     try:
         out = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     except Exception:  # templates raise freely (e.g. "system role not supported"); we just try the next shape
@@ -57,13 +58,13 @@ class PromptLayout:
     def from_tokenizer(cls, tokenizer: Any, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> PromptLayout:
         """Derive the layout from the chat template; falls back to a plain format without one."""
         if getattr(tokenizer, "chat_template", None):
-            text = _render(tokenizer, [{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}])
+            text = render_chat(tokenizer, [{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}])
             if text and text.count(_SYS) == 1 and text.count(_USER) == 1 and text.index(_SYS) < text.index(_USER):
                 head, rest = text.split(_SYS)
                 between, after = rest.split(_USER)
                 return cls(tokenizer, head + system_prompt, between, after, kind="system")
             # Templates without a system role: memories open the user turn, the question follows them.
-            text = _render(tokenizer, [{"role": "user", "content": _USER}])
+            text = render_chat(tokenizer, [{"role": "user", "content": _USER}])
             if text and text.count(_USER) == 1:
                 head, after = text.split(_USER)
                 return cls(tokenizer, head + system_prompt, "\nQuestion: ", after, kind="user")

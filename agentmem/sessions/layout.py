@@ -26,20 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmem.kv.prompt import render_chat
+
 __all__ = ["ChatLayout"]
 
 _S = "\u2063AGENTMEM-S\u2063"
 _U1 = "\u2063AGENTMEM-U1\u2063"
 _A1 = "\u2063AGENTMEM-A1\u2063"
 _U2 = "\u2063AGENTMEM-U2\u2063"
-
-
-def _render(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
-    try:
-        out = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception:  # templates raise freely (role rules); the caller falls back
-        return None
-    return out if isinstance(out, str) else None
 
 
 def _between(text: str, first: str, second: str) -> str | None:
@@ -65,7 +59,7 @@ class ChatLayout:
         next_open: str | None = None
         if layout.kind in ("system", "user") and getattr(tok, "chat_template", None):
             head = [{"role": "system", "content": _S}] if layout.kind == "system" else []
-            text = _render(tok, head + [
+            text = render_chat(tok, head + [
                 {"role": "user", "content": _U1}, {"role": "assistant", "content": _A1},
                 {"role": "user", "content": _U2},
             ])
