@@ -1,6 +1,10 @@
-"""Self-study: the frozen model writes its own training conversations about a document.
+"""Training data for trained entries: recall samples and self-study conversations, with teacher log-probs.
 
-Following Cartridges (Eyuboglu et al., 2025), the model sees one chunk of the document plus a seed instruction and
+**Recall** (:func:`recall`, the default data): one sample per line of the document, "quote the line that begins
+<its first words>" answered with the line itself, teacher-forced under the whole-document teacher. Deterministic,
+one forward pass per few lines, and it carries the document's specific content.
+
+**Self-study** (:func:`generate`): following Cartridges (Eyuboglu et al., 2025), the model sees one chunk of the document plus a seed instruction and
 samples a question about it; then, with the whole document in context (the *teacher* context), it samples an
 answer. The teacher's next-token distributions over the question and answer tokens are recorded on the way
 (top-k log-probabilities), so no second teacher pass is needed: the answer pass *is* the teacher pass.
@@ -97,7 +101,9 @@ class SelfStudyData:
             ti[:, :w - 1] = p.topk_ids
             tl = torch.full((n, width - 1, k), -torch.inf, dtype=torch.float32)
             tl[:, :w - 1] = p.topk_logp
-            ids.append(x), tk_ids.append(ti), tk_logp.append(tl)
+            ids.append(x)
+            tk_ids.append(ti)
+            tk_logp.append(tl)
         return cls(torch.cat(ids), torch.cat([p.lengths for p in parts]), torch.cat(tk_ids), torch.cat(tk_logp))
 
 
