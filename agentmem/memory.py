@@ -70,7 +70,8 @@ class AgentMemory:
         if config is not None and overrides:
             raise InvalidInputError("give either config= or keyword overrides, not both")
         self.config = config or MemoryConfig(**overrides)
-        self.path = Path(path)
+        # absolute from here on: Chroma caches clients by the path string, and the working directory may change
+        self.path = Path(path).expanduser().resolve()
         self._cipher = open_cipher(self.path, encryption_key)
         self._scanner = None if self.config.secret_policy == "off" else SecretScanner(self.config.secret_policy)
         self._audit = AuditLog(self.path / "audit.jsonl")

@@ -158,7 +158,8 @@ class VectorIndex:
         from chromadb.config import Settings
 
         self._client = chromadb.PersistentClient(
-            path=str(path), settings=Settings(anonymized_telemetry=False, allow_reset=False)
+            # resolved: Chroma shares one client per path *string*, so "./x" from two directories would collide
+            path=str(Path(path).resolve()), settings=Settings(anonymized_telemetry=False, allow_reset=False)
         )
         self._cols: dict[str, Any] = {}
         self.keep_documents = keep_documents

@@ -206,3 +206,22 @@ def test_eight_threads_remember_and_recall(mem: AgentMemory) -> None:
         t.join()
     assert errors == []
     assert len(mem.list(user_id="u0")) + len(mem.list(user_id="u1")) == 48
+
+
+def test_relative_store_paths_are_fixed_when_opened(tmp_path: Path, monkeypatch) -> None:
+    # Chroma caches its clients by the path string: two stores opened as "./memdata" from different working
+    # directories must still write to their own directories.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = AgentMemory("./memdata")
+    first.remember("kept in the first store", user_id="u")
+    monkeypatch.chdir(tmp_path / "b")
+    with AgentMemory("./memdata") as second:
+        second.remember("kept in the second store", user_id="u")
+        report = second.verify()
+        assert report["orphan_vectors"] == 0 and report["rows_missing_vector"] == 0
+        assert [h.text for h in second.recall("kept in the store", user_id="u", k=5)] == ["kept in the second store"]
+    assert first.path == tmp_path / "a" / "memdata"
+    assert first.verify()["orphan_vectors"] == 0
+    first.close()
