@@ -351,10 +351,10 @@ class AgentMemory:
         user_id: str,
         session_id: str | None = None,
         tags: Iterable[str] | None = None,
-        tokens: int = 128,
-        steps: int = 300,
+        tokens: int = 64,
+        steps: int = 48,
         seed: int = 0,
-        lr: float = 2e-2,
+        lr: float = 5e-3,
         ttl: float | timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         progress: bool = True,
@@ -365,11 +365,13 @@ class AgentMemory:
         of kind ``trained``; it mounts like any other entry. The document text is kept (secret-scanned) for text
         mode and inspection; if the document or the model changes, the entry is stale and is not mounted.
 
-        ``options`` are :class:`agentmem.train.TrainOptions` fields (samples, batch_size, time_budget_s, ...).
-        With ``checkpoint_path`` an interrupted training resumes where it stopped.
+        The defaults are the benchmarked recipe (docs/trained-entries.md: 64 tokens, 48 steps, lr 5e-3 recovered
+        106 % of a ~1,000-token document's NLL benefit, 6-8 minutes on one CPU core); longer documents have more
+        lines to learn and want more steps. ``options`` are :class:`agentmem.train.TrainOptions` fields (samples,
+        batch_size, time_budget_s, ...). With ``checkpoint_path`` an interrupted training resumes where it stopped.
 
         Example:
-            >>> entry = mem.train(manual, user_id="u1", tags=["manual"], tokens=128, steps=300)   # doctest: +SKIP
+            >>> entry = mem.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48)      # doctest: +SKIP
             >>> mem.generate("How do I reset the device?", user_id="u1", tags=["manual"])         # doctest: +SKIP
         """
         self._check_open()
