@@ -96,7 +96,7 @@ class EntryStore:
         self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index and cipher is None)
         self.embedder = embedder or Embedder(config.embedding_model, cache_dir=config.cache_dir)
         self._lock = threading.RLock()
-        # the lexical search runs beside the query embedding (SQLite and torch both release the GIL)
+        # the lexical search runs beside the query embedding (SQLite, ONNX Runtime and torch release the GIL)
         self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")
         self.reconcile()
 
@@ -220,7 +220,7 @@ class EntryStore:
         fused = spill_over(fused, places)
         # neighbours reached by spillover share the session of the turn that reached them
         sessions = {i: p.session_id for i, p in places.items()}
-        for entry_id, place in places.items():
+        for place in places.values():
             for neighbour in (*place.before, *place.after):
                 sessions.setdefault(neighbour, place.session_id)
         fused = session_boost(fused, sessions)
