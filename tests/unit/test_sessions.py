@@ -68,6 +68,14 @@ def make(engine, root: Path, store: FakeStore | None = None, *, worker: bool = F
     return mgr, store
 
 
+def make_twins(engine, root: Path, **kw):
+    """A manager under test and an untouched twin, each with session "s1" of user "u1" open: the twin shows
+    what the same turns give without the offload / restart / invalidation being tested."""
+    mgr, store = make(engine, root, **kw)
+    twin_mgr, _ = make(engine, root / "twin")
+    return mgr, store, twin_mgr, mgr.open("s1", user_id="u1"), twin_mgr.open("s1", user_id="u1")
+
+
 MESSAGES = ["Hello, I am Ana.", "My sister is called Ines.", "She lives in Porto.", "What is her name?"]
 
 
@@ -169,9 +177,7 @@ def test_offload_to_disk_and_restore_continues_token_identically(engine, tmp_pat
 
 
 def test_restart_restores_from_disk(engine, tmp_path):
-    mgr, _ = make(engine, tmp_path)
-    twin_mgr, _ = make(engine, tmp_path / "twin")
-    chat, twin = mgr.open("s1", user_id="u1"), twin_mgr.open("s1", user_id="u1")
+    mgr, _, twin_mgr, chat, twin = make_twins(engine, tmp_path)
     for message in MESSAGES[:2]:
         assert chat.send(message, k=0, max_new_tokens=NEW).token_ids == twin.send(message, k=0, max_new_tokens=NEW).token_ids
     mgr.close()  # writes the session to disk
@@ -293,9 +299,7 @@ def test_ttl_erases_files_left_by_an_earlier_process(engine, tmp_path):
 
 
 def test_kb_version_change_and_invalidate_rebuild_instead_of_mounting_stale_kv(engine, tmp_path):
-    mgr, store = make(engine, tmp_path)
-    twin_mgr, _ = make(engine, tmp_path / "twin")
-    chat, twin = mgr.open("s1", user_id="u1"), twin_mgr.open("s1", user_id="u1")
+    mgr, store, twin_mgr, chat, twin = make_twins(engine, tmp_path)
     for message in MESSAGES[:2]:
         chat.send(message, k=0, max_new_tokens=NEW)
         twin.send(message, k=0, max_new_tokens=NEW)
@@ -503,9 +507,7 @@ def test_other_templates_reuse_exactly_and_evict_correctly(tmp_path, template, l
 
 
 def test_write_behind_makes_demotion_to_disk_free_and_files_stay_current(engine, tmp_path):
-    mgr, _ = make(engine, tmp_path, worker=True)
-    twin_mgr, _ = make(engine, tmp_path / "twin")
-    chat, twin = mgr.open("s1", user_id="u1"), twin_mgr.open("s1", user_id="u1")
+    mgr, _, twin_mgr, chat, twin = make_twins(engine, tmp_path, worker=True)
     assert chat.send(MESSAGES[0], k=0, max_new_tokens=NEW).token_ids == twin.send(MESSAGES[0], k=0, max_new_tokens=NEW).token_ids
     mgr.offload("s1", to="warm")  # queues a clean copy for the worker
     deadline = time.time() + 30
