@@ -215,9 +215,14 @@ class KVEngine:
             return [-1] * int(getattr(memory, "kv_tokens", 0) or 0)
         return self.layout.entry_ids(memory.text)
 
-    def _load(self, memory: MountMemory, want_ids: list[int], strict: bool) -> tuple[EncodedEntry | None, str | None]:
-        """``(entry, None)``; ``(None, reason)`` when it must be encoded from text instead; or ``(entry, reason)``
+    def load_stored(self, memory: MountMemory, want_ids: list[int], strict: bool, *, mount_trained: bool = True
+                    ) -> tuple[EncodedEntry | None, str | None]:
+        """A memory's stored KV, checked against this model, its preamble and ``want_ids`` (the ids it will occupy).
+
+        ``(entry, None)``; ``(None, reason)`` when it must be encoded from text instead; or ``(entry, reason)``
         when the loader itself replaced unusable stored KV with a fresh encoding (it says why in ``load_fallback``).
+        A trained entry's learned KV stands for no token ids, so its ids are not compared, unless
+        ``mount_trained=False`` (a caller that plans every memory by its text, like sessions).
         """
         loader = getattr(memory, "load_kv", None)
         if loader is None:
@@ -232,7 +237,7 @@ class KVEngine:
             reason = "stored KV was encoded by a different model"
         elif entry.preamble_digest != self.layout.preamble_digest:
             reason = "stored KV was encoded after a different preamble"
-        elif not getattr(memory, "trained", False) and entry.token_ids.tolist() != want_ids:
+        elif not (mount_trained and getattr(memory, "trained", False)) and entry.token_ids.tolist() != want_ids:
             reason = "stored KV token ids do not match the memory text"
         else:
             return entry, getattr(memory, "load_fallback", None)
@@ -312,7 +317,7 @@ class KVEngine:
             # so a loader may reuse one read buffer for every blob (no fresh allocation per entry).
             for memory, ids in zip(kept, kept_ids):
                 t = time.perf_counter()
-                entry, reason = self._load(memory, ids, strict)
+                entry, reason = self.load_stored(memory, ids, strict)
                 timings["load"] += time.perf_counter() - t
                 if entry is not None and reason is not None:
                     # the loader re-encoded unusable stored KV itself (e.g. the facade's hot update): mount that

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, UnsupportedModelError
+from agentmem.errors import UnsupportedModelError
 from agentmem.kv.cache import BufferedCache, cache_length, remove_cache_span
 from agentmem.kv.runner import prefill
 from agentmem.kv.types import EncodedEntry
@@ -142,27 +142,12 @@ def retokenize(ctx: EngineContext, transcript: Transcript) -> None:
 
 
 def load_entry(ctx: EngineContext, memory: Any, ids: list[int], strict: bool) -> tuple[EncodedEntry, str | None]:
-    """A recalled memory's stored entry, or its text encoded now (with the reason) when it cannot be mounted."""
-    reason: str | None = "no stored KV"
-    loader = getattr(memory, "load_kv", None)
-    if loader is not None:
-        try:
-            entry = loader()
-        except (FingerprintMismatchError, BlobCorruptedError) as exc:
-            if strict:
-                raise
-            reason = f"{type(exc).__name__}: {exc}"
-        else:
-            if entry.fingerprint != ctx.fingerprint:
-                reason = "stored KV was encoded by a different model"
-            elif entry.preamble_digest != ctx.preamble_digest:
-                reason = "stored KV was encoded after a different preamble"
-            elif entry.token_ids.tolist() != ids:
-                reason = "stored KV token ids do not match the memory text"
-            else:
-                # the bank's loader may itself have replaced unusable stored KV with a fresh encoding: say why
-                return entry, getattr(memory, "load_fallback", None)
-            if strict:
-                raise FingerprintMismatchError(f"memory {memory.id}: {reason}")
+    """A recalled memory's stored entry, or its text encoded now (with the reason) when it cannot be mounted.
+
+    Sessions place every memory by its text's ids, so a trained entry's learned KV is refused here too.
+    """
+    entry, reason = ctx.engine.load_stored(memory, ids, strict, mount_trained=False)
+    if entry is not None:
+        return entry, reason  # reason: why the bank's loader re-encoded it, if it had to
     log.warning("memory %s: mounting from text (%s)", memory.id, reason)
     return ctx.engine.encode(memory.text), reason
