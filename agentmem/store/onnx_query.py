@@ -49,10 +49,9 @@ class OnnxQueryEncoder:
     def for_model(cls, model: Any, *, cache_dir: Path) -> OnnxQueryEncoder | None:
         """An encoder for a sentence-transformers ``model`` (Transformer + mean Pooling [+ Normalize]), or None
         when the model has another shape or ONNX Runtime / the export is unavailable."""
-        names = [type(m).__name__ for m in model]
-        if names[:2] != ["Transformer", "Pooling"] or names[2:] not in ([], ["Normalize"]):
-            return None
-        if getattr(model[1], "pooling_mode", None) != "mean" or not hasattr(model[0], "auto_model"):
+        from agentmem.store.vectors import is_mean_pooled
+
+        if not is_mean_pooled(model):
             return None
         try:
             import onnxruntime as ort
@@ -62,18 +61,21 @@ class OnnxQueryEncoder:
         options.intra_op_num_threads = 1  # one short query: threads cost more than they save
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        for attempt in range(2):
+
+        def open_session(path: Path) -> Any:
+            return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+        try:
+            path = _exported(model[0], cache_dir)
             try:
-                path = _exported(model[0], cache_dir)
-                session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-                return cls(session, model[0].tokenizer, int(model.max_seq_length))
-            except Exception as exc:
-                if attempt == 0 and "path" in locals() and path.exists():
-                    path.unlink(missing_ok=True)  # a damaged cache file: export again, once
-                    continue
-                # export or load failed: the PyTorch path still works
-                log.info("query embeddings stay on PyTorch: ONNX export unavailable (%s)", type(exc).__name__)
-        return None
+                session = open_session(path)
+            except Exception:
+                path.unlink(missing_ok=True)  # a damaged cache file: export again, once
+                session = open_session(_exported(model[0], cache_dir))
+        except Exception as exc:  # export or load failed: the PyTorch path still works
+            log.info("query embeddings stay on PyTorch: ONNX export unavailable (%s)", type(exc).__name__)
+            return None
+        return cls(session, model[0].tokenizer, int(model.max_seq_length))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         batch = self._tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length,

@@ -40,15 +40,15 @@ class Embedder:
     _lock = threading.Lock()
 
     def __init__(self, model_path: str | None = None, *, cache_dir: Path | None = None, onnx_queries: bool = True) -> None:
+        from agentmem.config import default_cache_dir
+
         self.model_path = model_path or bundled_embedding_model_path()
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.onnx_queries = onnx_queries
 
     def _query_encoder(self) -> Any:
         """The ONNX query encoder for this model (built once per process; None if unavailable)."""
-        from agentmem.config import default_cache_dir
-
-        cache = self.cache_dir or default_cache_dir()
+        cache = self.cache_dir
         key = (self.model_path, str(cache))
         if key not in Embedder._onnx:
             model = self.model
@@ -96,6 +96,15 @@ class Embedder:
         return np.asarray(vecs, dtype=np.float32)
 
 
+def is_mean_pooled(model: Any) -> bool:
+    """Whether a sentence-transformers model is Transformer → mean Pooling (→ Normalize), the pipeline the fast
+    query paths reproduce exactly."""
+    names = [type(m).__name__ for m in model]
+    if names[:2] != ["Transformer", "Pooling"] or names[2:] not in ([], ["Normalize"]):
+        return False
+    return getattr(model[1], "pooling_mode", None) == "mean" and hasattr(model[0], "auto_model")
+
+
 def _mean_pooled_forward(model: Any, texts: Sequence[str]) -> np.ndarray | None:
     """The same embeddings as ``model.encode`` for a Transformer → mean Pooling → Normalize pipeline, computed
     directly (None for any other pipeline).
@@ -105,12 +114,9 @@ def _mean_pooled_forward(model: Any, texts: Sequence[str]) -> np.ndarray | None:
     """
     import torch
 
-    names = [type(m).__name__ for m in model]
-    if names[:2] != ["Transformer", "Pooling"] or names[2:] not in ([], ["Normalize"]):
+    if not is_mean_pooled(model):
         return None
-    transformer, pooling = model[0], model[1]
-    if getattr(pooling, "pooling_mode", None) != "mean" or not hasattr(transformer, "auto_model"):
-        return None
+    transformer = model[0]
     hf = transformer.auto_model
     if hf.training:
         hf.eval()  # dropout off, as encode() would set it
@@ -256,4 +262,4 @@ def chroma_where(**fields: Any) -> dict[str, Any] | None:
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
-__all__ = ["Embedder", "VectorIndex", "bundled_embedding_model_path", "chroma_where"]
+__all__ = ["Embedder", "VectorIndex", "bundled_embedding_model_path", "chroma_where", "is_mean_pooled"]
