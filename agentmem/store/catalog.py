@@ -92,6 +92,11 @@ def lexical_table(user_id: str) -> str:
     return _LEXICAL_PREFIX + hashlib.sha256(user_id.encode()).hexdigest()[:32]
 
 
+def _table_exists(conn: Any, name: str) -> bool:
+    """Whether ``name`` is a table of the file (``conn``: a SQLAlchemy connection or session)."""
+    return conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": name}).first() is not None
+
+
 def _lexical_ddl(table: str) -> str:
     return f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
@@ -165,7 +170,7 @@ class Catalog:
 
     def _migrate_shared_lexical_index(self, conn: Any) -> None:
         """Schema 1 kept every user's lexical documents in one table: split it per user, then drop it."""
-        if not conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": _LEGACY_FTS}).first():
+        if not _table_exists(conn, _LEGACY_FTS):
             return
         for (user_id,) in conn.execute(text(f"SELECT DISTINCT user_id FROM {_LEGACY_FTS}")).all():
             table = lexical_table(user_id)
@@ -187,7 +192,7 @@ class Catalog:
             self._lexical_tables.discard(table)
         if table not in self._lexical_tables:
             with self.engine.connect() as conn:
-                if conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).first():
+                if _table_exists(conn, table):
                     self._lexical_tables.add(table)
         return table in self._lexical_tables
 
@@ -232,7 +237,7 @@ class Catalog:
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
                 for user_id in {r.user_id for r in rows}:
                     table = lexical_table(user_id)
-                    if s.scalar(text("SELECT count(*) FROM sqlite_master WHERE name = :n"), {"n": table}) == 0:
+                    if not _table_exists(s, table):  # inside the transaction: another process may have dropped it
                         continue
                     if s.scalar(select(func.count()).select_from(EntryRow).where(EntryRow.user_id == user_id)) == 0:
                         # the user's last entry: drop the whole index (nothing of theirs stays in its segments)
