@@ -1,9 +1,10 @@
 """Mount planning (what fits) and assembly (stored entries → one model cache at their new positions).
 
 Assembly writes the preamble and each entry straight into stacked buffers ``[L, 1, H, capacity, D]``: values are
-copied, keys are re-rotated from their encoded offset to their new offset *while* being copied (one vectorised op
-per entry over all layers and heads). The stored entries are only read, never modified. The buffers then back a
-:class:`~agentmem.kv.cache.BufferedCache`, whose spare capacity receives the question and the decoded tokens.
+copied, keys are re-rotated from their encoded offset to their new offset *while* being copied (one fused pass
+per entry over all layers and heads on CPU float32, see :mod:`agentmem.kv.rope_kernel`). The stored entries are
+only read, never modified. The buffers then back a :class:`~agentmem.kv.cache.BufferedCache`, whose spare
+capacity receives the question and the decoded tokens.
 
 Example:
     >>> plan = plan_mount([40, 35, 90], preamble_len=14, suffix_len=20, max_new_tokens=64, max_positions=8192)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from agentmem.errors import UnsupportedModelError
+from agentmem.kv.rope_kernel import fused_rotation_applies, rotate_into
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -183,6 +184,7 @@ def rerotate_keys_into(
     """Write ``keys`` (``[..., T, head_dim]``) moved by ``delta`` positions into ``out``; returns ``out``.
 
     ``start`` is the keys' current position (enables model-faithful per-token angles, see :func:`rotation_tables`).
+    CPU float32 runs one fused pass (:mod:`agentmem.kv.rope_kernel`); other dtypes and devices use torch ops.
     Vectorised over every leading dim, so all layers and heads of an entry move in one call; ``out`` may be a
     strided view into a larger buffer (that is how mounting avoids an extra copy). ``out`` must not alias ``keys``.
     """
@@ -190,6 +192,10 @@ def rerotate_keys_into(
     rot = 2 * half
     # Tables in the output dtype: fp16/bf16 stored keys are rotated and widened to an fp32 cache in one pass.
     cos2, sin = _cached_tables(delta, inv_freq, out.dtype, keys.device, start, keys.shape[-2])
+    if fused_rotation_applies(out, keys):  # CPU float32: one read and one write per key (see rope_kernel)
+        rotate_into(out, keys, cos2, sin)
+        return out
+    # The torch path (any device/dtype; the reference for the fused kernel).
     # rotate_half convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin). One full-width multiply then two
     # half-width fused multiply-adds, all written in place into ``out``: no temporaries, and measured ~25% faster
     # than four half-width passes (the full-width pass streams contiguous rows).

@@ -7,7 +7,8 @@ import torch
 
 from agentmem.errors import UnsupportedModelError
 from agentmem.kv.cache import new_dynamic_cache, stacked_from_cache
-from agentmem.kv.rope import kv_support, require_kv_support, rerotate_keys, rotary_inv_freq
+from agentmem.kv import rope, rope_kernel
+from agentmem.kv.rope import kv_support, require_kv_support, rerotate_keys, rerotate_keys_into, rotary_inv_freq
 from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
 
@@ -20,9 +21,19 @@ def _keys_at(model, ids: list[int], first_position: int) -> torch.Tensor:
     return stacked_from_cache(cache)[0]
 
 
+@pytest.fixture(params=["fused", "torch"])
+def rotation_path(request, monkeypatch):
+    """Run a test on the fused CPU kernel and on the torch reference path."""
+    if request.param == "torch":
+        monkeypatch.setattr(rope, "fused_rotation_applies", lambda out, keys: False)
+    else:
+        assert rope_kernel.fused_rotation_applies(torch.empty(1, 4), torch.empty(1, 4))
+    return request.param
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 @pytest.mark.parametrize("delta", [1, 37, 300])
-def test_rerotated_keys_equal_encoding_at_the_new_offset_in_every_layer(arch, delta):
+def test_rerotated_keys_equal_encoding_at_the_new_offset_in_every_layer(arch, delta, rotation_path):
     model, tok = tiny_causal_lm(arch)
     ids = tok("Caroline went to a support group.", add_special_tokens=False).input_ids
     start = 5
@@ -36,7 +47,7 @@ def test_rerotated_keys_equal_encoding_at_the_new_offset_in_every_layer(arch, de
     assert (base - target).abs().max().item() > 1e-2
 
 
-def test_plain_delta_rotation_is_close_and_composes():
+def test_plain_delta_rotation_is_close_and_composes(rotation_path):
     model, tok = tiny_causal_lm("llama")
     ids = tok("hello world", add_special_tokens=False).input_ids
     inv = rotary_inv_freq(model)
@@ -97,3 +108,48 @@ def test_rotation_tables_are_memoised_exactly_and_within_their_byte_budget():
     for i in range(20):  # each item is 2 x 100 floats = 800 bytes: at most one fits
         memo.get(i, lambda: (torch.zeros(100), torch.zeros(100)))
     assert memo._bytes <= 1000 and len(memo._items) == 1
+
+
+@pytest.mark.parametrize("start", [None, 11])
+@pytest.mark.parametrize("rotary_half", [8, 6])  # 6 of 8 pairs: partial rotary, the tail dims are copied
+def test_fused_kernel_matches_the_torch_path_inside_a_larger_buffer(start, rotary_half, monkeypatch):
+    torch.manual_seed(0)
+    inv = 1.0 / (10000 ** (torch.arange(rotary_half, dtype=torch.float32) / rotary_half))
+    keys = torch.randn(3, 2, 9, 16)  # [layers, heads, tokens, head_dim]
+    # The mount's destination: a token span of a stacked buffer [L, 1, H, capacity, D], rows contiguous.
+    fused_buf = torch.full((3, 1, 2, 40, 16), 7.0)
+    torch_buf = fused_buf.clone()
+    fused_dst, torch_dst = fused_buf[:, 0, :, 20:29, :], torch_buf[:, 0, :, 20:29, :]
+    assert rope_kernel.fused_rotation_applies(fused_dst, keys)
+    rerotate_keys_into(fused_dst, keys, 23, inv, start=start)
+    monkeypatch.setattr(rope, "fused_rotation_applies", lambda out, keys: False)
+    rerotate_keys_into(torch_dst, keys, 23, inv, start=start)
+    assert (fused_buf - torch_buf).abs().max().item() <= 1e-6
+    assert (fused_buf[..., 20:29, :] - 7.0).abs().min().item() > 0  # the span was written
+    assert torch.equal(fused_buf[..., :20, :], torch.full_like(fused_buf[..., :20, :], 7.0))  # neighbours kept
+    assert torch.equal(fused_buf[..., 29:, :], torch.full_like(fused_buf[..., 29:, :], 7.0))
+    if rotary_half < 8:
+        assert torch.equal(fused_dst[..., 2 * rotary_half :], keys[..., 2 * rotary_half :])
+
+
+def test_fused_kernel_is_skipped_where_it_does_not_apply():
+    keys = torch.randn(2, 5, 8)
+    assert rope_kernel.fused_rotation_applies(torch.empty(2, 5, 8), keys)
+    assert not rope_kernel.fused_rotation_applies(torch.empty(2, 5, 8, dtype=torch.float16), keys)
+    assert not rope_kernel.fused_rotation_applies(torch.empty(2, 5, 8), keys.half())
+    assert not rope_kernel.fused_rotation_applies(torch.empty(2, 8, 5).transpose(-1, -2), keys)  # rows strided
+    assert not rope_kernel.fused_rotation_applies(torch.empty(2, 5, 8), keys.clone().requires_grad_())
+    # fp16 storage still re-rotates correctly, on the torch path.
+    inv = 1.0 / (10000 ** (torch.arange(4, dtype=torch.float32) / 4))
+    wide = rerotate_keys(keys, 5, inv, start=2)
+    narrow = rerotate_keys_into(torch.empty(2, 5, 8), keys.half(), 5, inv, start=2)
+    assert (wide - narrow).abs().max().item() < 1e-2
+
+
+def test_fused_kernel_handles_keys_without_leading_dims(monkeypatch):
+    inv = 1.0 / (10000 ** (torch.arange(4, dtype=torch.float32) / 4))
+    keys = torch.randn(6, 8)  # [tokens, head_dim]
+    fused = rerotate_keys(keys, -3, inv, start=9)
+    monkeypatch.setattr(rope, "fused_rotation_applies", lambda out, keys: False)
+    assert (fused - rerotate_keys(keys, -3, inv, start=9)).abs().max().item() <= 1e-6
+    assert (fused - keys).abs().max().item() > 1e-3
