@@ -11,6 +11,7 @@ hard link when an existing file must win), then fsync the directory so the renam
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 from pathlib import Path
@@ -101,4 +102,20 @@ def atomic_create(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o60
     return True
 
 
-__all__ = ["atomic_create", "atomic_write", "fsync_dir", "publish", "write_synced", "write_temp"]
+
+
+def map_readonly(path: str | os.PathLike[str]) -> memoryview:
+    """A read-only, memory-mapped view of a file: the page-cache pages are mapped, nothing is copied.
+
+    Safe for files that are replaced by rename (the old inode stays valid while mapped) or overwritten in place
+    (readers then see the new bytes). Never truncate a file someone may have mapped: touching a mapping past the
+    new end of file kills the process with SIGBUS. That is why ``secure_unlink`` overwrites without truncating.
+    The mapping is released when the last object made from the view (e.g. a tensor) is dropped.
+    """
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return memoryview(b"")  # mmap refuses empty files; the caller's decoder reports the truncation
+        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+__all__ = ["atomic_create", "atomic_write", "fsync_dir", "map_readonly", "publish", "write_synced", "write_temp"]

@@ -172,7 +172,7 @@ class KVBank:
             reason = "no stored KV yet"
             if row.kv_path:
                 try:
-                    entry = engine.from_bytes(self.store.read_blob(row))
+                    entry = engine.from_bytes(self.store.map_blob(row))  # zero-copy unless encrypted
                     self.stats.counts["blob_loads"] += 1
                     return entry
                 except (FingerprintMismatchError, BlobCorruptedError) as exc:

@@ -19,7 +19,6 @@ Example:
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 import warnings
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 from safetensors.torch import save as _st_save
 
+from agentmem._fs import map_readonly
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
 from agentmem.kv.fingerprint import ModelFingerprint
 from agentmem.kv.types import EncodedEntry
@@ -145,16 +145,10 @@ def map_file(path: str | os.PathLike[str]) -> memoryview:
     The kernel maps the file's page-cache pages instead of copying them into a buffer; mounting then reads the KV
     straight from there. Measured on the shared dev VM for the 94 MB of a 2,048-token SmolLM2 mount: file read
     into a reused buffer + placement 57-109 ms, mapped + placement 21-49 ms. The mapping is released when the last
-    tensor decoded from it is dropped (the engine drops each entry right after placing it).
-
-    Only for files nobody truncates or rewrites in place while they are mapped: touching a truncated mapping kills
-    the process with SIGBUS (a secure erase truncates). Files replaced by rename, as the store writes them, are
-    safe: the old inode stays valid while mapped.
+    tensor decoded from it is dropped (the engine drops each entry right after placing it). Only for files nobody
+    truncates while they are mapped (see :func:`agentmem._fs.map_readonly`).
     """
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return memoryview(b"")  # mmap refuses empty files; decode_entry reports the truncation
-        return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    return map_readonly(path)
 
 
 def decode_entry(

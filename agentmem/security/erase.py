@@ -114,10 +114,13 @@ def _scan_file(path: Path, needles: list[bytes], ignore_case: bool, chunk_size: 
 # -- overwriting files -------------------------------------------------------------------------
 
 def secure_unlink(path: str | os.PathLike[str], *, missing_ok: bool = False) -> bool:
-    """Overwrite a file's bytes with zeros, fsync, truncate, then unlink it (best effort).
+    """Overwrite a file's bytes with zeros, fsync, then unlink it (best effort).
 
     Returns False only when the file was missing and ``missing_ok``. A symlink is unlinked
     without touching its target. Other hard links to the file see the zeros too.
+    The file is not truncated: a reader that has it memory-mapped at this moment (a mount in
+    progress, see ``EntryStore.map_blob``) would be killed by SIGBUS; it reads zeros instead,
+    and the zeroed blocks are freed once the last reader lets go.
 
     Limits: this only helps on filesystems that rewrite blocks in place (ext4 data=ordered,
     XFS, NTFS). Copy-on-write and log-structured filesystems (btrfs, ZFS, APFS, F2FS),
@@ -138,9 +141,7 @@ def secure_unlink(path: str | os.PathLike[str], *, missing_ok: bool = False) -> 
         raise InvalidInputError(f"secure_unlink only handles regular files: {p}")
     fd = os.open(p, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
     try:
-        _overwrite(fd, os.fstat(fd).st_size)
-        os.ftruncate(fd, 0)
-        os.fsync(fd)
+        _overwrite(fd, os.fstat(fd).st_size)  # fsyncs; no truncation (see above)
     finally:
         os.close(fd)
     os.unlink(p)

@@ -68,3 +68,23 @@ def test_session_turn_reports_why_a_stored_blob_was_re_encoded(tmp_path: Path, t
         turn = mem.session("chat", user_id="u").send("where is the key?", entry_ids=[rec.id], max_new_tokens=1)
         assert turn.mounted == [rec.id]
         assert [(i, "BlobCorruptedError" in r) for i, r in turn.fallbacks] == [(rec.id, True)]
+
+
+@pytest.mark.parametrize("encrypted", [False, True])
+def test_mounting_maps_plaintext_blobs_and_decrypts_encrypted_ones(tmp_path: Path, tiny_pair, encrypted) -> None:
+    import mmap
+
+    key = "correct horse battery staple 42" if encrypted else None
+    with AgentMemory(tmp_path / "s", model=tiny_pair, kv_encoding="eager", encryption_key=key) as mem:
+        rec = mem.remember("the ferry leaves at seven", user_id="u")
+        store = mem._store
+        (row,) = store.catalog.get([rec.id])
+        view = store.map_blob(row)
+        assert bytes(view) == store.read_blob(row)
+        # Plaintext: the page cache is mapped, no copy per mount. Encrypted: decrypted bytes (a copy is unavoidable).
+        mapped = isinstance(view, memoryview) and isinstance(view.obj, mmap.mmap)
+        assert mapped == (not encrypted)
+        del view
+        out = mem.generate("when does the ferry leave?", user_id="u", k=1, max_new_tokens=1)
+        assert out.mounted == [rec.id] and out.fallbacks == []
+        assert mem.stats()["kv"]["blob_loads"] >= 1
