@@ -3,7 +3,7 @@
 Both modes run side by side in one process, alternating, on the same token ids (SmolLM2-135M on CPU by
 default). Memories are LoCoMo turns (or synthetic text without the data file), grouped into entries of about
 ``--entry-tokens`` tokens, stored as KV blob files and opened per call (memory-mapped, zero-copy; ``--file-read
-read`` reads each into one reused buffer instead), so "load" includes opening the file and the safetensors decode
+read`` reads each into a buffer kept per blob instead), so "load" includes opening the file and the safetensors decode
 and "mount" reads the KV from the page cache (``--source memory`` keeps the blob bytes in RAM instead).
 Retrieval is part of both modes' TTFT (``--retrieval-lines``, default 2,000): a real ``AgentMemory.recall`` of as
 many entries as are mounted, over a store holding that many memory lines, is timed before each answer; the mounted
@@ -47,10 +47,10 @@ class EngineBackend:
         self.engine = KVEngine(model, tokenizer, storage_dtype=getattr(torch, kv_dtype))
         self.dir = workdir
         self.source = source  # "file": blob files opened per call; "memory": blobs kept as bytes (a RAM tier)
-        self.file_read = file_read  # "mmap": mapped, zero-copy; "read": read into one reused buffer
+        self.file_read = file_read  # "mmap": mapped, zero-copy; "read": read into a buffer kept per blob
         self.texts: dict[str, str] = {}
         self.blobs: dict[str, bytes] = {}
-        self.buffer = bytearray()
+        self.buffers: dict[str, bytearray] = {}
 
     def add(self, texts: list[str]) -> list[str]:
         ids = []
@@ -75,13 +75,15 @@ class EngineBackend:
                     return self.engine.from_bytes(self.blobs[mid], cast=False)
                 if self.file_read == "mmap":  # page-cache pages mapped, nothing copied until the mount places it
                     return self.engine.from_bytes(codec.map_file(path), cast=False)
-                # Read into one reused buffer: decoding is zero-copy and the engine copies each entry into the
-                # cache before it loads the next, so no fresh multi-MB buffer is allocated and faulted in per blob.
+                # Read into a buffer kept per blob across calls: decoding is zero-copy, and no fresh multi-MB buffer
+                # is allocated and faulted in per load. (Not one buffer for all blobs: the engine places every
+                # entry only once all are loaded.)
                 with open(path, "rb") as f:
                     size = os.fstat(f.fileno()).st_size
-                    if len(self.buffer) < size:
-                        self.buffer = bytearray(size)
-                    view = memoryview(self.buffer)[:size]
+                    buffer = self.buffers.get(mid)
+                    if buffer is None or len(buffer) != size:
+                        buffer = self.buffers[mid] = bytearray(size)
+                    view = memoryview(buffer)
                     f.readinto(view)
                 return self.engine.from_bytes(view, cast=False)
 
@@ -194,7 +196,7 @@ def main() -> None:
     )
     ap.add_argument(
         "--file-read", choices=["mmap", "read"], default="mmap",
-        help="--source file: map each blob file (zero-copy, codec.map_file) or read it into one reused buffer",
+        help="--source file: map each blob file (zero-copy, codec.map_file) or read it into a buffer kept per blob",
     )
     ap.add_argument(
         "--threads", type=int, default=None,

@@ -312,9 +312,11 @@ class KVEngine:
             mount = Mount(*self.preamble_kv(), self._inv_freq, capacity=capacity, workspace=ws)
             timings["mount"] += time.perf_counter() - t
             loaded: list[MountMemory] = []
+            entries: list[EncodedEntry] = []
             all_ids = list(preamble_ids)
-            # Load and place one entry at a time: each is copied into the cache before the next load_kv() call,
-            # so a loader may reuse one read buffer for every blob (no fresh allocation per entry).
+            # Load every entry, then place them all: placement can then run on two threads (Mount.place_all).
+            # Loaders must therefore return KV that stay valid until the mount is built (mapped files and fresh
+            # buffers do; one buffer reused for every blob would not).
             for memory, ids in zip(kept, kept_ids):
                 t = time.perf_counter()
                 entry, reason = self.load_stored(memory, ids, strict)
@@ -334,15 +336,17 @@ class KVEngine:
                     t = time.perf_counter()
                     entry = self.encode(memory.text)
                     timings["encode"] += time.perf_counter() - t
-                t = time.perf_counter()
-                mount.place(entry)
-                timings["mount"] += time.perf_counter() - t
                 if mode == "kv+fix":  # only the fix re-reads the ids
                     all_ids.extend(entry.token_ids.tolist())
+                entries.append(entry)
                 loaded.append(memory)
-                t = time.perf_counter()
-                del entry  # releasing the blob (e.g. unmapping a mapped file) is part of loading it
-                timings["load"] += time.perf_counter() - t
+            t = time.perf_counter()
+            mount.place_all(entries)
+            timings["mount"] += time.perf_counter() - t
+            t = time.perf_counter()
+            entries.clear()  # releasing the blobs (e.g. unmapping mapped files) is part of loading them
+            entry = None
+            timings["load"] += time.perf_counter() - t
             kept = loaded
             cache, spans = mount.cache(), mount.spans
             if mode == "kv+fix":

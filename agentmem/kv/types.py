@@ -49,8 +49,9 @@ class MountMemory(Protocol):
 
     ``load_kv`` may be ``None`` (no KV stored yet: encoded on the fly) and may raise
     ``FingerprintMismatchError`` / ``BlobCorruptedError`` (falls back to encoding the text). The engine calls the
-    loaders one at a time, in order, and copies each returned entry into the cache before calling the next, so
-    a loader may decode every blob out of one reused buffer.
+    loaders in order and places all entries once every one is loaded (on two threads when a CPU is idle), so each
+    returned entry must stay valid until then: decode a memory-mapped file or a fresh buffer, never one buffer
+    reused for every blob.
 
     A loader that cannot use the stored KV but re-encodes the text itself (the facade's "hot update") returns the
     fresh entry and sets an optional ``load_fallback`` attribute on the memory to the reason (``None`` otherwise):

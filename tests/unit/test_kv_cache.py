@@ -14,6 +14,7 @@ from agentmem.kv.cache import (
     stacked_from_cache,
 )
 from agentmem.kv.mount import plan_mount
+from agentmem.kv.rope import rerotate_keys
 from agentmem.kv.runner import Sampling, decode, prefill
 from agentmem.kv.testing import tiny_causal_lm
 
@@ -102,3 +103,44 @@ def test_removing_a_span_equals_encoding_without_it():
         assert torch.allclose(cache_layers(cache)[0][0], cache_layers(short)[0][0], atol=1e-5)
         rerotate_cache(cache, 4, 7, 3, inv)
         assert torch.allclose(cache_layers(cache)[0][0][..., 4:, :], cache_layers(full)[0][0][..., 7:, :], atol=1e-5)
+
+
+def test_placing_on_a_helper_thread_writes_the_same_bytes(monkeypatch):
+    import threading
+
+    from agentmem.kv import mount as mount_mod
+    from agentmem.kv.types import EncodedEntry
+
+    torch.manual_seed(0)
+    layers, heads, dim, pre = 8, 4, 64, 5
+    inv = 1.0 / (10000 ** (torch.arange(dim // 2, dtype=torch.float32) / (dim // 2)))
+    pre_k, pre_v = torch.randn(layers, 1, heads, pre, dim), torch.randn(layers, 1, heads, pre, dim)
+    entries = [
+        EncodedEntry(token_ids=torch.arange(n), keys=torch.randn(layers, heads, n, dim),
+                     values=torch.randn(layers, heads, n, dim), offset=pre, fingerprint="f", preamble_digest="p")
+        for n in (300, 250, 7, 200)
+    ]
+    threads: list[str] = []
+    write = mount_mod.Mount._write
+
+    def spy(self, jobs):
+        threads.append(threading.current_thread().name)
+        return write(self, jobs)
+
+    monkeypatch.setattr(mount_mod.Mount, "_write", spy)
+    monkeypatch.setattr(mount_mod, "_idle_cpus", lambda: 1)  # as if torch left a CPU free
+    split, split_spans = mount_mod.assemble(pre_k, pre_v, entries, inv, capacity=800)
+    assert any(name.startswith("agentmem-mount") for name in threads)  # the helper really placed entries
+
+    monkeypatch.setenv("AGENTMEM_MOUNT_THREADS", "1")
+    threads.clear()
+    single, single_spans = mount_mod.assemble(pre_k, pre_v, entries, inv, capacity=800)
+    assert threads == [threading.current_thread().name]
+    assert split_spans == single_spans == [(5, 305), (305, 555), (555, 562), (562, 762)]
+    for (k1, v1), (k2, v2) in zip(cache_layers(split), cache_layers(single)):
+        assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    # And the placement itself is right: entry 1's values sit at its span, its keys moved by 300 positions.
+    (k0, v0) = cache_layers(split)[3]
+    assert torch.equal(v0[0, :, 305:555], entries[1].values[3])
+    moved = rerotate_keys(entries[1].keys[3], 300, inv, start=pre)
+    assert (k0[0, :, 305:555] - moved).abs().max().item() <= 1e-6
