@@ -102,6 +102,8 @@ def fused_rotation_applies(out: torch.Tensor, keys: torch.Tensor) -> bool:
         return False
     if out.device.type != "cpu" or keys.device.type != "cpu" or out.shape != keys.shape or keys.dim() < 2:
         return False
+    if keys.numel() == 0:  # nothing to move (and no [B, 0, D] view to hand the kernel)
+        return False
     if out.requires_grad or keys.requires_grad:
         return False
     if out.stride(-1) != 1 or (out.shape[-2] > 1 and out.stride(-2) != out.shape[-1]):

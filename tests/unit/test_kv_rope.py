@@ -139,6 +139,8 @@ def test_fused_kernel_is_skipped_where_it_does_not_apply():
     assert not rope_kernel.fused_rotation_applies(torch.empty(2, 5, 8), keys.half())
     assert not rope_kernel.fused_rotation_applies(torch.empty(2, 8, 5).transpose(-1, -2), keys)  # rows strided
     assert not rope_kernel.fused_rotation_applies(torch.empty(2, 5, 8), keys.clone().requires_grad_())
+    assert not rope_kernel.fused_rotation_applies(torch.empty(2, 0, 8), torch.empty(2, 0, 8))  # no tokens
+    assert rerotate_keys(torch.empty(2, 0, 8), 3, torch.ones(4), start=1).shape == (2, 0, 8)
     # fp16 storage still re-rotates correctly, on the torch path.
     inv = 1.0 / (10000 ** (torch.arange(4, dtype=torch.float32) / 4))
     wide = rerotate_keys(keys, 5, inv, start=2)
