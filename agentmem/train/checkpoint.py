@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load, save
+
+from agentmem._fs import publish, write_temp
 
 __all__ = ["load_state", "save_state"]
 
@@ -34,16 +35,7 @@ def save_state(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor], m
     target.parent.mkdir(parents=True, exist_ok=True)
     blob = save({k: v.detach().contiguous() for k, v in tensors.items()},
                 metadata={_META_KEY: json.dumps(meta, sort_keys=True)})
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    publish(write_temp(target, blob), target)
 
 
 def load_state(path: str | os.PathLike[str]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
