@@ -113,7 +113,7 @@ class Workspace:
 
 # Below this many key elements in all, a mount stays on one thread: handing work over costs more than it saves.
 _SPLIT_MIN_ELEMENTS = 1 << 20
-_helper: dict[str, ThreadPoolExecutor] = {}
+_helper: dict[int, ThreadPoolExecutor] = {}
 _helper_lock = threading.Lock()
 
 
@@ -136,10 +136,13 @@ def _helper_thread() -> ThreadPoolExecutor | None:
     """
     if os.environ.get("AGENTMEM_MOUNT_THREADS", "") == "1" or _idle_cpus() < 1:
         return None
+    pid = os.getpid()
     with _helper_lock:
-        if "pool" not in _helper:
-            _helper["pool"] = ThreadPoolExecutor(1, thread_name_prefix="agentmem-mount")
-        return _helper["pool"]
+        # Keyed by process: a forked child inherits the pool object but not its thread, and would wait forever.
+        if pid not in _helper:
+            _helper.clear()
+            _helper[pid] = ThreadPoolExecutor(1, thread_name_prefix="agentmem-mount")
+        return _helper[pid]
 
 
 class Mount:

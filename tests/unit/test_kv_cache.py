@@ -144,3 +144,23 @@ def test_placing_on_a_helper_thread_writes_the_same_bytes(monkeypatch):
     assert torch.equal(v0[0, :, 305:555], entries[1].values[3])
     moved = rerotate_keys(entries[1].keys[3], 300, inv, start=pre)
     assert (k0[0, :, 305:555] - moved).abs().max().item() <= 1e-6
+
+
+def test_a_forked_child_gets_its_own_helper_thread(monkeypatch):
+    import multiprocessing
+
+    from agentmem.kv import mount as mount_mod
+
+    monkeypatch.setattr(mount_mod, "_idle_cpus", lambda: 1)
+    parent_pool = mount_mod._helper_thread()
+    assert parent_pool.submit(lambda: 7).result(timeout=10) == 7  # the parent's thread exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # the child must not wait on the parent's (absent) thread
+        assert pool.apply_async(_use_helper_in_child).get(timeout=60) == 42
+
+
+def _use_helper_in_child() -> int:
+    from agentmem.kv import mount as mount_mod
+
+    mount_mod._idle_cpus = lambda: 1
+    return mount_mod._helper_thread().submit(lambda: 42).result(timeout=20)
