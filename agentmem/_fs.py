@@ -102,8 +102,6 @@ def atomic_create(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o60
     return True
 
 
-
-
 def map_readonly(path: str | os.PathLike[str]) -> memoryview:
     """A read-only, memory-mapped view of a file: the page-cache pages are mapped, nothing is copied.
 

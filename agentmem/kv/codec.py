@@ -145,7 +145,7 @@ def map_file(path: str | os.PathLike[str]) -> memoryview:
     The kernel maps the file's page-cache pages instead of copying them into a buffer; mounting then reads the KV
     straight from there. Measured on the shared dev VM for the 94 MB of a 2,048-token SmolLM2 mount: file read
     into a reused buffer + placement 57-109 ms, mapped + placement 21-49 ms. The mapping is released when the last
-    tensor decoded from it is dropped (the engine drops each entry right after placing it). Only for files nobody
+    tensor decoded from it is dropped (the engine drops the entries once it has placed them). Only for files nobody
     truncates while they are mapped (see :func:`agentmem._fs.map_readonly`).
     """
     return map_readonly(path)
