@@ -33,10 +33,10 @@ _state: dict[str, object] = {}  # "kernel": the compiled function, or "failed": 
 _lock = threading.Lock()
 
 
-def _build_kernel():
+def _build_kernel(cache: bool = True):
     import numba  # heavy (~0.3 s): imported on the first mount, never by a store-only user
 
-    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=True)
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
     def rotate_rows(out, offset, lead_sizes, lead_strides, keys, cos2, sin):  # pragma: no cover - compiled
         # out: the output's whole storage, 1-D; its [..., T, D] view starts at ``offset`` and has leading sizes and
         # strides ``lead_*`` (rows of D contiguous floats). keys [B, T, D] C-contiguous, B = prod(lead_sizes).
@@ -82,7 +82,10 @@ def _kernel():
             _state["failed"] = "disabled by AGENTMEM_FUSED_ROPE=0"
             return None
         try:
-            kernel = _build_kernel()
+            try:
+                kernel = _build_kernel()
+            except RuntimeError:  # numba found no writable place for its on-disk cache: compile in memory
+                kernel = _build_kernel(cache=False)
             # Compile (or load numba's on-disk cache) now, on a tiny problem, so a failure surfaces here once.
             probe = np.zeros(8, dtype=np.float32)
             one = np.ones(1, dtype=np.int64)
@@ -90,7 +93,7 @@ def _kernel():
                    np.zeros((1, 2), np.float32))
         except Exception as exc:  # ImportError, or a numba/LLVM failure on an unusual platform
             _state["failed"] = f"{type(exc).__name__}: {exc}"
-            log.info("fused key re-rotation unavailable, using torch (%s)", _state["failed"])
+            log.warning("fused key re-rotation unavailable, mounting with torch ops (%s)", _state["failed"])
             return None
         _state["kernel"] = kernel
         return kernel
