@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -307,6 +307,7 @@ class AgentMemory:
         top_p: float = 1.0,
         seed: int | None = None,
         entry_ids: Sequence[str] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
 
@@ -317,7 +318,8 @@ class AgentMemory:
         entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
         across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit
         ``budget_tokens`` (default ``mount_budget_tokens``) or the model's context are dropped least relevant
-        first and listed in ``out.dropped``.
+        first and listed in ``out.dropped``. ``on_text`` receives each piece of the answer as soon as it is
+        decoded (streaming), on the calling thread.
 
         Example:
             >>> out = mem.generate("What is my dog's name?", user_id="u1", k=4)      # doctest: +SKIP
@@ -339,7 +341,7 @@ class AgentMemory:
         out = self._bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
-            retrieve_s=retrieve_s,
+            retrieve_s=retrieve_s, on_text=on_text,
         )
         out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
         return out

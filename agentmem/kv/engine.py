@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +34,7 @@ from agentmem.kv.mount import Mount, Workspace, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import Sampling, decode, next_token, prefill, stop_ids
+from agentmem.kv.streaming import text_callback
 from agentmem.kv.types import EncodedEntry, GenerationResult, Mode, MountMemory
 
 __all__ = ["KVEngine", "PreparedPrompt"]
@@ -307,6 +308,10 @@ class KVEngine:
         if mode == "text":
             pending = preamble_ids + [t for ids in kept_ids for t in ids] + suffix_ids
             cache = self._blank_cache(capacity, ws)
+            pos = len(preamble_ids)
+            for ids in kept_ids:  # where each memory sits in the prompt, as in the kv modes
+                spans.append((pos, pos + len(ids)))
+                pos += len(ids)
         else:
             t = time.perf_counter()
             mount = Mount(*self.preamble_kv(), self._inv_freq, capacity=capacity, workspace=ws)
@@ -388,12 +393,14 @@ class KVEngine:
         seed: int | None = None,
         strict: bool = False,
         retrieve_s: float = 0.0,
+        on_text: Callable[[str], None] | None = None,
     ) -> GenerationResult:
         """Answer ``question`` with ``memories`` (most relevant first) mounted; greedy unless ``do_sample``.
 
         ``retrieve_s`` is the caller's retrieval time, added to ``ttft`` and ``total`` so they are end to end.
         Memories that do not fit the budget or the model's context are dropped (least relevant first) and listed
         in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
+        ``on_text`` receives each piece of the answer as soon as it is decoded (streaming), on this thread.
         """
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         with self._lock:
@@ -407,10 +414,12 @@ class KVEngine:
             gen = sampling.generator(self.device)
             first = next_token(logits, sampling, gen) if prep.max_new_tokens > 0 else None
             t_first = time.perf_counter()
+            on_token, flush = text_callback(self.tokenizer, on_text)
             ids = decode(
                 self.model, prep.cache, logits, max_new_tokens=prep.max_new_tokens, eos_ids=self._eos,
-                sampling=sampling, first_token=first, generator=gen,
+                sampling=sampling, first_token=first, generator=gen, on_token=on_token,
             ) if first is not None else []
+            flush()
             t_end = time.perf_counter()
             del prep.cache  # the workspace buffers are reused by the next call
         timings = dict(prep.timings)
@@ -433,6 +442,7 @@ class KVEngine:
             max_new_tokens=prep.max_new_tokens,
             notes=prep.notes,
             recomputed_tokens=prep.recomputed_tokens,
+            spans=list(prep.spans),
         )
 
     def answer_logits(

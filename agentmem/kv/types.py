@@ -91,3 +91,4 @@ class GenerationResult:
     max_new_tokens: int = 0  # after clamping to the model's position limit
     notes: list[str] = field(default_factory=list)
     recomputed_tokens: int = 0  # kv+fix: mounted tokens recomputed in context
+    spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) cache positions of each mounted entry

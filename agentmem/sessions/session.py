@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from agentmem.kv.cache import BufferedCache, cache_length
 from agentmem.kv.mount import assemble, plan_mount
 from agentmem.kv.rope import rerotate_keys
 from agentmem.kv.runner import Sampling, decode, next_token, prefill
+from agentmem.kv.streaming import text_callback
 from agentmem.sessions.state import SessionKV, Transcript, Turn, load_session
 from agentmem.sessions.turn import load_entry, rebuild_kv, shift_history
 
@@ -149,6 +150,7 @@ class Session:
         top_k: int = 0,
         seed: int | None = None,
         entry_ids: Sequence[str] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> TurnResult:
         """Answer ``text`` in this conversation; greedy unless ``do_sample``.
 
@@ -162,6 +164,7 @@ class Session:
         + message from scratch. ``commit=False`` answers without changing the session or storing anything (a dry
         run; with a baseline mode it reads the transcript only and moves nothing between tiers).
         ``remember=False`` keeps the turn in the session but does not store it as long-term memories.
+        ``on_text`` receives each piece of the reply as soon as it is decoded (streaming), on this thread.
         """
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError("message text must be a non-empty string")
@@ -193,7 +196,7 @@ class Session:
             self._busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
-                                    strict, sampling, tm, t0, entry_ids)
+                                    strict, sampling, tm, t0, entry_ids, on_text)
             finally:
                 self._busy = False
                 if mode == "kv" or commit:  # a baseline dry run only read the transcript
@@ -215,7 +218,8 @@ class Session:
 
     def _turn(self, ctx: EngineContext, user_text: str, k: int, max_new_tokens: int, mode: str,
               budget_tokens: int | None, remember: bool, commit: bool, strict: bool, sampling: Sampling,
-              tm: dict[str, float], t0: float, chosen_ids: list[str] | None = None) -> TurnResult:
+              tm: dict[str, float], t0: float, chosen_ids: list[str] | None = None,
+              on_text: Callable[[str], None] | None = None) -> TurnResult:
         mgr, engine, chat = self._mgr, ctx.engine, ctx.chat
         P = ctx.preamble_len
         notes: list[str] = []
@@ -350,8 +354,10 @@ class Session:
             t_first = time.perf_counter()
             tm["prefill"] = t_first - t
             tm["ttft"] = t_first - t0
+            on_token, flush = text_callback(engine.tokenizer, on_text)
             reply = decode(engine.model, cache, logits, max_new_tokens=max_new, eos_ids=engine._eos,
-                           sampling=sampling, first_token=first) if first is not None else []
+                           sampling=sampling, first_token=first, on_token=on_token) if first is not None else []
+            flush()
             tm["decode"] = time.perf_counter() - t_first
 
             # 7. append the turn to the working KV
