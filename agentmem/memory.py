@@ -393,6 +393,29 @@ class AgentMemory:
         self._store.add([entry])
         return self._record(entry.row)
 
+    def fidelity(self, question: str, *, user_id: str, answer: str, entry_ids: Sequence[str],
+                 tokens: int = 8) -> dict[str, float | int]:
+        """Score ``answer``'s first ``tokens`` tokens with ``entry_ids`` mounted as KV and re-encoded as text.
+
+        Returns ``{"kl", "top1_agree", "tokens"}`` (KL(text ‖ kv), near 0 when mounting is exact); the server's
+        fidelity monitor calls it on a share of live answers.
+
+        Example:
+            >>> out = mem.generate("Where do I live?", user_id="u1")                       # doctest: +SKIP
+            >>> mem.fidelity("Where do I live?", user_id="u1", answer=out.text, entry_ids=out.mounted)["kl"]  # doctest: +SKIP
+            3.1e-07
+        """
+        from agentmem.kv.fidelity import mode_kl
+
+        self._check_open()
+        hits = self._owned_hits(entry_ids, user_id)
+        rows = self._store.catalog.get([h.id for h in hits])
+        kv_memories, _ = self._bank.memories(rows, [h.memory_text for h in hits], strict=False,
+                                             documents=[h.text for h in hits])
+        text_memories = [BankMemory(id=h.id, text=h.memory_text) for h in hits]
+        return mode_kl(self._bank.engine, check_text(question, "question"), kv_memories, text_memories,
+                       check_text(answer, "answer"), tokens=tokens)
+
     def _owned_hits(self, entry_ids: Sequence[str], user_id: str) -> list[Hit]:
         check_id(user_id, "user_id", required=True)
         if isinstance(entry_ids, str):

@@ -54,3 +54,11 @@ def test_session_send_streams_the_reply(mem):
 def test_text_mode_reports_where_memories_sit(mem):
     out = mem.generate("dog?", user_id="u1", k=2, mode="text", max_new_tokens=2)
     assert len(out.spans) == len(out.mounted) and out.spans[0][0] > 0
+
+
+def test_fidelity_is_near_zero_for_one_exact_mount(mem):
+    # one memory: mounting it is exact, so KV and text agree; several memories differ by design (in text mode
+    # each memory also attends to the ones before it)
+    out = mem.generate("What is my dog called?", user_id="u1", k=1, max_new_tokens=6)
+    report = mem.fidelity("What is my dog called?", user_id="u1", answer=out.text or "Rex", entry_ids=out.mounted)
+    assert 0 <= report["kl"] < 1e-4 and report["top1_agree"] == 1.0 and report["tokens"] >= 1
