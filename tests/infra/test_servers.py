@@ -1,0 +1,86 @@
+"""The real-server fixtures answer: PostgreSQL has pgvector, Redis stores, Chroma's server takes a collection."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import Server, _redis_command, in_ci, start_redis
+
+
+def test_postgres_has_pgvector(postgres_server: Server, fresh_postgres_url: str) -> None:
+    db = fresh_postgres_url.rsplit("/", 1)[1]
+    out = subprocess.run(
+        [postgres_server.extra["psql"], "-h", "127.0.0.1", "-p", str(postgres_server.port), "-U", "postgres",
+         "-d", db, "-tA", "-c", "SELECT '[1,2,3]'::vector <-> '[1,2,4]'::vector"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert float(out.stdout.strip()) == pytest.approx(1.0)
+    assert postgres_server.url.startswith("postgresql+psycopg://postgres@127.0.0.1:")
+
+
+def test_redis_set_get(fresh_redis_url: str) -> None:
+    redis = pytest.importorskip("redis")
+    r = redis.Redis.from_url(fresh_redis_url)
+    r.set("k", b"v")
+    assert r.get("k") == b"v"
+    assert r.dbsize() == 1
+
+
+def test_fresh_redis_is_empty(fresh_redis_url: str) -> None:
+    redis = pytest.importorskip("redis")
+    assert redis.Redis.from_url(fresh_redis_url).dbsize() == 0
+
+
+def test_chroma_server_takes_a_collection(fresh_chroma_http_url: str, chroma_server: Server) -> None:
+    import chromadb
+
+    client = chromadb.HttpClient(host="127.0.0.1", port=chroma_server.port)
+    col = client.create_collection("smoke")
+    col.add(ids=["a"], embeddings=[[1.0, 0.0, 0.0]], documents=["x"])
+    assert col.query(query_embeddings=[[1.0, 0.0, 0.0]], n_results=1)["ids"] == [["a"]]
+
+
+def test_server_stops_by_pid(tmp_path: Path) -> None:
+    srv = start_redis(tmp_path)
+    pid, port = srv.pid, srv.port
+    assert _redis_command(port, "PING").startswith(b"+PONG")
+    srv.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_missing_server_fails_under_ci(tmp_path: Path) -> None:
+    # A conftest-free pytest run whose server cannot start: skipped outside CI, failed (exit 1) with CI=true.
+    test = tmp_path / "test_missing.py"
+    test.write_text(
+        "import pytest\n"
+        "from tests.servers import ServerUnavailable, _server_fixture\n"
+        "def _boom(base):\n    raise ServerUnavailable('no such server')\n"
+        "@pytest.fixture\ndef srv(tmp_path_factory):\n    yield from _server_fixture(_boom, tmp_path_factory)\n"
+        "def test_it(srv):\n    pass\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    for ci, expected_rc, word in (("false", 0, "1 skipped"), ("true", 1, "1 error")):
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(test)],
+            capture_output=True, text=True, env={**env, "CI": ci}, cwd=tmp_path,
+        )  # fmt: skip
+        assert out.returncode == expected_rc, out.stdout + out.stderr
+        assert word in out.stdout
+    assert "CI=true: a missing server is a failure" in out.stdout
+
+
+def test_in_ci_reads_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    assert in_ci()
+    monkeypatch.setenv("CI", "")
+    assert not in_ci()
