@@ -185,9 +185,12 @@ class KVBank:
                     reason = f"{type(exc).__name__}: {exc}"
             # No usable blob: encode now and store it, so the next mount is a plain load ("hot update").
             entry = engine.encode(memory.text)
-            self.store.attach_blob(row.id, engine.to_bytes(entry), **self._kv_fields(entry.num_tokens))
             self.stats.counts["encoded_on_mount"] += 1
-            memory.load_fallback = f"{reason}: encoded from text and stored again"
+            # attach_blob stores nothing when the entry was forgotten meanwhile: say which happened
+            if self.store.attach_blob(row.id, engine.to_bytes(entry), **self._kv_fields(entry.num_tokens)):
+                memory.load_fallback = f"{reason}: encoded from text and stored again"
+            else:
+                memory.load_fallback = f"{reason}: encoded from text; not stored (the entry was forgotten meanwhile)"
             return entry
 
         return load

@@ -22,15 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 from agentmem.bank import BankMemory, KVBank
 from agentmem.config import MemoryConfig
-from agentmem.errors import EncryptionError, InvalidInputError, NotFoundError
+from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.store.catalog import EntryRow
 from agentmem.store.entries import EntryStore, NewEntry, Scope
 from agentmem.store.filters import compile_filters
-from agentmem.store.records import (
-    check_id, check_k, check_kind, check_kinds, check_metadata, check_tags, check_text, check_ttl,
-    format_timestamp, memory_line, message_fields, to_hit, to_record,
+from agentmem.store.records import memory_line, message_fields, to_hit, to_record
+from agentmem.security import AuditLog, SecretScanner, entry_aad, install_log_filter
+from agentmem.security.store_key import open_cipher
+from agentmem.validation import (
+    check_answer_room, check_entry_id, check_entry_ids, check_generation, check_id, check_k, check_kind, check_kinds, check_limit_offset,
+    check_metadata, check_remember_item, check_role, check_speaker, check_tags, check_text, check_timestamp,
+    check_ttl, format_timestamp,
 )
-from agentmem.security import DEFAULT_ENV_VAR, AuditLog, Cipher, SecretScanner, entry_aad, install_log_filter, is_encrypted_store
 from agentmem.types import Hit, MemoryRecord
 
 if TYPE_CHECKING:
@@ -39,19 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentmem")
 install_log_filter("agentmem")  # INFO+ logs never carry memory text or KV
-
-
-def open_cipher(path: Path, key: str | bytes | None) -> Cipher | None:
-    """The store's cipher: from ``key``, else ``$AGENTMEM_ENCRYPTION_KEY``; None for a plaintext store."""
-    if key is None and os.environ.get(DEFAULT_ENV_VAR):
-        return Cipher.from_env(DEFAULT_ENV_VAR, store_dir=path)
-    if key is None:
-        if is_encrypted_store(path):
-            raise EncryptionError(
-                f"the store at {path} is encrypted: pass encryption_key= or set {DEFAULT_ENV_VAR}"
-            )
-        return None
-    return Cipher.for_store(path, key)
 
 
 class AgentMemory:
@@ -151,13 +141,7 @@ class AgentMemory:
             raise InvalidInputError("remember_many takes a list of dicts of remember() arguments")
         entries = []
         for n, item in enumerate(items):
-            if not isinstance(item, Mapping) or "text" not in item:
-                raise InvalidInputError(f"item {n} must be a dict with at least 'text' and 'user_id'")
-            fields = dict(item)
-            text = fields.pop("text")
-            unknown = set(fields) - _REMEMBER_FIELDS
-            if unknown:
-                raise InvalidInputError(f"item {n} has unknown fields {sorted(unknown)}")
+            text, fields = check_remember_item(item, n)
             entries.append(self._new_entry(text, **{**_REMEMBER_DEFAULTS, **fields}))
         return self._write(entries, None)
 
@@ -198,17 +182,20 @@ class AgentMemory:
         check_id(user_id, "user_id", required=True)
         check_id(session_id, "session_id", required=False)
         check_kind(kind)
+        role, speaker = check_role(role), check_speaker(speaker)
         tag_list = check_tags(tags)
         ttl_s = check_ttl(ttl)
         meta = check_metadata(metadata)
+        occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
+                                    else datetime.now().astimezone())
         if self._scanner is not None:
             # before anything is embedded, indexed or encoded: secrets never enter the bank
             text = self._scanner.apply(text)
             speaker = self._scanner.apply(speaker) if speaker else speaker
+            occurred = self._scanner.apply(occurred) if occurred else occurred  # a timestamp string is text too
             tag_list = [self._scanner.apply(t) for t in tag_list]
             meta = self._scanner.apply_value(meta)
         now = self._clock()
-        occurred = format_timestamp(timestamp if timestamp is not None else datetime.now().astimezone())
         line = memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=occurred)
         entry_id = str(uuid.uuid4())
         row = EntryRow(
@@ -258,11 +245,16 @@ class AgentMemory:
             for s in self._store.search(query, scope, k=check_k(k))
         ]
 
-    def get(self, entry_id: str) -> MemoryRecord:
-        """The entry with that id; raises :class:`NotFoundError` if it does not exist or has expired."""
+    def get(self, entry_id: str, *, user_id: str | None = None) -> MemoryRecord:
+        """The entry with that id; raises :class:`NotFoundError` if it does not exist or has expired.
+
+        With ``user_id``, an entry of another user is not found either (servers always pass it).
+        """
         self._check_open()
+        entry_id, owner = check_entry_id(entry_id), check_id(user_id, "user_id", required=False)
         rows = self._store.catalog.get([entry_id])
-        if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()):
+        if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()) or (
+                owner is not None and rows[0].user_id != owner):
             raise NotFoundError(f"no memory entry with id {entry_id!r}")
         return self._record(rows[0])
 
@@ -280,6 +272,7 @@ class AgentMemory:
         self._check_open()
         if user_id is None and session_id is None:
             raise InvalidInputError("list needs user_id or session_id")
+        limit, offset = check_limit_offset(limit, offset)
         q = self._store.catalog.scope_select(
             user_id=check_id(user_id, "user_id", required=False),
             session_id=check_id(session_id, "session_id", required=False),
@@ -326,11 +319,19 @@ class AgentMemory:
             >>> out.text, out.mounted, out.timings["ttft"]                           # doctest: +SKIP
         """
         t0 = time.perf_counter()
+        self._check_open()
+        check_text(question, "question")
+        check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
+                         top_p=top_p, seed=seed, do_sample=do_sample, k=k)
         if entry_ids is not None:
             hits = self._owned_hits(entry_ids, user_id)
         else:
             hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters)
         retrieve_s = time.perf_counter() - t0
+        if hits:
+            engine = self._bank.engine
+            check_answer_room(context=engine.max_positions - engine.position_margin, max_new_tokens=max_new_tokens,
+                              prompt_tokens=len(engine.layout.preamble_ids) + len(engine.layout.suffix_ids(question)))
         strict = self.config.strict_fingerprint if strict is None else strict
         rows = self._store.catalog.get([h.id for h in hits])
         if mode == "text":
@@ -418,10 +419,9 @@ class AgentMemory:
 
     def _owned_hits(self, entry_ids: Sequence[str], user_id: str) -> list[Hit]:
         check_id(user_id, "user_id", required=True)
-        if isinstance(entry_ids, str):
-            raise InvalidInputError("entry_ids must be a list of entry ids")
+        entry_ids = check_entry_ids(entry_ids)
         now = time.time()
-        rows = [r for r in self._store.catalog.get(list(entry_ids))
+        rows = [r for r in self._store.catalog.get(entry_ids)
                 if r.user_id == user_id and (r.expires_at is None or r.expires_at > now)]
         return [to_hit(r, 1.0, {}, text=self._open_text(r.id, "text", r.text),
                        memory_text=self._open_text(r.id, "memory_text", r.memory_text)) for r in rows]
@@ -533,25 +533,29 @@ class AgentMemory:
     ) -> int:
         """Erase entries (row, vector, KV blob) by id, or all of a user / session / tag set; returns the count.
 
-        Scoped erasure pages through everything: there is no cap.
+        Scoped erasure pages through everything: there is no cap. ``forget(entry_id, user_id=...)`` erases the
+        entry only if it belongs to that user (0 otherwise), as ``forget(session_id=..., user_id=...)`` erases only
+        that user's entries of the session. Every argument is checked before anything is erased.
         """
         self._check_open()
+        check_id(user_id, "user_id", required=False)
+        check_id(session_id, "session_id", required=False)
+        tag_list = check_tags(tags)
         if entry_id is not None:
-            if any(x is not None for x in (user_id, session_id, tags)):
-                raise InvalidInputError("forget takes an entry id or a scope (user_id/session_id/tags), not both")
-            rows = self._store.delete([entry_id])
+            entry_id = check_entry_id(entry_id)
+            if session_id is not None or tags is not None:
+                raise InvalidInputError("forget takes an entry id (and optionally its user_id) or a scope "
+                                        "(session_id/tags), not both")
+            owned = [r.id for r in self._store.catalog.get([entry_id]) if user_id is None or r.user_id == user_id]
+            rows = self._store.delete(owned)
             # a forgotten turn may sit in its conversation's working KV: drop that cache too
             for session in {r.session_id for r in rows if r.session_id}:
                 self._end_session_kv(session)
-            self._audit.record("forget", count=len(rows))
+            self._audit.record("forget", user_id=user_id, count=len(rows))
             return len(rows)
-        tag_list = check_tags(tags)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
-        q = self._store.catalog.scope_select(
-            user_id=check_id(user_id, "user_id", required=False),
-            session_id=check_id(session_id, "session_id", required=False), tags=tag_list,
-        )
+        q = self._store.catalog.scope_select(user_id=user_id, session_id=session_id, tags=tag_list)
         ids = [i for page in self._store.catalog.iter_ids(q) for i in page]
         rows = self._store.delete(ids)
         n = len(rows)
@@ -605,6 +609,5 @@ class AgentMemory:
 _REMEMBER_DEFAULTS: dict[str, Any] = dict(
     session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None, ttl=None, metadata=None
 )
-_REMEMBER_FIELDS = set(_REMEMBER_DEFAULTS) | {"user_id"}
 
 __all__ = ["AgentMemory"]

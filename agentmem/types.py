@@ -11,7 +11,13 @@ KINDS: tuple[str, ...] = ("turn", "tool", "knowledge", "trained")
 
 
 def utc_from_epoch(seconds: float | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, tz=timezone.utc)
+    if seconds is None:
+        return None
+    try:
+        return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        # an expiry beyond year 9999 (written before ttl had an upper bound) must not break every read
+        return datetime.max.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from agentmem.kv.runner import Sampling, decode, next_token, prefill
 from agentmem.kv.streaming import text_callback
 from agentmem.sessions.state import SessionKV, Transcript, Turn, load_session
 from agentmem.sessions.turn import load_entry, rebuild_kv, shift_history
+from agentmem.validation import check_generation, check_text
 
 if TYPE_CHECKING:
     from agentmem.sessions.manager import SessionManager
@@ -176,8 +177,9 @@ class Session:
             if isinstance(entry_ids, str) or not all(isinstance(i, str) for i in entry_ids):
                 raise InvalidInputError("entry_ids must be a list of entry id strings")
             entry_ids = list(entry_ids)
-        if max_new_tokens < 0:
-            raise InvalidInputError("max_new_tokens must be >= 0")
+        check_text(text, "message text")
+        check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
+                         top_p=top_p, seed=seed, do_sample=do_sample)
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         mgr = self._mgr
         strict = mgr.config.strict_fingerprint if strict is None else strict

@@ -22,10 +22,12 @@ def _compare(op: str, have: Any, want: Any) -> bool:
         return have == want
     if op == "$ne":
         return have != want
-    if op == "$in":
-        return have in want
-    if op == "$nin":
-        return have not in want
+    if op in ("$in", "$nin"):
+        try:
+            found = have in want
+        except TypeError:  # an unhashable value (a list, a dict) against a set: compare one by one
+            found = any(have == w for w in want)
+        return found if op == "$in" else not found
     if op == "$contains":
         if isinstance(have, str):
             return isinstance(want, str) and want in have
@@ -74,10 +76,15 @@ def _field_predicate(key: str, cond: Any) -> Predicate:
     return predicate
 
 
-def compile_filters(filters: Mapping[str, Any] | None) -> Predicate | None:
+_MAX_DEPTH = 32
+
+
+def compile_filters(filters: Mapping[str, Any] | None, _depth: int = 0) -> Predicate | None:
     """Validate ``filters`` and return a predicate over an entry's metadata (None when no filter)."""
     if filters is None:
         return None
+    if _depth > _MAX_DEPTH:
+        raise InvalidInputError(f"filters are nested more than {_MAX_DEPTH} levels deep")
     if not isinstance(filters, Mapping):
         raise InvalidInputError(f"filters must be a dict, got {type(filters).__name__}")
     parts: list[Predicate] = []
@@ -85,7 +92,7 @@ def compile_filters(filters: Mapping[str, Any] | None) -> Predicate | None:
         if key in ("$and", "$or"):
             if not isinstance(cond, (list, tuple)) or not cond:
                 raise InvalidInputError(f"{key} needs a non-empty list of filter dicts")
-            subs = [compile_filters(c) for c in cond]
+            subs = [compile_filters(c, _depth + 1) for c in cond]
             subs_ok = [s for s in subs if s is not None]
             if key == "$and":
                 parts.append(lambda m, s=subs_ok: all(p(m) for p in s))

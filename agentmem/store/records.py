@@ -1,102 +1,16 @@
-"""Input validation and the ``MemoryRecord`` ⇄ catalog-row mapping (no I/O)."""
+"""The ``MemoryRecord`` ⇄ catalog-row mapping (no I/O). Input checks live in :mod:`agentmem.validation`."""
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmem.errors import InvalidInputError
 from agentmem.store.catalog import EntryRow
-from agentmem.types import KINDS, Hit, KvInfo, MemoryRecord, utc_from_epoch
-
-
-def check_text(text: Any, what: str = "text") -> str:
-    if not isinstance(text, str):
-        raise InvalidInputError(f"{what} must be a string, got {type(text).__name__}")
-    if not text.strip():
-        raise InvalidInputError(f"{what} is empty; there is nothing to remember")
-    return text
-
-
-def check_id(value: Any, what: str, *, required: bool) -> str | None:
-    if value is None:
-        if required:
-            raise InvalidInputError(f"{what} is required")
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{what} must be a non-empty string, got {value!r}")
-    return value
-
-
-def check_kind(kind: Any) -> str:
-    if kind not in KINDS:
-        raise InvalidInputError(f"unknown kind {kind!r}; use one of {', '.join(KINDS)}")
-    return kind
-
-
-def check_kinds(kinds: Iterable[str] | None) -> list[str] | None:
-    if kinds is None:
-        return None
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    return [check_kind(k) for k in kinds]
-
-
-def check_tags(tags: Iterable[str] | None) -> list[str]:
-    if tags is None:
-        return []
-    if isinstance(tags, str):
-        raise InvalidInputError("tags must be a list of strings, not a single string")
-    out = []
-    for t in tags:
-        if not isinstance(t, str) or not t.strip():
-            raise InvalidInputError(f"every tag must be a non-empty string, got {t!r}")
-        out.append(t)
-    return out
-
-
-def check_ttl(ttl: float | int | timedelta | None) -> float | None:
-    if ttl is None:
-        return None
-    seconds = ttl.total_seconds() if isinstance(ttl, timedelta) else ttl
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-        raise InvalidInputError(f"ttl must be seconds or a timedelta, got {ttl!r}")
-    if seconds <= 0:
-        raise InvalidInputError(f"ttl must be positive, got {seconds} s")
-    return float(seconds)
-
-
-def check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise InvalidInputError(f"k must be a positive integer, got {k!r}")
-    return k
-
-
-def check_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, Mapping):
-        raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}")
-    try:
-        # round-trip so what is stored is exactly what will be read back
-        return json.loads(json.dumps(dict(metadata), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"metadata must be JSON-serialisable: {exc}") from exc
-
-
-def format_timestamp(ts: datetime | str | None) -> str | None:
-    if ts is None:
-        return None
-    if isinstance(ts, str):
-        return ts.strip() or None
-    if isinstance(ts, datetime):
-        if ts.tzinfo is not None:
-            ts = ts.astimezone(timezone.utc)
-        return ts.strftime("%-d %B %Y, %H:%M")
-    raise InvalidInputError(f"timestamp must be a datetime or a string, got {type(ts).__name__}")
+from agentmem.types import Hit, KvInfo, MemoryRecord, utc_from_epoch
+from agentmem.validation import (  # noqa: F401  (re-exported: older imports of the checks keep working)
+    check_id, check_k, check_kind, check_kinds, check_metadata, check_tags, check_text, check_ttl, format_timestamp,
+)
 
 
 def memory_line(text: str, *, kind: str, speaker: str | None, role: str | None, occurred_at: str | None) -> str:

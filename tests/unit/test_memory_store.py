@@ -162,7 +162,7 @@ def test_forget_pages_past_any_cap(mem: AgentMemory) -> None:
         (lambda m: m.recall("", user_id="u"), "empty"),
         (lambda m: m.recall("q", user_id=None), "user_id"),
         (lambda m: m.forget(), "refusing"),
-        (lambda m: m.forget("id", user_id="u"), "not both"),
+        (lambda m: m.forget("id", user_id="u", session_id="s"), "not both"),
         (lambda m: m.list(), "user_id or session_id"),
         (lambda m: m.remember_messages([{"role": "robot", "content": "x"}], user_id="u"), "role"),
         (lambda m: m.remember_many([{"text": "x", "user_id": "u", "colour": "red"}]), "unknown fields"),
