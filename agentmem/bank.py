@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -71,13 +72,38 @@ class KVBank:
         with self._lock:
             if self._engine is None:
                 from agentmem.kv import KVEngine, load_model
+                from agentmem.kv.device import apply_threads
 
-                model, tokenizer = load_model(self.model_spec, cache_dir=self.config.cache_dir)
+                apply_threads(self.config.threads, workers=self.config.workers)
+                device, dtype = self._placement()
+                model, tokenizer = load_model(self.model_spec, cache_dir=self.config.cache_dir, device=device,
+                                              dtype=dtype)
                 self._engine = KVEngine(
                     model, tokenizer, storage_dtype=_DTYPES[self.config.kv_dtype],
                     mount_budget=self.config.mount_budget_tokens,
                 )
             return self._engine
+
+    def _placement(self) -> tuple[str | None, str | None]:
+        """``(device, dtype)`` for :func:`~agentmem.kv.load_model` from the config.
+
+        A model given already loaded keeps its own placement unless the config names one explicitly.
+        """
+        device, dtype = self.config.device, self.config.torch_dtype
+        if isinstance(self.model_spec, tuple):
+            explicit = self.config.model_fields_set
+            return (device if "device" in explicit else None), (dtype if "torch_dtype" in explicit else None)
+        return device, dtype
+
+    def warmup(self) -> dict[str, float]:
+        """Load (converting once) the model, encode the preamble and compile the mount path; seconds per step."""
+        t0 = time.perf_counter()
+        engine = self.engine
+        times = {"model": time.perf_counter() - t0}
+        t = time.perf_counter()
+        engine.warmup()
+        times["engine"] = time.perf_counter() - t
+        return times
 
     def should_encode(self, requested: bool | None) -> bool:
         """Whether a write encodes KV now (``requested`` is ``remember(..., encode=)``)."""

@@ -18,6 +18,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 KvDtype = Literal["float32", "float16", "bfloat16"]
+TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
+# "auto" picks CUDA, then Apple MPS, then CPU; "cuda:N" names one GPU.
+DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"
 
 
 def default_cache_dir() -> Path:
@@ -67,6 +70,28 @@ class MemoryConfig(BaseModel):
         default=None, description="Where converted model weights and the exported query embedder are cached "
         "(default: $AGENTMEM_CACHE_DIR or ~/.cache/agentmem).")
 
+    # --- where and how the LLM runs ---------------------------------------------------------------------
+    device: str = Field(
+        default="auto", pattern=DEVICE_PATTERN,
+        description="Device of the local LLM: 'auto' (CUDA if available, else MPS, else CPU), 'cpu', 'cuda', "
+        "'cuda:N' or 'mps'. Ignored for an already-loaded (model, tokenizer) pair unless set explicitly.",
+    )
+    torch_dtype: TorchDtype = Field(
+        default="auto",
+        description="Weights dtype of the local LLM: 'auto' = float32 on CPU, bfloat16 on a GPU that supports it "
+        "(else float16). Stored KV made in another dtype is converted on load when the blob allows it.",
+    )
+    threads: int | None = Field(
+        default=None, gt=0,
+        description="torch intra-op CPU threads; None = agentmem.kv.device.default_threads() (half the CPUs this "
+        "process may use per worker, at least 1), which does not collapse when other processes compete for CPUs.",
+    )
+    workers: int | None = Field(
+        default=None, gt=0,
+        description="Processes serving this store on one host (for the thread default); None = $WEB_CONCURRENCY "
+        "or $AGENTMEM_WORKERS, else 1.",
+    )
+
     # --- sessions (working KV of live conversations) ----------------------------------------------
     session_hot_bytes: int = Field(default=512 * 2**20, ge=0, description="Byte budget of the hot tier (model device).")
     session_warm_bytes: int = Field(default=2 * 2**30, ge=0, description="Byte budget of the warm tier (CPU memory).")
@@ -87,4 +112,4 @@ class MemoryConfig(BaseModel):
     busy_timeout_ms: int = Field(default=30_000, gt=0)
 
 
-__all__ = ["KvDtype", "MemoryConfig"]
+__all__ = ["DEVICE_PATTERN", "KvDtype", "MemoryConfig", "TorchDtype"]

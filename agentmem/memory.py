@@ -361,7 +361,7 @@ class AgentMemory:
         ttl: float | timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         progress: bool = True,
-        checkpoint_path: str | Path | None = None,
+        checkpoint_path: str | Path | None | bool = None,
         **options: Any,
     ) -> MemoryRecord:
         """Learn a ``tokens``-long KV prefix that stands for ``document`` (model frozen) and store it as an entry
@@ -371,7 +371,11 @@ class AgentMemory:
         The defaults are the benchmarked recipe (docs/trained-entries.md: 64 tokens, 48 steps, lr 5e-3 recovered
         106 % of a ~1,000-token document's NLL benefit, 6-8 minutes on one CPU core); longer documents have more
         lines to learn and want more steps. ``options`` are :class:`agentmem.train.TrainOptions` fields (samples,
-        batch_size, time_budget_s, ...). With ``checkpoint_path`` an interrupted training resumes where it stopped.
+        batch_size, time_budget_s, ...). Training checkpoints by default to ``<store>/train/<run>.ckpt`` (named by the
+        user, document and settings), so calling ``train`` again after an interruption resumes where it stopped; the
+        checkpoint is removed once the entry is stored. ``checkpoint_path`` names another file, ``False`` turns
+        checkpoints off. An encrypted store does not checkpoint by default (the checkpoint holds the document's
+        tokens unencrypted); pass ``checkpoint_path`` to accept that.
 
         Example:
             >>> entry = mem.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48)      # doctest: +SKIP
@@ -381,9 +385,11 @@ class AgentMemory:
         text = check_text(document, "document")
         if self._scanner is not None:
             text = self._scanner.apply(text)
+        ckpt = self._train_checkpoint(checkpoint_path, text, user_id=user_id, tokens=tokens, steps=steps,
+                                      seed=seed, lr=lr, options=options)
         blob, fields, record = self._bank.train_blob(
             text, tokens=tokens, steps=steps, seed=seed, lr=lr, progress=progress,
-            checkpoint_path=checkpoint_path, options=options,
+            checkpoint_path=ckpt, options=options,
         )
         meta = {**check_metadata(metadata), "training": record}
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind="trained", role=None,
@@ -392,6 +398,8 @@ class AgentMemory:
         for key, value in fields.items():
             setattr(entry.row, key, value)
         self._store.add([entry])
+        if ckpt is not None and checkpoint_path is None:  # ours, and the entry is stored: nothing left to resume
+            Path(ckpt).unlink(missing_ok=True)
         return self._record(entry.row)
 
     def fidelity(self, question: str, *, user_id: str, answer: str, entry_ids: Sequence[str],
@@ -416,6 +424,39 @@ class AgentMemory:
         text_memories = [BankMemory(id=h.id, text=h.memory_text) for h in hits]
         return mode_kl(self._bank.engine, check_text(question, "question"), kv_memories, text_memories,
                        check_text(answer, "answer"), tokens=tokens)
+
+    def _train_checkpoint(self, given: str | Path | None | bool, document: str, **run: Any) -> Path | None:
+        """Where ``train`` checkpoints: ``given``, else a file named by the run under ``<store>/train/``."""
+        if given is False:
+            return None
+        if given is not None and given is not True:
+            return Path(given)
+        if self._cipher is not None and given is None:
+            return None  # a plaintext checkpoint of an encrypted store's document: only when asked for
+        import hashlib
+        import json
+
+        key = json.dumps({"doc": hashlib.sha256(document.encode()).hexdigest(), **run}, sort_keys=True, default=str)
+        return self.path / "train" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.ckpt"
+
+    def warmup(self) -> dict[str, float]:
+        """Do the one-time work of a first run now, not inside the first request; returns seconds per step.
+
+        Converts the embedded model once (cached), loads it, encodes the shared preamble, compiles the mount path
+        (the numba re-rotation kernel), and exports the query embedder to ONNX (cached). Safe to call again.
+
+        Example:
+            >>> AgentMemory("./memdata").warmup()                                     # doctest: +SKIP
+            {'embedder': 2.1, 'model': 1.3, 'engine': 0.9}
+        """
+        self._check_open()
+        t = time.perf_counter()
+        self._store.embedder.encode(["warm up"])  # loads MiniLM and exports / opens the ONNX query encoder
+        times = {"embedder": time.perf_counter() - t}
+        times.update(self._bank.warmup())
+        log.info("warmup done in %.1f s (%s)", sum(times.values()),
+                 ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+        return {k: round(v, 3) for k, v in times.items()}
 
     def _owned_hits(self, entry_ids: Sequence[str], user_id: str) -> list[Hit]:
         check_id(user_id, "user_id", required=True)

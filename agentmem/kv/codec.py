@@ -177,10 +177,12 @@ def decode_entry(
             fields = ModelFingerprint.from_dict(meta.get("fingerprint")).differences(expected)
             detail = f"differs in {', '.join(fields)}" if fields else "differs"
         except (ValueError, TypeError):
-            detail = "is unreadable"
-        raise FingerprintMismatchError(
-            f"KV blob was encoded by a different model: its fingerprint {detail}; re-encode it with the loaded model"
-        )
+            fields, detail = None, "is unreadable"
+        if fields != ["dtype"]:  # same weights in another precision only: the KV are cast below (convertible_to)
+            raise FingerprintMismatchError(
+                f"KV blob was encoded by a different model: its fingerprint {detail}; re-encode it with the loaded "
+                "model"
+            )
     if preamble_digest is not None and meta.get("preamble_digest") != preamble_digest:
         raise FingerprintMismatchError("KV blob was encoded after a different prompt preamble; re-encode it")
     try:

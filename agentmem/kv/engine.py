@@ -40,6 +40,11 @@ from agentmem.kv.types import EncodedEntry, GenerationResult, Mode, MountMemory
 __all__ = ["KVEngine", "PreparedPrompt"]
 
 log = logging.getLogger(__name__)
+
+
+def _fallback_level(reason: str | None) -> int:
+    """INFO for the normal first mount of a not-yet-encoded entry, WARNING when stored KV was unusable."""
+    return logging.INFO if str(reason).startswith("no stored KV") else logging.WARNING
 _MODES = ("kv", "kv+fix", "text")
 
 
@@ -327,8 +332,10 @@ class KVEngine:
                 entry, reason = self.load_stored(memory, ids, strict)
                 timings["load"] += time.perf_counter() - t
                 if entry is not None and reason is not None:
-                    # the loader re-encoded unusable stored KV itself (e.g. the facade's hot update): mount that
-                    log.warning("memory %s: stored KV replaced by a fresh encoding (%s)", memory.id, reason)
+                    # the loader re-encoded unusable stored KV itself (e.g. the facade's hot update): mount that.
+                    # A first mount of a lazily encoded entry is the normal path, not a problem: INFO, not WARNING.
+                    log.log(_fallback_level(reason), "memory %s: stored KV replaced by a fresh encoding (%s)",
+                            memory.id, reason)
                     fallbacks.append((memory.id, reason))
                 if entry is None and getattr(memory, "trained", False):
                     # learned KV cannot be rebuilt from text: leave it out rather than mount the whole document
@@ -336,7 +343,7 @@ class KVEngine:
                     fallbacks.append((memory.id, str(reason)))
                     continue
                 if entry is None:
-                    log.warning("memory %s: mounting from text (%s)", memory.id, reason)
+                    log.log(_fallback_level(reason), "memory %s: mounting from text (%s)", memory.id, reason)
                     fallbacks.append((memory.id, str(reason)))
                     t = time.perf_counter()
                     entry = self.encode(memory.text)
@@ -478,6 +485,20 @@ class KVEngine:
                 timings=prep.timings,
             )
         return logits[:-1].float(), answer_ids
+
+    def warmup(self) -> None:
+        """Do the one-time work ahead of the first request: the preamble KV, and (KV models) one encode and a mount
+        that re-rotates, which compiles the fused CPU kernel. The workspace is released afterwards."""
+        from agentmem.kv.types import MemoryItem
+
+        with self._lock:
+            self.preamble_kv()
+            if self.supports_kv:
+                a, b = self.encode_many(["warm up one", "warm up two"])
+                items = [MemoryItem("warmup-a", "warm up one", lambda: a), MemoryItem("warmup-b", "warm up two",
+                                                                                       lambda: b)]
+                self.generate("warm up", items, max_new_tokens=1)
+            self._workspace.release()
 
     def release_workspace(self) -> None:
         """Free the reused mount buffers (they are re-created on the next generate)."""

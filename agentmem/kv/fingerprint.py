@@ -4,9 +4,13 @@ The fingerprint is a frozen value object whose ``digest`` (sha256 of its canonic
 blob. It is stable across processes (no Python ``hash()``, no dict-order dependence) and changes when the
 architecture, RoPE settings, dtype, weights or tokenizer change.
 
-Weights digest: sha256 over every state-dict entry's name, dtype, shape and **all** bytes (tied tensors are hashed
-once and referenced by name). Measured at ~0.5 s for SmolLM2-135M in fp32 on a shared 2-core CPU, so a full hash is
-affordable; it is computed once per model object and reused while no parameter is modified in place.
+Weights digest: sha256 over every state-dict entry's name, shape and **all** bytes of its values rounded to
+bfloat16 (tied tensors are hashed once and referenced by name). Rounding to the coarsest dtype agentmem runs in
+makes the digest the same for one checkpoint loaded in float32 or bfloat16, so the weights digest names *which
+weights* and the separate ``dtype`` field names *which precision*; a blob whose fingerprint differs in ``dtype``
+only is convertible (:meth:`ModelFingerprint.convertible_to`): its KV are cast on load instead of re-encoded.
+(A float16 load can round differently; its blobs are then simply re-encoded.) Computed once per model object
+and reused while no parameter is modified in place (~0.5 s for SmolLM2-135M on a shared 2-core CPU).
 
 Example:
     >>> from agentmem.kv.testing import tiny_causal_lm
@@ -29,7 +33,8 @@ import torch
 
 __all__ = ["FINGERPRINT_VERSION", "ModelFingerprint", "model_fingerprint", "tokenizer_digest", "weights_digest"]
 
-FINGERPRINT_VERSION = 1
+# 2: weights digest over bfloat16-rounded values (dtype-independent), see the module docstring.
+FINGERPRINT_VERSION = 2
 
 
 def _canonical(obj: Any) -> str:
@@ -83,6 +88,16 @@ class ModelFingerprint:
         """Names of the fields that differ (safe to log: no weights, no KV)."""
         return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(other, f.name)]
 
+    def convertible_to(self, other: ModelFingerprint) -> bool:
+        """Whether KV made under ``self`` may be mounted by ``other`` after a dtype cast: same weights, tokenizer
+        and architecture, another precision only (e.g. blobs of a float32 run mounted by a bfloat16 GPU run).
+
+        Example:
+            >>> fp32.convertible_to(dataclasses.replace(fp32, dtype="bfloat16"))        # doctest: +SKIP
+            True
+        """
+        return self.differences(other) == ["dtype"]
+
 
 # Caches keyed on the object; the weights entry also records each tensor's version counter, which torch bumps on
 # every in-place write, so an optimizer step or load_state_dict invalidates it.
@@ -94,8 +109,18 @@ def _weights_key(model: torch.nn.Module) -> tuple:
     return tuple((n, t.data_ptr(), t._version, t.dtype) for n, t in model.state_dict(keep_vars=True).items())
 
 
+def _digest_kind(t: torch.Tensor) -> str:
+    # floating tensors of any precision are hashed alike (as bfloat16); integer buffers keep their own dtype
+    return "float" if t.is_floating_point() else str(t.dtype)
+
+
 def weights_digest(model: torch.nn.Module) -> str:
-    """sha256 hex over names, dtypes, shapes and bytes of every state-dict tensor (tied ones once)."""
+    """sha256 hex over names, shapes and bfloat16-rounded bytes of every state-dict tensor (tied ones once).
+
+    Example:
+        >>> weights_digest(model) == weights_digest(model.to(torch.bfloat16))      # doctest: +SKIP
+        True
+    """
     key = _weights_key(model)
     cached = _WEIGHTS_CACHE.get(model)
     if cached is not None and cached[0] == key:
@@ -104,12 +129,14 @@ def weights_digest(model: torch.nn.Module) -> str:
     seen: dict[tuple[int, tuple[int, ...]], str] = {}
     for name, tensor in sorted(model.state_dict().items()):
         t = tensor.detach()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(f"{name}|{_digest_kind(t)}|{tuple(t.shape)}|".encode())
         ident = (t.data_ptr(), tuple(t.shape))
         if ident in seen:  # tied weights (e.g. lm_head = embed_tokens): same bytes, hash a reference
             h.update(f"tied:{seen[ident]}".encode())
             continue
         seen[ident] = name
+        if t.is_floating_point():  # precision-independent: see the module docstring
+            t = t.to(torch.bfloat16)
         flat = t.to("cpu").contiguous().reshape(-1).view(torch.uint8)
         h.update(memoryview(flat.numpy()))
     digest = h.hexdigest()

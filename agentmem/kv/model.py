@@ -19,6 +19,10 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +30,11 @@ import torch
 
 from agentmem.config import default_cache_dir  # re-exported: kv callers know it from here
 from agentmem.errors import InvalidInputError
+from agentmem.kv.device import resolve_device, resolve_dtype
 
-__all__ = ["EMBEDDED_GGUF_FILE", "ModelSpec", "default_cache_dir", "embedded_model_dir", "load_model"]
+__all__ = [
+    "EMBEDDED_GGUF_FILE", "ModelSpec", "default_cache_dir", "embedded_model_dir", "load_model", "quiet_transformers",
+]
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +94,36 @@ def _convert_embedded(target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load_dir(path: Path, device: str, dtype: torch.dtype):
+_quiet_lock = threading.Lock()
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' progress bars ("Loading weights") and its INFO/WARNING chatter for the block.
+
+    Loading is reported by one agentmem INFO line instead. Progress bars and verbosity are process-wide settings
+    of transformers, so the previous state is restored afterwards (and concurrent loads are serialised).
+    """
+    from transformers.utils import logging as hf_logging
+
+    with _quiet_lock:
+        bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
+
+
+def _load_dir(path: Path, device: torch.device, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     return model.to(device).eval(), tokenizer
 
 
@@ -99,34 +131,44 @@ def load_model(
     spec: ModelSpec = None,
     *,
     cache_dir: str | os.PathLike[str] | None = None,
-    device: str | None = None,
-    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
 ):
     """Return ``(model, tokenizer)`` in eval mode.
 
     ``spec`` is ``None`` (the embedded SmolLM2, converted once and cached under ``cache_dir``/models), a local
-    Hugging Face model directory, or an already-loaded ``(model, tokenizer)`` pair. Loaded models default to
-    fp32 on CPU; a given pair keeps its own device and dtype unless ``device``/``dtype`` are passed.
+    Hugging Face model directory, or an already-loaded ``(model, tokenizer)`` pair. ``device`` is ``"auto"``,
+    ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"`` and ``dtype`` ``"auto"``/``"float32"``/``"float16"``/
+    ``"bfloat16"`` (or torch objects); loaded models default to fp32 on CPU. A given pair keeps its own device and
+    dtype unless ``device``/``dtype`` are passed. Logs one INFO line with the load time; transformers stays quiet.
 
     Example:
-        >>> model, tok = load_model("/models/Qwen2-0.5B-Instruct", dtype=torch.bfloat16)
+        >>> model, tok = load_model("/models/Qwen2-0.5B-Instruct", device="auto", dtype="auto")
     """
+    t0 = time.perf_counter()
     if isinstance(spec, tuple):
         if len(spec) != 2:
             raise InvalidInputError("a model spec tuple must be (model, tokenizer)")
         model, tokenizer = spec
         if device is not None or dtype is not None:
-            model = model.to(device=device, dtype=dtype)
+            target = resolve_device(device) if device is not None else next(model.parameters()).device
+            model = model.to(device=target, dtype=resolve_dtype(dtype, target) if dtype is not None else None)
         return model.eval(), tokenizer
-    device = device or "cpu"
-    dtype = dtype or torch.float32
+    where = resolve_device(device or "cpu")
+    dtype = resolve_dtype(dtype or "float32", where)
     if spec is None:
         base = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         target = _converted_dir(base, embedded_model_dir() / EMBEDDED_GGUF_FILE)
         if not (target / "config.json").exists():
-            _convert_embedded(target)
-        return _load_dir(target, device, dtype)
-    path = Path(spec).expanduser()
-    if not (path / "config.json").exists():
-        raise InvalidInputError(f"{path} is not a local Hugging Face model directory (no config.json)")
-    return _load_dir(path, device, dtype)
+            with quiet_transformers():
+                _convert_embedded(target)
+        name = EMBEDDED_GGUF_FILE
+    else:
+        target = Path(spec).expanduser()
+        if not (target / "config.json").exists():
+            raise InvalidInputError(f"{target} is not a local Hugging Face model directory (no config.json)")
+        name = str(target)
+    model, tokenizer = _load_dir(target, where, dtype)
+    log.info("loaded %s on %s (%s) in %.1f s", name, where, str(dtype).removeprefix("torch."),
+             time.perf_counter() - t0)
+    return model, tokenizer

@@ -145,6 +145,23 @@ def _helper_thread() -> ThreadPoolExecutor | None:
         return _helper[pid]
 
 
+def _uploaded(jobs: list[tuple[EncodedEntry, int]], device: torch.device) -> list[tuple[EncodedEntry, int]]:
+    """The jobs with host-side KV uploaded to ``device`` through pinned staging (:mod:`agentmem.kv.transfer`)."""
+    from dataclasses import replace
+
+    from agentmem.kv.transfer import staging
+
+    host = [i for i, (e, _) in enumerate(jobs) if e.keys.device != device]
+    if not host:
+        return jobs
+    moved = staging().upload([t for i in host for t in (jobs[i][0].keys, jobs[i][0].values)], device)
+    out = list(jobs)
+    for n, i in enumerate(host):
+        entry, pos = jobs[i]
+        out[i] = (replace(entry, keys=moved[2 * n], values=moved[2 * n + 1]), pos)
+    return out
+
+
 class Mount:
     """A cache being assembled: the preamble first, then entries at the next free positions.
 
@@ -199,6 +216,8 @@ class Mount:
             pos += n
         if pos > self.kbuf.shape[3]:
             raise ValueError(f"mount capacity {self.kbuf.shape[3]} exceeded; plan the capacity before placing")
+        if self.device.type != "cpu":  # GPU: one pinned staging pass, async uploads, rotation on the device
+            jobs = _uploaded(jobs, self.device)
         big = sum(e.keys.numel() for e, _ in jobs) >= _SPLIT_MIN_ELEMENTS
         helper = _helper_thread() if len(jobs) > 1 and big and self.device.type == "cpu" else None
         if helper is None:

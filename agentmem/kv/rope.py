@@ -74,24 +74,33 @@ def kv_support(model: Any) -> str | None:
             f"{name} (model_type {model_type}) has learned absolute position embeddings (no RoPE), so cached keys "
             "cannot be moved to a new position; use mode='text' with this model"
         )
+    rope = dict(rope)
+    if "rope_type" not in rope and rope and all(isinstance(v, dict) for v in rope.values()):
+        return (
+            f"{name} (model_type {model_type}) uses different RoPE settings per layer type ({sorted(rope)}), so one "
+            "rotation cannot move every layer's keys; KV mounting is not supported, use mode='text'"
+        )
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types and any(t != "full_attention" for t in layer_types):
+        return (
+            f"{name} (model_type {model_type}) has sliding-window attention layers ({sorted(set(layer_types))}): "
+            "a mounted entry's keys were computed against a different window than in-context keys would be, so "
+            "mounting would not match re-encoding; KV mounting is not supported, use mode='text'"
+        )
+    window = getattr(config, "sliding_window", None)
+    if window and (getattr(config, "use_sliding_window", None) is not False or model_type == "mistral"):
+        return (
+            f"{name} (model_type {model_type}) uses sliding-window attention (window {window}); a mounted cache "
+            "would not match full re-encoding; KV mounting is not supported, use mode='text'"
+        )
     if model_type not in SUPPORTED_MODEL_TYPES:
         return f"{name} (model_type {model_type}) is not a RoPE family agentmem has verified for exact re-rotation"
-    rope = dict(rope)
-    if "rope_type" not in rope and all(isinstance(v, dict) for v in rope.values()):
-        return f"{name} uses different RoPE settings per layer type ({sorted(rope)}); not supported for KV mounting"
     rope_type = rope.get("rope_type", "default")
     if rope_type not in SUPPORTED_ROPE_TYPES:
         return (
             f"{name} uses rope_type {rope_type!r}, whose frequencies depend on the sequence length, so cached keys "
             f"cannot be re-positioned exactly (supported: {sorted(SUPPORTED_ROPE_TYPES)})"
         )
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types and any(t != "full_attention" for t in layer_types):
-        return f"{name} has non-full-attention layers ({sorted(set(layer_types))}); not supported for KV mounting"
-    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
-        return f"{name} uses sliding-window attention; a mounted cache would not match full re-encoding"
-    if model_type == "mistral" and getattr(config, "sliding_window", None):
-        return f"{name} uses sliding-window attention; a mounted cache would not match full re-encoding"
     try:
         inv_freq = rotary_inv_freq(model)
     except UnsupportedModelError as exc:
@@ -172,8 +181,10 @@ def _cached_tables(
     key = (int(delta), tuple(inv_freq.tolist()), dtype, str(device), start, int(length))
 
     def make() -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = rotation_tables(delta, inv_freq.to(device), dtype, start=start, length=length)
-        return torch.cat((cos, cos), dim=-1), sin
+        # Built on the CPU (float64 angles: MPS has no float64) and moved once; the memo keeps the device copy.
+        cos, sin = rotation_tables(delta, inv_freq.to("cpu"), dtype, start=start, length=length)
+        cos2 = torch.cat((cos, cos), dim=-1)
+        return cos2.to(device, non_blocking=True), sin.to(device, non_blocking=True)
 
     return _TABLES.get(key, make)
 

@@ -1,8 +1,9 @@
 """Tiny, deterministic causal LMs for fast tests: no download, built in well under a second.
 
 The models are randomly initialised from a fixed seed, so their outputs are meaningless but reproducible; they
-exercise exactly the code paths of their real families (Llama: RoPE + GQA; Qwen2: RoPE + GQA + q/k/v bias;
-GPT-2: learned absolute positions, which KV mounting must refuse).
+exercise exactly the code paths of their real families (Llama: RoPE + GQA; Qwen2: RoPE + GQA + q/k/v bias; Qwen3,
+Mistral, Phi-3, Gemma 2/3, scaled RoPE: see :data:`TINY_ARCHS`; GPT-2: learned absolute positions, which KV
+mounting must refuse).
 
 Example:
     >>> from agentmem.kv.testing import tiny_causal_lm
@@ -14,11 +15,9 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Literal
-
 import torch
 
-__all__ = ["CHATML_TEMPLATE", "tiny_causal_lm", "tiny_tokenizer"]
+__all__ = ["CHATML_TEMPLATE", "TINY_ARCHS", "tiny_causal_lm", "tiny_tokenizer"]
 
 # A ChatML template, like SmolLM2's and Qwen2's, so prompt-layout code sees a realistic template.
 CHATML_TEMPLATE = (
@@ -63,50 +62,84 @@ def tiny_tokenizer(chat_template: str | None = CHATML_TEMPLATE):
     return tok
 
 
+# Tiny configs per family: (config class, model class, config fields). Llama/Qwen2 keep their historical sizes
+# (other tests pin outputs to them). Every family uses grouped-query attention (4 query heads, 2 KV heads).
+_GQA = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=512)
+_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+_FAMILIES: dict[str, tuple[str, str, dict]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(num_hidden_layers=2, rope_parameters=_ROPE)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(
+        num_hidden_layers=3, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        use_sliding_window=False)),
+    # q/k RMSNorm per head before RoPE: the cached keys are normed, then rotated
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(num_hidden_layers=2, head_dim=16, rope_parameters=_ROPE,
+                                                      use_sliding_window=False)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(num_hidden_layers=2, sliding_window=None,
+                                                            rope_parameters=_ROPE)),
+    # Mistral v0.1-style sliding window attention: refused for KV mounting
+    "mistral-sliding": ("MistralConfig", "MistralForCausalLM", dict(num_hidden_layers=2, sliding_window=32,
+                                                                    rope_parameters=_ROPE)),
+    # partial rotary: only the first half of each head's dims carry position
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(
+        num_hidden_layers=2, rope_parameters={**_ROPE, "partial_rotary_factor": 0.5}, pad_token_id=None)),
+    # attention logit soft-capping + alternating sliding-window layers: refused (sliding layers)
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        num_hidden_layers=2, head_dim=16, sliding_window=32, rope_parameters=_ROPE, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, query_pre_attn_scalar=16)),
+    # sliding layers with their own RoPE base (local 10k, global 1M): refused (per-layer-type RoPE)
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        num_hidden_layers=2, head_dim=16, sliding_window=32, query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={"sliding_attention": dict(_ROPE),
+                         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})),
+    # scaled RoPE, static in the sequence length: re-rotation stays exact
+    "llama3": ("LlamaConfig", "LlamaForCausalLM", dict(num_hidden_layers=2, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    "yarn": ("Qwen2Config", "Qwen2ForCausalLM", dict(num_hidden_layers=2, use_sliding_window=False, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128})),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=512)),
+}
+TINY_ARCHS = tuple(_FAMILIES)
+
+
 def tiny_causal_lm(
-    arch: Literal["llama", "qwen2", "gpt2"] = "llama",
+    arch: str = "llama",
     seed: int = 0,
     *,
     dtype: torch.dtype = torch.float32,
     chat_template: str | None = CHATML_TEMPLATE,
 ):
-    """Return ``(model, tokenizer)``: a 2-layer, hidden-64 random model of ``arch`` in eval mode.
+    """Return ``(model, tokenizer)``: a 2-3 layer, hidden-64 random model of ``arch`` in eval mode.
 
-    Llama and Qwen2 use grouped-query attention (4 query heads, 2 KV heads, head dim 16). The seed fixes the
-    weights; the global RNG state is left untouched.
+    ``arch`` is one of :data:`TINY_ARCHS`: llama, qwen2, qwen3 (q/k norm), mistral, mistral-sliding (sliding
+    window), phi3 (partial rotary), gemma2 (soft-capping, sliding-window layers), gemma3 (per-layer-type RoPE),
+    llama3 / yarn (scaled RoPE), gpt2 (learned positions). RoPE families use grouped-query attention (4 query
+    heads, 2 KV heads, head dim 16). The seed fixes the weights; the global RNG state is left untouched.
 
     Example:
         >>> model, tok = tiny_causal_lm("qwen2", seed=1)
         >>> model.config.num_key_value_heads
         2
     """
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
+    if arch not in _FAMILIES:
+        raise ValueError(f"unknown tiny arch {arch!r}; use one of {', '.join(TINY_ARCHS)}")
+    config_name, model_name, fields = _FAMILIES[arch]
     tokenizer = tiny_tokenizer(chat_template)
-    vocab = len(tokenizer)
     ids = dict(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
     # A larger init than the usual 0.02 makes logits peaked, so greedy decoding is not decided by float noise.
-    common = dict(vocab_size=vocab, initializer_range=0.1, tie_word_embeddings=False, **ids)
-    if arch == "llama":
-        config = LlamaConfig(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=512, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **common,
-        )
-        cls = LlamaForCausalLM
-    elif arch == "qwen2":
-        config = Qwen2Config(
-            hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-            max_position_embeddings=512, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-            use_sliding_window=False, **common,
-        )
-        cls = Qwen2ForCausalLM
-    elif arch == "gpt2":
-        config = GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=512, **common)
-        cls = GPT2LMHeadModel
-    else:
-        raise ValueError(f"unknown tiny arch {arch!r}; use 'llama', 'qwen2' or 'gpt2'")
+    common = dict(vocab_size=len(tokenizer), initializer_range=0.1, tie_word_embeddings=False, **ids)
+    sizes = {} if arch == "gpt2" else dict(_GQA)
+    merged = {**common, **sizes, **fields}
+    if merged.get("pad_token_id") is None:
+        merged["pad_token_id"] = tokenizer.pad_token_id
+    config = getattr(transformers, config_name)(**merged)
+    cls = getattr(transformers, model_name)
 
     # fork_rng keeps callers' random streams unchanged; the seed alone decides the weights.
     with torch.random.fork_rng(devices=[]):

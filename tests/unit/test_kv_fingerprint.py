@@ -38,10 +38,11 @@ def test_fingerprint_changes_with_dtype_weights_and_tokenizer():
     base = model_fingerprint(model, tok)
     assert model_fingerprint(model, tok) == base  # deterministic in-process
 
-    assert model_fingerprint(*tiny_causal_lm("llama", dtype=torch.bfloat16)).differences(base) == [
-        "dtype",
-        "weights_digest",
-    ]
+    # same weights in another precision: only the dtype differs, and blobs convert (cast) instead of re-encoding
+    bf16 = model_fingerprint(*tiny_causal_lm("llama", dtype=torch.bfloat16))
+    assert bf16.differences(base) == ["dtype"]
+    assert base.convertible_to(bf16) and bf16.convertible_to(base)
+    assert not model_fingerprint(*tiny_causal_lm("llama", seed=3)).convertible_to(base)
     assert model_fingerprint(*tiny_causal_lm("llama", seed=3)).differences(base) == ["weights_digest"]
 
     other_template = tiny_causal_lm("llama", chat_template=CHATML_TEMPLATE.replace("assistant", "bot"))
