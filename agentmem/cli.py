@@ -1,0 +1,206 @@
+"""The ``agentmem`` command (typer): serve, stats, list, recall, forget, sweep, verify, warmup, mcp, keys.
+
+A thin layer over the public API (:class:`~agentmem.AgentMemory`, :mod:`agentmem.server`); the library never
+imports it. Every command takes ``--path`` (the store directory); output is JSON where a program may read it.
+
+Example:
+    $ agentmem keys add --path ./memdata --user u1
+    $ agentmem serve --path ./memdata --port 8765
+    $ agentmem recall --path ./memdata --user u1 "where do I live?"
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from agentmem.errors import AgentMemError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="agentmem: long-term memory for LLM agents, stored as a KV cache bank.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+keys_app = typer.Typer(help="API keys of the server (stored hashed in the store).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+PathOpt = typer.Option(..., "--path", "-p", help="Store directory (catalog.db, chroma/, kv/).")
+ModelOpt = typer.Option(None, "--model", help="Local Hugging Face model directory (default: embedded SmolLM2).")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _open(path: Path, model: Optional[str] = None) -> Any:
+    from agentmem import AgentMemory
+
+    return AgentMemory(path, model=model)
+
+
+def _print(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
+          host: str = typer.Option("127.0.0.1", help="Address to bind."),
+          port: int = typer.Option(8765, help="Port to bind."),
+          no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback only)."),
+          metrics_public: bool = typer.Option(False, "--metrics-public",
+                                              help="Serve /metrics without a key to loopback clients."),
+          chat_mode: str = typer.Option("kv", help="Default chat mode: kv (memories mounted as KV) or text."),
+          fidelity_share: float = typer.Option(0.1, help="Share of chat requests also scored in text mode."),
+          model_id: str = typer.Option("agentmem-smollm2-135m-instruct", help="Model id shown by /v1/models."),
+          log_level: str = typer.Option("warning", help="uvicorn log level.")) -> None:
+    """Run the HTTP server: REST, OpenAI-compatible /v1/chat/completions, MCP at /mcp, /inspector, /metrics."""
+    import uvicorn
+
+    from agentmem.server import KeyStore, ServerSettings, create_app
+
+    if no_auth and host not in _LOOPBACK:
+        _fail(f"--no-auth only binds to loopback (127.0.0.1), not {host!r}")
+    keys = KeyStore(path)
+    if not no_auth and keys.count() == 0:
+        _fail(f"no API keys for {path}: create one with `agentmem keys add --path {path} --user USER`, "
+              "or pass --no-auth (loopback only)")
+    settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK,
+                              chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id)
+    mem = _open(path, model)
+    try:
+        typer.echo(f"agentmem serving {path} on http://{host}:{port}", err=True)
+        uvicorn.run(create_app(mem, keys=keys, settings=settings), host=host, port=port, log_level=log_level)
+    finally:
+        mem.close()
+
+
+@app.command()
+def mcp(path: Path = PathOpt, model: Optional[str] = ModelOpt,
+        user: Optional[list[str]] = typer.Option(None, "--user", help="Users the tools may touch (repeatable).")
+        ) -> None:
+    """Run the MCP server over stdio (tools remember / recall / forget); over HTTP it is /mcp of `serve`."""
+    from agentmem.server.mcp import build_mcp
+
+    mem = _open(path, model)
+    try:
+        build_mcp(mem, users=user or None).run("stdio")
+    finally:
+        mem.close()
+
+
+@app.command()
+def stats(path: Path = PathOpt) -> None:
+    """Store counters (KV loads, fallbacks, sessions per tier) as JSON."""
+    with _open(path) as mem:
+        _print({**mem.stats(), "sessions": mem.sessions.stats()})
+
+
+@app.command("list")
+def list_(path: Path = PathOpt, user: str = typer.Option(..., "--user", help="User id."),
+          session: Optional[str] = typer.Option(None, help="Only this session."),
+          limit: int = typer.Option(50, help="At most this many entries.")) -> None:
+    """A user's entries, oldest first (JSON lines: id, kind, session, tags, text)."""
+    with _open(path) as mem:
+        for r in mem.list(user_id=user, session_id=session, limit=limit):
+            typer.echo(json.dumps({"id": r.id, "kind": r.kind, "session_id": r.session_id, "tags": list(r.tags),
+                                   "text": r.text}))
+
+
+@app.command()
+def recall(query: str = typer.Argument(..., help="What to look for."), path: Path = PathOpt,
+           user: str = typer.Option(..., "--user", help="User id."),
+           k: int = typer.Option(5, "-k", help="How many memories.")) -> None:
+    """The k memories of a user most relevant to QUERY (JSON lines: score, id, text)."""
+    with _open(path) as mem:
+        for h in mem.recall(query, user_id=user, k=k):
+            typer.echo(json.dumps({"score": round(h.score, 4), "id": h.id, "text": h.text}))
+
+
+@app.command()
+def forget(path: Path = PathOpt, entry_id: Optional[str] = typer.Option(None, "--id", help="One entry id."),
+           user: Optional[str] = typer.Option(None, "--user", help="All of this user's entries."),
+           session: Optional[str] = typer.Option(None, help="Only this session's entries."),
+           tag: Optional[list[str]] = typer.Option(None, help="Only entries with these tags (repeatable).")) -> None:
+    """Erase entries (rows, vectors, KV blobs): by --id, or all of --user [--session] [--tag]."""
+    with _open(path) as mem:
+        n = mem.forget(entry_id) if entry_id else mem.forget(user_id=user, session_id=session, tags=tag)
+        _print({"deleted": n})
+
+
+@app.command()
+def sweep(path: Path = PathOpt) -> None:
+    """Erase every expired entry now."""
+    with _open(path) as mem:
+        _print({"expired": mem.sweep()})
+
+
+@app.command()
+def verify(path: Path = PathOpt) -> None:
+    """Check the store's consistency (read-only); exits 1 if anything is missing or orphaned."""
+    with _open(path) as mem:
+        report = mem.verify()
+    _print(report)
+    if any(v for k, v in report.items() if k.startswith(("rows_missing", "orphan"))):
+        raise typer.Exit(1)
+
+
+@app.command()
+def warmup(path: Optional[Path] = typer.Option(None, "--path", "-p", help="Store directory (default: a temp one)."),
+           model: Optional[str] = ModelOpt) -> None:
+    """Convert the model and export the query embedder now, ahead of the first request (cached on disk)."""
+    import tempfile
+    import time
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp, _open(path or Path(tmp), model) as mem:
+        if hasattr(mem, "warmup"):
+            mem.warmup()
+        else:  # the public loading paths: the LLM (converted and cached), then one query embedding (ONNX export)
+            mem.load_model()
+            mem.recall("warmup", user_id="__warmup__", k=1)
+        _print({"model_loaded": mem.stats().get("model_loaded"), "seconds": round(time.perf_counter() - t0, 2)})
+
+
+@keys_app.command("add")
+def keys_add(path: Path = PathOpt,
+             user: list[str] = typer.Option(..., "--user", help="A user id the key may touch (repeatable)."),
+             label: Optional[str] = typer.Option(None, help="A note shown by `keys list`.")) -> None:
+    """Create an API key for the given users and print it (only its hash is stored: copy it now)."""
+    from agentmem.server.auth import KeyStore
+
+    typer.echo(KeyStore(path).add(user, label=label))
+
+
+@keys_app.command("list")
+def keys_list(path: Path = PathOpt, all_: bool = typer.Option(False, "--all", help="Include revoked keys.")) -> None:
+    """Key ids, their users and labels (never the keys)."""
+    from agentmem.server.auth import KeyStore
+
+    _print(KeyStore(path).list(include_revoked=all_))
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str = typer.Argument(..., help="The key id shown by `keys list`."),
+                path: Path = PathOpt) -> None:
+    """Revoke a key now (requests with it get 401)."""
+    from agentmem.server.auth import KeyStore
+
+    _print({"revoked": KeyStore(path).revoke(key_id)})
+
+
+def main() -> None:
+    """Entry point of the ``agentmem`` console script: typed agentmem errors print a line and exit 2."""
+    try:
+        app()
+    except AgentMemError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+"""The HTTP server: REST for memories and sessions, the OpenAI-compatible chat API, MCP, the inspector, /metrics.
+
+Every route is a thin layer over :class:`~agentmem.AgentMemory`'s public methods; the library never imports this
+package. Routes are plain ``def`` (FastAPI runs them on its thread pool) because the memory API is blocking.
+
+Example:
+    >>> from agentmem import AgentMemory
+    >>> from agentmem.server import KeyStore, ServerSettings, create_app
+    >>> mem = AgentMemory("./memdata")
+    >>> app = create_app(mem, keys=KeyStore("./memdata"), settings=ServerSettings())
+    >>> # uvicorn.run(app, host="127.0.0.1", port=8765)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.middleware.base import BaseHTTPMiddleware
+
+from agentmem.errors import NotFoundError
+from agentmem.server.auth import KeyStore, Principal
+from agentmem.server.errors import error_body, install_error_handlers
+from agentmem.server.schemas import (
+    ForgetBody, MessagesBody, OffloadBody, RecallBody, RememberBody, SendBody, SessionOpenBody, UpdateBody,
+    record_json,
+)
+from agentmem.server.state import ServerSettings, ServerState, caller, check_user, get_state
+
+__all__ = ["create_app"]
+
+rest = APIRouter(prefix="/v1", tags=["memories"])
+
+
+# --- memories ----------------------------------------------------------------------------------------------
+@rest.post("/memories", status_code=201)
+def remember(body: RememberBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Store one memory (``mem.remember``)."""
+    check_user(who, body.user_id)
+    fields = body.model_dump(exclude={"text"})
+    return record_json(get_state(request).mem.remember(body.text, **fields))
+
+
+@rest.post("/memories/messages", status_code=201)
+def remember_messages(body: MessagesBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Store chat messages all-or-nothing (``mem.remember_messages``)."""
+    check_user(who, body.user_id)
+    messages = [m.model_dump() for m in body.messages]
+    fields = body.model_dump(exclude={"messages"})
+    return {"memories": [record_json(r) for r in get_state(request).mem.remember_messages(messages, **fields)]}
+
+
+@rest.post("/memories/recall")
+def recall(body: RecallBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """The ``k`` most relevant memories of a user, best first (``mem.recall``)."""
+    check_user(who, body.user_id)
+    state = get_state(request)
+    with state.metrics.recall_seconds.time():
+        hits = state.mem.recall(body.query, **body.model_dump(exclude={"query"}))
+    return {"hits": [record_json(h) for h in hits]}
+
+
+def _owned(state: ServerState, who: Principal, entry_id: str) -> Any:
+    """The entry if the caller's key covers its user; another tenant's entry is reported as not found."""
+    record = state.mem.get(entry_id)
+    if not who.may(record.user_id):
+        raise NotFoundError(f"no memory entry with id {entry_id!r}")
+    return record
+
+
+@rest.get("/memories/{entry_id}")
+def get_memory(entry_id: str, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """One entry by id (404 if unknown, expired, or another tenant's)."""
+    return record_json(_owned(get_state(request), who, entry_id))
+
+
+@rest.get("/memories")
+def list_memories(request: Request, user_id: str = Query(...), session_id: str | None = None,
+                  kind: list[str] | None = Query(default=None), tag: list[str] | None = Query(default=None),
+                  limit: int | None = Query(default=100, gt=0, le=10_000), offset: int = Query(default=0, ge=0),
+                  who: Principal = Depends(caller)) -> dict[str, Any]:
+    """A user's entries, oldest first (``mem.list``)."""
+    check_user(who, user_id)
+    rows = get_state(request).mem.list(user_id=user_id, session_id=session_id, kinds=kind, tags=tag, limit=limit,
+                                       offset=offset)
+    return {"memories": [record_json(r) for r in rows]}
+
+
+@rest.patch("/memories/{entry_id}")
+def update_memory(entry_id: str, body: UpdateBody, request: Request,
+                  who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Change an entry, keeping its history (``mem.update``)."""
+    state = get_state(request)
+    _owned(state, who, entry_id)
+    update = getattr(state.mem, "update", None)
+    if update is None:
+        raise HTTPException(501, "this agentmem version has no mem.update")
+    changes = body.model_dump(exclude_unset=True)
+    return record_json(update(entry_id, **changes))
+
+
+@rest.get("/memories/{entry_id}/history")
+def memory_history(entry_id: str, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Earlier versions of an entry, oldest first (``mem.history``)."""
+    state = get_state(request)
+    _owned(state, who, entry_id)
+    history = getattr(state.mem, "history", None)
+    if history is None:
+        raise HTTPException(501, "this agentmem version has no mem.history")
+    return {"versions": [record_json(v) if hasattr(v, "__dataclass_fields__") else v for v in history(entry_id)]}
+
+
+@rest.delete("/memories/{entry_id}")
+def forget_one(entry_id: str, request: Request, who: Principal = Depends(caller)) -> dict[str, int]:
+    """Erase one entry (row, vector, KV blob)."""
+    state = get_state(request)
+    _owned(state, who, entry_id)
+    return {"deleted": state.mem.forget(entry_id)}
+
+
+@rest.post("/memories/forget")
+def forget_scope(body: ForgetBody, request: Request, who: Principal = Depends(caller)) -> dict[str, int]:
+    """Erase all of a user's entries, or those of one of their sessions / tags."""
+    check_user(who, body.user_id)
+    return {"deleted": get_state(request).mem.forget(**body.model_dump())}
+
+
+@rest.post("/sweep")
+def sweep(request: Request, who: Principal = Depends(caller)) -> dict[str, int]:
+    """Erase every expired entry now (only expired data is touched, so any key may ask)."""
+    return {"expired": get_state(request).mem.sweep()}
+
+
+@rest.get("/stats")
+def stats(request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Store counters, session tiers, and this server's KV hit rate."""
+    state = get_state(request)
+    return {**state.mem.stats(), "sessions": state.mem.sessions.stats(), "server": {
+        "kv_hit_rate": state.metrics.hit_rate(), "model": state.settings.model_id,
+        "fidelity_points": len(state.fidelity.series)}}
+
+
+# --- sessions ----------------------------------------------------------------------------------------------
+@rest.post("/sessions", status_code=201, tags=["sessions"])
+def open_session(body: SessionOpenBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Open (or reopen) a conversation whose working KV is reused across turns."""
+    check_user(who, body.user_id)
+    s = get_state(request).mem.session(body.session_id or uuid.uuid4().hex, user_id=body.user_id)
+    return {"session_id": s.session_id, "user_id": s.user_id, "tier": s.tier, "tokens": s.tokens}
+
+
+@rest.get("/sessions", tags=["sessions"])
+def list_sessions(request: Request, user_id: str = Query(...), who: Principal = Depends(caller)) -> dict[str, Any]:
+    """A user's open sessions and the tier their KV is in."""
+    check_user(who, user_id)
+    mgr = get_state(request).mem.sessions
+    return {"sessions": [{"session_id": sid, "tier": mgr.get(sid).tier, "tokens": mgr.get(sid).tokens}
+                         for sid in mgr.list(user_id=user_id)]}
+
+
+@rest.post("/sessions/{session_id}/messages", tags=["sessions"])
+def send(session_id: str, body: SendBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """One turn: recall, mount, answer, remember (``Session.send``)."""
+    check_user(who, body.user_id)
+    s = get_state(request).mem.session(session_id, user_id=body.user_id)
+    r = s.send(body.text, k=body.k, max_new_tokens=body.max_new_tokens, mode=body.mode, remember=body.remember)
+    return {"text": r.text, "mounted": r.mounted, "dropped": r.dropped, "reused_tokens": r.reused_tokens,
+            "prefilled_tokens": r.prefilled_tokens, "prompt_tokens": r.prompt_tokens, "timings": r.timings,
+            "records": r.records, "fallbacks": [list(f) for f in r.fallbacks], "tier": s.tier}
+
+
+@rest.post("/sessions/{session_id}/offload", tags=["sessions"])
+def offload(session_id: str, body: OffloadBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Move a session's KV down to ``warm`` (CPU) or ``disk`` now."""
+    check_user(who, body.user_id)
+    mem = get_state(request).mem
+    mem.session(session_id, user_id=body.user_id)  # checks the session is this user's
+    return {"session_id": session_id, "tier": mem.sessions.offload(session_id, to=body.to)}
+
+
+@rest.delete("/sessions/{session_id}", tags=["sessions"])
+def end_session(session_id: str, request: Request, user_id: str = Query(...),
+                who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Erase a session's working KV from every tier (its long-term memories stay)."""
+    check_user(who, user_id)
+    mem = get_state(request).mem
+    mem.session(session_id, user_id=user_id)
+    return {"session_id": session_id, "ended": mem.sessions.end(session_id)}
+
+
+# --- the app -----------------------------------------------------------------------------------------------
+class _BodyLimit(BaseHTTPMiddleware):
+    """413 before a too-large body is read (by Content-Length; chunked bodies are counted as they arrive)."""
+
+    async def dispatch(self, request: Request, call_next: Any) -> Response:
+        limit = get_state(request).settings.max_body_bytes
+        length = request.headers.get("content-length")
+        too_large = length is not None and length.isdigit() and int(length) > limit
+        if not too_large and length is None and request.method in ("POST", "PUT", "PATCH"):
+            too_large = len(await request.body()) > limit
+        if too_large:
+            get_state(request).metrics.errors.labels(status="413", type="too_large").inc()
+            return JSONResponse(error_body(413, f"request body larger than {limit} bytes"), status_code=413)
+        return await call_next(request)
+
+
+def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | None = None,
+               mcp: bool = True) -> FastAPI:
+    """The FastAPI app serving ``mem`` (one model per process). ``keys`` may be None only with ``auth=False``.
+
+    Example:
+        >>> app = create_app(AgentMemory("./memdata"), keys=None, settings=ServerSettings(auth=False))
+    """
+    from agentmem.server import inspector, openai_compat
+    from agentmem.server.mcp import build_mcp
+
+    settings = settings or ServerSettings()
+    if settings.auth and keys is None:
+        raise ValueError("auth is on: pass keys=KeyStore(path)")
+    state = ServerState.build(mem, keys, settings)
+    mcp_server = build_mcp(mem, keys=keys if settings.auth else None) if mcp else None
+    mcp_app = mcp_server.streamable_http_app(streamable_http_path="/", stateless_http=True,
+                                             json_response=True) if mcp_server else None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            if mcp_server is not None:
+                await stack.enter_async_context(mcp_server.session_manager.run())
+            yield
+        state.fidelity.close()
+
+    app = FastAPI(title="agentmem", version="0.1.0", lifespan=lifespan,
+                  description="Long-term memory for LLM agents, mounted as KV. REST, OpenAI-compatible chat, MCP.")
+    app.state.agentmem = state
+    install_error_handlers(app, lambda status, kind: state.metrics.errors.labels(status=str(status),
+                                                                                  type=kind).inc())
+    app.add_middleware(_BodyLimit)
+    app.include_router(rest)
+    app.include_router(openai_compat.router)
+    app.include_router(inspector.router)
+    app.mount("/inspector/static", inspector.static_files(), name="inspector-static")
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        if not (settings.metrics_public and _loopback(request)):
+            caller(request)
+        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    if mcp_app is not None:
+        from agentmem.server.mcp import McpAuth
+
+        app.mount("/mcp", McpAuth(mcp_app, state))
+    return app
+
+
+def _loopback(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    return host in ("127.0.0.1", "::1", "localhost")

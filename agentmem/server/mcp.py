@@ -1,0 +1,121 @@
+"""MCP server (the official ``mcp`` SDK): tools ``remember``, ``recall`` and ``forget`` over stdio or streamable HTTP.
+
+Over HTTP it is mounted at ``/mcp`` of the agentmem server and every call is checked against the caller's API key
+(the same keys as the REST API). Over stdio (``agentmem mcp --path P --user u1``) the process belongs to whoever
+started it; ``--user`` limits which users its tools may touch and gives the default one.
+
+Example:
+    >>> server = build_mcp(AgentMemory("./memdata"), users=["u1"])
+    >>> server.run("stdio")                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.responses import JSONResponse
+
+from agentmem.errors import AgentMemError, InvalidInputError
+from agentmem.server.auth import ANY_USER, Principal
+from agentmem.server.errors import error_body
+
+__all__ = ["McpAuth", "build_mcp"]
+
+_INSTRUCTIONS = ("Long-term memory. Call recall before answering questions about the user or earlier work, "
+                 "remember to store facts worth keeping, forget to erase an entry by id.")
+
+
+class _Access:
+    """Who may call the tools: a fixed principal (stdio) or the API key of each HTTP request."""
+
+    def __init__(self, fixed: Principal | None, keys: Any = None) -> None:
+        self.fixed, self.keys = fixed, keys
+
+    def principal(self, ctx: Context | None) -> Principal:
+        if self.fixed is not None:
+            return self.fixed
+        headers = (ctx.headers if ctx is not None else None) or {}
+        auth = headers.get("authorization", "")
+        found = self.keys.authenticate(auth[7:].strip()) if self.keys and auth.lower().startswith("bearer ") else None
+        if found is None:
+            raise InvalidInputError("missing or invalid API key")
+        return found
+
+    def user(self, ctx: Context | None, user_id: str | None) -> str:
+        who = self.principal(ctx)
+        if user_id is None:
+            users = who.visible_users()
+            if len(users) != 1:
+                raise InvalidInputError("user_id is required")
+            return users[0]
+        if not who.may(user_id):
+            raise InvalidInputError(f"this key may not access user {user_id!r}")
+        return user_id
+
+
+def _hit(h: Any) -> dict[str, Any]:
+    return {"id": h.id, "text": h.text, "score": round(float(h.score), 6), "session_id": h.session_id,
+            "kind": h.kind, "tags": list(h.tags), "occurred_at": h.occurred_at}
+
+
+def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None) -> MCPServer:
+    """An MCP server whose tools call ``mem``. With ``keys`` (a :class:`KeyStore`) each HTTP call is authorised by
+    its request's API key; otherwise by ``users`` (None = any user: a local stdio process, or ``--no-auth``).
+    """
+    server = MCPServer("agentmem", instructions=_INSTRUCTIONS, version="0.1.0", log_level="WARNING")
+    access = _Access(None if keys is not None else Principal(None, frozenset(users) if users else ANY_USER), keys)
+
+    async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        except AgentMemError as exc:  # surfaced to the client as a tool error with the message
+            raise ValueError(f"{type(exc).__name__}: {exc}") from exc
+
+    @server.tool(description="Store a memory for a user. Returns the new entry's id.")
+    async def remember(text: str, user_id: str | None = None, session_id: str | None = None,
+                       tags: list[str] | None = None, ctx: Context | None = None) -> dict[str, Any]:
+        uid = access.user(ctx, user_id)
+        rec = await run(mem.remember, text, user_id=uid, session_id=session_id, tags=tags)
+        return {"id": rec.id, "user_id": rec.user_id, "memory_text": rec.memory_text}
+
+    @server.tool(description="The k memories of a user most relevant to a query, best first.")
+    async def recall(query: str, user_id: str | None = None, k: int = 5,
+                     ctx: Context | None = None) -> dict[str, Any]:
+        uid = access.user(ctx, user_id)
+        hits = await run(mem.recall, query, user_id=uid, k=k)
+        return {"hits": [_hit(h) for h in hits]}
+
+    @server.tool(description="Erase one memory entry by id (row, vector and KV blob). Returns how many were erased.")
+    async def forget(entry_id: str, ctx: Context | None = None) -> dict[str, Any]:
+        who = access.principal(ctx)
+        try:
+            rec = await run(mem.get, entry_id)
+        except ValueError:
+            return {"deleted": 0}
+        if not who.may(rec.user_id):  # another tenant's entry looks like a missing one
+            return {"deleted": 0}
+        return {"deleted": await run(mem.forget, entry_id)}
+
+    return server
+
+
+class McpAuth:
+    """ASGI wrapper: the MCP endpoint answers 401 to requests without a valid API key, like the REST API."""
+
+    def __init__(self, app: Any, state: Any) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.state.settings.auth:
+            headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+            auth = headers.get("authorization", "")
+            token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+            if self.state.keys is None or self.state.keys.authenticate(token) is None:
+                response = JSONResponse(error_body(401, "missing or invalid API key"), status_code=401,
+                                        headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,211 @@
+"""OpenAI-compatible chat: ``POST /v1/chat/completions`` (also ``stream=true``, as server-sent events) and
+``GET /v1/models``, with the caller's memories recalled and mounted as KV on every request.
+
+* Whose memories: the ``X-AgentMem-User`` header, else the request's ``user`` field, else the API key's only user.
+* The last user message is the question; it and the answer are remembered as turns of that user.
+* ``X-AgentMem-Session: <id>`` makes the request a turn of that session: its working KV is reused across
+  requests (the client may then send only the new message).
+* Extension field ``agentmem`` on the response (and on the last stream chunk): ``request_id``, ``user``,
+  ``session_id``, ``mode``, ``recalled`` [{id, score}], ``mounted`` [{id, score, tokens, position}], ``dropped``
+  [{id, reason}], ``fallbacks`` [{id, reason}], ``timings`` (seconds).
+* Per-request options go in ``extra_body={"agentmem": {"k": 4, "mode": "text", "remember": false}}``.
+* Tokens are streamed as the decoder produces them (the engine's per-token callback), not after the answer.
+
+Example:
+    >>> from openai import OpenAI
+    >>> client = OpenAI(base_url="http://127.0.0.1:8765/v1", api_key=KEY)
+    >>> r = client.chat.completions.create(model="agentmem", messages=[{"role": "user", "content": "Hi"}], user="u1")
+    >>> r.choices[0].message.content, r.model_extra["agentmem"]["mounted"]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import anyio
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentmem.server.auth import Principal
+from agentmem.server.state import SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user
+
+__all__ = ["ChatRequest", "router"]
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+class AgentMemOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    k: int | None = Field(default=None, gt=0)
+    mode: Literal["kv", "text"] | None = None
+    remember: bool = True
+
+
+class ChatRequest(BaseModel):
+    """The OpenAI chat request fields agentmem uses; other OpenAI fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: bool = False
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_completion_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    user: str | None = None
+    n: int = Field(default=1, ge=1, le=1)
+    stream_options: dict[str, Any] | None = None
+    agentmem: AgentMemOptions = Field(default_factory=AgentMemOptions)
+
+
+def _question(messages: list[dict[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):  # content parts: keep the text ones
+                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+            if isinstance(content, str) and content.strip():
+                return content
+    raise HTTPException(400, "messages must end with a non-empty user message")
+
+
+class _Chat:
+    """One chat request: recall, mount, answer (optionally streaming pieces), remember, report."""
+
+    def __init__(self, state: ServerState, body: ChatRequest, user: str, session_id: str | None) -> None:
+        self.state, self.body, self.user, self.session_id = state, body, user, session_id
+        self.question = _question(body.messages)
+        self.mode = body.agentmem.mode or state.settings.chat_mode
+        self.k = body.agentmem.k or state.settings.chat_k
+        self.max_tokens = body.max_completion_tokens or body.max_tokens or state.settings.max_tokens
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+
+    def run(self, on_text: Any = None) -> dict[str, Any]:
+        """Blocking: recall, generate (streaming pieces to ``on_text``), remember; returns the extension field."""
+        mem, metrics, b = self.state.mem, self.state.metrics, self.body
+        t0 = time.perf_counter()
+        hits = mem.recall(self.question, user_id=self.user, k=self.k)
+        recall_s = time.perf_counter() - t0
+        metrics.recall_seconds.observe(recall_s)
+        sample = dict(do_sample=bool(b.temperature), temperature=b.temperature or 1.0, top_p=b.top_p or 1.0,
+                      seed=b.seed)
+        ids = [h.id for h in hits]
+        if self.session_id is not None:
+            s = mem.session(self.session_id, user_id=self.user)
+            out = s.send(self.question, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,
+                         remember=b.agentmem.remember, on_text=on_text, **sample)
+            spans, prompt_tokens = [], out.prompt_tokens
+        else:
+            out = mem.generate(self.question, user_id=self.user, entry_ids=ids, mode=self.mode,
+                               max_new_tokens=self.max_tokens, on_text=on_text, **sample)
+            spans, prompt_tokens = out.spans, out.prompt_tokens
+            if b.agentmem.remember:
+                turns = [{"role": "user", "content": self.question}]
+                turns += [{"role": "assistant", "content": out.text}] if out.text.strip() else []
+                mem.remember_messages(turns, user_id=self.user)
+        timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
+        mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
+        metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
+        self.text, self.completion_tokens, self.prompt_tokens = out.text, len(out.token_ids), prompt_tokens
+        ext = self._report(hits, out, spans, timings)
+        rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text})
+        if self.mode == "kv" and self.state.fidelity.due():
+            self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
+        return ext
+
+    def _report(self, hits: list[Any], out: Any, spans: list[tuple[int, int]], timings: dict) -> dict[str, Any]:
+        score = {h.id: round(float(h.score), 6) for h in hits}
+        span = dict(zip(out.mounted, spans))
+        fell = dict(out.fallbacks)
+        mounted = [{"id": i, "score": score.get(i), "tokens": (span[i][1] - span[i][0]) if i in span else None,
+                    "position": span[i][0] if i in span else None, "fallback": fell.get(i)} for i in out.mounted]
+        dropped = [{"id": i, "reason": "over the mount budget or the model's context"} for i in out.dropped]
+        seen = set(out.mounted) | set(out.dropped)
+        dropped += [{"id": i, "reason": fell.get(i) or "already in the session's working KV"}
+                    for i in score if i not in seen]
+        return {"request_id": self.id, "user": self.user, "session_id": self.session_id, "mode": self.mode,
+                "recalled": [{"id": h.id, "score": score[h.id]} for h in hits], "mounted": mounted,
+                "dropped": dropped, "fallbacks": [{"id": i, "reason": r} for i, r in out.fallbacks],
+                "timings": {k: round(v, 6) for k, v in timings.items()}}
+
+    def usage(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+    def finish_reason(self) -> str:
+        return "length" if self.completion_tokens >= self.max_tokens else "stop"
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        data = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.state.settings.model_id,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return f"data: {json.dumps(data)}\n\n"
+
+
+@router.get("/models")
+def models(request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """The one model this server runs."""
+    model_id = get_state(request).settings.model_id
+    return {"object": "list", "data": [{"id": model_id, "object": "model", "created": 0, "owned_by": "agentmem"}]}
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(body: ChatRequest, request: Request,
+                           who: Principal = Depends(caller)) -> dict[str, Any] | StreamingResponse:
+    """An OpenAI chat completion with the user's memories mounted as KV (see the module docs)."""
+    state = get_state(request)
+    user = pick_user(who, request.headers.get(USER_HEADER), body.user)
+    chat = _Chat(state, body, user, request.headers.get(SESSION_HEADER) or None)
+    if not body.stream:
+        ext = await anyio.to_thread.run_sync(chat.run)
+        return {"id": chat.id, "object": "chat.completion", "created": chat.created,
+                "model": state.settings.model_id,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.text},
+                             "finish_reason": chat.finish_reason()}],
+                "usage": chat.usage(), "agentmem": ext}
+    return StreamingResponse(_stream(chat), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _stream(chat: _Chat) -> AsyncIterator[str]:
+    """SSE: a role chunk, one chunk per decoded piece as it is produced, a final chunk with the extension."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def on_text(piece: str) -> None:  # on the generating thread
+        loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
+
+    def work() -> None:
+        try:
+            result = ("done", chat.run(on_text))
+        except Exception as exc:  # reported in-band: the 200 and the headers are already sent
+            result = ("error", exc)
+        loop.call_soon_threadsafe(queue.put_nowait, result)
+
+    worker = loop.run_in_executor(None, work)
+    yield chat.chunk({"role": "assistant", "content": ""})
+    while True:
+        kind, value = await queue.get()
+        if kind == "text":
+            yield chat.chunk({"content": value})
+            continue
+        if kind == "error":
+            from agentmem.server.errors import error_body, status_for
+
+            yield f"data: {json.dumps(error_body(status_for(value), str(value)))}\n\n"
+        else:
+            extra: dict[str, Any] = {"agentmem": value}
+            if (chat.body.stream_options or {}).get("include_usage"):
+                extra["usage"] = chat.usage()
+            yield chat.chunk({}, chat.finish_reason(), **extra)
+        break
+    await worker
+    yield "data: [DONE]\n\n"

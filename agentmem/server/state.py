@@ -1,0 +1,107 @@
+"""Server settings, the per-app state, and the request dependencies every route uses (state, caller, tenant check).
+
+Example:
+    >>> settings = ServerSettings(auth=False, fidelity_share=0.25)
+    >>> settings.model_id
+    'agentmem-smollm2-135m-instruct'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentmem.server.auth import ANY_USER, KeyStore, Principal
+from agentmem.server.metrics import ServerMetrics
+from agentmem.server.monitor import FidelityMonitor, RequestLog
+
+__all__ = ["ServerSettings", "ServerState", "caller", "check_user", "get_state", "pick_user"]
+
+COOKIE = "agentmem_key"
+USER_HEADER = "x-agentmem-user"
+SESSION_HEADER = "x-agentmem-session"
+
+
+class ServerSettings(BaseModel):
+    """How one server behaves (the CLI's ``serve`` flags)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    auth: bool = Field(default=True, description="Require API keys; False only with --no-auth (loopback).")
+    metrics_public: bool = Field(default=False, description="Serve /metrics without a key (loopback only).")
+    model_id: str = "agentmem-smollm2-135m-instruct"
+    chat_mode: Literal["kv", "text"] = Field(default="kv", description="Default mode of chat completions.")
+    chat_k: int = Field(default=4, gt=0, description="Memories recalled per chat request.")
+    max_tokens: int = Field(default=64, gt=0, description="Default max new tokens of a chat completion.")
+    fidelity_share: float = Field(default=0.1, ge=0.0, le=1.0,
+                                  description="Share of chat requests also scored in text mode (fidelity monitor).")
+    fidelity_tokens: int = Field(default=8, gt=0, description="Answer tokens scored by the fidelity monitor.")
+    max_body_bytes: int = Field(default=1 << 20, gt=0, description="Larger request bodies get 413.")
+    request_log: int = Field(default=200, gt=0, description="Recent chat requests kept for the inspector.")
+
+
+@dataclass
+class ServerState:
+    """Everything routes share: the memory, keys, settings, metrics, the request log and the fidelity monitor."""
+
+    mem: Any
+    keys: KeyStore | None
+    settings: ServerSettings
+    metrics: ServerMetrics
+    requests: RequestLog
+    fidelity: FidelityMonitor
+
+    @classmethod
+    def build(cls, mem: Any, keys: KeyStore | None, settings: ServerSettings) -> ServerState:
+        metrics = ServerMetrics(mem)
+        requests = RequestLog(settings.request_log)
+        monitor = FidelityMonitor(mem, metrics, requests, share=settings.fidelity_share,
+                                  tokens=settings.fidelity_tokens)
+        return cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor)
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.agentmem
+
+
+def _token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip() or None
+    return request.cookies.get(COOKIE)
+
+
+def caller(request: Request) -> Principal:
+    """The authenticated caller (401 without a valid key); every user when auth is off."""
+    state = get_state(request)
+    if not state.settings.auth:
+        return Principal(key_id=None, users=ANY_USER)
+    principal = state.keys.authenticate(_token(request)) if state.keys is not None else None
+    if principal is None:
+        raise HTTPException(401, "missing or invalid API key: send 'Authorization: Bearer <key>' "
+                                 "(create one with: agentmem keys add --path STORE --user USER)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    return principal
+
+
+def check_user(principal: Principal, user_id: str | None) -> str:
+    """``user_id`` if this caller may touch it; 403 otherwise (400 when missing)."""
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise HTTPException(400, "user_id is required")
+    if not principal.may(user_id):
+        raise HTTPException(403, f"this API key may not access user {user_id!r}")
+    return user_id
+
+
+def pick_user(principal: Principal, *candidates: str | None) -> str:
+    """The first given user id (header, body field); else the key's only user; checked against the key."""
+    for c in candidates:
+        if c:
+            return check_user(principal, c)
+    users = principal.visible_users()
+    if len(users) == 1:
+        return users[0]
+    raise HTTPException(400, "user_id is required: set the request's 'user' field or the X-AgentMem-User header")
