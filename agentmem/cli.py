@@ -158,12 +158,8 @@ def warmup(path: Optional[Path] = typer.Option(None, "--path", "-p", help="Store
 
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, _open(path or Path(tmp), model) as mem:
-        if hasattr(mem, "warmup"):
-            mem.warmup()
-        else:  # the public loading paths: the LLM (converted and cached), then one query embedding (ONNX export)
-            mem.load_model()
-            mem.recall("warmup", user_id="__warmup__", k=1)
-        _print({"model_loaded": mem.stats().get("model_loaded"), "seconds": round(time.perf_counter() - t0, 2)})
+        steps = mem.warmup()
+        _print({"steps_s": {k: round(v, 2) for k, v in steps.items()}, "seconds": round(time.perf_counter() - t0, 2)})
 
 
 @keys_app.command("add")

@@ -7,7 +7,7 @@
   requests (the client may then send only the new message).
 * Extension field ``agentmem`` on the response (and on the last stream chunk): ``request_id``, ``user``,
   ``session_id``, ``mode``, ``recalled`` [{id, score}], ``mounted`` [{id, score, tokens, position}], ``dropped``
-  [{id, reason}], ``fallbacks`` [{id, reason}], ``timings`` (seconds).
+  [{id, reason}], ``fallbacks`` [{id, reason}], ``reused_tokens`` (session KV reused), ``timings`` (seconds).
 * Per-request options go in ``extra_body={"agentmem": {"k": 4, "mode": "text", "remember": false}}``.
 * Tokens are streamed as the decoder produces them (the engine's per-token callback), not after the answer.
 
@@ -116,6 +116,7 @@ class _Chat:
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
         self.text, self.completion_tokens, self.prompt_tokens = out.text, len(out.token_ids), prompt_tokens
         ext = self._report(hits, out, spans, timings)
+        ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
         rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text})
         if self.mode == "kv" and self.state.fidelity.due():
             self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
