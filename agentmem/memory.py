@@ -301,8 +301,11 @@ class AgentMemory:
         seed: int | None = None,
         entry_ids: Sequence[str] | None = None,
         on_text: Callable[[str], None] | None = None,
+        logits_processor: Callable[[Any, Any], Any] | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
+
+        ``logits_processor`` (transformers' ``(ids, scores) -> scores``) constrains decoding, e.g. to a grammar.
 
         ``entry_ids`` skips recall and mounts exactly those entries of ``user_id`` (in that order), e.g. what a
         LangGraph node already chose.
@@ -342,7 +345,7 @@ class AgentMemory:
         out = self._bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
-            retrieve_s=retrieve_s, on_text=on_text,
+            retrieve_s=retrieve_s, on_text=on_text, logits_processor=logits_processor,
         )
         out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
         return out
@@ -438,6 +441,19 @@ class AgentMemory:
 
         key = json.dumps({"doc": hashlib.sha256(document.encode()).hexdigest(), **run}, sort_keys=True, default=str)
         return self.path / "train" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.ckpt"
+
+    def tool_prompt(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """Instructions describing ``tools`` (OpenAI function-tool dicts) the way the local LLM's chat template
+        renders them (a Hermes-style fallback for templates without tool support); loads the model.
+
+        Example:
+            >>> mem.tool_prompt([{"type": "function", "function": {"name": "get_weather"}}])   # doctest: +SKIP
+            '# Tools ... <tools> ... get_weather ... </tools> ...'
+        """
+        from agentmem.kv.tools import render_tools
+
+        self._check_open()
+        return render_tools(self._bank.engine.tokenizer, list(tools))
 
     def warmup(self) -> dict[str, float]:
         """Do the one-time work of a first run now, not inside the first request; returns seconds per step.

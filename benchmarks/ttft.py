@@ -12,6 +12,12 @@ Reported per size: median TTFT of each mode (retrieval included), the speedup, t
 load and mount (re-rotation + placement), and the ceiling (text TTFT over the bare suffix prefill).
 
     python benchmarks/ttft.py --memory-tokens 256 512 1024 2048
+    python benchmarks/ttft.py --memory-tokens 2048 --background-load 1   # one busy neighbour process
+
+Threads: by default agentmem's policy (``agentmem.kv.device.default_threads``: half the usable CPUs per worker),
+as ``AgentMemory`` applies it; ``--threads N`` overrides, ``--threads 0`` leaves torch's own default (every core).
+``--background-load N`` runs N CPU-bound processes (a busy Python loop each) beside the benchmark for its whole
+duration, the contention a shared host or a multi-worker server sees.
 
 Last line: {"sizes": {"2048": {"kv_ttft_s": ..., "text_ttft_s": ..., "speedup": ..., "mount_share": ...}}, ...}
 """
@@ -175,6 +181,31 @@ class Retrieval:
         return time.perf_counter() - t
 
 
+def _spin() -> None:
+    """A CPU-bound neighbour: a busy loop until terminated."""
+    n = 0
+    while True:
+        n = (n * 1103515245 + 12345) & 0xFFFFFFFF
+
+
+def start_background_load(n: int) -> list:
+    """Start ``n`` busy neighbour processes; stop them with :func:`stop_background_load`."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_spin, daemon=True, name=f"ttft-load-{i}") for i in range(n)]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def stop_background_load(procs: list) -> None:
+    for p in procs:  # only the processes this run started, by their own handles
+        p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--memory-tokens", type=int, nargs="+", default=[256, 512, 1024, 2048])
@@ -200,17 +231,29 @@ def main() -> None:
     )
     ap.add_argument(
         "--threads", type=int, default=None,
-        help="torch intra-op threads (default: torch's choice). On an oversubscribed CPU, 1 avoids OpenMP barrier "
-        "stalls of a scheduler tick per op, which hit the many small ops of KV mode hardest",
+        help="torch intra-op threads (default: agentmem's policy, as AgentMemory applies it; 0: torch's own default). "
+        "On an oversubscribed CPU, fewer threads avoid OpenMP barrier stalls of a scheduler tick per op",
     )
+    ap.add_argument("--background-load", type=int, default=0, help="CPU-bound neighbour processes to run beside")
     ap.add_argument(
         "--retrieval-lines", type=int, default=2000,
         help="memory lines in the store recalled before each answer (0: leave retrieval out of TTFT)",
     )
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads != 0:
+        from agentmem.kv.device import apply_threads
 
+        apply_threads(args.threads)
+    neighbours = start_background_load(args.background_load)
+    try:
+        sizes, lines, model = run(args)
+    finally:
+        stop_background_load(neighbours)
+    report(args, sizes, lines, model)
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, dict], list[str], object]:
+    """Encode, store and time every size; returns the per-size results."""
     model, tokenizer = load_model(args.model, device=args.device)
     with tempfile.TemporaryDirectory() as tmp:
         if args.backend == "facade":
@@ -258,7 +301,11 @@ def main() -> None:
                 fix = med("kv+fix", "ttft")
                 sizes[str(size)].update(kv_fix_ttft_s=round(fix, 4), kv_fix_speedup=round(text / fix, 2))
             print(json.dumps({size: sizes[str(size)]}), file=sys.stderr)
+    return sizes, lines, model
 
+
+def report(args: argparse.Namespace, sizes: dict[str, dict], lines: list[str], model: object) -> None:
+    """Plot (optional) and print the last JSON line."""
     if args.plot is not None:
         import matplotlib
 
@@ -291,6 +338,9 @@ def main() -> None:
                 "file_read": args.file_read if (args.backend, args.source) == ("engine", "file") else None,
                 "kv_dtype": args.kv_dtype,
                 "threads": torch.get_num_threads(),
+                "threads_policy": "torch default" if args.threads == 0 else "given" if args.threads else "agentmem",
+                "background_load": args.background_load,
+                "cpus": os.cpu_count(),
                 "load_avg_1m": round(os.getloadavg()[0], 2),
                 "repeats": args.repeats,
                 "entry_tokens": args.entry_tokens,

@@ -33,7 +33,7 @@ from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
 from agentmem.kv.mount import Mount, Workspace, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
-from agentmem.kv.runner import Sampling, decode, next_token, prefill, stop_ids
+from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
 from agentmem.kv.streaming import text_callback
 from agentmem.kv.types import EncodedEntry, GenerationResult, Mode, MountMemory
 
@@ -401,6 +401,7 @@ class KVEngine:
         strict: bool = False,
         retrieve_s: float = 0.0,
         on_text: Callable[[str], None] | None = None,
+        logits_processor: LogitsProcessor | None = None,
     ) -> GenerationResult:
         """Answer ``question`` with ``memories`` (most relevant first) mounted; greedy unless ``do_sample``.
 
@@ -408,6 +409,7 @@ class KVEngine:
         Memories that do not fit the budget or the model's context are dropped (least relevant first) and listed
         in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
         ``on_text`` receives each piece of the answer as soon as it is decoded (streaming), on this thread.
+        ``logits_processor`` constrains each choice (transformers' ``(ids, scores) -> scores`` convention).
         """
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         with self._lock:
@@ -419,12 +421,14 @@ class KVEngine:
             t = time.perf_counter()
             logits = prefill(self.model, prep.cache, prep.pending_ids)
             gen = sampling.generator(self.device)
-            first = next_token(logits, sampling, gen) if prep.max_new_tokens > 0 else None
+            first = next_token(processed(logits, logits_processor, []), sampling, gen) if prep.max_new_tokens > 0 \
+                else None
             t_first = time.perf_counter()
             on_token, flush = text_callback(self.tokenizer, on_text)
             ids = decode(
                 self.model, prep.cache, logits, max_new_tokens=prep.max_new_tokens, eos_ids=self._eos,
                 sampling=sampling, first_token=first, generator=gen, on_token=on_token,
+                logits_processor=logits_processor,
             ) if first is not None else []
             flush()
             t_end = time.perf_counter()

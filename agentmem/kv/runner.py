@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Sampling", "decode", "forward_prefix_layers", "next_token", "prefill", "stop_ids"]
+__all__ = [
+    "LogitsProcessor", "Sampling", "decode", "forward_prefix_layers", "next_token", "prefill", "processed", "stop_ids",
+]
 
 
 def _ids_tensor(token_ids: Sequence[int] | torch.Tensor, device) -> torch.Tensor:
@@ -170,6 +172,25 @@ def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Genera
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+# A logits processor in transformers' convention: ``(input_ids [1, T], scores [1, vocab]) -> scores``. Here
+# ``input_ids`` are the answer's ids so far (the mounted prompt is KV, not ids). Used to constrain decoding, e.g.
+# to a grammar for tool calls.
+LogitsProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def processed(logits: torch.Tensor, processor: LogitsProcessor | None, ids: Sequence[int]) -> torch.Tensor:
+    """``logits`` (a ``[vocab]``/``[1, vocab]`` row) after ``processor``; unchanged without one.
+
+    Example:
+        >>> row = processed(logits, lambda ids, scores: scores.clamp(max=0), [5, 7])
+    """
+    if processor is None:
+        return logits
+    row = logits.reshape(-1, logits.shape[-1])[-1:].float()
+    ids_t = torch.tensor([list(ids)], dtype=torch.long, device=row.device)
+    return processor(ids_t, row)
+
+
 def stop_ids(model, tokenizer) -> set[int]:
     """End-of-sequence ids from the tokenizer and the model's generation config."""
     ids: set[int] = set()
@@ -194,19 +215,24 @@ def decode(
     first_token: int | None = None,
     on_token: Callable[[int], None] | None = None,
     generator: torch.Generator | None = None,
+    logits_processor: LogitsProcessor | None = None,
 ) -> list[int]:
     """Generate up to ``max_new_tokens`` ids from ``first_logits`` (the prefill's last row), appending to ``cache``.
 
     Stops after an id in ``eos_ids`` (not included in the result). ``first_token`` lets a caller that already
     picked the first id (to time TTFT) pass it in, with the ``generator`` it drew from so sampling continues the
-    same random stream. The last id's KV is not appended (no forward is needed for it).
+    same random stream. The last id's KV is not appended (no forward is needed for it). ``logits_processor``
+    reshapes every step's logits before the choice (see :data:`LogitsProcessor`).
     """
     if max_new_tokens <= 0:
         return []
     device = _device(model)
     gen = generator if generator is not None else sampling.generator(device)
-    token = first_token if first_token is not None else next_token(first_logits, sampling, gen)
     out: list[int] = []
+    if first_token is not None:
+        token = first_token
+    else:
+        token = next_token(processed(first_logits, logits_processor, out), sampling, gen)
     while True:
         if token in eos_ids:
             break
@@ -218,5 +244,5 @@ def decode(
         logits = model(
             input_ids=torch.tensor([[token]], device=device), cache=cache, use_cache=True, logits_to_keep=1
         ).logits
-        token = next_token(logits, sampling, gen)
+        token = next_token(processed(logits, logits_processor, out), sampling, gen)
     return out

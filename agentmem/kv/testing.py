@@ -17,12 +17,27 @@ from __future__ import annotations
 import functools
 import torch
 
-__all__ = ["CHATML_TEMPLATE", "TINY_ARCHS", "tiny_causal_lm", "tiny_tokenizer"]
+__all__ = ["CHATML_TEMPLATE", "CHATML_TOOLS_TEMPLATE", "TINY_ARCHS", "tiny_causal_lm", "tiny_tokenizer"]
 
 # A ChatML template, like SmolLM2's and Qwen2's, so prompt-layout code sees a realistic template.
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# The same ChatML with tool definitions in the system turn, the way Qwen2.5's template renders them.
+CHATML_TOOLS_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
+    "{% if loop.first and message['role'] == 'system' and tools %}"
+    "{{ '\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n<tools>' }}"
+    "{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}"
+    "{{ '\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags.' }}"
+    "{% endif %}"
+    "{{ '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )

@@ -66,7 +66,10 @@ class Embedder:
             if model is None:
                 from sentence_transformers import SentenceTransformer
 
-                model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
+                from agentmem.kv.model import quiet_transformers
+
+                with quiet_transformers():  # no "Loading weights" bar in a user's first request
+                    model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
                 Embedder._shared[self.model_path] = model
         return model
 

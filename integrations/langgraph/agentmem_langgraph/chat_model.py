@@ -19,13 +19,17 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import inspect
+import json
 import logging
-import re
+import queue
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from agentmem import InvalidInputError
+from agentmem.kv.tools import format_tool_call, parse_tool_calls
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage
@@ -67,7 +71,14 @@ class ChatAgentMem(BaseChatModel):
             that changes nothing, and report it as ``baseline_ttft`` next to ``timings["ttft"]``. It costs one
             extra prefill per call: for demos and benchmarks.
 
-    Tool calling is not supported: the local model answers in text (``bind_tools`` raises).
+        logits_processor: constrain decoding (transformers' ``(ids, scores) -> scores`` convention), e.g. a grammar
+            that keeps a small model's tool calls well-formed.
+
+    Tools: ``bind_tools`` renders the tools through the local model's chat template (``mem.tool_prompt``) and
+    answers parse ``<tool_call>{...}</tool_call>`` into ``AIMessage.tool_calls``. A tool-using turn answers
+    through ``mem.generate`` with the conversation replayed as text (the tool instructions must not be stored as a
+    session turn). ``stream()`` yields text as it is decoded; with tools bound the answer comes as one chunk,
+    because a call can only be parsed once it is complete.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -82,6 +93,7 @@ class ChatAgentMem(BaseChatModel):
     use_session: bool = True
     history_messages: int = 6
     measure_baseline: bool = False
+    logits_processor: Any = Field(default=None, exclude=True)
 
     @property
     def _llm_type(self) -> str:
@@ -92,11 +104,18 @@ class ChatAgentMem(BaseChatModel):
         return {"k": self.k, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
                 "memory": str(getattr(self.memory, "path", ""))}
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            "ChatAgentMem answers in text and cannot call tools; use a tool-calling chat model for tool steps "
-            "(MemoryNode then injects memories as text) or ChatAgentMem for answering nodes"
-        )
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        """Bind tools (LangChain tools, functions, pydantic models or OpenAI tool dicts) to the model.
+
+        Example:
+            >>> agent = create_react_agent(ChatAgentMem(memory=mem), [get_weather])       # doctest: +SKIP
+        """
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        schemas = [convert_to_openai_tool(t) for t in tools]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=schemas, **kwargs)
 
     # --- LangChain entry points ------------------------------------------------------------------
     def _generate(
@@ -107,12 +126,17 @@ class ChatAgentMem(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         text, info, usage, mark = self._answer(messages, run_manager, kwargs)
-        text = _cut_at_stop(text, stop)
+        message = self._message(_cut_at_stop(text, stop), info, usage, mark, tools=bool(kwargs.get("tools")))
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _message(self, text: str, info: dict[str, Any], usage: Any, mark: Any, *, tools: bool) -> AIMessage:
         meta: dict[str, Any] = {META_KEY: info, "model_name": "agentmem"}
         if mark is not None:
             meta[MARK_KEY] = mark
-        message = AIMessage(content=text, response_metadata=meta, usage_metadata=usage)
-        return ChatResult(generations=[ChatGeneration(message=message)])
+        calls: list[dict[str, Any]] = []
+        if tools:
+            text, calls = parse_tool_calls(text)
+        return AIMessage(content=text, tool_calls=calls, response_metadata=meta, usage_metadata=usage)
 
     def _stream(
         self,
@@ -121,26 +145,57 @@ class ChatAgentMem(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        # The engine decodes the whole answer before returning it, so the "stream" replays the finished text
-        # in word-sized pieces: callers written for streaming work unchanged, but the first piece arrives only
-        # when the answer is complete.
-        text, info, usage, mark = self._answer(messages, run_manager, kwargs)
-        text = _cut_at_stop(text, stop)
-        pieces = re.findall(r"\S+\s*|\s+", text) or [""]
-        for n, piece in enumerate(pieces):
-            last = n == len(pieces) - 1
-            meta: dict[str, Any] = {}
-            if last:
-                meta = {META_KEY: info, "model_name": "agentmem"}
-                if mark is not None:
-                    meta[MARK_KEY] = mark
-            chunk = ChatGenerationChunk(message=AIMessageChunk(
-                content=piece, response_metadata=meta, usage_metadata=usage if last else None,
-                chunk_position="last" if last else None,
+        # The answer is decoded on a worker thread whose per-token text goes through a queue: each piece is
+        # yielded here as soon as the decoder produced it, not after the whole answer.
+        if kwargs.get("tools"):
+            text, info, usage, mark = self._answer(messages, run_manager, kwargs)
+            whole = self._message(_cut_at_stop(text, stop), info, usage, mark, tools=True)
+            yield ChatGenerationChunk(message=AIMessageChunk(
+                content=whole.content, response_metadata=whole.response_metadata, usage_metadata=usage,
+                tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
+                                   "type": "tool_call_chunk"} for i, c in enumerate(whole.tool_calls)],
+                chunk_position="last",
             ))
-            if run_manager is not None:
-                run_manager.on_llm_new_token(piece, chunk=chunk)
-            yield chunk
+            return
+        pieces: queue.Queue = queue.Queue()
+        done = object()
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                result["out"] = self._answer(messages, run_manager, {**kwargs, "on_text": pieces.put})
+            except BaseException as exc:  # handed to the consumer, raised there
+                result["error"] = exc
+            finally:
+                pieces.put(done)
+
+        context = contextvars.copy_context()  # the graph's config and callbacks live in context variables
+        worker = threading.Thread(target=context.run, args=(work,), name="agentmem-stream", daemon=True)
+        worker.start()
+        cut = _StopCut(stop)
+        while (piece := pieces.get()) is not done:
+            text = cut.feed(piece)
+            if text:
+                yield self._chunk(text, run_manager)
+        worker.join()
+        if "error" in result:
+            raise result["error"]
+        _, info, usage, mark = result["out"]
+        meta: dict[str, Any] = {META_KEY: info, "model_name": "agentmem"}
+        if mark is not None:
+            meta[MARK_KEY] = mark
+        last = ChatGenerationChunk(message=AIMessageChunk(
+            content=cut.rest(), response_metadata=meta, usage_metadata=usage, chunk_position="last"))
+        if run_manager is not None:
+            run_manager.on_llm_new_token(str(last.message.content), chunk=last)
+        yield last
+
+    @staticmethod
+    def _chunk(text: str, run_manager: Any) -> ChatGenerationChunk:
+        chunk = ChatGenerationChunk(message=AIMessageChunk(content=text))
+        if run_manager is not None:
+            run_manager.on_llm_new_token(text, chunk=chunk)
+        return chunk
 
     # _agenerate / _astream: BaseChatModel's defaults run the sync versions in an executor, which is what a
     # CPU-bound local model wants anyway.
@@ -165,11 +220,15 @@ class ChatAgentMem(BaseChatModel):
         # no ids given: recall with the node's scope, keeping messages already in the conversation out
         filters = {"message_id": {"$nin": present}} if present else None
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
+        tools = kwargs.get("tools") or None
+        extra = dict(on_text=kwargs.get("on_text"), logits_processor=self.logits_processor)
 
         if ids is not None and not ids:
             k = 0  # the node looked and found nothing relevant: mount nothing
         # kv+fix is a generate-only mode; sessions do kv and text
-        session = self._session(user, thread) if self.use_session and thread and self.mode != "kv+fix" else None
+        # tool turns replay the conversation as text: the tool instructions must not become a stored session turn
+        session = (self._session(user, thread) if self.use_session and thread and self.mode != "kv+fix" and not tools
+                   else None)
         baseline = None
         if session is not None:
             # The session keeps this conversation's KV (only the new message is prefilled), recalls memories
@@ -182,16 +241,17 @@ class ChatAgentMem(BaseChatModel):
             send = dict(ids=ids, filters=None, k=k, zero_k=True)
             if self.measure_baseline:  # before the real turn, so both see the same session state
                 baseline = self._call(session.send, question, max_new_tokens=0, mode="text", commit=False, **send)
-            out = self._call(session.send, question, max_new_tokens=max_new, mode=self.mode, **send)
+            out = self._call(session.send, question, max_new_tokens=max_new, mode=self.mode, **send, **extra)
             records = list(getattr(out, "records", []) or [])
             mark = {"entry_id": records[-1] if records else None, "by": "session"}
         else:
-            question = self._question(convo, with_history=True)
+            question = self._question(convo, with_history=True,
+                                      tools_prompt=self.memory.tool_prompt(tools) if tools else None)
             common = dict(user_id=user, session_id=thread, k=k, kinds=self.kinds, tags=self.tags, ids=ids,
                           filters=filters)
             if self.measure_baseline:
                 baseline = self._call(self.memory.generate, question, mode="text", max_new_tokens=0, **common)
-            out = self._call(self.memory.generate, question, mode=self.mode, max_new_tokens=max_new, **common)
+            out = self._call(self.memory.generate, question, mode=self.mode, max_new_tokens=max_new, **common, **extra)
             mark = None
         info = {
             "mounted": list(getattr(out, "mounted", []) or []),
@@ -267,10 +327,11 @@ class ChatAgentMem(BaseChatModel):
             log.info("agentmem sessions unavailable; answering without session KV reuse")
             return None
 
-    def _question(self, convo: Sequence[BaseMessage], *, with_history: bool) -> str:
-        """The prompt text: the latest message, plus earlier turns when no session keeps them."""
-        instructions = [message_text(m).strip() for m in convo if isinstance(m, SystemMessage)]
-        turns = [m for m in convo if not isinstance(m, SystemMessage) and message_text(m).strip()]
+    def _question(self, convo: Sequence[BaseMessage], *, with_history: bool, tools_prompt: str | None = None) -> str:
+        """The prompt text: the latest message, plus earlier turns when no session keeps them (and tool
+        instructions first when tools are bound)."""
+        instructions = [tools_prompt or ""] + [message_text(m).strip() for m in convo if isinstance(m, SystemMessage)]
+        turns = [m for m in convo if not isinstance(m, SystemMessage) and _line_text(m).strip()]
         if not turns:
             raise InvalidInputError("ChatAgentMem got no message with text to answer")
         last = turns[-1]
@@ -292,9 +353,44 @@ def _baseline_ttft(timings: Mapping[str, float]) -> float:
     return float(timings.get("ttft", 0.0)) - float(timings.get("restore", 0.0))
 
 
+def _line_text(m: BaseMessage) -> str:
+    """A message's text; an assistant's tool calls are written back the way the model was asked to write them."""
+    text = message_text(m).strip()
+    calls = getattr(m, "tool_calls", None) or []
+    return " ".join([text, *(format_tool_call(c["name"], c.get("args") or {}) for c in calls)]).strip()
+
+
 def _line(m: BaseMessage) -> str:
     who = {"human": "User", "ai": "Assistant", "tool": f"Tool {getattr(m, 'name', '') or ''}".strip()}
-    return f"{who.get(m.type, m.type.capitalize())}: {message_text(m).strip()}"
+    return f"{who.get(m.type, m.type.capitalize())}: {_line_text(m)}"
+
+
+class _StopCut:
+    """Streams text up to the first stop string; holds back a tail that could still become one."""
+
+    def __init__(self, stop: Sequence[str] | None) -> None:
+        self.stops = [s for s in (stop or []) if s]
+        self.hold = max((len(s) for s in self.stops), default=1) - 1
+        self.buffer = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        if self.stopped:
+            return ""
+        self.buffer += piece
+        cut = min((i for i in (self.buffer.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped, out, self.buffer = True, self.buffer[:cut], ""
+            return out
+        if self.hold <= 0:
+            out, self.buffer = self.buffer, ""
+            return out
+        out, self.buffer = self.buffer[: -self.hold], self.buffer[-self.hold:]
+        return out
+
+    def rest(self) -> str:
+        out, self.buffer = ("" if self.stopped else self.buffer), ""
+        return out
 
 
 def _cut_at_stop(text: str, stop: Sequence[str] | None) -> str:

@@ -66,9 +66,10 @@ def test_user_comes_from_config_and_users_stay_isolated(kvmem):
     assert not set(out.response_metadata["agentmem"]["mounted"]) & alice_ids
 
 
-def test_tools_are_refused_with_a_clear_message(kvmem):
-    with pytest.raises(NotImplementedError, match="cannot call tools"):
-        ChatAgentMem(memory=kvmem).bind_tools([])
+def test_bind_tools_binds_openai_schemas(kvmem):
+    # tool calling itself: tests/test_lg_tools.py
+    bound = ChatAgentMem(memory=kvmem).bind_tools([{"type": "function", "function": {"name": "f"}}])
+    assert bound.kwargs["tools"][0]["function"]["name"] == "f"
 
 
 def test_graph_with_node_sessions_and_sqlite_checkpoints(kvmem, tmp_path):

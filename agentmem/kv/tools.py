@@ -1,0 +1,126 @@
+"""Tool calling for the local LLM: tool schemas rendered through the model's chat template, calls parsed back.
+
+Rendering. Templates that take ``tools`` (Qwen2/2.5/3, Llama 3.1+, Hermes, Mistral ...) decide themselves how a
+model was trained to see tool definitions. The engine's prompt layout is fixed (shared preamble, mounted memories,
+then the question), so the template's tool section is cut out of a rendering of a marker system message with and
+without ``tools`` (the text the template adds) and put in front of the question. Templates without tool support
+(SmolLM2's) get the same Hermes-style instructions as text.
+
+Parsing. Calls are read in the Hermes / Qwen format the instructions ask for,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, or a bare JSON object with ``name`` (small models
+often drop the tags). Unparseable JSON is left in the text (nothing is invented).
+
+Example:
+    >>> schema = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    >>> text, calls = parse_tool_calls('<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>')
+    >>> text, calls[0]["name"], calls[0]["args"]
+    ('', 'get_weather', {'city': 'Oslo'})
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["format_tool_call", "parse_tool_calls", "render_tools"]
+
+_MARK = "\x00agentmem-system\x00"
+_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+
+
+def _fallback(schemas: Sequence[Mapping[str, Any]]) -> str:
+    lines = "\n".join(json.dumps(s, ensure_ascii=False, sort_keys=True) for s in schemas)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{lines}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within <tool_call></tool_call> "
+        'XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+
+
+def render_tools(tokenizer: Any, schemas: Sequence[Mapping[str, Any]]) -> str:
+    """The tool instructions for ``schemas`` (OpenAI function-tool dicts) as the model's chat template renders them.
+
+    Example:
+        >>> "get_weather" in render_tools(tokenizer, [schema])
+        True
+    """
+    if not schemas:
+        return ""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and "tools" in template:
+        msgs = [{"role": "system", "content": _MARK}, {"role": "user", "content": _MARK}]
+        try:
+            with_tools = tokenizer.apply_chat_template(msgs, tools=list(schemas), tokenize=False)
+            without = tokenizer.apply_chat_template(msgs, tokenize=False)
+        except Exception:  # a template that mentions tools but fails on them: plain instructions instead
+            with_tools = without = ""
+        added = _inserted(str(with_tools), str(without))
+        if added and all(s["function"]["name"] in added for s in schemas if "function" in s):
+            return added.replace(_MARK, "").strip()
+    return _fallback(schemas)
+
+
+def _inserted(longer: str, shorter: str) -> str:
+    """The text ``longer`` has between its common prefix and common suffix with ``shorter``."""
+    start = 0
+    while start < min(len(longer), len(shorter)) and longer[start] == shorter[start]:
+        start += 1
+    end = 0
+    while end < min(len(longer), len(shorter)) - start and longer[-1 - end] == shorter[-1 - end]:
+        end += 1
+    return longer[start : len(longer) - end]
+
+
+def _call(obj: Any) -> dict[str, Any] | None:
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # some models emit the arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, Mapping):
+        return None
+    return {"name": obj["name"], "args": dict(args), "id": f"call_{uuid.uuid4().hex[:24]}", "type": "tool_call"}
+
+
+def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """Split a model answer into its remaining text and LangChain-style tool calls (``name``/``args``/``id``).
+
+    Example:
+        >>> parse_tool_calls('Let me check. <tool_call>{"name": "f", "arguments": {}}</tool_call>')[1][0]["name"]
+        'f'
+    """
+    calls: list[dict[str, Any]] = []
+    kept: list[str] = []
+    pos = 0
+    for match in _CALL.finditer(text):
+        try:
+            call = _call(json.loads(match.group(1)))
+        except ValueError:
+            call = None
+        if call is None:
+            continue  # not a call we can run: leave its text where it is
+        kept.append(text[pos : match.start()])
+        pos = match.end()
+        calls.append(call)
+    kept.append(text[pos:])
+    rest = "".join(kept).strip()
+    if not calls and rest.startswith("{") and rest.endswith("}"):
+        try:
+            call = _call(json.loads(rest))
+        except ValueError:
+            call = None
+        if call is not None:
+            return "", [call]
+    return rest, calls
+
+
+def format_tool_call(name: str, args: Mapping[str, Any]) -> str:
+    """A call as the model is asked to write it (used to replay earlier calls in the prompt)."""
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': dict(args)}, ensure_ascii=False)}</tool_call>"
