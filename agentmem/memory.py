@@ -606,8 +606,8 @@ class AgentMemory:
             owned = [r.id for r in self._store.catalog.get([entry_id]) if user_id is None or r.user_id == user_id]
             rows = self._store.delete(owned)
             # a forgotten turn may sit in its conversation's working KV: drop that cache too
-            for session in {r.session_id for r in rows if r.session_id}:
-                self._end_session_kv(session)
+            for uid, session in {(r.user_id, r.session_id) for r in rows if r.session_id}:
+                self._end_session_kv(session, user_id=uid)
             self._audit.record("forget", user_id=user_id, count=len(rows))
             return len(rows)
         if user_id is None and session_id is None and not tag_list:
@@ -618,8 +618,12 @@ class AgentMemory:
         n = len(rows)
         if user_id is not None and self._has_sessions():
             self.sessions.end_user(user_id)
-        for session in {r.session_id for r in rows if r.session_id} | ({session_id} if session_id else set()):
-            self._end_session_kv(session)
+        # Sessions are keyed by (user, session): only the owners of the erased turns lose their working KV, never
+        # another user whose session happens to carry the same id.
+        for uid, session in {(r.user_id, r.session_id) for r in rows if r.session_id}:
+            self._end_session_kv(session, user_id=uid)
+        if session_id is not None:
+            self._end_session_kv(session_id, user_id=user_id)
         action = "forget_user" if user_id is not None else "forget_session" if session_id is not None else "forget_tags"
         self._audit.record(action, user_id=user_id, session_id=session_id, count=n)
         return n
@@ -654,9 +658,9 @@ class AgentMemory:
     def _has_sessions(self) -> bool:
         return self._sessions is not None or (self.path / "sessions").exists()
 
-    def _end_session_kv(self, session_id: str) -> None:
+    def _end_session_kv(self, session_id: str, *, user_id: str | None) -> None:
         if self._has_sessions():
-            self.sessions.end(session_id)
+            self.sessions.end(session_id, user_id=user_id)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -158,8 +158,8 @@ def list_sessions(request: Request, user_id: str = Query(...), who: Principal = 
     """A user's open sessions and the tier their KV is in."""
     check_user(who, user_id)
     mgr = get_state(request).mem.sessions
-    return {"sessions": [{"session_id": sid, "tier": mgr.get(sid).tier, "tokens": mgr.get(sid).tokens}
-                         for sid in mgr.list(user_id=user_id)]}
+    found = [mgr.get(sid, user_id=user_id) for sid in mgr.list(user_id=user_id)]
+    return {"sessions": [{"session_id": s.session_id, "tier": s.tier, "tokens": s.tokens} for s in found]}
 
 
 @rest.post("/sessions/{session_id}/messages", tags=["sessions"])
@@ -178,8 +178,8 @@ def offload(session_id: str, body: OffloadBody, request: Request, who: Principal
     """Move a session's KV down to ``warm`` (CPU) or ``disk`` now."""
     check_user(who, body.user_id)
     mem = get_state(request).mem
-    mem.session(session_id, user_id=body.user_id)  # checks the session is this user's
-    return {"session_id": session_id, "tier": mem.sessions.offload(session_id, to=body.to)}
+    mem.session(session_id, user_id=body.user_id)  # opens it if only its file exists
+    return {"session_id": session_id, "tier": mem.sessions.offload(session_id, to=body.to, user_id=body.user_id)}
 
 
 @rest.delete("/sessions/{session_id}", tags=["sessions"])
@@ -188,8 +188,8 @@ def end_session(session_id: str, request: Request, user_id: str = Query(...),
     """Erase a session's working KV from every tier (its long-term memories stay)."""
     check_user(who, user_id)
     mem = get_state(request).mem
-    mem.session(session_id, user_id=user_id)
-    return {"session_id": session_id, "ended": mem.sessions.end(session_id)}
+    # session ids are per user: only this user's session of that id is erased
+    return {"session_id": session_id, "ended": mem.sessions.end(session_id, user_id=user_id)}
 
 
 # --- the app -----------------------------------------------------------------------------------------------

@@ -12,15 +12,18 @@ See ``docs/sessions.md`` for the turn layout, the tiers and measured numbers.
 from agentmem.sessions.layout import ChatLayout
 from agentmem.sessions.manager import SessionManager
 from agentmem.sessions.session import Session, TurnResult
-from agentmem.sessions.tiers import DiskBackend, LRUPolicy, MemoryBackend, Tier, TierBackend
+from agentmem.backends.file_sessions import FileSessionStore
+from agentmem.ports.sessions import SessionTierStore
+from agentmem.sessions.tiers import LRUPolicy, MemoryBackend, Tier, TierBackend
 
 __all__ = [
     "ChatLayout",
-    "DiskBackend",
+    "FileSessionStore",
     "LRUPolicy",
     "MemoryBackend",
     "Session",
     "SessionManager",
+    "SessionTierStore",
     "Tier",
     "TierBackend",
     "TurnResult",

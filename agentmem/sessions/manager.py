@@ -32,7 +32,9 @@ from agentmem.kv.mount import Workspace
 from agentmem.security import is_encrypted
 from agentmem.sessions.session import Session
 from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session, session_aad
-from agentmem.sessions.tiers import DiskBackend, MemoryBackend, Tier
+from agentmem.backends.file_sessions import FileSessionStore
+from agentmem.ports.sessions import SessionTierStore, put
+from agentmem.sessions.tiers import MemoryBackend, Tier
 from agentmem.sessions.turn import EngineContext
 
 __all__ = ["SessionManager"]
@@ -51,7 +53,10 @@ class SessionManager:
         remember_turn: ``(user_id, session_id, role, text) -> MemoryRecord``: stores a turn long-term.
         scan: secret redaction applied to user text before it is encoded.
         kb_version: returns the current knowledge-base version.
-        root: cold-tier directory. config: a :class:`~agentmem.config.MemoryConfig`. cipher: encrypts cold files.
+        root: the epoch file's directory, and the cold tier's when ``cold_store`` is None.
+        config: a :class:`~agentmem.config.MemoryConfig`. cipher: encrypts what goes to the cold tier.
+        cold_store: the cold tier (a :class:`~agentmem.ports.SessionTierStore`; default: files under ``root``).
+            The manager calls only the protocol's methods on it, so a shared one (Redis) serves several workers.
         history_kv: ``"clean"`` (default) keeps the history's KV exactly as if encoded right after the preamble:
             a turn that mounted memories is re-encoded once without them after its reply. ``"as_generated"``
             keeps the KV the turn was generated with (it attended to that turn's memories), shifted back.
@@ -72,6 +77,7 @@ class SessionManager:
         history_kv: str = "clean",
         start_worker: bool = True,
         sweep_interval: float | None = None,
+        cold_store: SessionTierStore | None = None,
     ) -> None:
         if history_kv not in ("clean", "as_generated"):
             raise InvalidInputError("history_kv must be 'clean' or 'as_generated'")
@@ -87,11 +93,12 @@ class SessionManager:
         self._lock = threading.RLock()
         self._ctx_lock = threading.Lock()
         self._ctx: EngineContext | None = None
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[tuple[str, str], Session] = {}  # (user_id, session_id): ids are per user
         self._by_key: dict[str, Session] = {}
         self.hot = Tier(MemoryBackend("hot", device=None), config.session_hot_bytes)
         self.warm = Tier(MemoryBackend("warm", device="cpu"), config.session_warm_bytes)
-        self.cold = Tier(DiskBackend(self.root), None)
+        self.store: SessionTierStore = cold_store if cold_store is not None else FileSessionStore(self.root)
+        self.cold = Tier(self.store, None)
         self._workspace = Workspace()
         self._workspace_peak = 0
         self.counts: Counter[str] = Counter()
@@ -115,35 +122,43 @@ class SessionManager:
         if not session_id or not user_id:
             raise InvalidInputError("open needs a session_id and a user_id")
         with self._lock:
-            s = self._sessions.get(session_id)
+            s = self._sessions.get((user_id, session_id))
             if s is not None:
-                if s.user_id != user_id:
-                    raise InvalidInputError(f"session {session_id!r} belongs to another user")
                 return s
             key = self._key_for(user_id, session_id)
-            if any(k != key for k in self.cold.backend.find(key.split("/")[1])):
-                raise InvalidInputError(f"session {session_id!r} belongs to another user")
             s = Session(self, session_id, user_id, key)
-            if self.cold.backend.contains(key):
+            stamp = self.store.last_used(key)
+            if stamp is not None:
                 s._tier = "cold"
-                s._last_used = self.cold.backend.mtime(key) or time.time()
+                s._last_used = stamp
             self._register(s)
             return s
 
-    def get(self, session_id: str) -> Session:
-        """An open session; raises :class:`NotFoundError` if none is registered under that id."""
+    def get(self, session_id: str, *, user_id: str | None = None) -> Session:
+        """An open session; raises :class:`NotFoundError` if none is registered under that id.
+
+        Session ids are per user: without ``user_id`` the id must name one user's session only.
+
+        Example:
+            >>> mgr.get("s1", user_id="u1")                                            # doctest: +SKIP
+        """
         with self._lock:
-            s = self._sessions.get(session_id)
-        if s is None:
+            if user_id is not None:
+                found = [s] if (s := self._sessions.get((user_id, session_id))) is not None else []
+            else:
+                found = [s for (_, sid), s in self._sessions.items() if sid == session_id]
+        if not found:
             raise NotFoundError(f"no open session {session_id!r}")
-        return s
+        if len(found) > 1:
+            raise InvalidInputError(f"several users have a session {session_id!r}: pass user_id")
+        return found[0]
 
     def list(self, *, user_id: str | None = None) -> list[str]:
         """Ids of registered sessions (optionally of one user)."""
         with self._lock:
-            return [sid for sid, s in self._sessions.items() if user_id is None or s.user_id == user_id]
+            return [sid for (uid, sid) in self._sessions if user_id is None or uid == user_id]
 
-    def offload(self, session_id: str, to: str = "disk") -> str | None:
+    def offload(self, session_id: str, to: str = "disk", *, user_id: str | None = None) -> str | None:
         """Move a session's KV down to ``"warm"`` or ``"disk"``/``"cold"`` now (waits for an in-flight send).
 
         Returns the tier it is in afterwards. Moving up is :meth:`restore`.
@@ -151,7 +166,7 @@ class SessionManager:
         target = {"warm": "warm", "cpu": "warm", "disk": "cold", "cold": "cold"}.get(to)
         if target is None:
             raise InvalidInputError("offload to 'warm' or 'disk'")
-        s = self.get(session_id)
+        s = self.get(session_id, user_id=user_id)
         with s._lock:
             if s._tier == "hot":
                 self._move_down(s, self.hot, to_cold=target == "cold")
@@ -159,13 +174,13 @@ class SessionManager:
                 self._move_down(s, self.warm, to_cold=True)
             return s._tier
 
-    def restore(self, session_id: str) -> dict[str, Any]:
+    def restore(self, session_id: str, *, user_id: str | None = None) -> dict[str, Any]:
         """Bring a session's KV back to the hot tier now.
 
         Returns ``{"from": tier, "seconds": s, "make_room_seconds": s}``: the restore itself, and the time spent first
         moving other sessions down to make room for it.
         """
-        s = self.get(session_id)
+        s = self.get(session_id, user_id=user_id)
         ctx = self.context()
         with s._lock:
             source, seconds, evict = self._bring_hot(s, ctx)
@@ -177,21 +192,31 @@ class SessionManager:
         self._fit(self.hot)
         return {"from": source, "seconds": seconds, "make_room_seconds": evict}
 
-    def end(self, session_id: str) -> bool:
-        """Erase a session's working KV and stored turns from every tier now (its long-term memories stay)."""
-        found = False
+    def end(self, session_id: str, *, user_id: str | None = None) -> bool:
+        """Erase a session's working KV and stored turns from every tier now (its long-term memories stay).
+
+        With ``user_id``, only that user's session of this id; without, every user's session of this id.
+
+        Example:
+            >>> mgr.end("s1", user_id="u1")                                            # doctest: +SKIP
+            True
+        """
         with self._lock:
-            s = self._sessions.get(session_id)
-        if s is not None:
+            mine = [s for (uid, sid), s in self._sessions.items()
+                    if sid == session_id and (user_id is None or uid == user_id)]
+        n = 0
+        for s in mine:
             with s._lock:
-                found = self._erase(s)
-        key_hash = self._hash("s", session_id)
-        for key in self.cold.backend.find(key_hash):  # files no process has opened since a restart
-            found = self.cold.backend.erase(key) or found
-        self.cold.backend.drain_trash()
-        if found:
+                n += self._erase(s)
+        if user_id is not None:  # sessions no process has opened since a restart
+            n += self.store.delete(self._key_for(user_id, session_id))
+        else:
+            name = self._hash("s", session_id)
+            n += sum(self.store.delete(k) for k in self.store.keys() if k.split("/", 1)[1] == name)
+        self.store.purge()
+        if n:
             self._count("ended", 1)
-        return found
+        return n > 0
 
     def end_user(self, user_id: str) -> int:
         """Erase every session of ``user_id`` from every tier; returns how many were erased."""
@@ -201,8 +226,8 @@ class SessionManager:
         for s in mine:
             with s._lock:
                 n += self._erase(s)
-        n += self.cold.backend.erase_folder(self._hash("u", user_id))
-        self.cold.backend.drain_trash()
+        n += sum(self.store.delete(k) for k in self.store.keys(self._hash("u", user_id)))
+        self.store.purge()
         self._count("ended", n)
         return n
 
@@ -260,12 +285,11 @@ class SessionManager:
         if ttl is not None:  # files of sessions no process has opened since a restart
             with self._lock:
                 known = set(self._by_key)
-            for key in self.cold.backend.keys():
-                mtime = self.cold.backend.mtime(key)
-                if key not in known and mtime is not None and now - mtime > ttl:
-                    self.cold.backend.erase(key)
+            for key in self.store.keys():
+                stamp = self.store.last_used(key)
+                if key not in known and stamp is not None and now - stamp > ttl and self.store.delete(key):
                     done["expired"] += 1
-        self.cold.backend.drain_trash()
+        self.store.purge()
         with self._lock:
             self.counts.update(done)
         return dict(done)
@@ -306,7 +330,7 @@ class SessionManager:
                         self._move_down(s, self.warm, to_cold=True)
                 except Exception:
                     log.exception("could not write a session to disk at close")
-        self.cold.backend.drain_trash()
+        self.store.purge()
         self._workspace.release()
         self._closed = True
 
@@ -339,12 +363,12 @@ class SessionManager:
 
     def _register(self, s: Session) -> None:
         with self._lock:
-            current = self._sessions.get(s.session_id)
+            current = self._sessions.get((s.user_id, s.session_id))
             if current is not None and current is not s:
                 raise InvalidInputError(
                     f"session {s.session_id!r} was ended and reopened through another handle; use that one"
                 )
-            self._sessions[s.session_id] = s
+            self._sessions[(s.user_id, s.session_id)] = s
             self._by_key[s._key] = s
 
     def _count(self, name: str, n: int = 1) -> None:
@@ -373,7 +397,7 @@ class SessionManager:
     def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
         assert s._state is not None
         blob = self._seal(s._key, dump_session(s._state, kv))
-        self.cold.backend.put(s._key, blob, mtime=s._last_used)
+        put(self.store, s._key, blob, last_used=s._last_used)
         s._disk_version = s._version
         s._state = None  # the transcript now lives in the file
         s._tier = "cold"
@@ -402,7 +426,7 @@ class SessionManager:
         if not s._state.turns:  # an empty conversation: nothing worth a file
             s._state, s._tier = None, None
             return
-        if s._disk_version == s._version and self.cold.backend.contains(s._key):
+        if s._disk_version == s._version and self.store.last_used(s._key) is not None:
             s._state, s._tier = None, "cold"  # its clean copy is already on disk: nothing to write
             with self._lock:
                 self.counts["clean_demotions"] += 1
@@ -429,19 +453,19 @@ class SessionManager:
                 self._drop_kv(s)
                 s._state = None
                 return True
-            if s._disk_version == s._version and self.cold.backend.contains(s._key):
+            if s._disk_version == s._version and self.store.last_used(s._key) is not None:
                 self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
                 return True
             version, tier_name, last_used = s._version, s._tier, s._last_used
             state = copy.deepcopy(s._state)
         finally:
             s._lock.release()
-        staged = self.cold.backend.stage(s._key, self._seal(s._key, dump_session(state, kv)), mtime=last_used)
+        staged = self.store.stage(s._key, self._seal(s._key, dump_session(state, kv)), last_used=last_used)
         published = False
         if s._lock.acquire(blocking=False):
             try:
                 if not s._busy and s._version == version and s._tier == tier_name:
-                    self.cold.backend.commit(s._key, staged)
+                    self.store.publish(staged)
                     published = True
                     s._disk_version = version
                     tier.backend.pop(s._key)
@@ -453,7 +477,7 @@ class SessionManager:
             finally:
                 s._lock.release()
         if not published:
-            self.cold.backend.discard(staged)
+            self.store.discard(staged)
         return published
 
     def _queue_likely_victims(self) -> None:
@@ -500,17 +524,17 @@ class SessionManager:
             state = copy.deepcopy(s._state)
         finally:
             s._lock.release()
-        staged = self.cold.backend.stage(s._key, self._seal(s._key, dump_session(state, kv)), mtime=last_used)
+        staged = self.store.stage(s._key, self._seal(s._key, dump_session(state, kv)), last_used=last_used)
         if s._lock.acquire(blocking=False):
             try:
                 if not s._busy and s._version == version and s._tier in ("hot", "warm"):
-                    self.cold.backend.commit(s._key, staged)
+                    self.store.publish(staged)
                     s._disk_version = version
                     self.cold.note_bytes()
                     return True
             finally:
                 s._lock.release()
-        self.cold.backend.discard(staged)
+        self.store.discard(staged)
         return False
 
     def _drain_write_behind(self) -> int:
@@ -548,7 +572,7 @@ class SessionManager:
         if s._tier == "hot" and self.hot.backend.contains(s._key):
             self._bump(self.hot, "hits")
             if s._disk_version is not None:  # its write-behind copy is about to go stale
-                self.cold.backend.retire(s._key)
+                self.store.delete(s._key)
                 s._disk_version = None
             return None, 0.0, 0.0
         t0 = time.perf_counter()
@@ -562,7 +586,7 @@ class SessionManager:
                 self.warm.policy.remove(s._key)
                 self._write_behind.discard(s._key)
             if s._disk_version is not None:
-                self.cold.backend.retire(s._key)  # a file exists only while it is current
+                self.store.delete(s._key)  # a file exists only while it is current
             source = self.warm
         else:
             self._bump(self.warm, "misses")
@@ -596,9 +620,10 @@ class SessionManager:
         return source.name, seconds, evict
 
     def _read_cold(self, s: Session, ctx: EngineContext) -> SessionKV | None:
-        blob = self.cold.backend.pop(s._key)
+        blob = self.store.get(s._key)
         if blob is None:
             return None
+        self.store.delete(s._key)  # a file exists only while it is current (purged later, off this path)
         try:
             transcript, kv = load_session(self._unseal(s._key, blob))
             if transcript.session_id != s.session_id or transcript.user_id != s.user_id:
@@ -659,7 +684,7 @@ class SessionManager:
         if s._tier in ("hot", "warm"):
             s._tier = None
             if s._disk_version is not None:
-                self.cold.backend.retire(s._key)
+                self.store.delete(s._key)
         s._version += 1
         s._disk_version = None
         return had
@@ -667,13 +692,13 @@ class SessionManager:
     def _erase(self, s: Session) -> bool:
         """Erase ``s`` from every tier and the registry; True if it held anything."""
         had = s._state is not None or s._tier is not None
-        had = self.cold.backend.erase(s._key) or had  # overwritten now (before _drop_kv could retire it)
+        had = self.store.delete(s._key) or had  # the caller purges (overwrites) it
         s._disk_version = None
         self._drop_kv(s)
         s._state, s._tier = None, None
         with self._lock:
-            if self._sessions.get(s.session_id) is s:
-                del self._sessions[s.session_id]
+            if self._sessions.get((s.user_id, s.session_id)) is s:
+                del self._sessions[(s.user_id, s.session_id)]
             self._by_key.pop(s._key, None)
         return had
 

@@ -104,7 +104,7 @@ class Session:
         with self._lock:
             st = self._state
             if st is None and self._tier == "cold":
-                blob = self._mgr.cold.backend.get(self._key)
+                blob = self._mgr.store.get(self._key)
                 st = load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0] if blob else None
             out: list[dict[str, str]] = []
             for t in st.turns if st else []:
@@ -122,7 +122,8 @@ class Session:
         """Start a new topic: drop the working KV and turns from every tier (long-term memories stay)."""
         mgr = self._mgr
         with self._lock:
-            mgr.cold.backend.erase(self._key)
+            mgr.store.delete(self._key)
+            mgr.store.purge()
             self._disk_version = None
             mgr._drop_kv(self)
             self._state = Transcript(self.session_id, self.user_id)
@@ -130,8 +131,8 @@ class Session:
             mgr._count("resets", 1)
 
     def end(self) -> bool:
-        """Erase this session now (same as ``mem.sessions.end(session_id)``)."""
-        return self._mgr.end(self.session_id)
+        """Erase this session now (same as ``mem.sessions.end(session_id, user_id=...)``)."""
+        return self._mgr.end(self.session_id, user_id=self.user_id)
 
     # -- a turn -----------------------------------------------------------------------------------------
     def send(
@@ -409,7 +410,7 @@ class Session:
         if self._state is not None:
             return self._state
         if self._tier == "cold":
-            blob = self._mgr.cold.backend.get(self._key)
+            blob = self._mgr.store.get(self._key)
             if blob is not None:
                 return load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0]
         return Transcript(self.session_id, self.user_id)

@@ -82,9 +82,14 @@ def test_sessions_open_send_offload_end(server):
         assert t3["reused_tokens"] > 0
     with server.client(server.key_u2) as c:
         assert c.post("/v1/sessions/rest-s1/messages", json={"user_id": "u1", "text": "hi"}).status_code == 403
-        assert c.post("/v1/sessions/rest-s1/messages", json={"user_id": "u2", "text": "hi"}).status_code == 400
+        # session ids are per user (#13 item 8): u2's "rest-s1" is a conversation of its own, sharing nothing
+        own = c.post("/v1/sessions/rest-s1/messages", json={"user_id": "u2", "text": "hi", "max_new_tokens": 2})
+        assert own.status_code == 200 and own.json()["reused_tokens"] == 0, own.text
     with server.client(server.key_u1) as c:
         assert c.delete("/v1/sessions/rest-s1", params={"user_id": "u1"}).json()["ended"] is True
+    with server.client(server.key_u2) as c:  # u1 ending its "rest-s1" left u2's alone
+        sessions = c.get("/v1/sessions", params={"user_id": "u2"}).json()["sessions"]
+        assert any(s["session_id"] == "rest-s1" and s["tokens"] > 0 for s in sessions)
 
 
 def test_stats_and_openapi(server):

@@ -184,8 +184,8 @@ def test_restart_restores_from_disk(engine, tmp_path):
     with pytest.raises(InvalidInputError):
         chat.send("after close", k=0)
     again, _ = make(engine, tmp_path)
-    with pytest.raises(InvalidInputError, match="another user"):
-        again.open("s1", user_id="someone-else")
+    other = again.open("s1", user_id="someone-else")  # session ids are per user: a separate, empty session
+    assert other is not again.open("s1", user_id="u1") and other.tier is None and other.history() == []
     chat = again.open("s1", user_id="u1")
     assert chat.tier == "cold" and chat.history()[2]["content"] == MESSAGES[1]
     r = chat.send(MESSAGES[2], k=0, max_new_tokens=NEW)

@@ -67,3 +67,25 @@ def test_kb_version_change_rebuilds_and_secrets_never_reach_the_session(mem):
     assert r.rebuilt == "knowledge-base version changed" and r.reused_tokens == 0
     assert chat.send("Still there?", k=0, max_new_tokens=4).rebuilt is None
     assert mem.sessions.end("s3") and "s3" not in mem.sessions.list()
+
+
+def test_a_session_id_shared_by_two_users_never_couples_their_data(tmp_path):
+    # #13 item 8: B has session "s2"; A stores a memory under session_id="s2", then A is forgotten.
+    with AgentMemory(tmp_path / "store", model=tiny_causal_lm("llama", seed=0), session_idle_seconds=3600) as m:
+        b_chat = m.session("s2", user_id="B")
+        b_chat.send("My name is Bea.", k=0, max_new_tokens=2)
+        m.remember("A's note in s2", user_id="A", session_id="s2")
+        assert m.forget(user_id="A") == 1
+        assert [h["content"] for h in b_chat.history()][:1] == ["My name is Bea."]  # B's turns are kept
+        assert b_chat.send("What is my name?", k=0, max_new_tokens=2).reused_tokens > 0  # and so is B's KV
+        a_chat = m.session("s2", user_id="A")  # the same id, another user: a separate conversation
+        assert a_chat is not b_chat and a_chat.history() == []
+        a_chat.send("I am Al.", k=0, max_new_tokens=2)
+        m.forget(user_id="A")
+        assert m.sessions.list(user_id="A") == [] and m.sessions.list(user_id="B") == ["s2"]
+        m.sessions.offload("s2", to="disk", user_id="B")
+        m.forget(session_id="s2", user_id="A")  # scoped to A: B's file stays
+        assert m.sessions.restore("s2", user_id="B")["from"] == "cold"
+        m.forget(m.list(user_id="B", session_id="s2")[0].id)  # B's own turn: B's session KV goes
+        assert m.sessions.list(user_id="B") == []
+        m.sessions.close()
