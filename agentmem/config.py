@@ -111,5 +111,19 @@ class MemoryConfig(BaseModel):
     )
     busy_timeout_ms: int = Field(default=30_000, gt=0)
 
+    # --- backends (see agentmem.factory; None = the embedded default under the store path) ------------
+    catalog_url: str | None = Field(
+        default=None, description="Catalog: None = SQLite under the path; 'postgresql+psycopg://user@host/db'.")
+    vector_url: str | None = Field(
+        default=None, description="Vectors: None = embedded Chroma under the path; 'pgvector' (the catalog's "
+        "PostgreSQL database); 'chroma+http://host:port'.")
+    blob_url: str | None = Field(default=None, description="KV blobs: None = files under the path; 'redis://...'.")
+    session_store_url: str | None = Field(
+        default=None, description="Cold tier of session KV: None = files under the path; 'redis://...'.")
+    pending_grace_s: float = Field(
+        default=60.0, ge=0, description="A write or deletion recorded as in flight for longer than this is taken to "
+        "be a crashed writer's and is rolled back / finished on open (clocks of hosts sharing a store must agree "
+        "to well within it).")
+
 
 __all__ = ["DEVICE_PATTERN", "KvDtype", "MemoryConfig", "TorchDtype"]

@@ -53,10 +53,13 @@ class AgentMemory:
             model directory, or a loaded ``(model, tokenizer)`` pair. Loaded only when KV is encoded or mounted.
         encryption_key: encrypt texts and KV blobs at rest (or set ``$AGENTMEM_ENCRYPTION_KEY``).
         config: a :class:`MemoryConfig`; keyword overrides may be given instead (``AgentMemory(p, kv_dtype="float16")``).
+            Its ``catalog_url`` / ``vector_url`` / ``blob_url`` name the backends (default: embedded, under ``path``).
+        catalog, vectors, blobs, embedder: ready-made implementations of :mod:`agentmem.ports` (override the URLs).
     """
 
     def __init__(self, path: str | Path, *, model: Any = None, config: MemoryConfig | None = None,
-                 encryption_key: str | bytes | None = None, **overrides: Any) -> None:
+                 encryption_key: str | bytes | None = None, catalog: Any = None, vectors: Any = None,
+                 blobs: Any = None, embedder: Any = None, **overrides: Any) -> None:
         if config is not None and overrides:
             raise InvalidInputError("give either config= or keyword overrides, not both")
         self.config = config or MemoryConfig(**overrides)
@@ -65,7 +68,8 @@ class AgentMemory:
         self._cipher = open_cipher(self.path, encryption_key)
         self._scanner = None if self.config.secret_policy == "off" else SecretScanner(self.config.secret_policy)
         self._audit = AuditLog(self.path / "audit.jsonl")
-        self._store = EntryStore(self.path, self.config, cipher=self._cipher)
+        self._store = EntryStore(self.path, self.config, cipher=self._cipher, catalog=catalog, vectors=vectors,
+                                 blobs=blobs, embedder=embedder)
         self._bank = KVBank(self._store, self.config, model_spec=model)
         self._sessions: SessionManager | None = None
         self._sessions_lock = threading.Lock()

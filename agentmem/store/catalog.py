@@ -15,17 +15,26 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text
+from sqlalchemy import (
+    JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text, update,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
+
+log = logging.getLogger(__name__)
+_sql = text  # the class body below shadows `text` with the column of that name
 
 
 class Base(DeclarativeBase):
@@ -53,8 +62,18 @@ class EntryRow(Base):
     kv_fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
     kv_dtype: Mapped[str | None] = mapped_column(String(16), default=None)
     kb_version: Mapped[str | None] = mapped_column(String, default=None)
+    # write state (schema 3): NULL = committed and visible; "adding" / "deleting" = hidden, in flight or abandoned
+    write_state: Mapped[str | None] = mapped_column(String(8), default=None)
+    write_since: Mapped[float | None] = mapped_column(Float, default=None)
+    kv_staged_at: Mapped[float | None] = mapped_column(Float, default=None)  # a blob write in flight
 
-    __table_args__ = (Index("ix_entries_session_created", "session_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_entries_session_created", "session_id", "created_at"),
+        Index("ix_entries_pending", "write_since", sqlite_where=_sql("write_state IS NOT NULL"),
+              postgresql_where=_sql("write_state IS NOT NULL")),
+        Index("ix_entries_kv_staged", "kv_staged_at", sqlite_where=_sql("kv_staged_at IS NOT NULL"),
+              postgresql_where=_sql("kv_staged_at IS NOT NULL")),
+    )
 
     tag_rows: Mapped[list[TagRow]] = relationship(
         back_populates="entry", cascade="all, delete-orphan", lazy="selectin"
@@ -82,9 +101,8 @@ class StoreInfo(Base):
     value: Mapped[str] = mapped_column(String)
 
 
-SCHEMA_VERSION = 2  # 1: one FTS5 table for all users (migrated on open)
-_LEGACY_FTS = "entries_fts"
 _LEXICAL_PREFIX = "lex_"
+COMMITTED = EntryRow.write_state.is_(None)  # what readers may see
 
 
 def lexical_table(user_id: str) -> str:
@@ -97,7 +115,8 @@ def _table_exists(conn: Any, name: str) -> bool:
     return conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": name}).first() is not None
 
 
-def _lexical_ddl(table: str) -> str:
+def lexical_ddl(table: str) -> str:
+    """DDL of one user's FTS5 table (``IF NOT EXISTS``)."""
     return f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 # Function words carry no topic; dropping them keeps BM25's OR-query from matching everything.
@@ -160,25 +179,20 @@ class Catalog:
 
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._lexical_tables: set[str] = set()  # seen to exist; a read that finds one gone refreshes it
-        with self._write_lock, self.engine.begin() as conn:
-            Base.metadata.create_all(conn)
-            self._migrate_shared_lexical_index(conn)
-            conn.execute(
-                text("INSERT OR IGNORE INTO store_info(key, value) VALUES ('schema_version', :v)"),
-                {"v": str(SCHEMA_VERSION)},
-            )
+        self._migrate(None if path == ":memory:" else Path(path).with_name(Path(path).name + ".migrate.lock"))
 
-    def _migrate_shared_lexical_index(self, conn: Any) -> None:
-        """Schema 1 kept every user's lexical documents in one table: split it per user, then drop it."""
-        if not _table_exists(conn, _LEGACY_FTS):
-            return
-        for (user_id,) in conn.execute(text(f"SELECT DISTINCT user_id FROM {_LEGACY_FTS}")).all():
-            table = lexical_table(user_id)
-            conn.execute(text(_lexical_ddl(table)))
-            conn.execute(text(f"INSERT INTO {table}(id, content) SELECT id, content FROM {_LEGACY_FTS} WHERE user_id = :u"),
-                         {"u": user_id})
-        conn.execute(text(f"DROP TABLE {_LEGACY_FTS}"))
-        conn.execute(text("UPDATE store_info SET value = :v WHERE key = 'schema_version'"), {"v": str(SCHEMA_VERSION)})
+    def _migrate(self, lock_path: Path | None) -> None:
+        """Apply pending schema migrations; a file lock keeps two processes opening a new store from racing."""
+        from agentmem.backends.migrations import apply_migrations, schema_version
+        from agentmem.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+        with self.engine.connect() as conn:
+            if schema_version(conn) == SCHEMA_VERSION:
+                return
+        with self._write_lock, _file_lock(lock_path), self.engine.begin() as conn:
+            applied = apply_migrations(conn, MIGRATIONS)
+        if applied:
+            log.info("catalog migrated to schema %d (applied %s)", SCHEMA_VERSION, applied)
 
     def lexical_tables(self) -> list[str]:
         """Every user's FTS5 table in the file (for scrubbing and checks)."""
@@ -197,25 +211,76 @@ class Catalog:
         return table in self._lexical_tables
 
     # --- writes --------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = ()) -> None:
-        """Insert rows, their tags and lexical documents in one transaction (all or nothing)."""
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False) -> None:
+        """Insert rows, their tags and lexical documents in one transaction (all or nothing).
+
+        ``pending`` records the rows as writes in flight ("adding"): readers do not see them until :meth:`commit`.
+        """
         tag_lists = list(tags) or [()] * len(rows)
+        now = time.time()
         with self._write_lock, self._sessions.begin() as s:
             for row, tag_list in zip(rows, tag_lists):
+                if pending:
+                    row.write_state, row.write_since = "adding", now
                 row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
                 s.add(row)
             s.flush()
             for user_id in dict.fromkeys(r.user_id for r in rows):
                 table = lexical_table(user_id)
                 # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
-                s.execute(text(_lexical_ddl(table)))
+                s.execute(text(lexical_ddl(table)))
                 s.execute(
                     text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"),
                     [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id],
                 )
+            _bump(s)
         self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
 
+    def commit(self, ids: Sequence[str]) -> None:
+        """Make pending rows visible: their vectors and blobs are in place."""
+        with self._write_lock, self._sessions.begin() as s:
+            for chunk in _chunks(list(ids), 500):
+                s.execute(update(EntryRow).where(EntryRow.id.in_(chunk), EntryRow.write_state == "adding")
+                          .values(write_state=None, write_since=None))
+            _bump(s)
+
+    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Hide committed rows and record their deletion as in flight; returns the rows marked."""
+        if not ids:
+            return []
+        now = time.time()
+        out: list[EntryRow] = []
+        with self._write_lock, self._sessions.begin() as s:
+            for chunk in _chunks(list(ids), 500):
+                rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk), COMMITTED)))
+                for row in rows:
+                    row.write_state, row.write_since = "deleting", now
+                out += rows
+            _bump(s)
+        return out
+
+    def mark_blob_pending(self, entry_id: str) -> bool:
+        """Record a blob write in flight for a committed row; False if there is no such row."""
+        with self._write_lock, self._sessions.begin() as s:
+            done = s.execute(update(EntryRow).where(EntryRow.id == entry_id, COMMITTED)
+                             .values(kv_staged_at=time.time()))
+            return bool(done.rowcount)
+
+    def pending(self, older_than: float) -> list[EntryRow]:
+        """Rows whose add, deletion or blob write was recorded before ``older_than`` and not finished.
+
+        Served by two partial indexes that hold only in-flight rows: the cost is O(in flight), not O(store).
+        """
+        with self._sessions() as s:
+            rows = list(s.scalars(select(EntryRow).where(EntryRow.write_state.is_not(None),
+                                                         EntryRow.write_since <= older_than)))
+            rows += s.scalars(select(EntryRow).where(EntryRow.kv_staged_at.is_not(None),
+                                                     EntryRow.kv_staged_at <= older_than, COMMITTED))
+        return rows
+
     def update_kv(self, entry_id: str, **fields: Any) -> None:
+        """Set an entry's KV fields and clear its blob write marker."""
         allowed = {"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"}
         if not set(fields) <= allowed:
             raise ValueError(f"not KV fields: {set(fields) - allowed}")
@@ -224,6 +289,14 @@ class Catalog:
             if row is not None:
                 for k, v in fields.items():
                     setattr(row, k, v)
+                row.kv_staged_at = None
+                _bump(s)
+
+    def change_token(self) -> int:
+        """The store's change counter: it moves on every committed write, whichever process made it."""
+        with self._sessions() as s:
+            value = s.get(StoreInfo, "changes")
+            return int(value.value) if value is not None else 0
 
     def delete(self, ids: Sequence[str]) -> list[EntryRow]:
         """Delete rows (and tags, lexical docs); return what was deleted so callers can erase blobs/vectors."""
@@ -235,6 +308,7 @@ class Catalog:
             if found:
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
+                _bump(s)
                 for user_id in {r.user_id for r in rows}:
                     table = lexical_table(user_id)
                     if not _table_exists(s, table):  # inside the transaction: another process may have dropped it
@@ -268,7 +342,7 @@ class Catalog:
         by_id: dict[str, EntryRow] = {}
         with self._sessions() as s:
             for chunk in _chunks(list(ids), 500):
-                for row in s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk))):
+                for row in s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk), COMMITTED)):
                     by_id[row.id] = row
         return [by_id[i] for i in ids if i in by_id]
 
@@ -282,7 +356,7 @@ class Catalog:
         alive_at: float | None = None,
     ) -> Any:
         """A SELECT of entry ids matching the scope; every tag must be present (AND)."""
-        q = select(EntryRow.id)
+        q = select(EntryRow.id).where(COMMITTED)
         if user_id is not None:
             q = q.where(EntryRow.user_id == user_id)
         if session_id is not None:
@@ -320,7 +394,7 @@ class Catalog:
 
     def expired_ids(self, now: float) -> list[str]:
         with self._sessions() as s:
-            return list(s.scalars(select(EntryRow.id).where(EntryRow.expires_at <= now)))
+            return list(s.scalars(select(EntryRow.id).where(EntryRow.expires_at <= now, COMMITTED)))
 
     def all_kv_paths(self) -> set[str]:
         with self._sessions() as s:
@@ -330,7 +404,7 @@ class Catalog:
         out: set[str] = set()
         with self._sessions() as s:
             for chunk in _chunks(list(ids), 500):
-                out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk))))
+                out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
         return out
 
     def lexical_search(self, query: str, *, user_id: str, limit: int,
@@ -359,14 +433,14 @@ class Catalog:
         if not ids:
             return {}
         before = (f"(SELECT group_concat(id, ' ') FROM (SELECT p.id FROM entries p WHERE p.session_id = e.session_id "
-                  f"AND p.kind = 'turn' AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {int(window)}))")
+                  f"AND p.kind = 'turn' AND p.write_state IS NULL AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {int(window)}))")
         after = (f"(SELECT group_concat(id, ' ') FROM (SELECT n.id FROM entries n WHERE n.session_id = e.session_id "
-                 f"AND n.kind = 'turn' AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {int(window)}))")
+                 f"AND n.kind = 'turn' AND n.write_state IS NULL AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {int(window)}))")
         out: dict[str, TurnContext] = {}
         with self.engine.connect() as conn:
             for chunk in _chunks(list(ids), 500):
                 sql = (f"SELECT e.id, e.session_id, e.kind = 'turn' AND e.session_id IS NOT NULL, {before}, {after} "
-                       f"FROM entries e WHERE e.id IN ({','.join('?' * len(chunk))})")
+                       f"FROM entries e WHERE e.write_state IS NULL AND e.id IN ({','.join('?' * len(chunk))})")
                 for entry_id, session_id, is_turn, prev, nxt in conn.exec_driver_sql(sql, tuple(chunk)):
                     # group_concat keeps the ordered sub-select's order (nearest first); ids contain no spaces
                     out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
@@ -393,9 +467,33 @@ class Catalog:
         self.engine.dispose()
 
 
+def _bump(s: Session) -> None:
+    """Move the change counter inside the write's own transaction (readers of derived caches compare it)."""
+    s.execute(text("""UPDATE store_info SET value = CAST(CAST(value AS INTEGER) + 1 AS VARCHAR) WHERE "key" = 'changes'"""))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    """An exclusive lock across processes on ``path`` (no-op for in-memory catalogs and where fcntl is missing)."""
+    if path is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
     for i in range(0, len(items), n):
         yield items[i : i + n]
 
 
-__all__ = ["Catalog", "EntryRow", "TagRow", "TurnContext", "fts_query", "lexical_table"]
+__all__ = ["COMMITTED", "Catalog", "EntryRow", "TagRow", "TurnContext", "fts_query", "lexical_ddl", "lexical_table"]

@@ -1,19 +1,20 @@
-"""The entry store: catalog row + vector + optional KV blob, written all-or-nothing.
+"""The entry store: catalog row + vector + optional KV blob, written all-or-nothing over the ports.
 
-Write order (so a crash leaves only detectable, cleanable leftovers):
-    blob → temporary file  →  vector upserted  →  row committed  →  blob renamed into place
-Opening the store reconciles: vectors and blobs without a committed row are erased; a committed row
-whose blob is still a temporary file gets the rename completed.
+Write protocol (so a crash leaves only rows marked in flight, which recovery finds without scanning anything else):
+    row inserted as pending ("adding")  →  blob staged, vector upserted, blob published  →  row committed
+    row marked "deleting" (hidden)      →  vector and blob erased                           →  row deleted
+Readers see committed rows only. :meth:`EntryStore.recover` (run on open) rolls back abandoned adds and finishes
+abandoned deletions recorded more than ``pending_grace_s`` ago (a live writer finishes in well under a second), and
+discards blobs staged as long ago. No process ids: it works the same with writers on other hosts.
 
 Example:
-    >>> store = EntryStore(Path("/tmp/mem"))                          # doctest: +SKIP
-    >>> store.add([NewEntry(row=..., index_text=..., tags=[...])])     # doctest: +SKIP
+    >>> store = EntryStore(Path("/tmp/mem"), MemoryConfig())             # doctest: +SKIP
+    >>> store.add([NewEntry(row=..., embed_text=..., index_text=..., tags=[...])])   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,16 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from agentmem._fs import map_readonly, write_synced
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
-from agentmem.store.catalog import Catalog, EntryRow
+from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
+from agentmem.store.catalog import EntryRow
 from agentmem.store.filters import Predicate
 from agentmem.store.retrieval import fuse, session_boost, spill_over
-from agentmem.store.vectors import Embedder, VectorIndex, chroma_where
+from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher, entry_aad
-from agentmem.security.erase import secure_unlink
 
 log = logging.getLogger(__name__)
 
@@ -79,76 +79,92 @@ class ScoredRow:
 
 
 class EntryStore:
-    """Catalog (SQLite) + vector index (Chroma) + KV blob directory under one root folder."""
+    """Catalog + vector index + blob store (SQLite, embedded Chroma and files under ``root`` by default).
+
+    Any part may be passed in (an implementation of :mod:`agentmem.ports`); the rest are built by
+    :mod:`agentmem.factory` from the URLs in ``config``.
+    """
 
     def __init__(self, root: Path, config: MemoryConfig, *, embedder: Embedder | None = None,
-                 cipher: Cipher | None = None) -> None:
+                 cipher: Cipher | None = None, catalog: Catalog | None = None, vectors: VectorIndex | None = None,
+                 blobs: BlobStore | None = None) -> None:
+        from agentmem import factory
+
         self.root = root
         self.cipher = cipher
         # encrypted stores keep keyed word hashes, not words, in the lexical index
         self._blind_index = BlindIndex(cipher.index_key) if cipher is not None else None
         self.config = config
         root.mkdir(parents=True, exist_ok=True)
-        self.kv_dir = root / "kv"
-        self.kv_dir.mkdir(exist_ok=True)
-        self.catalog = Catalog(str(root / "catalog.db"), busy_timeout_ms=config.busy_timeout_ms)
-        # Chroma cannot be encrypted: with a cipher it never gets the text, only vectors and scope fields.
-        self.vectors = VectorIndex(root / "chroma", keep_documents=config.keep_text_in_index and cipher is None)
-        self.embedder = embedder or Embedder(config.embedding_model, cache_dir=config.cache_dir)
+        ctx = factory.BuildContext(root=root, config=config, cipher=cipher)
+        self.catalog = catalog if catalog is not None else factory.build_catalog(ctx)
+        ctx.catalog = self.catalog
+        self.vectors = vectors if vectors is not None else factory.build_vectors(ctx)
+        self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
+        self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
+        self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self._lock = threading.RLock()
         # the lexical search runs beside the query embedding (SQLite, ONNX Runtime and torch release the GIL)
         self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")
-        self.reconcile()
+        self.recover()
 
     # --- writes --------------------------------------------------------------------------------
     def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
-        """Write entries all-or-nothing (see module docstring for the order)."""
+        """Write entries all-or-nothing (see the module docstring for the protocol)."""
         if not entries:
             return
         if vectors is None:
             vectors = self.embedder.encode([e.embed_text for e in entries], batch_size=self.config.embedding_batch_size)
-        tmp_paths: list[tuple[Path, Path]] = []
+        rows = [e.row for e in entries]
+        ids = [r.id for r in rows]
+        for e in entries:
+            if e.blob is not None:
+                e.row.kv_path = self.blobs.location(e.row.id)
+        index_texts = [e.index_text if self._blind_index is None else self._blind_index.text(e.index_text)
+                       for e in entries]
         with self._lock:
+            self.catalog.insert(rows, index_texts=index_texts, tags=[e.tags for e in entries], pending=True)
+            staged: list[str] = []
             try:
-                for e in entries:
-                    if e.blob is not None:
-                        final = self.blob_path(e.row.id)
-                        tmp = _write_tmp(final, self._seal(e.row.id, e.blob))
-                        tmp_paths.append((tmp, final))
-                        e.row.kv_path = str(final.relative_to(self.root))
-                self.vectors.add(
-                    [e.row.user_id for e in entries], [e.row.id for e in entries], vectors,
-                    [_vector_metadata(e.row) for e in entries], [e.embed_text for e in entries],
-                )
-                try:
-                    index_texts = [e.index_text if self._blind_index is None else self._blind_index.text(e.index_text)
-                                   for e in entries]
-                    self.catalog.insert([e.row for e in entries], index_texts=index_texts,
-                                        tags=[e.tags for e in entries])
-                except BaseException:
-                    for user in {e.row.user_id for e in entries}:
-                        self.vectors.delete([e.row.id for e in entries if e.row.user_id == user], user_id=user)
-                    raise
+                staged = [self.blobs.stage(e.row.id, self._seal(e.row.id, e.blob)) for e in entries if e.blob is not None]
+                self.vectors.add([r.user_id for r in rows], ids, vectors, [_vector_metadata(r) for r in rows],
+                                 [e.embed_text for e in entries])
+                for token in staged:
+                    self.blobs.publish(token)
+                staged = []
+                self.catalog.commit(ids)
             except BaseException:
-                for tmp, _ in tmp_paths:
-                    tmp.unlink(missing_ok=True)
+                self._roll_back(rows, staged)
                 raise
-            for tmp, final in tmp_paths:
-                os.replace(tmp, final)
+        for r in rows:  # the caller's row objects describe committed entries
+            r.write_state = r.write_since = None
+
+    def _roll_back(self, rows: Sequence[EntryRow], staged: Sequence[str]) -> None:
+        """Undo a failed add: every part that may have been written, then the pending rows."""
+        try:
+            for token in staged:
+                self.blobs.discard(token)
+            for user in {r.user_id for r in rows}:
+                self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
+            for r in rows:
+                if r.kv_path:
+                    self.blobs.delete(r.id)
+            self.catalog.delete([r.id for r in rows])
+        except Exception:  # recovery finishes it later: the rows are still marked pending
+            log.exception("rolling back a failed write; recovery will finish it")
 
     def attach_blob(self, entry_id: str, blob: bytes, **kv_fields: Any) -> bool:
         """Attach (or replace) an entry's KV blob; False if the entry no longer exists."""
-        final = self.blob_path(entry_id)
         with self._lock:
-            if not self.catalog.existing([entry_id]):
+            if not self.catalog.mark_blob_pending(entry_id):
                 return False
-            tmp = _write_tmp(final, self._seal(entry_id, blob))
+            token = self.blobs.stage(entry_id, self._seal(entry_id, blob))
             try:
-                self.catalog.update_kv(entry_id, kv_path=str(final.relative_to(self.root)), **kv_fields)
+                self.blobs.publish(token)
             except BaseException:
-                tmp.unlink(missing_ok=True)
+                self.blobs.discard(token)
                 raise
-            os.replace(tmp, final)
+            self.catalog.update_kv(entry_id, kv_path=self.blobs.location(entry_id), **kv_fields)
             return True
 
     def delete(self, ids: Sequence[str]) -> list[EntryRow]:
@@ -156,46 +172,44 @@ class EntryStore:
         deleted: list[EntryRow] = []
         with self._lock:
             for i in range(0, len(ids), 500):
-                chunk = list(ids[i : i + 500])
-                rows = self.catalog.delete(chunk)  # row first: a crash after it leaves only orphans
-                for user in {r.user_id for r in rows}:
-                    self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
-                for row in rows:
-                    if row.kv_path:
-                        _erase_file(self.root / row.kv_path)
+                rows = self.catalog.mark_deleting(list(ids[i : i + 500]))  # hidden first: a crash is finished later
+                self._erase(rows)
                 deleted += rows
             if deleted:
                 self.catalog.scrub(user_ids={r.user_id for r in deleted})
         return deleted
 
+    def _erase(self, rows: Sequence[EntryRow]) -> None:
+        """Erase the vectors and blobs of rows marked in flight, then the rows."""
+        for user in {r.user_id for r in rows}:
+            self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
+        for row in rows:
+            if row.kv_path:
+                self.blobs.delete(row.id)
+        self.catalog.delete([r.id for r in rows])
+
     # --- reads ---------------------------------------------------------------------------------
     def blob_path(self, entry_id: str) -> Path:
-        return self.kv_dir / entry_id[:2] / f"{entry_id}.kv"
+        """Where the files blob store keeps ``entry_id``'s blob."""
+        return self.root / "kv" / entry_id[:2] / f"{entry_id}.kv"
 
     def read_blob(self, row: EntryRow) -> bytes:
         if not row.kv_path:
             raise BlobCorruptedError(f"entry {row.id} has no KV blob")
-        try:
-            data = (self.root / row.kv_path).read_bytes()
-        except OSError as exc:
-            raise BlobCorruptedError(f"KV blob of entry {row.id} is unreadable: {exc.strerror}") from exc
+        data = self.blobs.read(row.id)
         if self.cipher is not None:
-            data = self.cipher.decrypt(data, aad=entry_aad(row.id, "kv"))  # BlobCorruptedError if tampered
+            data = self.cipher.decrypt(bytes(data), aad=entry_aad(row.id, "kv"))  # BlobCorruptedError if tampered
         return data
 
     def map_blob(self, row: EntryRow) -> bytes | memoryview:
         """The entry's blob for a one-shot read, without copying it when the store is not encrypted.
 
-        Plaintext blobs are memory-mapped (the 94 MB of a 2,048-token mount would otherwise be copied into fresh
-        buffers on every mount); encrypted ones are read and decrypted as by :meth:`read_blob`. Safe against a
-        concurrent ``forget``: erasure overwrites without truncating, so a reader sees zeros, never a SIGBUS.
+        Plaintext blobs come from :meth:`BlobStore.view` (memory-mapped files: the 94 MB of a 2,048-token mount
+        would otherwise be copied into fresh buffers on every mount); encrypted ones are read and decrypted.
         """
         if self.cipher is not None or not row.kv_path:
             return self.read_blob(row)
-        try:
-            return map_readonly(self.root / row.kv_path)
-        except (OSError, ValueError) as exc:
-            raise BlobCorruptedError(f"KV blob of entry {row.id} is unreadable: {exc}") from exc
+        return self.blobs.view(row.id)
 
     def _seal(self, entry_id: str, blob: bytes) -> bytes:
         return blob if self.cipher is None else self.cipher.encrypt(blob, aad=entry_aad(entry_id, "kv"))
@@ -257,59 +271,68 @@ class EntryStore:
         return out
 
     # --- recovery ------------------------------------------------------------------------------
-    def reconcile(self) -> dict[str, int]:
-        """Erase what a crash left without a committed row; finish interrupted blob renames."""
-        fixed = {"orphan_vectors": 0, "orphan_blobs": 0, "finished_renames": 0}
+    def recover(self, grace_s: float | None = None) -> dict[str, int]:
+        """Finish what crashed writers left: roll back adds and finish deletions recorded more than ``grace_s``
+        seconds ago (default ``config.pending_grace_s``), and discard blobs staged as long ago.
+
+        Reads only the rows marked in flight and the blob staging area: O(in flight), never O(store).
+        """
+        grace = self.config.pending_grace_s if grace_s is None else grace_s
+        fixed = {"rolled_back": 0, "deletions_finished": 0, "staged_blobs": 0, "blob_writes": 0}
         with self._lock:
-            vector_ids = self.vectors.all_ids()
-            have = self.catalog.existing(vector_ids)
-            orphans = [i for i in vector_ids if i not in have]
-            self.vectors.delete(orphans)
-            fixed["orphan_vectors"] = len(orphans)
-            referenced = self.catalog.all_kv_paths()
-            for path in self.kv_dir.rglob("*"):
-                if not path.is_file():
-                    continue
-                rel = str(path.relative_to(self.root))
-                if path.name.endswith(".tmp"):
-                    final_rel, pid = _tmp_target(rel)
-                    if pid is not None and pid != os.getpid() and _pid_alive(pid):
-                        continue  # another live process is mid-write
-                    if final_rel in referenced and not (self.root / final_rel).exists():
-                        os.replace(path, self.root / final_rel)
-                        fixed["finished_renames"] += 1
-                    else:
-                        _erase_file(path)
-                        fixed["orphan_blobs"] += 1
-                elif rel not in referenced:
-                    _erase_file(path)
-                    fixed["orphan_blobs"] += 1
+            rows = self.catalog.pending(time.time() - grace)
+            gone = [r for r in rows if r.write_state is not None]
+            for r in gone:
+                fixed["rolled_back" if r.write_state == "adding" else "deletions_finished"] += 1
+            if gone:
+                self._erase(gone)
+            for r in rows:
+                if r.write_state is None:  # a blob write on a visible row: keep the blob only if the row names it
+                    if not r.kv_path:
+                        self.blobs.delete(r.id)
+                    self.catalog.update_kv(r.id)
+                    fixed["blob_writes"] += 1
+            for token in self.blobs.list_pending(grace):
+                self.blobs.discard(token)
+                fixed["staged_blobs"] += 1
         if any(fixed.values()):
-            log.info("reconciled store %s: %s", self.root, fixed)
+            log.info("recovered store %s: %s", self.root, fixed)
         return fixed
 
+    def reconcile(self) -> dict[str, int]:
+        """Alias of :meth:`recover` (the name of the old full-scan version)."""
+        return self.recover()
+
     def verify(self) -> dict[str, int]:
-        """Consistency report (read-only): every row should have its vector and, if it names one, its blob."""
+        """Consistency report (read-only, O(store)): every row should have its vector and, if it names one, its blob.
+
+        Rows still in flight are counted under ``pending`` and their parts are not orphans.
+        """
         with self._lock:
-            vector_ids = set(self.vectors.all_ids())
+            pending = {r.id for r in self.catalog.pending(float("inf"))}
+            vector_ids = set(self.vectors.all_ids()) - pending
             row_ids: set[str] = set()
+            with_blob: set[str] = set()
             for page in self.catalog.iter_ids(self.catalog.scope_select()):
                 row_ids.update(page)
-            referenced = self.catalog.all_kv_paths()
-            files = {str(p.relative_to(self.root)) for p in self.kv_dir.rglob("*") if p.is_file()}
+                with_blob.update(r.id for r in self.catalog.get(page) if r.kv_path)
+            blob_keys = set(self.blobs.keys()) - pending
         return {
             "rows": len(row_ids),
             "vectors": len(vector_ids),
-            "blobs": len(files & referenced),
+            "blobs": len(blob_keys & with_blob),
+            "pending": len(pending),
             "rows_missing_vector": len(row_ids - vector_ids),
-            "rows_missing_blob": len(referenced - files),
+            "rows_missing_blob": len(with_blob - blob_keys),
             "orphan_vectors": len(vector_ids - row_ids),
-            "orphan_blobs": len(files - referenced),
+            "orphan_blobs": len(blob_keys - with_blob),
         }
 
     def close(self) -> None:
         self._lexical_worker.shutdown(wait=True)
         self.catalog.close()
+        self.vectors.close()
+        self.blobs.close()
 
 
 def _vector_metadata(row: EntryRow) -> dict[str, Any]:
@@ -317,37 +340,6 @@ def _vector_metadata(row: EntryRow) -> dict[str, Any]:
     if row.session_id is not None:
         meta["session_id"] = row.session_id
     return meta
-
-
-def _write_tmp(final: Path, data: bytes) -> Path:
-    final.parent.mkdir(parents=True, exist_ok=True)
-    # the name carries the writer's pid: reconcile() leaves a live writer's temp files alone
-    tmp = final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    write_synced(tmp, data)
-    return tmp
-
-
-def _tmp_target(rel: str) -> tuple[str, int | None]:
-    base, pid, _tid, _ = rel.rsplit(".", 3)
-    try:
-        return base, int(pid)
-    except ValueError:
-        return base, None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _erase_file(path: Path) -> None:
-    """Overwrite then unlink, so erased KV does not linger in the file's old blocks (best effort)."""
-    secure_unlink(path, missing_ok=True)
 
 
 __all__ = ["EntryStore", "NewEntry", "Scope", "ScoredRow"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,58 +154,173 @@ def _single_thread() -> Any:
         torch.set_num_threads(before)
 
 
+class _ChromaHandle:
+    """One embedded Chroma client per store directory and process, re-opened when another process wrote.
+
+    Embedded Chroma keeps each collection's HNSW index in the memory of the process that opened it: a vector another
+    process adds reaches Chroma's SQLite log but not this process's index, so queries miss it (measured: never, not
+    even after re-opening the collection). Worse, a process that writes with a stale index persists that index over
+    the newer one on disk and vectors vanish from search (2 processes x 1,500 upserts: 6 lost). So every write holds
+    a file lock on the directory and bumps a generation counter file; a process that finds the counter moved since
+    it last looked opens a fresh client (which loads the persisted index and replays the log) before it reads or
+    writes. Writes are then applied to an index that has every earlier write, and reads see writes committed before
+    they started.
+    """
+
+    _registry: dict[str, _ChromaHandle] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lock = threading.RLock()  # Chroma's embedded client is not documented as thread-safe
+        self.users = 0
+        self.client: Any = None
+        self.collections: dict[str, Any] = {}
+        self.seen = -1
+        self._gen_path = Path(path) / ".agentmem-generation"
+        self._lock_path = Path(path) / ".agentmem-write.lock"
+
+    @classmethod
+    def acquire(cls, path: str) -> _ChromaHandle:
+        with cls._registry_lock:
+            handle = cls._registry.get(path)
+            if handle is None:
+                handle = cls._registry[path] = _ChromaHandle(path)
+            handle.users += 1
+            return handle
+
+    def release(self) -> None:
+        with _ChromaHandle._registry_lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            _ChromaHandle._registry.pop(self.path, None)
+        with self.lock:
+            self._close_client()
+
+    def _open_client(self) -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        self.client = chromadb.PersistentClient(
+            path=self.path, settings=Settings(anonymized_telemetry=False, allow_reset=False))
+        self.collections = {}
+
+    def _close_client(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.close()
+        self.client = None
+        self.collections = {}
+
+    def generation(self) -> int:
+        try:
+            data = self._gen_path.read_bytes()
+        except FileNotFoundError:
+            return 0
+        return int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
+
+    def fresh(self) -> Any:
+        """The client, re-opened first if another process wrote since this one last looked (caller holds lock)."""
+        gen = self.generation()
+        if self.client is None or gen != self.seen:
+            self._close_client()
+            self._open_client()
+            self.seen = gen
+        return self.client
+
+    @contextlib.contextmanager
+    def writing(self) -> Any:
+        """Hold the directory's write lock with an up-to-date client; bump the generation afterwards."""
+        Path(self.path).mkdir(parents=True, exist_ok=True)
+        with self.lock, open(self._lock_path, "a+b") as lock_file:
+            _flock(lock_file)
+            try:
+                client = self.fresh()
+                try:
+                    yield client
+                finally:
+                    self.seen = self.generation() + 1
+                    tmp = self._gen_path.with_name(f"{self._gen_path.name}.{os.getpid()}.tmp")
+                    tmp.write_bytes(self.seen.to_bytes(8, "little"))
+                    os.replace(tmp, self._gen_path)
+            finally:
+                _funlock(lock_file)
+
+
+def _flock(f: Any) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: one process per store directory
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def _funlock(f: Any) -> None:
+    try:
+        import fcntl
+    except ImportError:
+        return
+    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
 class VectorIndex:
-    """Chroma (embedded ``PersistentClient``), one collection per user, keyed by entry id.
+    """Embedded Chroma (``PersistentClient``), one collection per user, keyed by entry id; safe for several
+    processes on one directory (see :class:`_ChromaHandle`).
 
     Why per user: Chroma's metadata-filtered search was ~40x slower than an unfiltered one at 10k entries
     (180 ms vs 4 ms here), and a user's memories are never searched together with another's, so separate
     collections give isolation and speed at once. Chroma metadata carries the remaining scoping fields
     (session, kind); everything else is filtered against the catalog.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> index = VectorIndex(Path(tempfile.mkdtemp()))
+        >>> index.add(["u"], ["e1"], np.ones((1, 4), np.float32), [{"kind": "turn"}])
+        >>> [i for i, _ in index.query(np.ones(4, np.float32), user_id="u", n=1)]
+        ['e1']
     """
 
     def __init__(self, path: Path, *, keep_documents: bool = True) -> None:
-        import chromadb
-        from chromadb.config import Settings
-
-        self._client = chromadb.PersistentClient(
-            # resolved: Chroma shares one client per path *string*, so "./x" from two directories would collide
-            path=str(Path(path).resolve()), settings=Settings(anonymized_telemetry=False, allow_reset=False)
-        )
-        self._cols: dict[str, Any] = {}
+        # resolved: Chroma shares one client per path *string*, so "./x" from two directories would collide
+        self._handle = _ChromaHandle.acquire(str(Path(path).resolve()))
         self.keep_documents = keep_documents
-        self._lock = threading.RLock()  # Chroma's embedded client is not documented as thread-safe
+        self._closed = False
 
     @staticmethod
     def collection_name(user_id: str) -> str:
         # Chroma names allow [a-zA-Z0-9._-], 3-63 chars: hash the user id (which is not stored in the name)
         return "u-" + hashlib.sha256(user_id.encode()).hexdigest()[:40]
 
-    def _collection(self, user_id: str, *, create: bool) -> Any:
+    def _collection(self, client: Any, user_id: str, *, create: bool) -> Any:
         name = self.collection_name(user_id)
-        col = self._cols.get(name)
+        cols = self._handle.collections
+        col = cols.get(name)
         if col is None:
             if create:
-                col = self._client.get_or_create_collection(
+                col = client.get_or_create_collection(
                     name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
                 )
             else:
                 try:
-                    col = self._client.get_collection(name, embedding_function=None)
+                    col = client.get_collection(name, embedding_function=None)
                 except Exception:  # chromadb raises NotFoundError (a ValueError subclass in some versions)
                     return None
-            self._cols[name] = col
+            cols[name] = col
         return col
 
-    def _all_collections(self) -> list[Any]:
-        return [self._client.get_collection(c.name if hasattr(c, "name") else c, embedding_function=None)
-                for c in self._client.list_collections()]
+    @staticmethod
+    def _all_collections(client: Any) -> list[Any]:
+        return [client.get_collection(c.name if hasattr(c, "name") else c, embedding_function=None)
+                for c in client.list_collections()]
 
     def add(self, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
             metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
-        with self._lock:
+        """Upsert vectors, each into its user's collection."""
+        with self._handle.writing() as client:
             for user in dict.fromkeys(user_ids):
                 rows = [i for i, u in enumerate(user_ids) if u == user]
-                self._collection(user, create=True).upsert(
+                self._collection(client, user, create=True).upsert(
                     ids=[ids[i] for i in rows], embeddings=vectors[rows], metadatas=[metadatas[i] for i in rows],
                     documents=[documents[i] for i in rows] if (documents is not None and self.keep_documents) else None,
                 )
@@ -213,8 +329,9 @@ class VectorIndex:
         """Delete ids from one user's collection, or (``user_id=None``, for recovery) from every collection."""
         if not ids:
             return
-        with self._lock:
-            cols = [self._collection(user_id, create=False)] if user_id is not None else self._all_collections()
+        with self._handle.writing() as client:
+            cols = [self._collection(client, user_id, create=False)] if user_id is not None \
+                else self._all_collections(client)
             for col in cols:
                 if col is None:
                     continue
@@ -224,8 +341,8 @@ class VectorIndex:
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
               ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
         """Nearest entries of ``user_id`` as [(id, cosine similarity)], best first."""
-        with self._lock:
-            col = self._collection(user_id, create=False)
+        with self._handle.lock:
+            col = self._collection(self._handle.fresh(), user_id, create=False)
             if col is None:
                 return []
             # no count() first: it costs as much as the search, and Chroma returns fewer than n when it has fewer
@@ -235,22 +352,37 @@ class VectorIndex:
             )
         return [(i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0])]
 
-    def all_ids(self) -> list[str]:
+    @staticmethod
+    def _ids_of(col: Any) -> list[str]:
         out: list[str] = []
-        with self._lock:
-            for col in self._all_collections():
-                offset = 0
-                while True:
-                    page = col.get(include=[], limit=5000, offset=offset)["ids"]
-                    if not page:
-                        break
-                    out.extend(page)
-                    offset += len(page)
-        return out
+        offset = 0
+        while True:
+            page = col.get(include=[], limit=5000, offset=offset)["ids"]
+            if not page:
+                return out
+            out.extend(page)
+            offset += len(page)
+
+    def user_ids(self, user_id: str) -> list[str]:
+        """Every id in ``user_id``'s collection."""
+        with self._handle.lock:
+            col = self._collection(self._handle.fresh(), user_id, create=False)
+            return [] if col is None else self._ids_of(col)
+
+    def all_ids(self) -> list[str]:
+        """Every id of every collection (checks only: O(store))."""
+        with self._handle.lock:
+            return [i for col in self._all_collections(self._handle.fresh()) for i in self._ids_of(col)]
 
     def count(self) -> int:
-        with self._lock:
-            return sum(col.count() for col in self._all_collections())
+        with self._handle.lock:
+            return sum(col.count() for col in self._all_collections(self._handle.fresh()))
+
+    def close(self) -> None:
+        """Release this index's share of the process's client (closed with the last one)."""
+        if not self._closed:
+            self._closed = True
+            self._handle.release()
 
 
 def chroma_where(**fields: Any) -> dict[str, Any] | None:

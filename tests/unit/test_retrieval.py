@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -61,29 +60,6 @@ def test_a_table_dropped_by_another_process_is_noticed(tmp_path: Path) -> None:
     assert two.lexical_search("kayak", user_id="alice", limit=5) == []
     _insert(two, [_row("a2", "alice", "kayak again")])
     assert [i for i, _ in one.lexical_search("kayak", user_id="alice", limit=5)] == ["a2"]
-
-
-def test_schema_1_shared_lexical_index_is_migrated(tmp_path: Path) -> None:
-    path = tmp_path / "c.db"
-    cat = Catalog(str(path))
-    _insert(cat, [_row("a1", "alice", "red kayak"), _row("b1", "bob", "blue kayak")])
-    cat.close()
-    # Rewrite the file as schema 1 had it: one FTS5 table with a user_id column.
-    con = sqlite3.connect(path)
-    for table in (lexical_table("alice"), lexical_table("bob")):
-        con.execute(f"DROP TABLE {table}")
-    con.execute("CREATE VIRTUAL TABLE entries_fts USING fts5(id UNINDEXED, user_id UNINDEXED, content, "
-                "tokenize='porter unicode61')")
-    con.executemany("INSERT INTO entries_fts VALUES (?, ?, ?)", [("a1", "alice", "red kayak"), ("b1", "bob", "blue kayak")])
-    con.execute("UPDATE store_info SET value = '1' WHERE key = 'schema_version'")
-    con.commit()
-    con.close()
-    cat = Catalog(str(path))
-    assert [i for i, _ in cat.lexical_search("kayak", user_id="alice", limit=5)] == ["a1"]
-    assert [i for i, _ in cat.lexical_search("kayak", user_id="bob", limit=5)] == ["b1"]
-    assert cat.get_info("schema_version") == "2"
-    with sqlite3.connect(path) as con:
-        assert con.execute("SELECT count(*) FROM sqlite_master WHERE name = 'entries_fts'").fetchone()[0] == 0
 
 
 def test_turn_context_two_turns_each_side_within_the_session(tmp_path: Path) -> None:

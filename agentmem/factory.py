@@ -1,0 +1,170 @@
+"""Build each port from a URL in :class:`~agentmem.config.MemoryConfig`, through a small scheme registry.
+
+``None`` (the default) means the embedded implementation under the store path: SQLite catalog, embedded Chroma,
+files. Other backends register a builder for their scheme with :func:`register`; a builder takes the URL and a
+:class:`BuildContext` (store path, config, cipher and, for vectors, the catalog already built, so ``pgvector`` can
+share its database).
+
+Example:
+    >>> from agentmem.factory import register, scheme_of
+    >>> scheme_of("postgresql+psycopg://u@127.0.0.1/db"), scheme_of(None), scheme_of("pgvector")
+    ('postgresql', 'embedded', 'pgvector')
+    >>> register("blobs", "memory", lambda url, ctx: MyBlobs())          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agentmem.config import MemoryConfig
+from agentmem.errors import InvalidInputError
+
+Port = Literal["catalog", "vectors", "blobs", "session_store", "embedder"]
+Builder = Callable[[str | None, "BuildContext"], Any]
+
+
+@dataclass
+class BuildContext:
+    """What a builder may need besides its URL."""
+
+    root: Path
+    config: MemoryConfig
+    cipher: Any = None
+    catalog: Any = None  # set before vectors are built
+
+
+_BUILDERS: dict[tuple[str, str], Builder] = {}
+_LAZY: dict[tuple[str, str], str] = {}  # (port, scheme) -> "module:function", imported on first use
+_lock = threading.Lock()
+
+
+def register(port: Port, scheme: str, builder: Builder | str) -> None:
+    """Make ``scheme`` URLs of ``port`` build with ``builder`` (a callable, or ``"module:function"`` imported
+    lazily so optional drivers load only when used). A later registration replaces an earlier one.
+
+    Example:
+        >>> register("blobs", "redis", "agentmem.backends.redis_blobs:build")         # doctest: +SKIP
+    """
+    with _lock:
+        if isinstance(builder, str):
+            _LAZY[(port, scheme)] = builder
+            _BUILDERS.pop((port, scheme), None)
+        else:
+            _BUILDERS[(port, scheme)] = builder
+            _LAZY.pop((port, scheme), None)
+
+
+def schemes(port: Port) -> list[str]:
+    """The schemes registered for ``port``.
+
+    Example:
+        >>> "embedded" in schemes("catalog")
+        True
+    """
+    with _lock:
+        return sorted({s for p, s in (*_BUILDERS, *_LAZY) if p == port})
+
+
+def scheme_of(url: str | None) -> str:
+    """The registry key of a URL: ``None`` → ``embedded``; ``postgresql+psycopg://`` → ``postgresql``;
+    ``chroma+http://`` → ``chroma+http``; a bare word (``pgvector``) is its own scheme."""
+    if url is None:
+        return "embedded"
+    scheme = url.split("://", 1)[0] if "://" in url else url
+    if scheme.startswith("postgresql") or scheme == "postgres":
+        return "postgresql"
+    return scheme
+
+
+def build(port: Port, url: str | None, ctx: BuildContext) -> Any:
+    """Build ``port`` from ``url``; :class:`InvalidInputError` names the field and the known schemes if none fits.
+
+    Example:
+        >>> build("catalog", None, BuildContext(root=Path("/tmp/m"), config=MemoryConfig()))   # doctest: +SKIP
+    """
+    key = (port, scheme_of(url))
+    with _lock:
+        builder = _BUILDERS.get(key)
+        lazy = _LAZY.get(key)
+    if builder is None and lazy is not None:
+        import importlib
+
+        module, _, name = lazy.partition(":")
+        builder = getattr(importlib.import_module(module), name)
+    if builder is None:
+        field = {"vectors": "vector_url", "blobs": "blob_url"}.get(port, f"{port}_url")
+        raise InvalidInputError(f"{field}: no backend for {url!r} (known schemes: {', '.join(schemes(port))})")
+    return builder(url, ctx)
+
+
+def build_catalog(ctx: BuildContext) -> Any:
+    """The catalog named by ``ctx.config.catalog_url``."""
+    return build("catalog", ctx.config.catalog_url, ctx)
+
+
+def build_vectors(ctx: BuildContext) -> Any:
+    """The vector index named by ``ctx.config.vector_url`` (after the catalog: pgvector shares its database)."""
+    return build("vectors", ctx.config.vector_url, ctx)
+
+
+def build_blobs(ctx: BuildContext) -> Any:
+    """The blob store named by ``ctx.config.blob_url``."""
+    return build("blobs", ctx.config.blob_url, ctx)
+
+
+def build_embedder(ctx: BuildContext) -> Any:
+    """The sentence embedder (``embedding_model`` path; the bundled MiniLM by default)."""
+    return build("embedder", None, ctx)
+
+
+# --- embedded defaults ------------------------------------------------------------------------------
+def _sqlite_catalog(url: str | None, ctx: BuildContext) -> Any:
+    from agentmem.store.catalog import Catalog
+
+    return Catalog(str(ctx.root / "catalog.db"), busy_timeout_ms=ctx.config.busy_timeout_ms)
+
+
+def _sqlite_url_catalog(url: str | None, ctx: BuildContext) -> Any:
+    from agentmem.store.catalog import Catalog
+
+    path = (url or "").split("sqlite:///", 1)[-1] or ":memory:"
+    return Catalog(path, busy_timeout_ms=ctx.config.busy_timeout_ms)
+
+
+def _chroma_local(url: str | None, ctx: BuildContext) -> Any:
+    from agentmem.store.vectors import VectorIndex
+
+    path = ctx.root / "chroma" if url is None else Path(url.split("://", 1)[1])
+    # Chroma cannot be encrypted: with a cipher it never gets the text, only vectors and scope fields.
+    return VectorIndex(path, keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
+
+
+def _files(url: str | None, ctx: BuildContext) -> Any:
+    from agentmem.backends.files import FileBlobStore
+
+    return FileBlobStore(ctx.root if url is None else Path(url.split("://", 1)[1]))
+
+
+def _minilm(url: str | None, ctx: BuildContext) -> Any:
+    from agentmem.store.vectors import Embedder
+
+    return Embedder(ctx.config.embedding_model, cache_dir=ctx.config.cache_dir)
+
+
+register("catalog", "embedded", _sqlite_catalog)
+register("catalog", "sqlite", _sqlite_url_catalog)
+register("vectors", "embedded", _chroma_local)
+register("vectors", "chroma", _chroma_local)  # chroma:///abs/path
+register("blobs", "embedded", _files)
+register("blobs", "file", _files)  # file:///abs/path (blobs under <path>/kv)
+register("embedder", "embedded", _minilm)
+register("catalog", "postgresql", "agentmem.backends.postgres:build_catalog")
+register("vectors", "pgvector", "agentmem.backends.pgvector:build_vectors")
+register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors")
+
+__all__ = ["BuildContext", "build", "build_blobs", "build_catalog", "build_embedder", "build_vectors", "register",
+           "scheme_of", "schemes"]

@@ -1,0 +1,103 @@
+"""Port: the catalog, source of truth for entries (rows, tags, lexical index, turn context, pending writes).
+
+A write is recorded here first, as *pending*; vectors and blobs follow; then the row is committed. A deletion is
+marked first, then its vector and blob are erased, then the row goes. Readers never see a row that is not
+committed. Recovery asks :meth:`Catalog.pending` for marked rows older than a grace period and finishes or rolls
+them back: it never scans the vectors or the blobs, and it needs no process ids, so it works across hosts.
+
+Rows are :class:`agentmem.store.catalog.EntryRow` (SQLAlchemy 2.0 typed ORM); both SQL catalogs share the model.
+Schema changes are numbered, forward-only migrations applied on open (:mod:`agentmem.backends.migrations`).
+
+Example:
+    >>> from agentmem.ports.catalog import Catalog
+    >>> from agentmem.store.catalog import Catalog as SQLiteCatalog
+    >>> isinstance(SQLiteCatalog(":memory:"), Catalog)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentmem.store.catalog import EntryRow, TurnContext
+
+
+@runtime_checkable
+class Catalog(Protocol):
+    """Rows, tags, lexical search and write state of every entry."""
+
+    # --- writes ------------------------------------------------------------------------------
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False) -> None:
+        """Insert rows with their tags and lexical documents in one transaction; ``pending`` hides them until
+        :meth:`commit`."""
+        ...
+
+    def commit(self, ids: Sequence[str]) -> None:
+        """Make pending rows visible (their vectors and blobs are in)."""
+        ...
+
+    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Hide rows and mark them for deletion; returns the rows marked (to erase their vectors and blobs)."""
+        ...
+
+    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Delete rows, tags and lexical documents; returns what was deleted."""
+        ...
+
+    def update_kv(self, entry_id: str, **fields: Any) -> None:
+        """Set KV fields (``kv_path``, ``kv_tokens``, ``kv_fingerprint``, ``kv_dtype``, ``kb_version``) and clear
+        a blob write marked by :meth:`mark_blob_pending`."""
+        ...
+
+    def mark_blob_pending(self, entry_id: str) -> bool:
+        """Record that a blob is being written for a visible row; False if the row does not exist."""
+        ...
+
+    def pending(self, older_than: float) -> list[EntryRow]:
+        """Rows with a write or deletion (or blob write) marked before ``older_than`` (epoch seconds)."""
+        ...
+
+    def set_info(self, key: str, value: str) -> None: ...
+    def get_info(self, key: str) -> str | None: ...
+
+    # --- reads (committed rows only) -------------------------------------------------------------
+    def get(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Rows for ``ids`` in the order given; missing or uncommitted ids are skipped."""
+        ...
+
+    def scope_select(self, *, user_id: str | None = None, session_id: str | None = None,
+                     kinds: Sequence[str] | None = None, tags: Sequence[str] | None = None,
+                     alive_at: float | None = None) -> Any:
+        """An opaque scope query for :meth:`iter_ids`, :meth:`list_rows` and :meth:`count`."""
+        ...
+
+    def iter_ids(self, query: Any, *, page_size: int = 1000) -> Iterator[list[str]]: ...
+    def list_rows(self, query: Any, *, limit: int | None = None, offset: int = 0) -> list[EntryRow]: ...
+    def count(self, query: Any) -> int: ...
+    def expired_ids(self, now: float) -> list[str]: ...
+    def existing(self, ids: Sequence[str]) -> set[str]: ...
+
+    def lexical_search(self, query: str, *, user_id: str, limit: int,
+                       blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
+        """Lexical (BM25-like, per-user statistics) search: ``[(id, score)]``, best first, score > 0."""
+        ...
+
+    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
+        """Session and neighbouring turns of each entry among ``ids``."""
+        ...
+
+    def change_token(self) -> int:
+        """A number that changes whenever any process commits a write (cheap; for caches of derived data)."""
+        ...
+
+    def scrub(self, user_ids: Iterable[str] | None = None) -> None:
+        """Push erased bytes out of the backend's free space and logs, where it can."""
+        ...
+
+    def close(self) -> None: ...
+
+
+__all__ = ["Catalog"]

@@ -1,0 +1,89 @@
+"""The catalog's schema history: every migration ever applied to a store, oldest first (see
+:mod:`agentmem.backends.migrations`). One list for SQLite and PostgreSQL; the ORM model in
+:mod:`agentmem.store.catalog` must equal what these produce (a test compares them).
+
+Append new steps at the end; never edit a landed one (stores in the field ran it as written).
+
+Example:
+    >>> from agentmem.store.schema import MIGRATIONS
+    >>> [m.version for m in MIGRATIONS][:3]
+    [1, 2, 3]
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from agentmem.backends.migrations import Migration, latest_version
+
+# Frozen as the ORM compiled it at schema 1 (types both SQLite and PostgreSQL accept).
+_BASELINE = (
+    """CREATE TABLE IF NOT EXISTS entries (
+        id VARCHAR(36) NOT NULL, user_id VARCHAR NOT NULL, session_id VARCHAR, kind VARCHAR(16) NOT NULL,
+        role VARCHAR(32), speaker VARCHAR, occurred_at VARCHAR, text TEXT NOT NULL, memory_text TEXT NOT NULL,
+        metadata JSON NOT NULL, created_at FLOAT NOT NULL, expires_at FLOAT, kv_path VARCHAR, kv_tokens INTEGER,
+        kv_fingerprint VARCHAR(64), kv_dtype VARCHAR(16), kb_version VARCHAR, PRIMARY KEY (id))""",
+    "CREATE INDEX IF NOT EXISTS ix_entries_expires_at ON entries (expires_at)",
+    "CREATE INDEX IF NOT EXISTS ix_entries_session_created ON entries (session_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS ix_entries_user_id ON entries (user_id)",
+    "CREATE INDEX IF NOT EXISTS ix_entries_kind ON entries (kind)",
+    "CREATE INDEX IF NOT EXISTS ix_entries_created_at ON entries (created_at)",
+    "CREATE INDEX IF NOT EXISTS ix_entries_session_id ON entries (session_id)",
+    """CREATE TABLE IF NOT EXISTS store_info ("key" VARCHAR NOT NULL, value VARCHAR NOT NULL, PRIMARY KEY ("key"))""",
+    """CREATE TABLE IF NOT EXISTS entry_tags (
+        entry_id VARCHAR(36) NOT NULL, tag VARCHAR NOT NULL, PRIMARY KEY (entry_id, tag),
+        FOREIGN KEY(entry_id) REFERENCES entries (id) ON DELETE CASCADE)""",
+    "CREATE INDEX IF NOT EXISTS ix_entry_tags_tag ON entry_tags (tag)",
+)
+LEGACY_FTS = "entries_fts"  # schema 1 (SQLite): one FTS5 table for every user
+
+
+def _baseline(conn: Connection) -> None:
+    for ddl in _BASELINE:
+        conn.execute(text(ddl))
+    if conn.dialect.name == "sqlite":
+        conn.execute(text(f"CREATE VIRTUAL TABLE IF NOT EXISTS {LEGACY_FTS} USING fts5("
+                          "id UNINDEXED, user_id UNINDEXED, content, tokenize='porter unicode61')"))
+
+
+def _per_user_lexical(conn: Connection) -> None:
+    """SQLite: split the shared FTS5 table into one per user (their own BM25 statistics), then drop it."""
+    if conn.dialect.name != "sqlite":
+        return
+    from agentmem.store.catalog import lexical_ddl, lexical_table
+
+    if conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": LEGACY_FTS}).first() is None:
+        return
+    for (user_id,) in conn.execute(text(f"SELECT DISTINCT user_id FROM {LEGACY_FTS}")).all():
+        table = lexical_table(user_id)
+        conn.execute(text(lexical_ddl(table)))
+        conn.execute(text(f"INSERT INTO {table}(id, content) SELECT id, content FROM {LEGACY_FTS} WHERE user_id = :u"),
+                     {"u": user_id})
+    conn.execute(text(f"DROP TABLE {LEGACY_FTS}"))
+
+
+def _write_state(conn: Connection) -> None:
+    """Pending writes recorded on the row (recovery reads only these) and a change counter for caches."""
+    for ddl in (
+        "ALTER TABLE entries ADD COLUMN write_state VARCHAR(8)",  # NULL = committed; 'adding' / 'deleting'
+        "ALTER TABLE entries ADD COLUMN write_since FLOAT",
+        "ALTER TABLE entries ADD COLUMN kv_staged_at FLOAT",  # a blob write in flight for a visible row
+        # partial indexes: they hold only in-flight rows, so recovery's look-up costs O(in flight), not O(store)
+        "CREATE INDEX IF NOT EXISTS ix_entries_pending ON entries (write_since) WHERE write_state IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS ix_entries_kv_staged ON entries (kv_staged_at) WHERE kv_staged_at IS NOT NULL",
+    ):
+        conn.execute(text(ddl))
+    exists = conn.execute(text("""SELECT 1 FROM store_info WHERE "key" = 'changes'""")).first()
+    if exists is None:
+        conn.execute(text("""INSERT INTO store_info("key", value) VALUES ('changes', '0')"""))
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "baseline: entries, tags, store info (and SQLite's shared FTS5 index)", _baseline),
+    Migration(2, "SQLite: one FTS5 table per user", _per_user_lexical),
+    Migration(3, "write state on rows (pending adds/deletes, staged blobs) and a change counter", _write_state),
+)
+SCHEMA_VERSION = latest_version(MIGRATIONS)
+
+__all__ = ["LEGACY_FTS", "MIGRATIONS", "SCHEMA_VERSION"]
