@@ -13,6 +13,7 @@ from agentmem.errors import (
     UnsupportedModelError,
 )
 from agentmem.memory import AgentMemory
+from agentmem.aio import AsyncAgentMemory  # noqa: E402  (after AgentMemory, which it wraps)
 from agentmem.types import Hit, KvInfo, MemoryRecord
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentMemError",
     "AgentMemory",
+    "AsyncAgentMemory",
     "BlobCorruptedError",
     "EncryptionError",
     "FingerprintMismatchError",
