@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,7 +39,8 @@ _END = object()
 
 
 def _lane(lane: str, name: str) -> Callable[..., Any]:
-    """An async method running ``AgentMemory.<name>`` on ``lane`` ("model" or "io"), same signature and docs."""
+    """An async method running ``AgentMemory.<name>`` on ``lane`` ("model", "io", or "write": the model lane
+    when the write encodes KV), with the same signature and docs."""
     target = getattr(AgentMemory, name)
 
     @functools.wraps(target)
@@ -70,6 +71,8 @@ class AsyncAgentMemory:
 
     async def _run(self, lane: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
+        if lane == "write":  # a write that encodes KV runs the model
+            lane = "model" if self.sync._bank.should_encode(kwargs.get("encode")) else "io"
         pool = self._model if lane == "model" else self._io
         return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
 
@@ -87,21 +90,10 @@ class AsyncAgentMemory:
     load_model = _lane("model", "load_model")
     encode_pending = _lane("model", "encode_pending")
 
-    def _write_lane(self, encode: bool | None) -> str:
-        # a write that encodes KV needs the model: it queues on the model lane, others stay on the I/O lane
-        return "model" if self.sync._bank.should_encode(encode) else "io"
-
-    async def remember(self, text: str, *, encode: bool | None = None, **kwargs: Any) -> Any:
-        """Async :meth:`agentmem.AgentMemory.remember` (on the model lane only when it encodes KV)."""
-        return await self._run(self._write_lane(encode), self.sync.remember, text, encode=encode, **kwargs)
-
-    async def remember_many(self, items: Sequence[Mapping[str, Any]]) -> Any:
-        """Async :meth:`agentmem.AgentMemory.remember_many`."""
-        return await self._run(self._write_lane(None), self.sync.remember_many, items)
-
-    async def remember_messages(self, messages: Sequence[Any], **kwargs: Any) -> Any:
-        """Async :meth:`agentmem.AgentMemory.remember_messages`."""
-        return await self._run(self._write_lane(None), self.sync.remember_messages, messages, **kwargs)
+    # writes encode KV when the policy (or encode=) says so; those need the model and queue on its lane
+    remember = _lane("write", "remember")
+    remember_many = _lane("write", "remember_many")
+    remember_messages = _lane("write", "remember_messages")
 
     # --- streaming -------------------------------------------------------------------------------------------
     async def stream(self, question: str, **kwargs: Any) -> AsyncIterator[str]:
