@@ -99,7 +99,7 @@ def test_text_mode_per_request_and_metrics(server, seeded):
     r = client.chat.completions.create(model="x", user="u1", max_tokens=2, extra_body={"agentmem": {"mode": "text"}},
                                        messages=[{"role": "user", "content": "What is my dog called?"}])
     assert r.model_extra["agentmem"]["mode"] == "text"
-    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.key_u1}"}).text
+    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.key_u1}"}, timeout=120).text
     for name in ("agentmem_recall_seconds_count", "agentmem_mount_seconds_count", 'agentmem_ttft_seconds_count{mode="kv"}',
                  'agentmem_ttft_seconds_count{mode="text"}', 'agentmem_kv_mounts_total{result="hit"}',
                  'agentmem_session_tier_sessions{tier="hot"}', "agentmem_errors_total", "agentmem_fidelity_kl_count"):
@@ -107,5 +107,5 @@ def test_text_mode_per_request_and_metrics(server, seeded):
     deadline = time.time() + 60  # the fidelity monitor scores in the background (share 1.0 in these tests)
     while "agentmem_fidelity_kl_count 0.0" in text and time.time() < deadline:
         time.sleep(0.5)
-        text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.key_u1}"}).text
+        text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.key_u1}"}, timeout=120).text
     assert "agentmem_fidelity_kl_count 0.0" not in text

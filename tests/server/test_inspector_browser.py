@@ -1,0 +1,109 @@
+"""The inspector in a real headless Chromium (Debian's ``chromium``, driven by Playwright): sign in with a key,
+load every page and check what it shows. ``AGENTMEM_UPDATE_SCREENSHOTS=1`` also writes docs/inspector-*.png."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed (.ci/run installs it)")
+        pytest.skip("chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(tmp_path_factory.mktemp("chromium-profile")),
+                                                   executable_path=CHROMIUM, headless=True, args=FLAGS,
+                                                   viewport={"width": 1280, "height": 900})
+        yield ctx
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def activity(server):
+    """Entries with tags and TTLs, and chat requests in a session, so every page has something to show."""
+    with server.client(server.key_u1) as c:
+        c.post("/v1/memories", json={"text": "I moved to Lyon last May.", "user_id": "u1", "tags": ["profile"],
+                                     "ttl": 7200})
+        c.post("/v1/memories", json={"text": "My sister is called Inès.", "user_id": "u1", "tags": ["family"]})
+        c.post("/v1/memories", json={"text": "The project deadline is Friday.", "user_id": "u3"})
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.key_u1, max_retries=0, timeout=120)
+    for q in ("Where do I live?", "What is my sister called?"):
+        client.chat.completions.create(model="x", user="u1", max_tokens=6, extra_headers={"X-AgentMem-Session":
+                                                                                         "insp-s1"},
+                                       messages=[{"role": "user", "content": q}])
+    client.chat.completions.create(model="x", user="u1", max_tokens=6,
+                                   messages=[{"role": "user", "content": "Tell me about my family."}])
+    deadline = time.time() + 90  # the fidelity monitor (share 1.0 here) scores in the background
+    while time.time() < deadline:
+        m = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.key_u1}"}, timeout=120)
+        if "agentmem_fidelity_kl_count 0.0" not in m.text:
+            break
+        time.sleep(0.5)
+
+
+def _shot(page, name: str, tmp_path: Path) -> None:
+    page.screenshot(path=str(tmp_path / f"inspector-{name}.png"), full_page=True)
+    if os.environ.get("AGENTMEM_UPDATE_SCREENSHOTS") == "1":
+        page.screenshot(path=str(DOCS / f"inspector-{name}.png"), full_page=True)
+
+
+def test_inspector_pages_in_chromium(server, browser, activity, tmp_path):
+    page = browser.new_page()
+    page.goto(f"{server.url}/inspector")
+    assert page.url.endswith("/inspector/login")  # no key yet
+    page.fill("#key", "am_bad_key")
+    page.click("#sign-in")
+    assert "unknown or revoked key" in page.inner_text("#login-error")
+    _shot(page, "login", tmp_path)
+    page.fill("#key", server.key_u1)
+    page.click("#sign-in")
+    page.wait_for_url(f"{server.url}/inspector")
+
+    users = page.inner_text("#users")
+    assert "u1" in users and "u3" in users and "u2" not in users  # the key's tenants only
+    assert "insp-s1" in users and "hot" in users
+    assert page.locator(".request-row").count() >= 3
+    assert page.inner_text("#kv-hit-rate").endswith("%")
+    assert page.locator("#fidelity-line").count() == 1  # drawn by the page's script
+    assert "latest KL" in page.inner_text("#fidelity-summary")
+    _shot(page, "overview", tmp_path)
+
+    page.locator(".request-row a").first.click()
+    page.wait_for_selector("#mounted")
+    assert page.locator(".mounted-row").count() >= 1
+    assert "family" in page.inner_text("#request").lower() or page.locator(".recalled-row").count() >= 1
+    cells = page.locator(".mounted-row").first.locator("td").all_inner_texts()
+    assert int(cells[3]) > 0 and int(cells[4]) > 0  # tokens and position of a mounted memory
+    assert "KL" in page.inner_text("#request-fidelity")
+    _shot(page, "request", tmp_path)
+
+    page.goto(f"{server.url}/inspector/users/u1")
+    rows = page.locator(".entry-row")
+    assert rows.count() >= 2 and "Lyon" in page.inner_text("#entries") and "profile" in page.inner_text("#entries")
+    assert "h left" in page.inner_text("#entries")  # the TTL
+    page.fill("#entry-filter", "lyon")
+    visible = [r for r in rows.all() if r.is_visible()]
+    assert visible and all("Lyon" in r.inner_text() for r in visible)
+    page.fill("#entry-filter", "")
+    assert "insp-s1" in page.inner_text("#sessions")
+    _shot(page, "user", tmp_path)
+
+    response = page.goto(f"{server.url}/inspector/users/u2")
+    assert response.status == 403
+    page.close()
