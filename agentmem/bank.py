@@ -79,8 +79,7 @@ class KVBank:
                 model, tokenizer = load_model(self.model_spec, cache_dir=self.config.cache_dir, device=device,
                                               dtype=dtype)
                 self._engine = KVEngine(
-                    model, tokenizer, storage_dtype=_DTYPES[self.config.kv_dtype],
-                    mount_budget=self.config.mount_budget_tokens,
+                    model, tokenizer, codec=self.config.kv_codec, mount_budget=self.config.mount_budget_tokens,
                 )
             return self._engine
 
@@ -122,8 +121,9 @@ class KVBank:
         entries = engine.encode_many(list(texts))
         return [(engine.to_bytes(e), self._kv_fields(e.num_tokens)) for e in entries]
 
-    def _kv_fields(self, tokens: int) -> dict[str, Any]:
-        return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=self.config.kv_dtype,
+    def _kv_fields(self, tokens: int, codec: str | None = None) -> dict[str, Any]:
+        codec = codec or self.config.kv_codec  # the catalog's kv_dtype column names the blob's codec
+        return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=codec,
                     kb_version=self.store.catalog.get_info("kb_version"))
 
     def stale_rows(self, rows: Sequence[EntryRow]) -> list[EntryRow]:
@@ -151,7 +151,9 @@ class KVBank:
             values=prefix.values.detach(), offset=int(prefix.offset), fingerprint=engine.fingerprint.digest,
             preamble_digest=engine.layout.preamble_digest,
         )
-        return engine.to_bytes(entry), self._kv_fields(prefix.tokens), prefix.record
+        # Learned KV keep full precision: no benchmark has shown an integer codec safe for them (docs/kv-compression.md).
+        codec = self.config.kv_codec if self.config.kv_codec in _DTYPES else str(engine.dtype).removeprefix("torch.")
+        return engine.to_bytes(entry, codec_name=codec), self._kv_fields(prefix.tokens, codec), prefix.record
 
     def stale_reason(self, row: EntryRow, document: str) -> str | None:
         """Why a trained entry must not be mounted (document or model changed), else None."""

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 KvDtype = Literal["float32", "float16", "bfloat16"]
 TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
 # "auto" picks CUDA, then Apple MPS, then CPU; "cuda:N" names one GPU.
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"
+# Stored KV codecs (agentmem/kv/quant.py): float dtypes, or integer codes per channel (keys) / per token (values).
+KvCodec = Literal["float32", "float16", "bfloat16", "int8", "int4", "k4v2", "int2"]
 
 
 def default_cache_dir() -> Path:
@@ -61,7 +63,15 @@ class MemoryConfig(BaseModel):
         description="When an entry's KV is encoded: 'eager' on every write (loads the LLM), 'lazy' on writes once the "
         "LLM is loaded and otherwise at first mount, 'off' never (text mode only).",
     )
-    kv_dtype: KvDtype = "float32"
+    kv_codec: KvCodec = Field(
+        default="float32",
+        description="How memory KV blobs are stored: a float dtype, or integer codes (keys per channel, values per "
+        "token, KIVI's layout) dequantized while mounting. Chosen by benchmarks/kv_compression.py "
+        "(docs/kv-compression.md). Blobs of every codec stay readable whatever this is set to.",
+    )
+    kv_dtype: KvDtype = Field(
+        default="float32", description="Deprecated alias: setting it (without kv_codec) sets kv_codec to it."
+    )
     mount_budget_tokens: int = Field(default=2048, gt=0)
     strict_fingerprint: bool = Field(
         default=False, description="Raise on a foreign-model blob instead of falling back to text."
@@ -125,5 +135,13 @@ class MemoryConfig(BaseModel):
         "be a crashed writer's and is rolled back / finished on open (clocks of hosts sharing a store must agree "
         "to well within it).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kv_dtype_alias(cls, data: Any) -> Any:
+        # kv_dtype came first; a store configured with it keeps meaning what it meant.
+        if isinstance(data, dict) and "kv_dtype" in data and "kv_codec" not in data:
+            data = {**data, "kv_codec": data["kv_dtype"]}
+        return data
 
-__all__ = ["DEVICE_PATTERN", "KvDtype", "MemoryConfig", "TorchDtype"]
+
+__all__ = ["DEVICE_PATTERN", "KvCodec", "KvDtype", "MemoryConfig", "TorchDtype"]

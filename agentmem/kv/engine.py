@@ -27,6 +27,7 @@ import torch
 
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, InvalidInputError, UnsupportedModelError
 from agentmem.kv import codec
+from agentmem.kv.quant import codec_for
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
@@ -69,8 +70,10 @@ class KVEngine:
     """Encodes, stores (as bytes), mounts and answers with memory KV for one loaded causal LM.
 
     Not thread-safe across processes, but calls on one engine are serialised by a lock (the model and a reused
-    workspace are shared). ``storage_dtype`` applies to :meth:`to_bytes`; fp32 (the default for an fp32 model)
-    makes loading zero-copy.
+    workspace are shared). ``codec`` (a name from :data:`agentmem.kv.quant.CODECS`: ``float32`` ... ``int4``;
+    default: the float codec of ``storage_dtype``, itself defaulting to the model dtype) applies to :meth:`to_bytes`;
+    the model's own float dtype makes loading zero-copy, integer codecs read fewer bytes and dequantize while
+    mounting.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class KVEngine:
         tokenizer,
         *,
         storage_dtype: torch.dtype | None = None,
+        codec: str | None = None,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         fix: FixConfig = FixConfig(),
         position_margin: int = 8,
@@ -89,6 +93,7 @@ class KVEngine:
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
         self.storage_dtype = storage_dtype or self.dtype
+        self.codec = codec_for(codec if codec is not None else self.storage_dtype).name
         self.layout = PromptLayout.from_tokenizer(tokenizer, system_prompt)
         self.fix = fix
         self.position_margin = position_margin
@@ -197,15 +202,16 @@ class KVEngine:
         ]
 
     # -- bytes ------------------------------------------------------------------------------------------------
-    def to_bytes(self, entry: EncodedEntry) -> bytes:
-        """Serialise an entry (safetensors) in this engine's storage dtype."""
-        return codec.encode_entry(entry, self.fingerprint, storage_dtype=self.storage_dtype)
+    def to_bytes(self, entry: EncodedEntry, *, codec_name: str | None = None) -> bytes:
+        """Serialise an entry (safetensors) in this engine's codec (or ``codec_name``)."""
+        return codec.encode_entry(entry, self.fingerprint, codec=codec_name or self.codec)
 
     def from_bytes(self, blob: bytes | bytearray | memoryview, *, cast: bool = True) -> EncodedEntry:
         """Decode a blob for this model; raises FingerprintMismatchError / BlobCorruptedError.
 
         ``cast=False`` keeps fp16/bf16-stored KV in their storage dtype (zero-copy); mounting widens them while
         copying them into the cache, which saves a pass over the data. Use it for blobs that are only mounted.
+        Integer codecs always come back as codes (a ``QuantizedEntry``), dequantized while mounting.
         """
         return codec.decode_entry(
             blob,

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentmem.kv.cache import BufferedCache, allocate_stacked
+from agentmem.kv.quant import QuantizedEntry, place_packed
 from agentmem.kv.rope import rerotate_keys_into
 from agentmem.kv.types import EncodedEntry
 
@@ -151,7 +153,8 @@ def _uploaded(jobs: list[tuple[EncodedEntry, int]], device: torch.device) -> lis
 
     from agentmem.kv.transfer import staging
 
-    host = [i for i, (e, _) in enumerate(jobs) if e.keys.device != device]
+    # Quantized entries upload their codes (a fraction of the floats) and are dequantized on the device.
+    host = [i for i, (e, _) in enumerate(jobs) if not isinstance(e, QuantizedEntry) and e.keys.device != device]
     if not host:
         return jobs
     moved = staging().upload([t for i in host for t in (jobs[i][0].keys, jobs[i][0].values)], device)
@@ -208,8 +211,8 @@ class Mount:
         pos = self.pos
         for entry in entries:
             n = entry.num_tokens
-            if tuple(entry.keys.shape) != (num_layers, kv_heads, n, head_dim):
-                raise ValueError(f"entry KV shape {tuple(entry.keys.shape)} does not match the model's cache layout")
+            if tuple(entry.kv_shape) != (num_layers, kv_heads, n, head_dim):
+                raise ValueError(f"entry KV shape {tuple(entry.kv_shape)} does not match the model's cache layout")
             if pos != entry.offset and self.inv_freq is None:
                 raise ValueError("entries need re-rotation but the model has no rotary frequencies")
             jobs.append((entry, pos))
@@ -218,7 +221,7 @@ class Mount:
             raise ValueError(f"mount capacity {self.kbuf.shape[3]} exceeded; plan the capacity before placing")
         if self.device.type != "cpu":  # GPU: one pinned staging pass, async uploads, rotation on the device
             jobs = _uploaded(jobs, self.device)
-        big = sum(e.keys.numel() for e, _ in jobs) >= _SPLIT_MIN_ELEMENTS
+        big = sum(math.prod(e.kv_shape) for e, _ in jobs) >= _SPLIT_MIN_ELEMENTS
         helper = _helper_thread() if len(jobs) > 1 and big and self.device.type == "cpu" else None
         if helper is None:
             self._write(jobs)
@@ -237,6 +240,10 @@ class Mount:
         """Copy each entry's values and re-rotate its keys while copying them, at its start position."""
         for entry, pos in jobs:
             n = entry.num_tokens
+            if isinstance(entry, QuantizedEntry):  # codes in, floats out: dequantized (and rotated) while placed
+                place_packed(self.kbuf[:, 0, :, pos : pos + n, :], self.vbuf[:, 0, :, pos : pos + n, :],
+                             entry.packed, delta=pos - entry.offset, inv_freq=self.inv_freq, start=entry.offset)
+                continue
             # Same device: keep the stored dtype, the copy/rotation below casts while writing (no extra pass).
             keys = entry.keys.to(device=self.device)
             dst_k = self.kbuf[:, 0, :, pos : pos + n, :]

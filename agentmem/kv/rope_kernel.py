@@ -25,7 +25,7 @@ import threading
 import numpy as np
 import torch
 
-__all__ = ["fused_rotation_applies", "rotate_into"]
+__all__ = ["dequant_into", "fused_dequant_applies", "fused_rotation_applies", "rotate_into"]
 
 log = logging.getLogger(__name__)
 
@@ -67,36 +67,125 @@ def _build_kernel(cache: bool = True):
                 for i in range(2 * half, dim):  # partial rotary: the tail dims carry no position
                     dst[i] = src[i]
 
-    return rotate_rows
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
+    def unpack_row(row, src, bits):  # pragma: no cover - compiled
+        # Codes of one row as floats. Planar packing (quant._pack: element i at byte i % W, bit (i // W) * bits)
+        # keeps every loop a contiguous stream, and widening through int32 lets LLVM vectorise (uint8 arithmetic
+        # widens to int64, which it does not).
+        width = src.shape[0]
+        if bits == 8:
+            for i in range(width):
+                row[i] = np.float32(np.int32(src[i]))
+        elif bits == 4:
+            for j in range(width):
+                row[j] = np.float32(np.int32(src[j]) & 15)
+            for j in range(width):
+                row[width + j] = np.float32(np.int32(src[j]) >> 4)
+        else:
+            for k in range(4):
+                for j in range(width):
+                    row[k * width + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
+    def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, cos2, sin, rotate):
+        # pragma: no cover - compiled. Keys: codes [B, T, W] uint8 -> floats (one scale/zero per channel, per
+        # ``group`` tokens: scale/zero [B, ceil(T / group), D]) -> rotated by cos2/sin (as in rotate_rows).
+        blocks, tokens, width = codes.shape
+        dim = (width * 8) // bits
+        half = sin.shape[1]
+        per_token = sin.shape[0] > 1
+        row = np.empty(dim, dtype=np.float32)
+        for b in range(blocks):
+            base = offset
+            rest = b
+            for j in range(lead_sizes.shape[0] - 1, -1, -1):
+                base += (rest % lead_sizes[j]) * lead_strides[j]
+                rest //= lead_sizes[j]
+            for t in range(tokens):
+                unpack_row(row, codes[b, t], bits)
+                s = scale[b, t // group]
+                z = zero[b, t // group]
+                for i in range(dim):
+                    row[i] = row[i] * s[i] + z[i]
+                at = base + t * dim
+                dst = out[at : at + dim]
+                if rotate:
+                    r = t if per_token else 0
+                    c2 = cos2[r]
+                    sn = sin[r]
+                    for i in range(half):
+                        x1 = row[i]
+                        x2 = row[i + half]
+                        dst[i] = x1 * c2[i] - x2 * sn[i]
+                        dst[i + half] = x2 * c2[i] + x1 * sn[i]
+                    for i in range(2 * half, dim):
+                        dst[i] = row[i]
+                else:
+                    for i in range(dim):
+                        dst[i] = row[i]
+
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
+    def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group):
+        # pragma: no cover - compiled. Values: codes [B, T, W] uint8 -> floats, one scale/zero per token and
+        # ``group`` channels (scale/zero [B, T, ceil(D / group)]).
+        blocks, tokens, width = codes.shape
+        dim = (width * 8) // bits
+        groups = (dim + group - 1) // group
+        row = np.empty(dim, dtype=np.float32)
+        for b in range(blocks):
+            base = offset
+            rest = b
+            for j in range(lead_sizes.shape[0] - 1, -1, -1):
+                base += (rest % lead_sizes[j]) * lead_strides[j]
+                rest //= lead_sizes[j]
+            for t in range(tokens):
+                unpack_row(row, codes[b, t], bits)
+                s = scale[b, t]
+                z = zero[b, t]
+                at = base + t * dim
+                dst = out[at : at + dim]
+                for g in range(groups):
+                    sg = s[g]
+                    zg = z[g]
+                    for i in range(g * group, min((g + 1) * group, dim)):
+                        dst[i] = row[i] * sg + zg
+
+    return rotate_rows, dequant_keys, dequant_values
 
 
-def _kernel():
-    """The compiled kernel, or ``None`` if numba is missing/disabled/failed (then the reason is logged once)."""
-    kernel = _state.get("kernel")
-    if kernel is not None or "failed" in _state:
-        return kernel
+
+def _kernel(which: int = 0):
+    """A compiled kernel (0: rotation, 1: key dequantization, 2: value dequantization), or ``None`` if numba is missing/disabled/failed (then
+    the reason is logged once)."""
+    kernels = _state.get("kernel")
+    if kernels is not None or "failed" in _state:
+        return kernels[which] if kernels is not None else None
     with _lock:
         if "kernel" in _state or "failed" in _state:
-            return _state.get("kernel")
+            kernels = _state.get("kernel")
+            return kernels[which] if kernels is not None else None
         if os.environ.get("AGENTMEM_FUSED_ROPE", "1") == "0":
             _state["failed"] = "disabled by AGENTMEM_FUSED_ROPE=0"
             return None
         try:
             try:
-                kernel = _build_kernel()
+                kernels = _build_kernel()
             except RuntimeError:  # numba found no writable place for its on-disk cache: compile in memory
-                kernel = _build_kernel(cache=False)
+                kernels = _build_kernel(cache=False)
             # Compile (or load numba's on-disk cache) now, on a tiny problem, so a failure surfaces here once.
             probe = np.zeros(8, dtype=np.float32)
             one = np.ones(1, dtype=np.int64)
-            kernel(probe, 0, one, one, np.ones((1, 2, 4), np.float32), np.ones((1, 4), np.float32),
-                   np.zeros((1, 2), np.float32))
+            cos2, sin = np.ones((1, 4), np.float32), np.zeros((1, 2), np.float32)
+            kernels[0](probe, 0, one, one, np.ones((1, 2, 4), np.float32), cos2, sin)
+            codes, scale = np.zeros((1, 2, 2), np.uint8), np.ones((1, 2, 4), np.float32)
+            kernels[1](probe, 0, one, one, codes, 4, scale, scale, 1, cos2, sin, True)
+            kernels[2](probe, 0, one, one, codes, 4, scale, scale, 1)
         except Exception as exc:  # ImportError, or a numba/LLVM failure on an unusual platform
             _state["failed"] = f"{type(exc).__name__}: {exc}"
             log.warning("fused key re-rotation unavailable, mounting with torch ops (%s)", _state["failed"])
             return None
-        _state["kernel"] = kernel
-        return kernel
+        _state["kernel"] = kernels
+        return kernels[which]
 
 
 def fused_rotation_applies(out: torch.Tensor, keys: torch.Tensor) -> bool:
@@ -109,9 +198,76 @@ def fused_rotation_applies(out: torch.Tensor, keys: torch.Tensor) -> bool:
         return False
     if out.requires_grad or keys.requires_grad:
         return False
-    if out.stride(-1) != 1 or (out.shape[-2] > 1 and out.stride(-2) != out.shape[-1]):
+    if not _rows_ok(out):
         return False
-    return _kernel() is not None
+    return _kernel(0) is not None
+
+
+def _rows_ok(out: torch.Tensor) -> bool:
+    return out.stride(-1) == 1 and (out.shape[-2] <= 1 or out.stride(-2) == out.shape[-1])
+
+
+def fused_dequant_applies(out: torch.Tensor) -> bool:
+    """Whether :func:`dequant_into` can write into ``out`` (CPU float32, rows contiguous, kernel available)."""
+    if out.dtype != torch.float32 or out.device.type != "cpu" or out.dim() < 2 or out.numel() == 0:
+        return False
+    if out.requires_grad or not _rows_ok(out):
+        return False
+    return _kernel(1) is not None
+
+
+def _out_args(out: torch.Tensor):
+    storage = torch.as_strided(out, (out.untyped_storage().nbytes() // out.element_size(),), (1,), 0)
+    lead = out.dim() - 2
+    return (
+        storage.numpy(),
+        out.storage_offset(),
+        np.array(out.shape[:lead] or (1,), dtype=np.int64),
+        np.array(out.stride()[:lead] or (0,), dtype=np.int64),
+    )
+
+
+_NO_TABLE = np.zeros((1, 1), np.float32)
+
+
+def dequant_into(
+    out: torch.Tensor,
+    codes: torch.Tensor,
+    bits: int,
+    scale: torch.Tensor,
+    zero: torch.Tensor,
+    *,
+    token_group: int,
+    channel_group: int,
+    cos2: torch.Tensor | None = None,
+    sin: torch.Tensor | None = None,
+) -> None:
+    """``out = codes * scale + zero`` (rotated by ``cos2``/``sin`` when given), in one pass over the codes.
+
+    ``codes`` ``[..., T, D*bits/8]`` uint8 packed as :mod:`agentmem.kv.quant` packs them; ``scale``/``zero``
+    ``[..., ceil(T / token_group), ceil(D / channel_group)]`` float32. Call only where :func:`fused_dequant_applies`.
+
+    Example:
+        >>> dequant_into(dst, packed.key_codes, 4, packed.key_scales, packed.key_zeros,
+        ...              token_group=32, channel_group=1, cos2=cos2, sin=sin)
+    """
+    tokens, width = codes.shape[-2], codes.shape[-1]
+    blocks = codes.reshape(-1, tokens, width)
+    blocks = (blocks if blocks.is_contiguous() else blocks.contiguous()).numpy()
+    s = scale.reshape(-1, scale.shape[-2], scale.shape[-1]).contiguous().numpy()
+    z = zero.reshape(-1, zero.shape[-2], zero.shape[-1]).contiguous().numpy()
+    if channel_group == 1:  # keys: per channel, groups of tokens
+        rotate = cos2 is not None
+        _kernel(1)(
+            *_out_args(out), blocks, int(bits), s, z, int(token_group),
+            cos2.reshape(-1, cos2.shape[-1]).numpy() if rotate else _NO_TABLE,
+            sin.reshape(-1, sin.shape[-1]).numpy() if rotate else _NO_TABLE,
+            rotate,
+        )
+    else:
+        if token_group != 1 or cos2 is not None:
+            raise ValueError("per-token groups of channels (values) are never rotated and have token_group 1")
+        _kernel(2)(*_out_args(out), blocks, int(bits), s, z, int(channel_group))
 
 
 def rotate_into(out: torch.Tensor, keys: torch.Tensor, cos2: torch.Tensor, sin: torch.Tensor) -> None:
@@ -120,18 +276,13 @@ def rotate_into(out: torch.Tensor, keys: torch.Tensor, cos2: torch.Tensor, sin: 
     Call only where :func:`fused_rotation_applies`. ``out`` may be a strided view (rows contiguous) into a larger
     buffer; it must not overlap ``keys``.
     """
-    kernel = _kernel()
+    kernel = _kernel(0)
     tokens, dim = keys.shape[-2], keys.shape[-1]
     blocks = keys.reshape(-1, tokens, dim)  # a view for the contiguous keys we mount; a copy otherwise
     if not blocks.is_contiguous():
         blocks = blocks.contiguous()
-    storage = torch.as_strided(out, (out.untyped_storage().nbytes() // out.element_size(),), (1,), 0)
-    lead = out.dim() - 2
     kernel(
-        storage.numpy(),
-        out.storage_offset(),
-        np.array(out.shape[:lead] or (1,), dtype=np.int64),
-        np.array(out.stride()[:lead] or (0,), dtype=np.int64),
+        *_out_args(out),
         blocks.numpy(),
         cos2.reshape(-1, cos2.shape[-1]).numpy(),
         sin.reshape(-1, sin.shape[-1]).numpy(),

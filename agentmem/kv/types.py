@@ -39,6 +39,11 @@ class EncodedEntry:
     def num_tokens(self) -> int:
         return int(self.token_ids.numel())
 
+    @property
+    def kv_shape(self) -> tuple[int, ...]:
+        """``(layers, kv_heads, tokens, head_dim)``; a quantized entry answers without dequantizing."""
+        return tuple(self.keys.shape)
+
     def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer ``(keys, values)`` views shaped ``[1, kv_heads, tokens, head_dim]``."""
         return [(self.keys[i].unsqueeze(0), self.values[i].unsqueeze(0)) for i in range(self.keys.shape[0])]

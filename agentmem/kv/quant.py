@@ -1,0 +1,351 @@
+"""Integer KV codecs (KIVI's layout): keys quantized per channel, values per token, in groups, with scales beside.
+
+KIVI (Liu et al., 2024) found that keys have a few outlier *channels* (so one scale per channel, shared by a group
+of tokens, keeps them from swamping everyone else's precision) while values have no such structure (so one scale
+per token, over a group of channels). Both use asymmetric min/max quantization: ``x ≈ code * scale + zero``, codes
+in ``[0, 2**bits - 1]``, scales and zero points stored in float16.
+
+Codes are packed along the head dimension, ``8 // bits`` per byte, planar: with ``W = head_dim * bits / 8`` bytes
+per row, element ``i`` is in byte ``i % W`` at bit ``(i // W) * bits``. One key row is ``W`` contiguous bytes and
+the mount kernel (:mod:`agentmem.kv.rope_kernel`) unpacks, scales, rotates and writes it in one pass.
+
+Stored sizes for SmolLM2-135M (30 layers x 3 KV heads x 64 dims; fp32 = 46,080 B/token), full groups:
+
+    codec   key bits  value bits  bytes/token (codes + scales)   vs fp32
+    int8    8         8           11,520 + 1,080 = 12,600        3.7x
+    int4    4         4            5,760 + 1,080 =  6,840        6.7x
+    k4v2    4         2            4,320 + 1,080 =  5,400        8.5x
+    int2    2         2            2,880 + 1,080 =  3,960       11.6x
+
+Example:
+    >>> packed = quantize_kv(keys, values, CODECS["int4"])
+    >>> keys2, values2 = dequantize_kv(packed)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from agentmem.kv.rope import _cached_tables, rerotate_keys_into
+from agentmem.kv.rope_kernel import dequant_into, fused_dequant_applies
+from agentmem.kv.types import EncodedEntry
+
+__all__ = [
+    "CODECS",
+    "FLOAT_CODECS",
+    "Codec",
+    "PackedKV",
+    "QuantizedEntry",
+    "codec_for",
+    "dequantize_kv",
+    "place_packed",
+    "quantize_kv",
+]
+
+FLOAT_CODECS: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How an entry's KV are stored: a float dtype, or integer codes with their bit widths and group sizes.
+
+    ``key_group`` is the number of tokens that share one scale per channel; ``value_group`` the number of channels
+    that share one scale per token (capped at the head dim). Part of every blob header (:meth:`to_dict`).
+
+    Example:
+        >>> CODECS["int4"].bytes_per_token(num_layers=30, kv_heads=3, head_dim=64)
+        6840.0
+    """
+
+    name: str
+    key_bits: int | None = None  # None: a float codec
+    value_bits: int | None = None
+    key_group: int = 32
+    value_group: int = 64
+
+    @property
+    def quantized(self) -> bool:
+        return self.key_bits is not None
+
+    @property
+    def float_dtype(self) -> torch.dtype | None:
+        return FLOAT_CODECS.get(self.name)
+
+    def to_dict(self) -> dict:
+        if not self.quantized:
+            return {"name": self.name}
+        return {"name": self.name, "key_bits": self.key_bits, "value_bits": self.value_bits,
+                "key_group": self.key_group, "value_group": self.value_group}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Codec:
+        """The codec a blob header describes; ``ValueError`` if it is malformed or has impossible parameters."""
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            raise ValueError("codec is not an object with a name")
+        if data["name"] in FLOAT_CODECS and set(data) == {"name"}:
+            return CODECS[data["name"]]
+        try:
+            codec = cls(name=data["name"], key_bits=int(data["key_bits"]), value_bits=int(data["value_bits"]),
+                        key_group=int(data["key_group"]), value_group=int(data["value_group"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError("codec parameters are missing or not integers") from exc
+        if codec.key_bits not in (2, 4, 8) or codec.value_bits not in (2, 4, 8):
+            raise ValueError("codec bit widths must be 2, 4 or 8")
+        if codec.key_group < 1 or codec.value_group < 1:
+            raise ValueError("codec group sizes must be positive")
+        return codec
+
+    def bytes_per_token(self, *, num_layers: int, kv_heads: int, head_dim: int) -> float:
+        """Stored bytes per token with full groups (short entries pay a little more for their key scales)."""
+        heads = num_layers * kv_heads
+        if not self.quantized:
+            return heads * head_dim * 2 * self.float_dtype.itemsize
+        codes = heads * head_dim * (self.key_bits + self.value_bits) / 8
+        key_scales = heads * head_dim * 4 / self.key_group  # fp16 scale + zero per channel, per group of tokens
+        value_scales = heads * math.ceil(head_dim / min(self.value_group, head_dim)) * 4
+        return codes + key_scales + value_scales
+
+
+CODECS: dict[str, Codec] = {name: Codec(name) for name in FLOAT_CODECS} | {
+    "int8": Codec("int8", 8, 8),
+    "int4": Codec("int4", 4, 4),
+    "k4v2": Codec("k4v2", 4, 2),
+    "int2": Codec("int2", 2, 2),
+}
+
+
+def codec_for(name: str | torch.dtype) -> Codec:
+    """The registered codec called ``name`` (a torch float dtype is accepted for the float codecs).
+
+    Example:
+        >>> codec_for(torch.float16).name
+        'float16'
+    """
+    if isinstance(name, torch.dtype):
+        name = str(name).removeprefix("torch.")
+    try:
+        return CODECS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown KV codec {name!r}; choose one of {sorted(CODECS)}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class PackedKV:
+    """Quantized KV of one entry: packed codes ``[L, H, T, D*bits/8]`` (uint8) and float scales/zero points.
+
+    Key scales/zeros are ``[L, H, ceil(T / key_group), D]`` (per channel, per group of tokens); value
+    scales/zeros ``[L, H, T, ceil(D / value_group)]`` (per token, per group of channels). Scales may be float16
+    (as stored) or float32 (as the mount kernel reads them).
+    """
+
+    codec: Codec
+    key_codes: torch.Tensor
+    key_scales: torch.Tensor
+    key_zeros: torch.Tensor
+    value_codes: torch.Tensor
+    value_scales: torch.Tensor
+    value_zeros: torch.Tensor
+    head_dim: int
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        num_layers, heads, tokens, _ = self.key_codes.shape
+        return (num_layers, heads, tokens, self.head_dim)
+
+    @property
+    def value_group(self) -> int:
+        return min(self.codec.value_group, self.head_dim)
+
+
+def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """uint8 codes ``[..., D]`` (each < 2**bits) → ``[..., W]``, ``W = D * bits / 8``: element i at byte i % W,
+    bit (i // W) * bits. Planar, so unpacking writes contiguous runs (the kernel's loops vectorise) and, at 4 bits,
+    each byte holds one RoPE pair (i, i + D/2)."""
+    per = 8 // bits
+    if per == 1:
+        return codes.contiguous()
+    width = codes.shape[-1] // per
+    out = codes[..., :width].clone()
+    for j in range(1, per):
+        out |= codes[..., j * width : (j + 1) * width] << (bits * j)
+    return out.contiguous()
+
+
+def _unpack(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
+    per = 8 // bits
+    if per == 1:
+        return packed
+    mask = (1 << bits) - 1
+    return torch.cat([(packed >> (bits * j)) & mask for j in range(per)], dim=-1)
+
+
+def _minmax_quantize(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bits: int, expand):
+    """Codes, fp16 scales and fp16 zeros for ``x`` given each group's min/max (``expand`` broadcasts them to x)."""
+    levels = (1 << bits) - 1
+    zero = lo.to(torch.float16)
+    scale = ((hi - zero.float()) / levels).to(torch.float16)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant group: every code 0, exact
+    s, z = expand(scale.float()), expand(zero.float())
+    codes = torch.clamp(torch.round((x - z) / s), 0, levels).to(torch.uint8)
+    return codes, scale, zero
+
+
+def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> PackedKV:
+    """Quantize ``[L, H, T, D]`` keys per channel (groups of ``key_group`` tokens) and values per token.
+
+    Raises ``ValueError`` if ``D`` is not a multiple of the codes packed per byte.
+
+    Example:
+        >>> packed = quantize_kv(entry.keys, entry.values, CODECS["int4"])
+        >>> packed.key_codes.shape[-1] == entry.keys.shape[-1] // 2
+        True
+    """
+    if not codec.quantized:
+        raise ValueError(f"{codec.name} is not an integer codec")
+    num_layers, heads, tokens, dim = keys.shape
+    for bits in (codec.key_bits, codec.value_bits):
+        if dim % (8 // bits):
+            raise ValueError(f"head dim {dim} is not a multiple of {8 // bits} ({bits}-bit codes packed per byte)")
+    k = keys.detach().to(device="cpu", dtype=torch.float32)
+    v = values.detach().to(device="cpu", dtype=torch.float32)
+    kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
+    pad = groups * kg - tokens
+    # Keys: min/max over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
+    kp = torch.cat([k, k[:, :, -1:].expand(-1, -1, pad, -1)], dim=2) if pad and tokens else k
+    kp = kp.reshape(num_layers, heads, groups, kg, dim)
+    key_codes, key_scales, key_zeros = _minmax_quantize(
+        k, kp.amin(dim=3), kp.amax(dim=3), codec.key_bits,
+        lambda t: t.repeat_interleave(kg, dim=2)[:, :, :tokens],
+    )
+    vg = min(codec.value_group, dim)
+    vgroups = math.ceil(dim / vg)
+    vpad = vgroups * vg - dim
+    vp = torch.cat([v, v[..., -1:].expand(-1, -1, -1, vpad)], dim=3) if vpad else v
+    vp = vp.reshape(num_layers, heads, tokens, vgroups, vg)
+    value_codes, value_scales, value_zeros = _minmax_quantize(
+        v, vp.amin(dim=4), vp.amax(dim=4), codec.value_bits,
+        lambda t: t.repeat_interleave(vg, dim=3)[..., :dim],
+    )
+    return PackedKV(
+        codec=codec,
+        key_codes=_pack(key_codes, codec.key_bits),
+        key_scales=key_scales.contiguous(),
+        key_zeros=key_zeros.contiguous(),
+        value_codes=_pack(value_codes, codec.value_bits),
+        value_scales=value_scales.contiguous(),
+        value_zeros=value_zeros.contiguous(),
+        head_dim=dim,
+    )
+
+
+def dequantize_kv(
+    packed: PackedKV, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values ``[L, H, T, D]`` back from their codes (the torch reference path; any device).
+
+    Example:
+        >>> keys, values = dequantize_kv(quantize_kv(k, v, CODECS["int8"]))
+    """
+    device = device or packed.key_codes.device
+    tokens, dim = packed.shape[2], packed.head_dim
+    kc = _unpack(packed.key_codes.to(device), packed.codec.key_bits, dim).float()
+    kg = packed.codec.key_group
+    ks = packed.key_scales.to(device).float().repeat_interleave(kg, dim=2)[:, :, :tokens]
+    kz = packed.key_zeros.to(device).float().repeat_interleave(kg, dim=2)[:, :, :tokens]
+    vc = _unpack(packed.value_codes.to(device), packed.codec.value_bits, dim).float()
+    vg = packed.value_group
+    vs = packed.value_scales.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
+    vz = packed.value_zeros.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
+    return torch.addcmul(kz, kc, ks).to(dtype), torch.addcmul(vz, vc, vs).to(dtype)
+
+
+def place_packed(
+    dst_keys: torch.Tensor,
+    dst_values: torch.Tensor,
+    packed: PackedKV,
+    *,
+    delta: int,
+    inv_freq: torch.Tensor | None,
+    start: int,
+    fused: bool = True,
+) -> None:
+    """Write ``packed`` dequantized into ``dst_*`` (``[L, H, T, D]`` views), keys moved by ``delta`` positions.
+
+    On CPU float32 (the mount buffers) one fused pass per tensor reads the codes and writes floats, rotated for
+    keys (:func:`agentmem.kv.rope_kernel.dequant_into`); elsewhere, or with ``fused=False``, the torch reference:
+    dequantize, then rotate/copy. ``start`` is the keys' encoded position (model-faithful angles).
+
+    Example:
+        >>> place_packed(kbuf[:, 0, :, p : p + n], vbuf[:, 0, :, p : p + n], entry.packed, delta=p - entry.offset,
+        ...              inv_freq=inv_freq, start=entry.offset)
+    """
+    codec, tokens = packed.codec, packed.shape[2]
+    if fused and fused_dequant_applies(dst_keys) and fused_dequant_applies(dst_values) and tokens:
+        cos2 = sin = None
+        if delta != 0:
+            half = inv_freq.numel()
+            cos2, sin = _cached_tables(delta, inv_freq, torch.float32, torch.device("cpu"), start, tokens)
+            if 2 * half > packed.head_dim:
+                raise ValueError("rotary dims exceed the head dim")
+        dequant_into(dst_keys, packed.key_codes, codec.key_bits, packed.key_scales.float(), packed.key_zeros.float(),
+                     token_group=codec.key_group, channel_group=1, cos2=cos2, sin=sin)
+        dequant_into(dst_values, packed.value_codes, codec.value_bits, packed.value_scales.float(),
+                     packed.value_zeros.float(), token_group=1, channel_group=packed.value_group)
+        return
+    keys, values = dequantize_kv(packed, dtype=dst_keys.dtype, device=dst_keys.device)
+    if delta == 0:
+        dst_keys.copy_(keys)
+    else:
+        rerotate_keys_into(dst_keys, keys, delta, inv_freq.to(dst_keys.device), start=start)
+    dst_values.copy_(values)
+
+
+class QuantizedEntry(EncodedEntry):
+    """An :class:`EncodedEntry` whose KV are held as codes: mounting reads the codes (fewer bytes) directly.
+
+    ``keys``/``values`` are dequantized on first access (in ``dtype``) and then kept, for code that wants floats;
+    the mount never touches them (:func:`agentmem.kv.mount.Mount` places ``packed`` with the fused kernel).
+
+    Example:
+        >>> q = QuantizedEntry(token_ids=ids, packed=quantize_kv(k, v, CODECS["int4"]), offset=14,
+        ...                    fingerprint=fp.digest, preamble_digest=layout.preamble_digest)
+        >>> q.kv_shape == tuple(k.shape)
+        True
+    """
+
+    def __init__(
+        self, *, token_ids: torch.Tensor, packed: PackedKV, offset: int, fingerprint: str, preamble_digest: str,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        # EncodedEntry is a frozen dataclass; its generated __init__ would assign keys/values, which are lazy here.
+        for name, value in (("token_ids", token_ids), ("packed", packed), ("offset", offset),
+                            ("fingerprint", fingerprint), ("preamble_digest", preamble_digest), ("dtype", dtype),
+                            ("_floats", None)):
+            object.__setattr__(self, name, value)
+
+    def _dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._floats is None:
+            object.__setattr__(self, "_floats", dequantize_kv(self.packed, dtype=self.dtype))
+        return self._floats
+
+    @property
+    def keys(self) -> torch.Tensor:  # type: ignore[override]
+        return self._dequantized()[0]
+
+    @property
+    def values(self) -> torch.Tensor:  # type: ignore[override]
+        return self._dequantized()[1]
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        return self.packed.shape
+
+    def __repr__(self) -> str:
+        return f"QuantizedEntry(codec={self.packed.codec.name}, shape={self.kv_shape}, offset={self.offset})"

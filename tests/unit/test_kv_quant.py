@@ -1,0 +1,145 @@
+"""Integer KV codecs: quantization error bounds, packing, and the fused mount kernel against the torch reference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentmem.kv import rope_kernel
+from agentmem.kv.quant import CODECS, Codec, QuantizedEntry, dequantize_kv, place_packed, quantize_kv
+from agentmem.kv.rope import rerotate_keys_into
+
+INT_CODECS = [name for name, c in CODECS.items() if c.quantized]
+
+
+def _kv(tokens: int = 45, dim: int = 64, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.randn(3, 2, tokens, dim, generator=g) * 2
+    keys[..., 5] += 12.0  # an outlier channel, as real keys have: per-channel scales must contain it
+    values = torch.randn(3, 2, tokens, dim, generator=g)
+    return keys, values
+
+
+def _inv_freq(dim: int, rotary: int | None = None) -> torch.Tensor:
+    rotary = rotary or dim
+    return 1.0 / (10000 ** (torch.arange(0, rotary, 2).float() / rotary))
+
+
+@pytest.mark.parametrize("name", INT_CODECS)
+def test_error_is_within_half_a_step_of_each_group(name):
+    keys, values = _kv()
+    codec = CODECS[name]
+    packed = quantize_kv(keys, values, codec)
+    k2, v2 = dequantize_kv(packed)
+    tokens = keys.shape[2]
+    key_step = packed.key_scales.float().repeat_interleave(codec.key_group, dim=2)[:, :, :tokens]
+    value_step = packed.value_scales.float().repeat_interleave(packed.value_group, dim=3)[..., : keys.shape[3]]
+    # Half a quantization step, plus the fp16 rounding of the zero point (relative 2**-11 of the group's min).
+    k_slack = 1e-3 * keys.abs().amax() + 1e-6
+    v_slack = 1e-3 * values.abs().amax() + 1e-6
+    assert ((k2 - keys).abs() <= key_step / 2 + k_slack).all()
+    assert ((v2 - values).abs() <= value_step / 2 + v_slack).all()
+    # More bits, less error: the outlier channel does not swamp the other channels' precision.
+    err = (k2[..., :5] - keys[..., :5]).abs().mean().item()
+    assert err < {8: 0.02, 4: 0.3, 2: 1.3}[codec.key_bits]
+
+
+@pytest.mark.parametrize("name", INT_CODECS)
+def test_codes_pack_into_the_advertised_bytes(name):
+    keys, values = _kv(tokens=64)
+    codec = CODECS[name]
+    packed = quantize_kv(keys, values, codec)
+    assert packed.key_codes.dtype == torch.uint8 and packed.key_codes.shape[-1] == 64 * codec.key_bits // 8
+    assert packed.value_codes.shape[-1] == 64 * codec.value_bits // 8
+    stored = sum(t.numel() * (1 if t.dtype == torch.uint8 else 2) for t in (
+        packed.key_codes, packed.key_scales, packed.key_zeros, packed.value_codes, packed.value_scales,
+        packed.value_zeros))
+    per_token = stored / 64
+    assert per_token == codec.bytes_per_token(num_layers=3, kv_heads=2, head_dim=64)
+
+
+def test_smollm2_sizes_match_the_docstring_table():
+    size = {n: CODECS[n].bytes_per_token(num_layers=30, kv_heads=3, head_dim=64) for n in CODECS}
+    assert size["float32"] == 46080 and size["int4"] == 6840 and size["k4v2"] == 5400 and size["int2"] == 3960
+
+
+def test_a_constant_group_is_exact_and_short_entries_work():
+    keys = torch.full((1, 1, 3, 16), 2.5)
+    values = torch.zeros((1, 1, 3, 16))
+    for name in INT_CODECS:
+        k2, v2 = dequantize_kv(quantize_kv(keys, values, CODECS[name]))
+        assert torch.allclose(k2, keys) and torch.equal(v2, values)
+
+
+def test_head_dim_must_fit_the_packing():
+    with pytest.raises(ValueError, match="head dim"):
+        quantize_kv(torch.zeros(1, 1, 2, 6), torch.zeros(1, 1, 2, 6), CODECS["int2"])
+
+
+@pytest.mark.parametrize("bad", [{"name": "x"}, {"name": "int4", "key_bits": 3, "value_bits": 4, "key_group": 32,
+                                                 "value_group": 64}, {"name": "int4", "key_bits": "a"}, None])
+def test_codec_headers_are_validated(bad):
+    with pytest.raises(ValueError):
+        Codec.from_dict(bad)
+
+
+def test_codec_round_trips_through_its_header():
+    for codec in CODECS.values():
+        assert Codec.from_dict(codec.to_dict()) == codec
+
+
+@pytest.mark.parametrize("name", INT_CODECS)
+@pytest.mark.parametrize("delta", [0, 37, -3])
+@pytest.mark.parametrize("rotary", [None, 48])  # full and partial rotary
+def test_fused_kernel_equals_the_torch_reference(name, delta, rotary):
+    if rope_kernel._kernel(1) is None:
+        pytest.fail("numba kernel unavailable: the fused mount path is not exercised")
+    keys, values = _kv(tokens=70)
+    packed = quantize_kv(keys, values, CODECS[name])
+    inv_freq = _inv_freq(64, rotary)
+    # Write into strided views of a larger buffer, as the mount does ([L, 1, H, capacity, D]).
+    results = []
+    for fused in (True, False):
+        kbuf = torch.full((3, 1, 2, 100, 64), float("nan"))
+        vbuf = torch.full((3, 1, 2, 100, 64), float("nan"))
+        place_packed(kbuf[:, 0, :, 20:90], vbuf[:, 0, :, 20:90], packed, delta=delta, inv_freq=inv_freq, start=14,
+                     fused=fused)
+        results.append((kbuf, vbuf))
+    (fk, fv), (rk, rv) = results
+    assert torch.isnan(fk[..., :20, :]).all() and torch.isnan(fk[..., 90:, :]).all()  # nothing outside its span
+    torch.testing.assert_close(fk, rk, rtol=1e-6, atol=1e-5, equal_nan=True)
+    torch.testing.assert_close(fv, rv, rtol=0, atol=0, equal_nan=True)
+    # and the reference is "dequantize, then the ordinary rotation"
+    k2, v2 = dequantize_kv(packed)
+    want = torch.empty_like(k2)
+    if delta:
+        rerotate_keys_into(want, k2, delta, inv_freq, start=14)
+    else:
+        want.copy_(k2)
+    torch.testing.assert_close(rk[:, 0, :, 20:90], want, rtol=1e-6, atol=1e-5)
+    assert torch.equal(rv[:, 0, :, 20:90], v2)
+
+
+def test_non_float32_or_non_cpu_targets_take_the_reference_path():
+    keys, values = _kv(tokens=10, dim=16)
+    packed = quantize_kv(keys, values, CODECS["int4"])
+    dk = torch.empty(3, 2, 10, 16, dtype=torch.bfloat16)
+    dv = torch.empty(3, 2, 10, 16, dtype=torch.bfloat16)
+    assert not rope_kernel.fused_dequant_applies(dk)
+    place_packed(dk, dv, packed, delta=5, inv_freq=_inv_freq(16), start=3)
+    k2, _ = dequantize_kv(packed)
+    want = torch.empty_like(k2)
+    rerotate_keys_into(want, k2, 5, _inv_freq(16), start=3)
+    torch.testing.assert_close(dk.float(), want, rtol=1e-2, atol=2e-2)
+
+
+def test_quantized_entry_dequantizes_lazily_and_reports_its_shape():
+    keys, values = _kv(tokens=12, dim=16)
+    packed = quantize_kv(keys, values, CODECS["int8"])
+    entry = QuantizedEntry(token_ids=torch.arange(12), packed=packed, offset=4, fingerprint="f", preamble_digest="p")
+    assert entry.kv_shape == (3, 2, 12, 16) and entry.num_tokens == 12
+    assert entry._floats is None  # shape and length did not dequantize
+    assert math.isclose((entry.keys - keys).abs().max().item(), 0.0, abs_tol=0.1)
+    assert entry.keys is entry.keys  # dequantized once, then kept
