@@ -36,6 +36,26 @@ _lock = threading.Lock()
 def _build_kernel(cache: bool = True):
     import numba  # heavy (~0.3 s): imported on the first mount, never by a store-only user
 
+    @numba.njit(boundscheck=False, nogil=True, cache=cache, inline="always")
+    def block_base(b, offset, lead_sizes, lead_strides):  # pragma: no cover - compiled
+        # block index -> the storage offset of its [T, D] rows, through the output's leading sizes and strides
+        base = offset
+        rest = b
+        for j in range(lead_sizes.shape[0] - 1, -1, -1):
+            base += (rest % lead_sizes[j]) * lead_strides[j]
+            rest //= lead_sizes[j]
+        return base
+
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
+    def rotate_row(dst, src, c, s, half, dim):  # pragma: no cover - compiled
+        for i in range(half):
+            x1 = src[i]
+            x2 = src[i + half]
+            dst[i] = x1 * c[i] - x2 * s[i]
+            dst[i + half] = x2 * c[i] + x1 * s[i]
+        for i in range(2 * half, dim):  # partial rotary: the tail dims carry no position
+            dst[i] = src[i]
+
     @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
     def rotate_rows(out, offset, lead_sizes, lead_strides, keys, cos2, sin):  # pragma: no cover - compiled
         # out: the output's whole storage, 1-D; its [..., T, D] view starts at ``offset`` and has leading sizes and
@@ -47,25 +67,13 @@ def _build_kernel(cache: bool = True):
         half = sin.shape[1]
         per_token = sin.shape[0] > 1
         for b in range(blocks):
-            base = offset
-            rest = b
-            for j in range(lead_sizes.shape[0] - 1, -1, -1):  # block index -> its place in the leading dims
-                base += (rest % lead_sizes[j]) * lead_strides[j]
-                rest //= lead_sizes[j]
+            base = block_base(b, offset, lead_sizes, lead_strides)
             for t in range(tokens):
                 row = base + t * dim
                 dst = out[row : row + dim]
                 src = keys[b, t]
                 r = t if per_token else 0
-                c = cos2[r]
-                s = sin[r]
-                for i in range(half):
-                    x1 = src[i]
-                    x2 = src[i + half]
-                    dst[i] = x1 * c[i] - x2 * s[i]
-                    dst[i + half] = x2 * c[i] + x1 * s[i]
-                for i in range(2 * half, dim):  # partial rotary: the tail dims carry no position
-                    dst[i] = src[i]
+                rotate_row(dst, src, cos2[r], sin[r], half, dim)
 
     @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
     def unpack_row(row, src, bits):  # pragma: no cover - compiled
@@ -96,11 +104,7 @@ def _build_kernel(cache: bool = True):
         per_token = sin.shape[0] > 1
         row = np.empty(dim, dtype=np.float32)
         for b in range(blocks):
-            base = offset
-            rest = b
-            for j in range(lead_sizes.shape[0] - 1, -1, -1):
-                base += (rest % lead_sizes[j]) * lead_strides[j]
-                rest //= lead_sizes[j]
+            base = block_base(b, offset, lead_sizes, lead_strides)
             for t in range(tokens):
                 unpack_row(row, codes[b, t], bits)
                 s = scale[b, t // group]
@@ -111,15 +115,7 @@ def _build_kernel(cache: bool = True):
                 dst = out[at : at + dim]
                 if rotate:
                     r = t if per_token else 0
-                    c2 = cos2[r]
-                    sn = sin[r]
-                    for i in range(half):
-                        x1 = row[i]
-                        x2 = row[i + half]
-                        dst[i] = x1 * c2[i] - x2 * sn[i]
-                        dst[i + half] = x2 * c2[i] + x1 * sn[i]
-                    for i in range(2 * half, dim):
-                        dst[i] = row[i]
+                    rotate_row(dst, row, cos2[r], sin[r], half, dim)
                 else:
                     for i in range(dim):
                         dst[i] = row[i]
@@ -133,11 +129,7 @@ def _build_kernel(cache: bool = True):
         groups = (dim + group - 1) // group
         row = np.empty(dim, dtype=np.float32)
         for b in range(blocks):
-            base = offset
-            rest = b
-            for j in range(lead_sizes.shape[0] - 1, -1, -1):
-                base += (rest % lead_sizes[j]) * lead_strides[j]
-                rest //= lead_sizes[j]
+            base = block_base(b, offset, lead_sizes, lead_strides)
             for t in range(tokens):
                 unpack_row(row, codes[b, t], bits)
                 s = scale[b, t]

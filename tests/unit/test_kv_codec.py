@@ -1,20 +1,26 @@
-"""KV blobs: safetensors bytes, bit-exact round trips, strict checks on foreign or damaged blobs."""
+"""KV blobs: safetensors bytes, bit-exact round trips, strict checks on foreign or damaged blobs; format 2 codecs
+in the header and an integrity checksum verified on load; format 1 blobs still readable."""
 
 from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 import safetensors.torch
 import torch
 
+from agentmem import AgentMemory
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
 from agentmem.kv.codec import decode_entry, encode_entry, map_file, read_metadata
 from agentmem.kv.engine import KVEngine
+from agentmem.kv.quant import CODECS, QuantizedEntry, dequantize_kv
 from agentmem.kv.testing import tiny_causal_lm
+from agentmem.kv.types import MemoryItem
 
+DATA = Path(__file__).parent / "data"
 TEXT = "Melanie painted a sunrise over the lake last summer."
 
 
@@ -130,3 +136,137 @@ def test_mapped_empty_or_truncated_file_raises_blob_corrupted(engine, entry, tmp
     path.write_bytes(engine.to_bytes(entry)[:size])
     with pytest.raises(BlobCorruptedError):
         engine.from_bytes(map_file(path))
+
+
+# --- format 2: codecs and the integrity checksum ------------------------------------------------------------
+
+def _locate(blob: bytes, name: str) -> tuple[int, int]:
+    (n,) = struct.unpack("<Q", blob[:8])
+    spec = json.loads(blob[8 : 8 + n])[name]
+    begin, end = spec["data_offsets"]
+    return 8 + n + begin, 8 + n + end
+
+
+@pytest.mark.parametrize("name", sorted(CODECS))
+def test_every_codec_round_trips_and_records_itself(engine, entry, name):
+    blob = encode_entry(entry, engine.fingerprint, codec=name)
+    meta = read_metadata(blob)
+    assert meta["format_version"] == "2" and meta["codec"] == CODECS[name].to_dict()
+    assert meta["checksum"]["algorithm"] == "xxh3_64"
+    back = decode_entry(blob, expected=engine.fingerprint)
+    assert isinstance(back, QuantizedEntry) == CODECS[name].quantized
+    assert torch.equal(back.token_ids, entry.token_ids) and back.offset == entry.offset
+    # Storing what was loaded, in the same codec, gives identical bytes (codes are reused, nothing drifts).
+    assert encode_entry(back, engine.fingerprint, codec=name) == blob
+    if CODECS[name].quantized:
+        assert torch.equal(back.keys, dequantize_kv(back.packed)[0])
+        assert len(blob) < len(encode_entry(entry, engine.fingerprint, codec="float16"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_format_1_blobs_written_before_codecs_stay_readable(engine, dtype):
+    # Written by the format-1 writer (commit 8f9e0eb) for tiny_causal_lm("llama", seed=0): "Alice moved to Lyon."
+    blob = (DATA / f"kv_v1_{dtype}.kv").read_bytes()
+    assert read_metadata(blob)["format_version"] == "1" and "checksum" not in read_metadata(blob)
+    back = decode_entry(blob, expected=engine.fingerprint, preamble_digest=engine.layout.preamble_digest)
+    fresh = engine.encode("Alice moved to Lyon.")
+    assert torch.equal(back.token_ids, fresh.token_ids)
+    torch.testing.assert_close(back.keys, fresh.keys.to(getattr(torch, dtype)).float(), rtol=0, atol=1e-6)
+    out = engine.generate("Where did Alice move?", [MemoryItem("m", "Alice moved to Lyon.", lambda: back)],
+                          mode="kv", max_new_tokens=2)
+    assert out.mounted == ["m"] and out.fallbacks == []
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "int8", "int4", "int2"])
+@pytest.mark.parametrize("damage", ["nan", "huge", "zeros", "one_bit"])
+def test_damaged_tensor_bytes_fail_the_checksum(engine, entry, name, damage):
+    blob = bytearray(encode_entry(entry, engine.fingerprint, codec=name))
+    begin, end = _locate(bytes(blob), "keys")
+    if damage == "nan":
+        blob[begin : begin + 4] = struct.pack("<f", float("nan")) if name == "float32" else b"\xff\x7f\xff\x7f"
+    elif damage == "huge":
+        lo, hi = _locate(bytes(blob), "key_scales" if CODECS[name].quantized else "values")
+        blob[lo : lo + 4] = struct.pack("<f", 1e30) if name == "float32" else b"\x00\x7c\x00\x7c"  # fp16 inf
+    elif damage == "zeros":
+        blob[begin:end] = bytes(end - begin)
+    else:
+        blob[end - 1] ^= 0x01
+    with pytest.raises(BlobCorruptedError, match="integrity check"):
+        decode_entry(bytes(blob), expected=engine.fingerprint)
+
+
+def test_edited_metadata_fails_the_checksum(engine, entry):
+    blob = encode_entry(entry, engine.fingerprint, codec="int4")
+    # Same length, another offset: the entry would be mounted at wrong positions if the header were not covered.
+    text = f'\\"offset\\":{entry.offset}'.encode()  # as it appears, JSON inside the header's JSON
+    forged = blob.replace(text, f'\\"offset\\":{entry.offset + 1}'.encode(), 1)
+    assert len(forged) == len(blob)
+    assert forged != blob
+    with pytest.raises(BlobCorruptedError):
+        decode_entry(forged, expected=engine.fingerprint)
+
+
+@pytest.mark.parametrize("codec", [{"name": "int4", "key_bits": 3, "value_bits": 4, "key_group": 32,
+                                    "value_group": 64}, {"name": "int9"}, "int4"])
+def test_unreadable_codecs_are_refused(engine, entry, codec):
+    blob = encode_entry(entry, engine.fingerprint, codec="int4")
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    meta = json.loads(header["__metadata__"]["agentmem.kv"])
+    meta["codec"] = codec
+    header["__metadata__"]["agentmem.kv"] = json.dumps(meta)
+    raw = json.dumps(header).encode()
+    with pytest.raises(BlobCorruptedError):
+        decode_entry(struct.pack("<Q", len(raw)) + raw + blob[8 + n :], expected=engine.fingerprint)
+
+
+def test_a_tampered_plaintext_blob_is_never_mounted(tmp_path: Path):
+    """Issue #13 item 7: NaN written into a stored key was mounted silently; now it is re-encoded and reported."""
+    store = tmp_path / "s"
+    with AgentMemory(store, model=tiny_causal_lm("llama"), kv_encoding="eager", kv_codec="float32") as mem:
+        rec = mem.remember("the spare key is under the blue flowerpot", user_id="u")
+        (blob_path,) = list((store / "kv").rglob("*.kv"))
+        data = bytearray(blob_path.read_bytes())
+        begin, end = _locate(bytes(data), "keys")
+        data[begin:end] = struct.pack("<f", float("nan")) * ((end - begin) // 4)
+        blob_path.write_bytes(bytes(data))
+        out = mem.generate("where is the key?", user_id="u", k=1, max_new_tokens=1)
+        assert out.mounted == [rec.id]
+        assert [i for i, _ in out.fallbacks] == [rec.id] and "integrity check" in out.fallbacks[0][1]
+        assert mem.stats()["kv"]["corrupted_blobs"] == 1
+        again = mem.generate("where is the key?", user_id="u", k=1, max_new_tokens=1)
+        assert again.fallbacks == []  # the re-encoded blob was stored in its place
+    with AgentMemory(store, model=tiny_causal_lm("llama"), strict_fingerprint=True) as mem:
+        (blob_path,) = list((store / "kv").rglob("*.kv"))
+        data = bytearray(blob_path.read_bytes())
+        data[-1] ^= 0xFF  # token ids are covered too
+        blob_path.write_bytes(bytes(data))
+        with pytest.raises(BlobCorruptedError):
+            mem.generate("where is the key?", user_id="u", k=1, max_new_tokens=1)
+
+
+def test_the_store_writes_its_codec_and_mounts_it(tmp_path: Path):
+    store = tmp_path / "s"
+    with AgentMemory(store, model=tiny_causal_lm("llama"), kv_encoding="eager", kv_codec="int4") as mem:
+        rec = mem.remember("the boat is called Saltire", user_id="u")
+        (blob_path,) = list((store / "kv").rglob("*.kv"))
+        assert read_metadata(blob_path.read_bytes())["codec"]["name"] == "int4"
+        assert mem.get(rec.id).kv.dtype == "int4"
+        out = mem.generate("what is the boat called?", user_id="u", k=1, max_new_tokens=2)
+        assert out.mounted == [rec.id] and out.fallbacks == []
+    # Another codec later: the old int4 blob is still mounted as is, new writes use the new codec.
+    with AgentMemory(store, model=tiny_causal_lm("llama"), kv_encoding="eager", kv_codec="float16") as mem:
+        assert mem.generate("what is the boat called?", user_id="u", k=1, max_new_tokens=2).fallbacks == []
+        mem.remember("the car is red", user_id="u")
+        codecs = sorted(read_metadata(p.read_bytes())["codec"]["name"] for p in (store / "kv").rglob("*.kv"))
+        assert codecs == ["float16", "int4"]
+
+
+def test_kv_dtype_is_an_alias_of_kv_codec():
+    from agentmem.config import MemoryConfig
+
+    assert MemoryConfig(kv_dtype="float16").kv_codec == "float16"
+    assert MemoryConfig(kv_dtype="float16", kv_codec="int8").kv_codec == "int8"
+    assert MemoryConfig().kv_codec in CODECS
+    with pytest.raises(ValueError):
+        MemoryConfig(kv_codec="int3")
