@@ -50,7 +50,7 @@ class EngineBackend:
     def __init__(
         self, model, tokenizer, workdir: Path, source: str = "file", kv_dtype: str = "float32", file_read: str = "mmap"
     ) -> None:
-        self.engine = KVEngine(model, tokenizer, storage_dtype=getattr(torch, kv_dtype))
+        self.engine = KVEngine(model, tokenizer, codec=kv_dtype)  # any stored-KV codec (agentmem.kv.quant.CODECS)
         self.dir = workdir
         self.source = source  # "file": blob files opened per call; "memory": blobs kept as bytes (a RAM tier)
         self.file_read = file_read  # "mmap": mapped, zero-copy; "read": read into a buffer kept per blob
@@ -112,7 +112,7 @@ class FacadeBackend:
     def __init__(self, model, tokenizer, workdir: Path, kv_dtype: str = "float32") -> None:
         from agentmem import AgentMemory
 
-        self.mem = AgentMemory(workdir / "store", model=(model, tokenizer), kv_dtype=kv_dtype, kv_encoding="eager")
+        self.mem = AgentMemory(workdir / "store", model=(model, tokenizer), kv_codec=kv_dtype, kv_encoding="eager")
         self.counter = EngineBackend(model, tokenizer, workdir)  # only for token counts
 
     def add(self, texts: list[str]) -> list[str]:
@@ -220,7 +220,7 @@ def main() -> None:
         "--backend", choices=["engine", "facade"], default="engine",
         help="drive KVEngine directly (blob files read here) or the public AgentMemory facade",
     )
-    ap.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"], help="storage dtype")
+    ap.add_argument("--kv-dtype", default="float32", choices=sorted(codec.CODECS), help="stored KV codec")
     ap.add_argument(
         "--source", choices=["file", "memory"], default="file",
         help="where stored KV come from: blob files mapped per call, or blob bytes already in RAM (a hot tier)",

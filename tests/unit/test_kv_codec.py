@@ -165,7 +165,7 @@ def test_every_codec_round_trips_and_records_itself(engine, entry, name):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_format_1_blobs_written_before_codecs_stay_readable(engine, dtype):
-    # Written by the format-1 writer (commit 8f9e0eb) for tiny_causal_lm("llama", seed=0): "Alice moved to Lyon."
+    # Written by the format-1 writer (main before format 2 landed; fingerprint version 2) for tiny_causal_lm("llama", seed=0): "Alice moved to Lyon."
     blob = (DATA / f"kv_v1_{dtype}.kv").read_bytes()
     assert read_metadata(blob)["format_version"] == "1" and "checksum" not in read_metadata(blob)
     back = decode_entry(blob, expected=engine.fingerprint, preamble_digest=engine.layout.preamble_digest)
