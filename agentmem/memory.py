@@ -31,7 +31,7 @@ from agentmem.security import AuditLog, SecretScanner, entry_aad, install_log_fi
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
     check_answer_room, check_entry_id, check_entry_ids, check_generation, check_id, check_k, check_kind, check_kinds, check_limit_offset,
-    check_metadata, check_remember_item, check_role, check_speaker, check_tags, check_text, check_timestamp,
+    check_metadata, check_remember_item, check_role, check_score, check_speaker, check_tags, check_text, check_timestamp,
     check_ttl, format_timestamp,
 )
 from agentmem.types import Hit, MemoryRecord
@@ -231,10 +231,17 @@ class AgentMemory:
         kinds: Iterable[str] | None = None,
         tags: Iterable[str] | None = None,
         filters: Mapping[str, Any] | None = None,
+        min_score: float | None = None,
     ) -> list[Hit]:
         """The ``k`` memories of ``user_id`` most relevant to ``query`` (hybrid dense + lexical), best first.
 
+        ``Hit.score`` is a calibrated relevance in [0, 1] (the estimated probability that the memory is relevant,
+        comparable across queries: docs/retrieval.md); ``min_score`` drops hits below it. ``Hit.scores`` keeps
+        the parts: ``dense`` (cosine similarity), ``lexical`` (BM25) and ``rank`` (the fused ranking score).
         Never returns another user's entries, nor expired ones (even before a sweep).
+
+        Example:
+            >>> mem.recall("where does the user live?", user_id="u1", k=5, min_score=0.2)   # doctest: +SKIP
         """
         self._check_open()
         query = check_text(query, "query")
@@ -246,7 +253,7 @@ class AgentMemory:
         return [
             to_hit(s.row, s.score, s.scores, text=self._open_text(s.row.id, "text", s.row.text),
                    memory_text=self._open_text(s.row.id, "memory_text", s.row.memory_text))
-            for s in self._store.search(query, scope, k=check_k(k))
+            for s in self._store.search(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"))
         ]
 
     def get(self, entry_id: str, *, user_id: str | None = None) -> MemoryRecord:

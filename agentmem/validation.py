@@ -217,6 +217,20 @@ def check_k(k: Any, what: str = "k") -> int:
     return k
 
 
+def check_score(value: Any, what: str = "min_score") -> float | None:
+    """A score threshold: None, or a number in [0, 1] (recall scores are calibrated probabilities).
+
+    Example:
+        >>> check_score(0.25)
+        0.25
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidInputError(f"{what} must be a number in [0, 1] (a calibrated relevance), got {_short(value)}")
+    return float(value)
+
+
 def check_limit_offset(limit: Any, offset: Any) -> tuple[int | None, int]:
     """``list()`` paging: limit None or a positive int, offset a non-negative int, both SQLite-sized.
 
@@ -381,6 +395,6 @@ def _short(value: Any) -> str:
 __all__ = [
     "MAX_ID_CHARS", "MAX_TEXT_CHARS", "MAX_TTL_SECONDS", "REMEMBER_FIELDS", "ROLES",
     "check_answer_room", "check_entry_id", "check_entry_ids", "check_generation", "check_id", "check_k", "check_kind", "check_kinds",
-    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_speaker", "check_tags",
+    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_score", "check_speaker", "check_tags",
     "check_text", "check_timestamp", "check_ttl", "format_timestamp",
 ]

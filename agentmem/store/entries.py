@@ -30,7 +30,9 @@ from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.store.catalog import EntryRow
 from agentmem.store.filters import Predicate
-from agentmem.store.retrieval import fuse, session_boost, spill_over
+from agentmem.store.calibration import Calibration
+from agentmem.store.rerank import HeadEntry, rerank
+from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher, entry_aad
@@ -103,6 +105,8 @@ class EntryStore:
         self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
+        self.params = RetrievalParams()  # ranking constants (cross-validated defaults, docs/retrieval.md)
+        self.calibration = Calibration()  # rank score -> P(relevant)
         self._lock = threading.RLock()
         # the lexical search runs beside the query embedding (SQLite, ONNX Runtime and torch release the GIL)
         self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")
@@ -214,19 +218,35 @@ class EntryStore:
     def _seal(self, entry_id: str, blob: bytes) -> bytes:
         return blob if self.cipher is None else self.cipher.encrypt(blob, aad=entry_aad(entry_id, "kv"))
 
-    def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
-               query_vector: np.ndarray | None = None) -> list[ScoredRow]:
-        """Hybrid dense + lexical search within ``scope``; best first, at most ``k``."""
-        now = time.time() if now is None else now
-        pool = max(self.config.candidate_pool, 4 * k)
+    def candidates(self, query: str, scope: Scope, *, pool: int, query_vector: np.ndarray | None = None,
+                   ids: Sequence[str] | None = None) -> tuple[Candidates, np.ndarray]:
+        """What the dense and lexical retrievers find for ``query`` in ``scope`` (``pool`` of each), with the
+        conversation placement of every candidate, and the query vector.
+
+        Example:
+            >>> cands, vec = store.candidates("where does she live?", Scope("u1"), pool=100)   # doctest: +SKIP
+        """
         lexical_job = self._lexical_worker.submit(
             self.catalog.lexical_search, query, user_id=scope.user_id, limit=pool,
             blind=self._blind_index.token if self._blind_index else None)
         vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
         lexical = dict(lexical_job.result())
-        where = chroma_where(session_id=scope.session_id,
-                             kind=list(scope.kinds) if scope.kinds else None)
-        hits = self._fused(vec, lexical, scope, where, pool, now, ids=None, k=k)
+        if ids is not None:
+            admitted = set(ids)
+            lexical = {i: s for i, s in lexical.items() if i in admitted}
+        where = chroma_where(session_id=scope.session_id, kind=list(scope.kinds) if scope.kinds else None)
+        dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
+        places = self.catalog.turn_context(list(dense.keys() | lexical.keys()))
+        return Candidates(dense, lexical, places), vec
+
+    def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
+               query_vector: np.ndarray | None = None, min_score: float | None = None) -> list[ScoredRow]:
+        """Hybrid dense + lexical search within ``scope``; best first, at most ``k``, each scored with a
+        calibrated relevance in [0, 1] (:mod:`agentmem.store.calibration`), none below ``min_score``."""
+        now = time.time() if now is None else now
+        pool = max(self.config.candidate_pool, 4 * k)
+        cands, vec = self.candidates(query, scope, pool=pool, query_vector=query_vector)
+        hits = self._ranked(query, vec, cands, scope, now, k)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
@@ -235,40 +255,52 @@ class EntryStore:
             if scope.predicate is not None:
                 allowed = [r.id for r in self.catalog.get(allowed) if scope.admits(r, now)]
             if allowed:
-                admitted = set(allowed)
-                hits = self._fused(vec, {i: s for i, s in lexical.items() if i in admitted}, scope, where,
-                                   max(pool, len(allowed)), now, ids=allowed, k=k)
-        return hits[:k]
+                cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
+                                             ids=allowed)
+                hits = self._ranked(query, vec, cands, scope, now, k)
+        hits = hits[:k]
+        return hits if min_score is None else [h for h in hits if h.score >= min_score]
 
-    def _fused(self, vec: np.ndarray, lexical: dict[str, float], scope: Scope, where: dict[str, Any] | None,
-               pool: int, now: float, ids: Sequence[str] | None, k: int) -> list[ScoredRow]:
-        dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
-        fused = fuse(dense, lexical)
-        places = self.catalog.turn_context(list(fused))
-        fused = spill_over(fused, places)
-        # neighbours reached by spillover share the session of the turn that reached them
-        sessions = {i: p.session_id for i, p in places.items()}
-        for place in places.values():
-            for neighbour in (*place.before, *place.after):
-                sessions.setdefault(neighbour, place.session_id)
-        fused = session_boost(fused, sessions)
-        ranked = sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))
-        out: list[ScoredRow] = []
+    def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
+                k: int) -> list[ScoredRow]:
+        params = self.params
+        ranked = sorted(rank_scores(cands, params).items(), key=lambda kv: (-kv[1], kv[0]))
+        depth = max(2 * k, params.rerank_depth)
+        admitted: list[tuple[EntryRow, float]] = []
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
-        step = max(2 * k, 10)
-        for start in range(0, len(ranked), step):
-            page = ranked[start : start + step]
+        for start in range(0, len(ranked), depth):
+            page = ranked[start : start + depth]
             rows = {r.id: r for r in self.catalog.get([i for i, _ in page])}
-            for entry_id, score in page:
-                row = rows.get(entry_id)
-                if row is not None and scope.admits(row, now):
-                    parts = {"dense": dense[entry_id]} if entry_id in dense else {}
-                    if entry_id in lexical:
-                        parts["lexical"] = lexical[entry_id]
-                    out.append(ScoredRow(row, score, parts))
-            if len(out) >= k:
+            admitted += [(rows[i], s) for i, s in page if i in rows and scope.admits(rows[i], now)]
+            if len(admitted) >= depth:
                 break
+        # the head is re-ranked with what only rows tell (speaker, time expressions); boosts are >= 1, so the
+        # head never falls below the rows not loaded
+        head, tail = admitted[:depth], admitted[depth:]
+        by_id = {row.id: row for row, _ in admitted}
+        order = rerank(query, [HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in head],
+                       params) + [(row.id, s) for row, s in tail]
+        order = order[:k]
+        missing = [i for i, _ in order if i not in cands.dense]
+        # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)
+        cosine = {**cands.dense, **dict(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), ids=missing))} \
+            if missing else cands.dense
+        best_dense, best_lexical = cands.best_dense, cands.best_lexical
+        out: list[ScoredRow] = []
+        for entry_id, score in order:
+            parts = {"rank": score}
+            if entry_id in cosine:
+                parts["dense"] = cosine[entry_id]
+            if entry_id in cands.lexical:
+                parts["lexical"] = cands.lexical[entry_id]
+            calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
+            out.append(ScoredRow(by_id[entry_id], calibrated, parts))
         return out
+
+    def _memory_line(self, row: EntryRow) -> str:
+        if self.cipher is None:
+            return row.memory_text
+        return self.cipher.decrypt_text(row.memory_text, aad=entry_aad(row.id, "memory_text"))
 
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, grace_s: float | None = None) -> dict[str, int]:

@@ -1,19 +1,21 @@
-"""Hybrid scoring: dense (cosine) and lexical (BM25) evidence fused into one score, then spread along the
-conversation it came from.
+"""Hybrid scoring: dense (cosine) and lexical (BM25) evidence fused into one ranking score, spread along the
+conversation it came from; then the head of the ranking is re-ranked (:mod:`agentmem.store.rerank`) and every
+score is mapped to a calibrated relevance (:mod:`agentmem.store.calibration`).
 
 Why this fusion: on conversational memory BM25 alone beats MiniLM alone, and rank fusion (RRF) throws away
 how *much* better the top lexical match is. We keep the scores: dense cosine is min-max scaled over the
 candidate pool, BM25 is divided by the best BM25 of the query (so an absent lexical match is 0, not the
-pool minimum), and the two are averaged with equal weight.
+pool minimum), and the two are averaged with ``dense_weight``. Scaling inside the pool ranks 0.03-0.04 recall
+better than any absolute scaling we tried (docs/retrieval.md), which is why ranking and the reported score
+are separate steps: the rank score says "better than the others", the calibrated score says "how likely".
 
 Then the conversation's structure: an answer often sits in the reply to the turn that matched the question, or
-a turn or two further on ("context spillover": a turn passes ``SPILLOVER ** d`` of its score to the turns at
+a turn or two further on ("context spillover": a turn passes ``spillover ** d`` of its score to the turns at
 distance d ≤ 2 in its session), and the turns that answer one question tend to share a session (each candidate
-gains ``SESSION_WEIGHT`` times the best score in its session: a session that matched well lifts its other turns).
+gains ``session_weight`` times the best score in its session: a session that matched well lifts its other turns).
 
-Measured on the LoCoMo dev half (docs/retrieval.md). The constants are round values, not fitted: spillover 0.1 /
-0.25 / 0.5 gave recall@5 within 0.01 of each other; the session weight's optimum is flat between 0.4 and 0.75,
-and 0.5 says "a turn's session counts half as much as the turn".
+Every constant lives in :class:`RetrievalParams`; its defaults were chosen by 5-fold cross-validation over
+conversations (``benchmarks/locomo.py --folds 5``: chosen on 4 conversations, scored on the fifth).
 
 Example:
     >>> scores = fuse({"a": 0.9, "b": 0.85, "c": 0.5}, {"b": 12.0})   # b: nearly the best cosine and a BM25 hit
@@ -24,11 +26,29 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-DENSE_WEIGHT = 0.5  # equal weight: no retriever is favoured a priori
+DENSE_WEIGHT = 0.35  # BM25 leads (cross-validated: chosen by all 5 folds over 0.5)
 SPILLOVER = 0.25  # share of a turn's score passed to its neighbours (squared for the turns two away)
 SESSION_WEIGHT = 0.5  # how much the best score of a candidate's session adds to its own
+
+
+@dataclass(frozen=True)
+class RetrievalParams:
+    """Every ranking constant in one place (defaults: cross-validated on LoCoMo, see docs/retrieval.md).
+
+    Example:
+        >>> RetrievalParams(speaker_boost=0.0).session_weight
+        0.5
+    """
+
+    dense_weight: float = DENSE_WEIGHT
+    spillover: float = SPILLOVER
+    session_weight: float = SESSION_WEIGHT
+    speaker_boost: float = 0.5  # × (1 + b) for the turns of the one speaker a query names
+    temporal_boost: float = 0.2  # × (1 + b) for turns that carry a time expression, on "when ..." queries
+    rerank_depth: int = 20  # how many of the best candidates the re-ranking step sees (at least 2k)
 
 
 class Placement(Protocol):
@@ -37,6 +57,29 @@ class Placement(Protocol):
     session_id: str | None
     before: Sequence[str]  # nearest first
     after: Sequence[str]
+
+
+@dataclass
+class Candidates:
+    """What the retrievers found for one query: the input of :func:`rank_scores`.
+
+    ``dense`` holds cosine similarities, ``lexical`` BM25 scores (higher is better), ``places`` the
+    conversation placement of every candidate.
+    """
+
+    dense: dict[str, float]
+    lexical: dict[str, float]
+    places: Mapping[str, Placement] = field(default_factory=dict)
+
+    @property
+    def best_dense(self) -> float:
+        """The best cosine in the pool (a query-level feature of the calibration)."""
+        return max(self.dense.values(), default=0.0)
+
+    @property
+    def best_lexical(self) -> float:
+        """The best BM25 in the pool (a query-level feature of the calibration)."""
+        return max(self.lexical.values(), default=0.0)
 
 
 def fuse(dense: Mapping[str, float], lexical: Mapping[str, float], *, dense_weight: float = DENSE_WEIGHT) -> dict[str, float]:
@@ -96,4 +139,22 @@ def session_boost(scores: Mapping[str, float], session_of: Mapping[str, str | No
     return out
 
 
-__all__ = ["DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Placement", "fuse", "session_boost", "spill_over"]
+def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) -> dict[str, float]:
+    """Fusion, spillover and session boost: the ranking score of every candidate (and spilled-to neighbour).
+
+    Example:
+        >>> sorted(rank_scores(Candidates({"a": 0.8, "b": 0.2}, {"a": 3.0})).items())
+        [('a', 1.0), ('b', 0.0)]
+    """
+    fused = fuse(cands.dense, cands.lexical, dense_weight=params.dense_weight)
+    fused = spill_over(fused, cands.places, share=params.spillover)
+    # neighbours reached by spillover share the session of the turn that reached them
+    sessions = {i: p.session_id for i, p in cands.places.items()}
+    for place in cands.places.values():
+        for neighbour in (*place.before, *place.after):
+            sessions.setdefault(neighbour, place.session_id)
+    return session_boost(fused, sessions, weight=params.session_weight)
+
+
+__all__ = ["DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "fuse",
+           "rank_scores", "session_boost", "spill_over"]

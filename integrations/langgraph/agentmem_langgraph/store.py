@@ -43,9 +43,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agentmem import AgentMemory, MemoryRecord
+from agentmem_langgraph._index import StoreIndex
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    IndexConfig,
     Item,
     ListNamespacesOp,
     MatchCondition,
@@ -182,6 +184,10 @@ class AgentMemStore(BaseStore):
         user_index: which namespace label is the agentmem user (``1`` for LangMem's ``("memories", user)``).
         shared_user: the agentmem user of namespaces shorter than ``user_index + 1``.
         ttl: LangGraph ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``).
+        index: LangGraph ``IndexConfig`` (``dims``, ``embed``, ``fields``): embed those fields of each value with
+            ``embed`` and score searches by their best cosine similarity, as LangGraph's own stores do. Without
+            it, search scores are the cosine similarity of agentmem's own embedder (all-MiniLM-L6-v2) to the
+            item's text. Either way, agentmem's hybrid recall finds the candidates.
 
     Batches behave like ``InMemoryStore``'s: reads see the store as it was before the batch, then the writes
     apply, the last write to a key winning.
@@ -200,6 +206,7 @@ class AgentMemStore(BaseStore):
         user_index: int = 0,
         shared_user: str = "_langgraph_shared",
         ttl: TTLConfig | None = None,
+        index: IndexConfig | None = None,
     ) -> None:
         if user_index < 0:
             raise ValueError("user_index must be >= 0")
@@ -207,6 +214,8 @@ class AgentMemStore(BaseStore):
         self.user_index = user_index
         self.shared_user = shared_user
         self.ttl_config = ttl
+        self._index = StoreIndex(index) if index else None
+        self.index_config = self._index.config if self._index else None
         self._lock = threading.RLock()  # agentmem is thread-safe; this keeps a put's write-then-erase atomic here
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
@@ -321,19 +330,29 @@ class AgentMemStore(BaseStore):
                 found += [(r, None) for r in self.memory.list(user_id=user, tags=tags) if keep(r)]
             found.sort(key=lambda rs: (rs[0].metadata.get("lg:created_at", 0.0), rs[0].id))
         else:
+            query_vector = self._index.embed_query(op.query) if self._index else None
             for user in users:
-                k = want
+                k = max(4 * want, 50)  # candidates from agentmem's hybrid recall, re-scored by cosine below
                 while True:  # widen until the filters evaluated here leave enough, or the scope is exhausted
                     hits = self.memory.recall(op.query, user_id=user, k=k, kinds=["knowledge"], tags=tags,
                                               filters=pushed)
-                    kept = [(h, float(h.score)) for h in hits if keep(h)]
+                    kept = [(h, self._score(h, query_vector)) for h in hits if keep(h)]
                     if exact or len(kept) >= want or len(hits) < k:
                         break
                     k *= 4
                 found += kept
-            found.sort(key=lambda rs: -(rs[1] or 0.0))
+            # LangGraph's order: best cosine first; items put with index=False have no score and come last
+            found.sort(key=lambda rs: (rs[1] is None, -(rs[1] or 0.0)))
         found = _dedupe(found)
         return found[op.offset : op.offset + op.limit]
+
+    def _score(self, hit: Any, query_vector: Any) -> float | None:
+        """LangGraph's meaning of a search score: cosine similarity of the query to the item (None: not indexed)."""
+        if hit.metadata.get("lg:index") is False:
+            return None
+        if self._index is not None:
+            return self._index.score(query_vector, hit.metadata.get("lg:vec"))
+        return hit.scores.get("dense")
 
     # --- namespaces ------------------------------------------------------------------------------
     def _registered(self) -> set[tuple[str, ...]]:
@@ -373,17 +392,21 @@ class AgentMemStore(BaseStore):
 
     # --- writes ----------------------------------------------------------------------------------
     def _entry(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any], *, index: Any,
-               ttl_minutes: float | None, created_at: float, updated_at: float) -> dict[str, Any]:
+               ttl_minutes: float | None, created_at: float, updated_at: float,
+               vectors: list[str] | None = None) -> dict[str, Any]:
         if not isinstance(value, Mapping):
             raise ValueError(f"store values must be dicts, got {type(value).__name__}")
         meta = {_VALUE + str(k): v for k, v in value.items()}
         meta.update({"lg:namespace": list(namespace), "lg:key": key, "lg:created_at": created_at,
                      "lg:updated_at": updated_at, "lg:ttl": ttl_minutes,
                      "lg:index": index if isinstance(index, list) else (False if index is False else None)})
+        if vectors is not None:
+            meta["lg:vec"] = vectors  # the index config's field vectors (StoreIndex)
+        fields = index if isinstance(index, list) else (self._index.fields if self._index and index is None else None)
         tags = [_STORE_TAG, *(_prefix_tag(namespace[:i]) for i in range(1, len(namespace) + 1)),
                 _exact_tag(namespace), _item_tag(namespace, key)]
         return dict(
-            text=render_value(value, index if isinstance(index, list) else None, key=key),
+            text=render_value(value, None if fields == ["$"] else fields, key=key),
             user_id=self._user(namespace), kind="knowledge", role=None, tags=tags, metadata=meta,
             ttl=None if ttl_minutes is None else float(ttl_minutes) * 60.0,
         )
@@ -394,6 +417,8 @@ class AgentMemStore(BaseStore):
         old: dict[tuple[tuple[str, ...], str], list[str]] = {}
         entries = []
         now = time.time()
+        packed = iter(self._index.pack([(op.value, op.index) for op in ops if op.value is not None])
+                      if self._index else [])
         for op in ops:
             ns, key = tuple(op.namespace), str(op.key)
             prev = self.memory.list(user_id=self._user(ns), tags=[_item_tag(ns, key)])
@@ -401,7 +426,7 @@ class AgentMemStore(BaseStore):
             if op.value is not None:
                 created = prev[-1].metadata.get("lg:created_at", now) if prev else now
                 entries.append(self._entry(ns, key, op.value, index=op.index, ttl_minutes=op.ttl,
-                                           created_at=created, updated_at=now))
+                                           created_at=created, updated_at=now, vectors=next(packed, None)))
         written = {tuple(op.namespace) for op in ops if op.value is not None}
         if written:
             self._register(written)
@@ -425,7 +450,7 @@ class AgentMemStore(BaseStore):
             index = r.metadata.get("lg:index")
             entries.append(self._entry(item.namespace, item.key, item.value, index=index,
                                        ttl_minutes=r.metadata["lg:ttl"], created_at=r.metadata["lg:created_at"],
-                                       updated_at=r.metadata["lg:updated_at"]))
+                                       updated_at=r.metadata["lg:updated_at"], vectors=r.metadata.get("lg:vec")))
         self.memory.remember_many(entries)
         for r in recs:
             self.memory.forget(r.id)
