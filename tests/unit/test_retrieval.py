@@ -9,7 +9,7 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.store.catalog import Catalog, EntryRow, fts_query, lexical_table
-from agentmem.store.retrieval import fuse, session_boost, spill_over
+from agentmem.store.retrieval import DENSE_WEIGHT, fuse, session_boost, spill_over
 from agentmem.store.vectors import Embedder
 
 
@@ -94,7 +94,8 @@ def test_spill_over_and_session_boost() -> None:
 def test_fuse_keeps_score_margins() -> None:
     scores = fuse({"a": 0.9, "b": 0.85, "c": 0.5}, {"b": 12.0, "d": 3.0})
     assert max(scores, key=scores.get) == "b"
-    assert scores["d"] == pytest.approx(0.5 * 3.0 / 12.0)  # lexical only: dense part is 0, not the pool minimum
+    # lexical only: the dense part is 0, not the pool minimum
+    assert scores["d"] == pytest.approx((1 - DENSE_WEIGHT) * 3.0 / 12.0)
     assert fuse({}, {}) == {}
 
 

@@ -27,8 +27,8 @@ def test_one_stored_item_and_an_unrelated_query_scores_low(mem: AgentMemory) -> 
     related = mem.recall("where did I move to last May?", user_id="u1", k=5)
     assert len(unrelated) == len(related) == 1
     # the only candidate is "the best" of its pool either way; the calibrated score still tells them apart
-    assert unrelated[0].score < 0.2 < related[0].score
-    assert unrelated[0].score < 0.5
+    assert unrelated[0].score < related[0].score
+    assert unrelated[0].score < 0.05
 
 
 def test_scores_are_probabilities_in_rank_order_and_min_score_cuts_a_prefix(mem: AgentMemory) -> None:
