@@ -9,6 +9,7 @@ from agentmem.errors import (
     InvalidInputError,
     NotFoundError,
     SecretDetectedError,
+    SessionBusyError,
     StaleEntryError,
     UnsupportedModelError,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "MemoryRecord",
     "NotFoundError",
     "SecretDetectedError",
+    "SessionBusyError",
     "StaleEntryError",
     "UnsupportedModelError",
 ]

@@ -114,6 +114,15 @@ class MemoryConfig(BaseModel):
     session_max_tokens: int = Field(
         default=1536, gt=0, description="Most tokens of conversation a session keeps in its working cache."
     )
+    session_store_url: str | None = Field(
+        default=None, description="Cold tier of session KV: None = files under the path; 'redis://host:port/db' "
+        "(shared by every worker; ?prefix= sets the key prefix).")
+    session_lease_seconds: float = Field(
+        default=30.0, gt=0, description="A worker serving a session holds its lease this long, renewed while the "
+        "session stays in its memory; a crashed worker's sessions are free again after it.")
+    session_lease_wait_seconds: float = Field(
+        default=10.0, ge=0, description="How long a turn waits for another worker to release a session's lease "
+        "before raising SessionBusyError.")
 
     # --- lifecycle -------------------------------------------------------------------------------
     sweep_interval: float | None = Field(

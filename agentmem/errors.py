@@ -46,6 +46,11 @@ class StaleEntryError(AgentMemError):
     """A trained entry no longer matches its document or model and must be retrained."""
 
 
+class SessionBusyError(AgentMemError, TimeoutError):
+    """Another worker holds this session's lease (it is serving it); route the session to that worker, or retry
+    once it has offloaded the session (idle offload, ``mem.sessions.offload``, or closing)."""
+
+
 __all__ = [
     "AgentMemError",
     "BlobCorruptedError",
@@ -54,6 +59,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "SecretDetectedError",
+    "SessionBusyError",
     "StaleEntryError",
     "UnsupportedModelError",
 ]

@@ -551,6 +551,7 @@ class AgentMemory:
         with self._sessions_lock:
             if self._sessions is None:
                 from agentmem.sessions import SessionManager
+                from agentmem.sessions.stores import open_cold_store
 
                 self._sessions = SessionManager(
                     engine=lambda: self._bank.engine,
@@ -561,6 +562,7 @@ class AgentMemory:
                     root=self.path / "sessions",
                     config=self.config,
                     cipher=self._cipher,
+                    cold_store=open_cold_store(self.config.session_store_url, self.path / "sessions"),
                 )
             return self._sessions
 
@@ -667,7 +669,9 @@ class AgentMemory:
             return self._last_ts
 
     def _has_sessions(self) -> bool:
-        return self._sessions is not None or (self.path / "sessions").exists()
+        # a shared cold store may hold this store's sessions even if this process never opened one
+        return self._sessions is not None or self.config.session_store_url is not None or (
+            self.path / "sessions").exists()
 
     def _end_session_kv(self, session_id: str, *, user_id: str | None) -> None:
         if self._has_sessions():

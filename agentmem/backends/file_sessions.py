@@ -97,12 +97,13 @@ class FileSessionStore:
 
     def keys(self, folder: str | None = None) -> list[str]:
         pattern = f"*/*{SUFFIX}" if folder is None else f"{folder}/*{SUFFIX}"
-        return [self._key_of(p) for p in self.root.glob(pattern) if not p.parent.name.startswith(".")]
+        return [self._key_of(p) for p in self.root.glob(pattern) if not p.parent.name.startswith((".", "_"))]
 
     def nbytes(self) -> int:
         total = 0
-        for path in self.root.glob(f"*/*{SUFFIX}"):
+        for key in self.keys():
             try:
+                path = self.path(key)
                 total += path.stat().st_size
             except FileNotFoundError:  # deleted by another process meanwhile
                 pass

@@ -90,7 +90,8 @@ class RedisSessionStore:
     def keys(self, folder: str | None = None) -> list[str]:
         base = f"{self.prefix}v:"
         pattern = escape_glob(base) + ("*" if folder is None else escape_glob(folder) + "/*")
-        return [k.decode()[len(base):] for k in self.client.scan_iter(match=pattern, count=1000)]
+        found = (k.decode()[len(base):] for k in self.client.scan_iter(match=pattern, count=1000))
+        return [k for k in found if not k.startswith("_")]  # "_" folders: shared metadata, not sessions
 
     def nbytes(self) -> int:
         keys = self.keys()

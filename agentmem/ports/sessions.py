@@ -2,6 +2,8 @@
 
 A key is ``"<user hash>/<session hash>"`` (one ``/``): the part before it is the user's folder, so every session of
 one user can be listed and erased together. Values are opaque bytes (a serialised, possibly encrypted session).
+Folders starting with ``_`` are reserved for what the workers share besides sessions (the invalidation epoch):
+such keys are read and written like the others but never listed by ``keys()`` nor counted by ``nbytes()``.
 
 Writes come in two steps so a worker can serialise and write without holding the session's lock: ``stage`` writes
 the bytes where no reader looks, ``publish`` makes them the key's value atomically, ``discard`` drops them.
@@ -63,11 +65,11 @@ class SessionTierStore(Protocol):
         ...
 
     def keys(self, folder: str | None = None) -> list[str]:
-        """Every key (of one user's ``folder`` only, if given). O(sessions): listing and TTL sweeps only."""
+        """Every session key (of one ``folder`` only, if given; never ``_`` folders). O(sessions): listing, sweeps."""
         ...
 
     def nbytes(self) -> int:
-        """Bytes held by published values (for stats)."""
+        """Bytes held by published session values (not ``_`` folders), for stats."""
         ...
 
     def acquire_lease(self, key: str, owner: str, ttl_s: float) -> bool:

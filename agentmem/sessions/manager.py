@@ -18,22 +18,21 @@ import copy
 import hashlib
 import hmac
 import logging
-import os
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.errors import BlobCorruptedError, EncryptionError, InvalidInputError, NotFoundError
 from agentmem.kv.mount import Workspace
+from agentmem.ports.sessions import SessionTierStore, put
 from agentmem.security import is_encrypted
 from agentmem.sessions.session import Session
+from agentmem.sessions.shared import Leases, load_epoch, new_epoch, worker_id
 from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session, session_aad
-from agentmem.backends.file_sessions import FileSessionStore
-from agentmem.ports.sessions import SessionTierStore, put
 from agentmem.sessions.tiers import MemoryBackend, Tier
 from agentmem.sessions.turn import EngineContext
 
@@ -102,14 +101,18 @@ class SessionManager:
         self._workspace = Workspace()
         self._workspace_peak = 0
         self.counts: Counter[str] = Counter()
-        self._epoch = self._load_epoch()
+        self.owner = worker_id()  # whose leases these are (several managers may share one cold store)
+        self.leases = Leases(self.store, self.owner, ttl_s=config.session_lease_seconds,
+                             wait_s=config.session_lease_wait_seconds)
+        load_epoch(self.store, self.root / _EPOCH_FILE)
         self._closed = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._write_behind: set[str] = set()
         ttl = config.session_ttl_seconds
         self._interval = sweep_interval or max(0.05, min(30.0, config.session_idle_seconds / 4,
-                                                         (ttl / 4) if ttl else 30.0))
+                                                         (ttl / 4) if ttl else 30.0,
+                                                         config.session_lease_seconds / 3))
         self._worker: threading.Thread | None = None
         if start_worker:
             self._worker = threading.Thread(target=self._run_worker, name="agentmem-sessions", daemon=True)
@@ -183,6 +186,7 @@ class SessionManager:
         s = self.get(session_id, user_id=user_id)
         ctx = self.context()
         with s._lock:
+            self._serve(s)
             source, seconds, evict = self._bring_hot(s, ctx)
             self._validate(s, ctx)
             s._last_used = time.time()
@@ -234,10 +238,9 @@ class SessionManager:
     def invalidate(self, reason: str = "invalidated") -> int:
         """Drop every session's cached KV (rebuilt from its turns on next use); returns how many were dropped.
 
-        A new epoch is written next to the cold files, so KV on disk is never mounted after this either.
+        A new epoch is written to the cold store, so KV there is never mounted after this either, by any worker.
         """
-        self._epoch = uuid.uuid4().hex
-        _write_small(self.root / _EPOCH_FILE, self._epoch.encode())
+        new_epoch(self.store)
         with self._lock:
             sessions = list(self._sessions.values())
         dropped = 0
@@ -264,7 +267,7 @@ class SessionManager:
             if not s._lock.acquire(blocking=False):
                 continue
             try:
-                if s._busy:
+                if s._busy or not self._keep_lease(s):
                     continue
                 age = now - s._last_used
                 if ttl is not None and age > ttl:
@@ -397,11 +400,14 @@ class SessionManager:
     def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
         assert s._state is not None
         blob = self._seal(s._key, dump_session(s._state, kv))
+        if not self._keep_lease(s):
+            return  # another worker serves it now: our copy was dropped, not written over theirs
         put(self.store, s._key, blob, last_used=s._last_used)
         s._disk_version = s._version
         s._state = None  # the transcript now lives in the file
         s._tier = "cold"
         self.cold.note_bytes()
+        self._release(s)
 
     def _move_down(self, s: Session, src: Tier, *, to_cold: bool) -> None:
         """Move ``s`` from ``src`` (hot or warm) to warm, or to cold when ``to_cold`` or warm cannot take it."""
@@ -425,11 +431,13 @@ class SessionManager:
             return
         if not s._state.turns:  # an empty conversation: nothing worth a file
             s._state, s._tier = None, None
+            self._release(s)
             return
         if s._disk_version == s._version and self.store.last_used(s._key) is not None:
             s._state, s._tier = None, "cold"  # its clean copy is already on disk: nothing to write
             with self._lock:
                 self.counts["clean_demotions"] += 1
+            self._release(s)
             return
         self._write_cold(s, kv)
 
@@ -452,6 +460,7 @@ class SessionManager:
             if not s._state.turns:  # an empty conversation: nothing worth a file
                 self._drop_kv(s)
                 s._state = None
+                self._release(s)
                 return True
             if s._disk_version == s._version and self.store.last_used(s._key) is not None:
                 self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
@@ -464,7 +473,7 @@ class SessionManager:
         published = False
         if s._lock.acquire(blocking=False):
             try:
-                if not s._busy and s._version == version and s._tier == tier_name:
+                if not s._busy and s._version == version and s._tier == tier_name and self._keep_lease(s):
                     self.store.publish(staged)
                     published = True
                     s._disk_version = version
@@ -474,6 +483,7 @@ class SessionManager:
                         tier.counters.offloads += 1
                     s._state, s._tier = None, "cold"
                     self.cold.note_bytes()
+                    self._release(s)
             finally:
                 s._lock.release()
         if not published:
@@ -527,7 +537,7 @@ class SessionManager:
         staged = self.store.stage(s._key, self._seal(s._key, dump_session(state, kv)), last_used=last_used)
         if s._lock.acquire(blocking=False):
             try:
-                if not s._busy and s._version == version and s._tier in ("hot", "warm"):
+                if not s._busy and s._version == version and s._tier in ("hot", "warm") and self._keep_lease(s):
                     self.store.publish(staged)
                     s._disk_version = version
                     self.cold.note_bytes()
@@ -696,6 +706,7 @@ class SessionManager:
         s._disk_version = None
         self._drop_kv(s)
         s._state, s._tier = None, None
+        self._release(s)
         with self._lock:
             if self._sessions.get((s.user_id, s.session_id)) is s:
                 del self._sessions[(s.user_id, s.session_id)]
@@ -719,18 +730,51 @@ class SessionManager:
             finally:
                 victim._lock.release()
 
-    # -- epoch and worker ------------------------------------------------------------------------------
-    def _load_epoch(self) -> str:
-        path = self.root / _EPOCH_FILE
-        try:
-            value = path.read_text().strip()
-            if value:
-                return value
-        except FileNotFoundError:
-            pass
-        value = uuid.uuid4().hex
-        _write_small(path, value.encode())
-        return value
+    # -- leases and the shared epoch (see agentmem.sessions.shared) ---------------------------------
+    @property
+    def _epoch(self) -> str:
+        """The current epoch, read from the store each time: another worker's invalidation counts here too."""
+        return load_epoch(self.store)
+
+    def _serve(self, s: Session) -> None:
+        """Hold ``s``'s lease before serving it (waits, or raises SessionBusyError); caller holds ``s._lock``.
+
+        If the lease had lapsed, another worker may have served the session meanwhile: a newer cold copy than
+        the one in memory wins (ours is dropped, and restored from the store by the turn).
+        """
+        held = s._lease_until > time.monotonic()
+        until = self.leases.take(s._key)
+        if not held:
+            stamp = self.store.last_used(s._key)
+            mine = s._state.last_used if s._state is not None else None
+            if stamp is not None and (mine is None or stamp > mine + 1e-3):
+                self._forget_copy(s)
+                s._tier, s._last_used = "cold", stamp
+        s._lease_until = until
+
+    def _keep_lease(self, s: Session) -> bool:
+        """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost."""
+        if s._lease_until <= 0:
+            return True  # nothing in memory here that needs it
+        until = self.leases.renew(s._key)
+        if until is not None:
+            s._lease_until = until
+            return True
+        log.warning("session %s: its lease went to another worker; dropping this worker's copy", s._key)
+        self._forget_copy(s)
+        s._tier = "cold" if self.store.last_used(s._key) is not None else None
+        return False
+
+    def _forget_copy(self, s: Session) -> None:
+        """Drop this worker's in-memory copy of ``s``, leaving the store's copy alone."""
+        s._disk_version = None  # so _drop_kv does not delete the store's (another worker's) copy
+        self._drop_kv(s)
+        s._state, s._tier, s._lease_until = None, None, 0.0
+
+    def _release(self, s: Session) -> None:
+        if s._lease_until > 0:
+            s._lease_until = 0.0
+            self.leases.release(s._key)
 
     def _run_worker(self) -> None:
         last_sweep = time.monotonic()
@@ -748,14 +792,3 @@ class SessionManager:
                     self.sweep()
             except Exception:  # a failed pass must not kill the worker; the next one retries
                 log.exception("background session pass failed")
-
-
-def _write_small(path: Path, data: bytes) -> None:
-    """Replace a small file atomically (tmp + fsync + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

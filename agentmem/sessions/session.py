@@ -89,6 +89,7 @@ class Session:
         self._last_used = time.time()
         self._version = 0  # bumped by every send and reset: lets the worker write a snapshot without the lock
         self._disk_version: int | None = None  # the version its file on disk holds (None: no current file)
+        self._lease_until = 0.0  # time.monotonic() until which this worker surely holds the session's lease
 
     def __repr__(self) -> str:
         return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self._tier!r})"
@@ -191,6 +192,7 @@ class Session:
         with self._lock:
             mgr._check_open()
             mgr._register(self)
+            mgr._serve(self)  # one worker serves a session at a time (waits, or raises SessionBusyError)
             user_text = mgr._scan(text)  # before anything is encoded: secrets never enter the session KV
             tm["scan"] = time.perf_counter() - t0
             ctx = mgr.context()

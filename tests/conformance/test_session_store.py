@@ -114,3 +114,10 @@ def test_lease_is_exclusive_across_processes(kind: str, request: pytest.FixtureR
     with mp.get_context("fork").Pool(4) as pool:
         wins = pool.map(_contend, [(kind, where, f"w{i}", tries) for i in range(4)])
     assert sum(wins) == tries  # every key has exactly one owner, whoever raced for it
+
+
+def test_underscore_folders_are_metadata_not_sessions(store: SessionTierStore) -> None:
+    put(store, "_agentmem/epoch", b"e1", last_used=1.0)
+    put(store, "u1/s1", b"kv", last_used=1.0)
+    assert bytes(store.get("_agentmem/epoch")) == b"e1"
+    assert store.keys() == ["u1/s1"] and store.nbytes() == 2 and store.keys("_agentmem") == []

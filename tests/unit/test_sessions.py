@@ -76,6 +76,11 @@ def make_twins(engine, root: Path, **kw):
     return mgr, store, twin_mgr, mgr.open("s1", user_id="u1"), twin_mgr.open("s1", user_id="u1")
 
 
+def session_files(root: Path) -> list[Path]:
+    """The cold tier's session files (not the shared epoch, which the store keeps under ``_agentmem/``)."""
+    return [p for p in root.glob("*/*.session") if p.parent.name != "_agentmem"]
+
+
 MESSAGES = ["Hello, I am Ana.", "My sister is called Ines.", "She lives in Porto.", "What is her name?"]
 
 
@@ -166,7 +171,7 @@ def test_offload_to_disk_and_restore_continues_token_identically(engine, tmp_pat
             assert a.restored_from == ("cold" if tier == "disk" else "warm") and a.rebuilt is None
             assert a.reused_tokens == b.reused_tokens > 0
     mgr.offload("moved", to="disk")
-    (path,) = list(tmp_path.glob("*/*.session"))
+    (path,) = session_files(tmp_path)
     blob = path.read_bytes()
     assert is_encrypted(blob) and b"Ines" not in blob and b"moved" not in blob
     assert "moved" not in str(path) and "u1" not in str(path)
@@ -241,7 +246,7 @@ def test_background_worker_offloads_idle_sessions(engine, tmp_path):
     while chat.tier != "cold" and time.time() < deadline:
         time.sleep(0.05)
     assert chat.tier == "cold" and mgr.stats()["idle_offloads"] >= 1
-    assert list(tmp_path.glob("*/*.session"))
+    assert session_files(tmp_path)
     r = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW)
     assert r.restored_from == "cold" and r.reused_tokens >= first.prefilled_tokens
     mgr.close()
@@ -263,7 +268,7 @@ def test_idle_offload_writes_without_the_lock_and_yields_to_a_send(engine, tmp_p
     mgr.cold.backend.stage = stage_during_a_send
     assert mgr._offload_idle(chat) is False  # the snapshot is stale: discarded, the session stays in memory
     assert seen["send_done"] and chat.tier == "hot" and len(chat.history()) == 4
-    assert not list(tmp_path.glob("*/*.session")) and not list(tmp_path.glob("*/.*.tmp"))
+    assert not session_files(tmp_path) and not list(tmp_path.glob("*/.*.tmp"))
     mgr.cold.backend.stage = real_stage
     assert mgr._offload_idle(chat) is True and chat.tier == "cold"
     assert chat.send(MESSAGES[2], k=0, max_new_tokens=NEW).restored_from == "cold"
@@ -281,7 +286,7 @@ def test_ttl_erases_the_session_from_every_tier(engine, tmp_path):
     time.sleep(0.6)
     assert mgr.sweep()["expired"] == 3
     assert mgr.hot.bytes() == mgr.warm.bytes() == mgr.cold.bytes() == 0
-    assert not list(tmp_path.glob("*/*.session")) and mgr.list() == []
+    assert not session_files(tmp_path) and mgr.list() == []
     r = chats[0].send(MESSAGES[1], k=0, max_new_tokens=NEW)  # the handle starts a fresh conversation
     assert r.reused_tokens == 0 and chats[0].history()[0]["content"] == MESSAGES[1]
     mgr.close()
@@ -291,10 +296,10 @@ def test_ttl_erases_files_left_by_an_earlier_process(engine, tmp_path):
     mgr, _ = make(engine, tmp_path)
     mgr.open("s1", user_id="u1").send(MESSAGES[0], k=0, max_new_tokens=NEW)
     mgr.close()
-    assert list(tmp_path.glob("*/*.session"))
+    assert session_files(tmp_path)
     again, _ = make(engine, tmp_path, session_ttl_seconds=0.2)
     time.sleep(0.3)
-    assert again.sweep()["expired"] == 1 and not list(tmp_path.glob("*/*.session"))
+    assert again.sweep()["expired"] == 1 and not session_files(tmp_path)
     again.close()
 
 
@@ -399,7 +404,7 @@ def test_secrets_are_scanned_before_anything_is_encoded(engine, tmp_path):
     assert not any(ids[i : i + len(secret_ids)] == secret_ids for i in range(len(ids)))
     assert all("hunter2" not in text for *_, text in store.records)
     mgr.offload("s1", to="disk")
-    assert all(b"hunter2" not in p.read_bytes() for p in tmp_path.glob("*/*.session"))
+    assert all(b"hunter2" not in p.read_bytes() for p in session_files(tmp_path))
     mgr.close()
 
 
@@ -413,13 +418,13 @@ def test_reset_end_and_end_user_erase_every_tier(engine, tmp_path):
     assert a.send(MESSAGES[1], k=0, max_new_tokens=NEW).reused_tokens == 0
     mgr.offload("b", to="disk")
     assert mgr.end("b") and not mgr.end("b")
-    assert mgr.list() == ["a", "c"] and len(list(tmp_path.glob("*/*.session"))) == 0
+    assert mgr.list() == ["a", "c"] and len(session_files(tmp_path)) == 0
     mgr.offload("a", to="disk")
     mgr.close()
     again, _ = make(engine, tmp_path)  # after a restart, "a" exists only as a file
-    assert again.end_user("u1") == 1 and len(list(tmp_path.glob("*/*.session"))) == 1  # u2's "c" stays
+    assert again.end_user("u1") == 1 and len(session_files(tmp_path)) == 1  # u2's "c" stays
     assert again.open("c", user_id="u2").tier == "cold"
-    assert again.end_user("u2") == 1 and not list(tmp_path.glob("*/*.session"))
+    assert again.end_user("u2") == 1 and not session_files(tmp_path)
     again.close()
 
 
@@ -513,7 +518,7 @@ def test_write_behind_makes_demotion_to_disk_free_and_files_stay_current(engine,
     deadline = time.time() + 30
     while mgr.stats()["clean_copies"] < 1 and time.time() < deadline:
         time.sleep(0.05)
-    assert mgr.stats()["clean_copies"] == 1 and len(list(tmp_path.glob("*/*.session"))) == 1
+    assert mgr.stats()["clean_copies"] == 1 and len(session_files(tmp_path)) == 1
     assert mgr.offload("s1", to="disk") == "cold" and mgr.stats()["clean_demotions"] == 1  # no write needed
     r = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW)
     assert r.restored_from == "cold" and r.token_ids == twin.send(MESSAGES[1], k=0, max_new_tokens=NEW).token_ids
@@ -526,7 +531,7 @@ def test_write_behind_makes_demotion_to_disk_free_and_files_stay_current(engine,
     r = chat.send(MESSAGES[2], k=0, max_new_tokens=NEW)
     assert r.restored_from == "warm" and r.token_ids == twin.send(MESSAGES[2], k=0, max_new_tokens=NEW).token_ids
     mgr.sweep()  # drains the trash
-    assert not list(tmp_path.glob("*/*.session")) and not list((tmp_path / ".trash").iterdir())
+    assert not session_files(tmp_path) and not list((tmp_path / ".trash").iterdir())
     mgr.close()
     twin_mgr.close()
 
