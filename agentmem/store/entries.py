@@ -180,7 +180,8 @@ class EntryStore:
                 self._erase(rows)
                 deleted += rows
             if deleted:
-                self.catalog.scrub(user_ids={r.user_id for r in deleted})
+                self.catalog.scrub(user_ids={r.user_id for r in deleted}, vacuum=True)
+                self.vectors.erase_residue([r.user_id for r in deleted])  # deleted vectors stay in Chroma's files
         return deleted
 
     def _erase(self, rows: Sequence[EntryRow]) -> None:

