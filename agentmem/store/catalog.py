@@ -234,7 +234,7 @@ class Catalog:
                     text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"),
                     [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id],
                 )
-            _bump(s)
+            self._bump(s)
         self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
 
     def commit(self, ids: Sequence[str]) -> None:
@@ -243,7 +243,7 @@ class Catalog:
             for chunk in _chunks(list(ids), 500):
                 s.execute(update(EntryRow).where(EntryRow.id.in_(chunk), EntryRow.write_state == "adding")
                           .values(write_state=None, write_since=None))
-            _bump(s)
+            self._bump(s)
 
     def mark_deleting(self, ids: Sequence[str]) -> list[EntryRow]:
         """Hide committed rows and record their deletion as in flight; returns the rows marked."""
@@ -257,7 +257,7 @@ class Catalog:
                 for row in rows:
                     row.write_state, row.write_since = "deleting", now
                 out += rows
-            _bump(s)
+            self._bump(s)
         return out
 
     def mark_blob_pending(self, entry_id: str) -> bool:
@@ -290,7 +290,10 @@ class Catalog:
                 for k, v in fields.items():
                     setattr(row, k, v)
                 row.kv_staged_at = None
-                _bump(s)
+                self._bump(s)
+
+    def _bump(self, s: Session) -> None:
+        _bump(s)
 
     def change_token(self) -> int:
         """The store's change counter: it moves on every committed write, whichever process made it."""
@@ -308,7 +311,7 @@ class Catalog:
             if found:
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
-                _bump(s)
+                self._bump(s)
                 for user_id in {r.user_id for r in rows}:
                     table = lexical_table(user_id)
                     if not _table_exists(s, table):  # inside the transaction: another process may have dropped it

@@ -126,13 +126,22 @@ class EntryStore:
                 e.row.kv_path = self.blobs.location(e.row.id)
         index_texts = [e.index_text if self._blind_index is None else self._blind_index.text(e.index_text)
                        for e in entries]
+        vector_args = ([r.user_id for r in rows], ids, vectors, [_vector_metadata(r) for r in rows],
+                       [e.embed_text for e in entries])
+        # an index in the catalog's database (pgvector) writes inside the row's transaction
+        add_in = getattr(self.vectors, "add_in", None) if getattr(self.vectors, "catalog", None) is self.catalog else None
+        has_blobs = any(e.blob is not None for e in entries)
         with self._lock:
-            self.catalog.insert(rows, index_texts=index_texts, tags=[e.tags for e in entries], pending=True)
+            self.catalog.insert(rows, index_texts=index_texts, tags=[e.tags for e in entries],
+                                pending=has_blobs or add_in is None,
+                                **({"extra": lambda s: add_in(s, *vector_args)} if add_in else {}))
+            if add_in is not None and not has_blobs:
+                return  # row and vector committed together: nothing is in flight
             staged: list[str] = []
             try:
                 staged = [self.blobs.stage(e.row.id, self._seal(e.row.id, e.blob)) for e in entries if e.blob is not None]
-                self.vectors.add([r.user_id for r in rows], ids, vectors, [_vector_metadata(r) for r in rows],
-                                 [e.embed_text for e in entries])
+                if add_in is None:
+                    self.vectors.add(*vector_args)
                 for token in staged:
                     self.blobs.publish(token)
                 staged = []

@@ -39,12 +39,32 @@ _BASELINE = (
 LEGACY_FTS = "entries_fts"  # schema 1 (SQLite): one FTS5 table for every user
 
 
+# PostgreSQL's lexical index: one tsvector per entry, plus per-user BM25 statistics (documents, total length,
+# document frequency of each term), kept in the writing transaction. (Added to step 1 before any PostgreSQL store
+# existed; SQLite stores never run this branch.)
+_PG_LEXICAL = (
+    """CREATE TABLE IF NOT EXISTS lexical_docs (
+        id VARCHAR(36) PRIMARY KEY REFERENCES entries (id) ON DELETE CASCADE, user_id VARCHAR NOT NULL,
+        doc TSVECTOR NOT NULL, doc_len INTEGER NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS ix_lexical_docs_doc ON lexical_docs USING gin (doc)",
+    "CREATE INDEX IF NOT EXISTS ix_lexical_docs_user ON lexical_docs (user_id)",
+    """CREATE TABLE IF NOT EXISTS lexical_users (
+        user_id VARCHAR PRIMARY KEY, n_docs BIGINT NOT NULL, total_len BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS lexical_terms (
+        user_id VARCHAR NOT NULL, term VARCHAR NOT NULL, df BIGINT NOT NULL, PRIMARY KEY (user_id, term))""",
+    "CREATE SEQUENCE IF NOT EXISTS agentmem_changes",
+)
+
+
 def _baseline(conn: Connection) -> None:
     for ddl in _BASELINE:
         conn.execute(text(ddl))
     if conn.dialect.name == "sqlite":
         conn.execute(text(f"CREATE VIRTUAL TABLE IF NOT EXISTS {LEGACY_FTS} USING fts5("
                           "id UNINDEXED, user_id UNINDEXED, content, tokenize='porter unicode61')"))
+    elif conn.dialect.name == "postgresql":
+        for ddl in _PG_LEXICAL:
+            conn.execute(text(ddl))
 
 
 def _per_user_lexical(conn: Connection) -> None:

@@ -1,0 +1,177 @@
+"""pgvector: entry vectors in the catalog's own PostgreSQL database (``vector_url="pgvector"``).
+
+One ``vectors`` table (id, user, scoping fields, ``vector(dim)``) with an HNSW index for cosine distance, created on
+the first write once the dimension is known. Because it shares the catalog's engine, :meth:`PgVectorIndex.add_in`
+writes the vectors inside the catalog's insert transaction: row and vector commit together or not at all.
+Queries filter by user in SQL; pgvector's iterative index scan (0.8+) keeps filtered searches from coming back
+short, and a small user's rows are ranked exactly through the user index, whichever the planner finds cheaper.
+
+Example:
+    >>> index = PgVectorIndex(PostgresCatalog(url).engine)          # doctest: +SKIP
+    >>> index.query(vec, user_id="u", n=5)                           # doctest: +SKIP
+    [('e1', 0.93), ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import bindparam, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ProgrammingError
+
+from agentmem.errors import InvalidInputError
+
+_FIELDS = {"kind", "session_id"}
+_ADVISORY_KEY = 0x616D7663  # "amvc": one creator of the table and its index
+
+
+def _literal(vec: np.ndarray) -> str:
+    return "[" + ",".join(repr(float(x)) for x in np.asarray(vec, dtype=np.float32).ravel()) + "]"
+
+
+def where_sql(where: dict[str, Any] | None, params: dict[str, Any]) -> str:
+    """Chroma's ``where`` dialect (``$eq``, ``$in``, ``$and`` on kind / session_id) as SQL; binds go in ``params``.
+
+    Example:
+        >>> p = {}; where_sql({"$and": [{"kind": {"$in": ["turn"]}}, {"session_id": "s"}]}, p), sorted(p)
+        ('(kind = ANY(:w0) AND session_id = :w1)', ['w0', 'w1'])
+    """
+    if not where:
+        return "TRUE"
+    if "$and" in where:
+        return "(" + " AND ".join(where_sql(c, params) for c in where["$and"]) + ")"
+    (field, cond), = where.items()
+    if field not in _FIELDS:
+        raise InvalidInputError(f"vector filter: unknown field {field!r}")
+    name = f"w{len(params)}"
+    if isinstance(cond, dict):
+        (op, value), = cond.items()
+        if op == "$in":
+            params[name] = list(value)
+            return f"{field} = ANY(:{name})"
+        if op != "$eq":
+            raise InvalidInputError(f"vector filter: unsupported operator {op!r}")
+        cond = value
+    params[name] = cond
+    return f"{field} = :{name}"
+
+
+class PgVectorIndex:
+    """Vectors in PostgreSQL with pgvector, sharing ``engine`` (normally the catalog's)."""
+
+    def __init__(self, engine: Engine, *, catalog: Any = None, keep_documents: bool = False) -> None:
+        self.engine = engine
+        self.catalog = catalog  # set: add_in() may run inside this catalog's transactions
+        self.keep_documents = keep_documents
+        self._ready = False
+
+    # --- schema ----------------------------------------------------------------------------------
+    def _exists(self, conn: Connection) -> bool:
+        if not self._ready:
+            self._ready = bool(conn.execute(text("SELECT to_regclass('vectors') IS NOT NULL")).scalar())
+        return self._ready
+
+    def _ensure(self, conn: Connection, dim: int) -> None:
+        if self._exists(conn):
+            return
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+        conn.execute(text(
+            f"CREATE TABLE IF NOT EXISTS vectors (id VARCHAR(36) PRIMARY KEY, user_id VARCHAR NOT NULL, "
+            f"kind VARCHAR(16), session_id VARCHAR, document TEXT, embedding vector({int(dim)}) NOT NULL)"))
+        conn.execute(text("CREATE INDEX IF NOT EXISTS ix_vectors_user ON vectors (user_id)"))
+        conn.execute(text("CREATE INDEX IF NOT EXISTS ix_vectors_hnsw ON vectors USING hnsw (embedding vector_cosine_ops)"))
+        self._ready = True
+
+    # --- writes --------------------------------------------------------------------------------
+    def add_in(self, conn: Any, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
+               metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
+        """Upsert inside the caller's transaction (a SQLAlchemy connection or ORM session)."""
+        if not len(ids):
+            return
+        self._ensure(conn, int(vectors.shape[1]))
+        conn.execute(text(
+            "INSERT INTO vectors (id, user_id, kind, session_id, document, embedding) "
+            "VALUES (:id, :u, :k, :s, :d, CAST(:e AS vector)) ON CONFLICT (id) DO UPDATE SET user_id = EXCLUDED.user_id, "
+            "kind = EXCLUDED.kind, session_id = EXCLUDED.session_id, document = EXCLUDED.document, "
+            "embedding = EXCLUDED.embedding"),
+            [{"id": i, "u": u, "k": m.get("kind"), "s": m.get("session_id"), "e": _literal(v),
+              "d": documents[n] if documents is not None and self.keep_documents else None}
+             for n, (i, u, v, m) in enumerate(zip(ids, user_ids, vectors, metadatas))])
+
+    def add(self, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
+            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
+        with self.engine.begin() as conn:
+            self.add_in(conn, user_ids, ids, vectors, metadatas, documents)
+
+    def delete(self, ids: Sequence[str], *, user_id: str | None = None) -> None:
+        if not ids:
+            return
+        with self.engine.begin() as conn:
+            if not self._exists(conn):
+                return
+            scope = "" if user_id is None else " AND user_id = :u"
+            for i in range(0, len(ids), 1000):
+                conn.execute(text(f"DELETE FROM vectors WHERE id IN :ids{scope}")
+                             .bindparams(bindparam("ids", expanding=True)), {"ids": list(ids[i:i + 1000]), "u": user_id})
+
+    # --- reads ---------------------------------------------------------------------------------
+    def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
+              ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
+        params: dict[str, Any] = {"u": user_id, "v": _literal(vector), "n": int(n)}
+        clause = where_sql(where, params)
+        if ids is not None:
+            params["ids"] = list(ids)
+            clause += " AND id = ANY(:ids)"
+        sql = text(f"SELECT id, 1 - (embedding <=> CAST(:v AS vector)) FROM vectors WHERE user_id = :u AND {clause} "
+                   "ORDER BY embedding <=> CAST(:v AS vector) LIMIT :n")
+        with self.engine.begin() as conn:
+            if not self._exists(conn):
+                return []
+            conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(int(n), 1000))}"))
+            try:
+                with conn.begin_nested():
+                    conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+            except ProgrammingError:  # pgvector < 0.8: filtered HNSW scans may return fewer rows
+                pass
+            rows = conn.execute(sql, params).all()
+        # relaxed order: re-sort exactly (the scan may hand rows back slightly out of order)
+        return sorted(((i, float(s)) for i, s in rows), key=lambda kv: -kv[1])
+
+    def _ids(self, where: str, params: dict[str, Any]) -> list[str]:
+        with self.engine.connect() as conn:
+            if not self._exists(conn):
+                return []
+            return [r[0] for r in conn.execute(text(f"SELECT id FROM vectors{where}"), params)]
+
+    def user_ids(self, user_id: str) -> list[str]:
+        return self._ids(" WHERE user_id = :u", {"u": user_id})
+
+    def all_ids(self) -> list[str]:
+        return self._ids("", {})
+
+    def count(self) -> int:
+        with self.engine.connect() as conn:
+            if not self._exists(conn):
+                return 0
+            return int(conn.execute(text("SELECT count(*) FROM vectors")).scalar_one())
+
+    def close(self) -> None:
+        """The engine belongs to the catalog (or the caller): nothing to release here."""
+
+
+def build_vectors(url: str | None, ctx: Any) -> PgVectorIndex:
+    """Factory builder for ``vector_url="pgvector"``: the catalog's database (the catalog must be PostgreSQL)."""
+    from agentmem.backends.postgres import PostgresCatalog
+
+    if not isinstance(ctx.catalog, PostgresCatalog):
+        raise InvalidInputError("vector_url: 'pgvector' keeps vectors in the catalog's PostgreSQL database; "
+                                "set catalog_url to a postgresql:// URL")
+    return PgVectorIndex(ctx.catalog.engine, catalog=ctx.catalog,
+                         keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
+
+
+__all__ = ["PgVectorIndex", "build_vectors", "where_sql"]

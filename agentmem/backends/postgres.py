@@ -1,0 +1,220 @@
+"""PostgreSQL catalog through SQLAlchemy 2.0 (psycopg 3): the same ORM rows as the SQLite catalog, PostgreSQL's
+full-text search for the lexical index, scored with BM25 from per-user statistics.
+
+Lexical scoring: every entry's document is a ``tsvector`` (``english`` configuration: stemming and stop words, like
+SQLite's porter tokenizer); ``lexical_users`` (documents, total length) and ``lexical_terms`` (document frequency
+of each term) are kept per user in the writing transaction, so a term's rarity is the user's own, as with the
+per-user FTS5 tables. A query matches through the GIN index and is scored with Okapi BM25 (k1 = 1.2, b = 0.75, the
+FTS5 defaults). Statistic rows are updated in sorted order, so concurrent writers cannot deadlock on them.
+
+Several processes and hosts may share one database: there is no process-local state to go stale, writes are
+visible to every reader once committed, and migrations take an advisory lock.
+
+Example:
+    >>> cat = PostgresCatalog("postgresql+psycopg://postgres@127.0.0.1:5432/agentmem")     # doctest: +SKIP
+    >>> cat.lexical_search("red kayak", user_id="alice", limit=5)                           # doctest: +SKIP
+    [('a1', 2.31)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, create_engine, delete, select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, fts_query
+
+_K1, _B = 1.2, 0.75
+_TS_CONFIG = "english"
+_ADVISORY_KEY = 0x616D656D  # "amem": serialises migrations across processes and hosts
+
+
+class PostgresCatalog(Catalog):
+    """The catalog in PostgreSQL (``postgresql+psycopg://user@host:port/db``)."""
+
+    def __init__(self, url: str, *, pool_size: int = 5) -> None:  # noqa: D107 - see class docstring
+        self.url = url
+        self.engine = create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=pool_size)
+        self._write_lock = contextlib.nullcontext()  # the database serialises writers itself
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._lexical_tables = set()
+        from agentmem.backends.migrations import apply_migrations
+        from agentmem.store.schema import MIGRATIONS
+
+        with self.engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
+            apply_migrations(conn, MIGRATIONS)
+
+    def _bump(self, s: Session) -> None:
+        s.execute(text("SELECT nextval('agentmem_changes')"))  # a sequence: writers never wait on one hot row
+
+    def change_token(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(text("SELECT last_value FROM agentmem_changes")).scalar_one())
+
+    # --- writes --------------------------------------------------------------------------------
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False, extra: Callable[[Session], None] | None = None) -> None:
+        """Insert rows, tags, lexical documents and statistics in one transaction; ``extra`` runs inside it too
+        (pgvector adds the vectors there, so row and vector commit together)."""
+        import time
+
+        tag_lists = list(tags) or [()] * len(rows)
+        now = time.time()
+        with self._sessions.begin() as s:
+            for row, tag_list in zip(rows, tag_lists):
+                if pending:
+                    row.write_state, row.write_since = "adding", now
+                row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
+                s.add(row)
+            s.flush()
+            docs = s.execute(text(
+                "INSERT INTO lexical_docs (id, user_id, doc, doc_len) SELECT id, u, d, length(d) FROM ("
+                " SELECT x.id, x.u, to_tsvector(CAST(:cfg AS regconfig), x.t) AS d FROM unnest("
+                "  CAST(:ids AS varchar[]), CAST(:us AS varchar[]), CAST(:ts AS text[])) AS x(id, u, t)) s "
+                "RETURNING user_id, tsvector_to_array(doc), doc_len"),
+                {"cfg": _TS_CONFIG, "ids": [r.id for r in rows], "us": [r.user_id for r in rows],
+                 "ts": list(index_texts)}).all()
+            self._count_terms(s, _stats_of(docs), +1)
+            if extra is not None:
+                extra(s)
+            self._bump(s)
+
+    @staticmethod
+    def _count_terms(s: Session, stats: dict[str, tuple[int, int, dict[str, int]]], sign: int) -> None:
+        """Add (or remove) documents to each user's BM25 statistics, in sorted key order (no deadlocks)."""
+        for user in sorted(stats):
+            n_docs, total_len, terms = stats[user]
+            s.execute(text(
+                "INSERT INTO lexical_users (user_id, n_docs, total_len) VALUES (:u, :n, :l) ON CONFLICT (user_id) "
+                "DO UPDATE SET n_docs = lexical_users.n_docs + :n, total_len = lexical_users.total_len + :l"),
+                {"u": user, "n": sign * n_docs, "l": sign * total_len})
+            if terms:
+                s.execute(text(
+                    "INSERT INTO lexical_terms (user_id, term, df) VALUES (:u, :t, :d) ON CONFLICT (user_id, term) "
+                    "DO UPDATE SET df = lexical_terms.df + :d"),
+                    [{"u": user, "t": t, "d": sign * terms[t]} for t in sorted(terms)])
+            if sign < 0:
+                s.execute(text("DELETE FROM lexical_terms WHERE user_id = :u AND df <= 0"), {"u": user})
+                s.execute(text("DELETE FROM lexical_users WHERE user_id = :u AND n_docs <= 0"), {"u": user})
+
+    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Delete rows, tags, lexical documents (and their share of the statistics); returns what was deleted."""
+        if not ids:
+            return []
+        out: list[EntryRow] = []
+        with self._sessions.begin() as s:
+            for chunk in _chunks(list(ids), 500):
+                rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk))))
+                if not rows:
+                    continue
+                found = [r.id for r in rows]
+                gone = s.execute(text("DELETE FROM lexical_docs WHERE id IN :ids "
+                                      "RETURNING user_id, tsvector_to_array(doc), doc_len")
+                                 .bindparams(bindparam("ids", expanding=True)), {"ids": found}).all()
+                self._count_terms(s, _stats_of(gone), -1)
+                s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
+                s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
+                out += rows
+            if out:
+                self._bump(s)
+        return out
+
+    # --- reads ---------------------------------------------------------------------------------
+    def lexical_tables(self) -> list[str]:
+        return ["lexical_docs", "lexical_terms", "lexical_users"]
+
+    def lexical_search(self, query: str, *, user_id: str, limit: int,
+                       blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
+        """Okapi BM25 over ``user_id``'s documents: [(id, score)], best first, score > 0."""
+        match = fts_query(query, blind=blind)
+        if match is None:
+            return []
+        words = [w.strip('"') for w in match.split(" OR ")]
+        with self.engine.connect() as conn:
+            terms = sorted({t for (t,) in conn.execute(text(
+                "SELECT unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q)))"),
+                {"cfg": _TS_CONFIG, "q": " ".join(words)})})
+            if not terms:
+                return []
+            stats = conn.execute(text("SELECT n_docs, total_len FROM lexical_users WHERE user_id = :u"),
+                                 {"u": user_id}).first()
+            if stats is None or not stats[0]:
+                return []
+            n_docs, avg_len = int(stats[0]), max(float(stats[1]) / float(stats[0]), 1.0)
+            df = dict(conn.execute(text("SELECT term, df FROM lexical_terms WHERE user_id = :u AND term IN :t")
+                                   .bindparams(bindparam("t", expanding=True)), {"u": user_id, "t": terms}).all())
+            idf = {t: math.log(1 + (n_docs - df[t] + 0.5) / (df[t] + 0.5)) for t in terms if df.get(t)}
+            if not idf:
+                return []
+            tsq = " | ".join(f"'{t}'" for t in idf)  # lexemes: [a-z0-9] after to_tsvector, safe to quote
+            rows = conn.execute(text(
+                "SELECT d.id, d.doc_len, u.lexeme, coalesce(array_length(u.positions, 1), 1) FROM lexical_docs d, "
+                "unnest(d.doc) u WHERE d.user_id = :u AND d.doc @@ to_tsquery('simple', :q) AND u.lexeme IN :t")
+                .bindparams(bindparam("t", expanding=True)), {"u": user_id, "q": tsq, "t": list(idf)}).all()
+        scores: dict[str, float] = {}
+        for entry_id, doc_len, lexeme, tf in rows:
+            norm = _K1 * (1 - _B + _B * float(doc_len) / avg_len)
+            scores[entry_id] = scores.get(entry_id, 0.0) + idf[lexeme] * tf * (_K1 + 1) / (tf + norm)
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [(i, s) for i, s in ranked[:limit] if s > 0]
+
+    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
+        """Session and nearest turns before / after each entry (indexed on (session_id, created_at))."""
+        if not ids:
+            return {}
+        w = int(window)
+        sql = text(
+            "SELECT e.id, e.session_id, (e.kind = 'turn' AND e.session_id IS NOT NULL), "
+            f"(SELECT string_agg(p.id, ' ' ORDER BY p.created_at DESC) FROM (SELECT id, created_at FROM entries p "
+            f" WHERE p.session_id = e.session_id AND p.kind = 'turn' AND p.write_state IS NULL "
+            f" AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {w}) p), "
+            f"(SELECT string_agg(n.id, ' ' ORDER BY n.created_at ASC) FROM (SELECT id, created_at FROM entries n "
+            f" WHERE n.session_id = e.session_id AND n.kind = 'turn' AND n.write_state IS NULL "
+            f" AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {w}) n) "
+            "FROM entries e WHERE e.write_state IS NULL AND e.id IN :ids").bindparams(bindparam("ids", expanding=True))
+        out: dict[str, TurnContext] = {}
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(ids), 500):
+                for entry_id, session_id, is_turn, prev, nxt in conn.execute(sql, {"ids": chunk}):
+                    out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
+                                                tuple(nxt.split()) if is_turn and nxt else ())
+        return out
+
+    def scrub(self, user_ids: Iterable[str] | None = None) -> None:
+        """VACUUM the tables an erasure touched, so deleted tuples' space is reclaimed (PostgreSQL does not zero
+        freed space: see docs/backends.md)."""
+        tables = ["entries", "entry_tags", "lexical_docs", "lexical_terms"]
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            if _has_vectors(conn):
+                tables.append("vectors")
+            conn.execute(text("VACUUM " + ", ".join(tables)))
+
+
+def _stats_of(docs: Iterable[Any]) -> dict[str, tuple[int, int, dict[str, int]]]:
+    """Per user: documents, total length and document frequency of each term, from (user, lexemes, length)."""
+    out: dict[str, tuple[int, int, dict[str, int]]] = {}
+    for user, lexemes, length in docs:
+        n, total, terms = out.get(user, (0, 0, {}))
+        for t in set(lexemes or ()):
+            terms[t] = terms.get(t, 0) + 1
+        out[user] = (n + 1, total + int(length or 0), terms)
+    return out
+
+
+def _has_vectors(conn: Any) -> bool:
+    return bool(conn.execute(text("SELECT to_regclass('vectors') IS NOT NULL")).scalar())
+
+
+def build_catalog(url: str | None, ctx: Any) -> PostgresCatalog:
+    """Factory builder for ``postgresql://`` / ``postgresql+psycopg://`` catalog URLs."""
+    if url is not None and url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return PostgresCatalog(url or "")
+
+
+__all__ = ["PostgresCatalog", "build_catalog"]
