@@ -54,7 +54,7 @@ class PostgresCatalog(Catalog):
 
     def change_token(self) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(text("SELECT last_value FROM agentmem_changes")).scalar_one())
+            return int(conn.execute(text("SELECT last_value + CAST(is_called AS INTEGER) FROM agentmem_changes")).scalar_one())
 
     # --- writes --------------------------------------------------------------------------------
     def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),

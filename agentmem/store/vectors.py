@@ -369,6 +369,10 @@ class VectorIndex:
             col = self._collection(self._handle.fresh(), user_id, create=False)
             if col is None:
                 return []
+            if ids is not None:  # Chroma fails the whole query on an id it does not hold: keep those it does
+                ids = col.get(ids=list(ids), include=[])["ids"]
+                if not ids:
+                    return []
             # no count() first: it costs as much as the search, and Chroma returns fewer than n when it has fewer
             res = col.query(
                 query_embeddings=vector.reshape(1, -1), n_results=n, where=where,

@@ -1,0 +1,66 @@
+"""Chroma server as the vector index (``vector_url="chroma+http://127.0.0.1:8000"``, ``chroma run``).
+
+The same collections as the embedded index (one per user, named by a digest of the user id, cosine space), reached
+through ``chromadb.HttpClient``. The server holds the only HNSW index, so every process and host sees a write as
+soon as ``add`` returns: nothing to refresh, no file lock.
+
+Example:
+    >>> index = ChromaHttpIndex("chroma+http://127.0.0.1:8000")                      # doctest: +SKIP
+    >>> index.query(vec, user_id="u", n=5)                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentmem.errors import InvalidInputError
+from agentmem.store.vectors import VectorIndex
+
+
+class _ServerHandle:
+    """What :class:`VectorIndex` needs from its client holder, for a server: always fresh, no cross-process lock."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.lock = threading.RLock()
+        self.collections: dict[str, Any] = {}
+
+    def fresh(self) -> Any:
+        return self.client
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Any]:
+        with self.lock:
+            yield self.client
+
+    def release(self) -> None:
+        self.collections = {}
+
+
+class ChromaHttpIndex(VectorIndex):
+    """Vectors in a Chroma server, one collection per user."""
+
+    def __init__(self, url: str, *, keep_documents: bool = False) -> None:  # noqa: D107 - see class docstring
+        import chromadb
+        from chromadb.config import Settings
+
+        parts = urlsplit(url)
+        if parts.scheme not in ("chroma+http", "chroma+https", "http", "https") or not parts.hostname:
+            raise InvalidInputError(f"vector_url: expected chroma+http://host:port, got {url!r}")
+        client = chromadb.HttpClient(host=parts.hostname, port=parts.port or 8000, ssl=parts.scheme.endswith("s"),
+                                     settings=Settings(anonymized_telemetry=False))
+        self._handle = _ServerHandle(client)  # type: ignore[assignment]
+        self.keep_documents = keep_documents
+        self._closed = False
+
+
+def build_vectors(url: str | None, ctx: Any) -> ChromaHttpIndex:
+    """Factory builder for ``chroma+http://`` vector URLs."""
+    return ChromaHttpIndex(url or "", keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
+
+
+__all__ = ["ChromaHttpIndex", "build_vectors"]

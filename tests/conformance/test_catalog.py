@@ -1,0 +1,153 @@
+"""One conformance suite for every Catalog: SQLite (a file under tmp) and PostgreSQL (a real server, fresh database).
+
+Server-backed params get their server from the session-scoped fixtures of tests/servers.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentmem.ports import Catalog
+from agentmem.store.catalog import Catalog as SQLiteCatalog
+from agentmem.store.catalog import EntryRow
+from agentmem.store.schema import SCHEMA_VERSION
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+def make_catalog(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Catalog:
+    if kind == "sqlite":
+        return SQLiteCatalog(str(tmp_path / "catalog.db"))
+    from agentmem.backends.postgres import PostgresCatalog
+
+    return PostgresCatalog(request.getfixturevalue("fresh_postgres_url"))
+
+
+@pytest.fixture(params=BACKENDS)
+def cat(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
+    c = make_catalog(request.param, request, tmp_path)
+    yield c
+    c.close()
+
+
+def _row(entry_id: str, user: str = "u", text: str = "t", *, session: str | None = None, at: float = 0.0,
+         kind: str = "turn", expires: float | None = None) -> EntryRow:
+    return EntryRow(id=entry_id, user_id=user, session_id=session, kind=kind, text=text, memory_text=text,
+                    created_at=at, expires_at=expires, metadata_json={})
+
+
+def _add(cat: Catalog, rows: list[EntryRow], tags=(), pending: bool = False) -> None:
+    cat.insert(rows, index_texts=[r.text for r in rows], tags=list(tags) or (), pending=pending)
+
+
+def test_is_a_catalog_at_the_latest_schema(cat: Catalog) -> None:
+    assert isinstance(cat, Catalog)
+    assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
+    cat.set_info("kb_version", "v1")
+    cat.set_info("kb_version", "v2")
+    assert cat.get_info("kb_version") == "v2" and cat.get_info("nothing") is None
+
+
+def test_rows_round_trip_in_the_order_asked(cat: Catalog) -> None:
+    _add(cat, [_row("a", text="alpha", at=1.0), _row("b", text="beta", at=2.0)], tags=[["x", "y"], []])
+    got = cat.get(["b", "missing", "a"])
+    assert [r.id for r in got] == ["b", "a"]
+    assert got[1].tags == ("x", "y") and got[1].text == "alpha" and got[1].metadata_json == {}
+    assert cat.existing(["a", "zz"]) == {"a"}
+
+
+def test_pending_rows_are_invisible_until_committed(cat: Catalog) -> None:
+    _add(cat, [_row("p", text="pending kayak")], pending=True)
+    assert cat.get(["p"]) == [] and cat.existing(["p"]) == set()
+    assert cat.count(cat.scope_select(user_id="u")) == 0
+    assert [r.id for r in cat.pending(time.time() + 1)] == ["p"]
+    assert cat.pending(time.time() - 3600) == []  # recorded just now: not older than an hour
+    cat.commit(["p"])
+    assert [r.id for r in cat.get(["p"])] == ["p"] and cat.pending(time.time() + 1) == []
+
+
+def test_deletion_is_marked_then_finished(cat: Catalog) -> None:
+    _add(cat, [_row("a", text="red kayak"), _row("b", text="blue kayak")])
+    marked = cat.mark_deleting(["a", "missing"])
+    assert [r.id for r in marked] == ["a"]
+    assert [r.id for r in cat.get(["a", "b"])] == ["b"]  # hidden at once
+    assert [r.write_state for r in cat.pending(time.time() + 1)] == ["deleting"]
+    assert [r.id for r in cat.delete(["a"])] == ["a"]
+    assert cat.pending(time.time() + 1) == [] and cat.delete(["a"]) == []
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="u", limit=5)] == ["b"]
+
+
+def test_blob_write_marker_is_cleared_by_update_kv(cat: Catalog) -> None:
+    _add(cat, [_row("a")])
+    assert cat.mark_blob_pending("a") and not cat.mark_blob_pending("missing")
+    assert [r.id for r in cat.pending(time.time() + 1)] == ["a"]
+    assert [r.id for r in cat.get(["a"])] == ["a"]  # a blob write does not hide the row
+    cat.update_kv("a", kv_path="kv/a.kv", kv_tokens=3)
+    assert cat.pending(time.time() + 1) == [] and cat.get(["a"])[0].kv_tokens == 3
+
+
+def test_change_token_moves_on_every_write(cat: Catalog) -> None:
+    t0 = cat.change_token()
+    _add(cat, [_row("a")], pending=True)
+    t1 = cat.change_token()
+    cat.commit(["a"])
+    t2 = cat.change_token()
+    cat.delete(["a"])
+    assert t0 != t1 != t2 != cat.change_token()
+
+
+def test_scopes_tags_kinds_sessions_and_expiry(cat: Catalog) -> None:
+    now = time.time()
+    _add(cat, [_row("a", session="s1", at=1.0), _row("b", session="s2", at=2.0, kind="fact"),
+               _row("c", session="s1", at=3.0, expires=now - 1), _row("d", user="v", at=4.0)],
+         tags=[["t1", "t2"], ["t1"], [], []])
+    ids = lambda q: [i for page in cat.iter_ids(q, page_size=1) for i in page]  # noqa: E731
+    assert ids(cat.scope_select(user_id="u")) == ["a", "b", "c"]
+    assert ids(cat.scope_select(user_id="u", tags=["t1", "t2"])) == ["a"]
+    assert ids(cat.scope_select(user_id="u", kinds=["fact"])) == ["b"]
+    assert ids(cat.scope_select(session_id="s1", alive_at=now)) == ["a"]
+    assert [r.id for r in cat.list_rows(cat.scope_select(user_id="u"), limit=2, offset=1)] == ["b", "c"]
+    assert cat.count(cat.scope_select()) == 4
+    assert cat.expired_ids(now) == ["c"]
+
+
+def test_lexical_search_ranks_rare_terms_first_with_per_user_statistics(cat: Catalog) -> None:
+    _add(cat, [_row("a1", "alice", "the kayak is red"), _row("a2", "alice", "we painted the fence"),
+               _row("a3", "alice", "a kayak trip to the lake")])
+    before = cat.lexical_search("red kayak", user_id="alice", limit=10)
+    assert [i for i, _ in before][0] == "a1" and {i for i, _ in before} == {"a1", "a3"}
+    assert all(s > 0 for _, s in before)
+    # Another user's documents must not change what is rare for alice.
+    _add(cat, [_row(f"b{i}", "bob", "red red red paint") for i in range(20)])
+    after = cat.lexical_search("red kayak", user_id="alice", limit=10)
+    assert [i for i, _ in after] == [i for i, _ in before]
+    assert [s for _, s in after] == pytest.approx([s for _, s in before])
+    assert cat.lexical_search("kayak", user_id="nobody", limit=5) == []
+    assert cat.lexical_search("the a of", user_id="alice", limit=5) == []  # stop words only
+
+
+def test_lexical_stems_words(cat: Catalog) -> None:
+    _add(cat, [_row("a", text="she was painting fences")])
+    assert [i for i, _ in cat.lexical_search("painted fence", user_id="u", limit=5)] == ["a"]
+
+
+def test_erasing_a_users_entries_empties_their_lexical_index(cat: Catalog) -> None:
+    _add(cat, [_row("a1", "alice", "secret kayak"), _row("b1", "bob", "kayak")])
+    cat.delete(["a1"])
+    cat.scrub(user_ids=["alice"])
+    assert cat.lexical_search("secret kayak", user_id="alice", limit=5) == []
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="bob", limit=5)] == ["b1"]
+
+
+def test_turn_context_two_turns_each_side(cat: Catalog) -> None:
+    _add(cat, [_row(f"t{i}", session="s1", at=float(i)) for i in range(5)]
+         + [_row("x", session="s2", at=2.5), _row("k", session="s1", at=2.2, kind="fact"), _row("n", at=1.0)])
+    ctx = cat.turn_context(["t0", "t2", "t4", "k", "n", "missing"])
+    assert ctx["t2"].before == ("t1", "t0") and ctx["t2"].after == ("t3", "t4")
+    assert ctx["t0"].before == () and ctx["t4"].after == ()
+    assert ctx["k"].session_id == "s1" and ctx["k"].before == ()
+    assert ctx["n"].session_id is None and "missing" not in ctx

@@ -1,0 +1,63 @@
+"""The public API on every backend combination: embedded, PostgreSQL + pgvector, and a Chroma server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentmem import AgentMemory, MemoryConfig
+from agentmem.errors import InvalidInputError
+from agentmem.kv.testing import tiny_causal_lm
+
+COMBOS = ["embedded", "postgres+pgvector", "sqlite+chroma-http", "postgres+chroma-http"]
+
+
+def _config(combo: str, request: pytest.FixtureRequest) -> MemoryConfig:
+    urls: dict[str, str] = {}
+    if combo.startswith("postgres"):
+        urls["catalog_url"] = request.getfixturevalue("fresh_postgres_url")
+    if combo.endswith("pgvector"):
+        urls["vector_url"] = "pgvector"
+    if combo.endswith("chroma-http"):
+        urls["vector_url"] = request.getfixturevalue("fresh_chroma_http_url")
+    return MemoryConfig(kv_encoding="eager", **urls)
+
+
+@pytest.fixture(params=COMBOS)
+def mem(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AgentMemory]:
+    with AgentMemory(tmp_path / "store", model=tiny_causal_lm("llama", seed=0), config=_config(request.param, request)) as m:
+        yield m
+
+
+def test_remember_recall_forget_on_every_backend(mem: AgentMemory) -> None:
+    lyon = mem.remember("I moved to Lyon last May.", user_id="u1", session_id="s1", tags=["profile"])
+    dog = mem.remember("My dog is called Rex and loves the park.", user_id="u1", session_id="s1")
+    other = mem.remember("I moved to Berlin and live there now.", user_id="u2")
+    assert mem.get(lyon.id).kv is not None  # the blob is on the blob store, the row names it
+    hits = mem.recall("Which city did I move to last May?", user_id="u1", k=2)
+    assert hits[0].id == lyon.id and other.id not in {h.id for h in hits}
+    assert [r.id for r in mem.list(user_id="u1", tags=["profile"])] == [lyon.id]
+    out = mem.generate("What is my dog called?", user_id="u1", k=2, max_new_tokens=2)
+    assert out.fallbacks == [] and dog.id in out.mounted
+    check = mem.verify()
+    assert check["rows"] == check["vectors"] == check["blobs"] == 3, check
+    assert check["orphan_vectors"] == check["orphan_blobs"] == check["pending"] == 0, check
+    assert mem.forget(user_id="u1") == 2
+    assert mem.recall("Lyon", user_id="u1", k=5) == [] and mem.list(user_id="u1") == []
+    check = mem.verify()
+    assert check["rows"] == check["vectors"] == check["blobs"] == 1, check
+
+
+def test_a_failed_batch_leaves_nothing(mem: AgentMemory) -> None:
+    with pytest.raises(InvalidInputError):
+        mem.remember_many([dict(text="fine", user_id="u"), dict(text="", user_id="u")])
+    assert mem.list(user_id="u") == [] and mem.verify()["vectors"] == 0
+
+
+def test_unknown_backend_url_names_the_field(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="vector_url"):
+        AgentMemory(tmp_path / "s", vector_url="faiss://nowhere")
+    with pytest.raises(InvalidInputError, match="pgvector"):
+        AgentMemory(tmp_path / "s2", vector_url="pgvector")  # needs a PostgreSQL catalog

@@ -1,0 +1,94 @@
+"""One conformance suite for every VectorIndex: embedded Chroma, pgvector (real PostgreSQL), Chroma server (HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentmem.ports import VectorIndex
+
+BACKENDS = ["chroma", "pgvector", "chroma-http"]
+DIM = 16
+
+
+def make_index(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> VectorIndex:
+    if kind == "chroma":
+        from agentmem.store.vectors import VectorIndex as Embedded
+
+        return Embedded(tmp_path / "chroma")
+    if kind == "pgvector":
+        from agentmem.backends.pgvector import PgVectorIndex
+        from agentmem.backends.postgres import PostgresCatalog
+
+        return PgVectorIndex(PostgresCatalog(request.getfixturevalue("fresh_postgres_url")).engine)
+    from agentmem.backends.chroma_http import ChromaHttpIndex
+
+    return ChromaHttpIndex(request.getfixturevalue("fresh_chroma_http_url"))
+
+
+@pytest.fixture(params=BACKENDS)
+def index(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorIndex]:
+    ix = make_index(request.param, request, tmp_path)
+    yield ix
+    ix.close()
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    v = rng.standard_normal((n, DIM)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def _fill(index: VectorIndex, n: int = 30) -> np.ndarray:
+    vecs = _unit(np.random.default_rng(0), n)
+    index.add(["u"] * n, [f"e{i}" for i in range(n)], vecs,
+              [{"kind": "turn" if i % 2 else "fact", "session_id": f"s{i % 3}"} for i in range(n)])
+    return vecs
+
+
+def test_is_a_vector_index_and_empty_at_first(index: VectorIndex) -> None:
+    assert isinstance(index, VectorIndex)
+    assert index.query(np.ones(DIM, np.float32), user_id="u", n=3) == [] and index.count() == 0
+
+
+def test_query_returns_exact_neighbours_best_first_with_cosine(index: VectorIndex) -> None:
+    vecs = _fill(index)
+    hits = index.query(vecs[7], user_id="u", n=5)
+    assert hits[0][0] == "e7" and hits[0][1] == pytest.approx(1.0, abs=1e-4)
+    sims = [s for _, s in hits]
+    assert sims == sorted(sims, reverse=True)
+    exact = np.argsort(-(vecs @ vecs[7]))[:5]
+    assert [i for i, _ in hits] == [f"e{i}" for i in exact]
+    assert sims == pytest.approx([float(vecs[i] @ vecs[7]) for i in exact], abs=1e-4)
+
+
+def test_users_never_see_each_others_vectors(index: VectorIndex) -> None:
+    vecs = _fill(index)
+    index.add(["v"], ["other"], vecs[:1], [{"kind": "turn"}])
+    assert "other" not in {i for i, _ in index.query(vecs[0], user_id="u", n=50)}
+    assert [i for i, _ in index.query(vecs[0], user_id="v", n=50)] == ["other"]
+    assert index.query(vecs[0], user_id="nobody", n=5) == []
+    assert sorted(index.user_ids("v")) == ["other"] and len(index.user_ids("u")) == 30
+
+
+def test_where_and_ids_restrict_the_search(index: VectorIndex) -> None:
+    vecs = _fill(index)
+    turns = index.query(vecs[0], user_id="u", n=50, where={"kind": "turn"})
+    assert len(turns) == 15 and all(int(i[1:]) % 2 for i, _ in turns)
+    both = index.query(vecs[0], user_id="u", n=50,
+                       where={"$and": [{"kind": {"$in": ["turn"]}}, {"session_id": "s1"}]})
+    assert {i for i, _ in both} == {f"e{i}" for i in range(30) if i % 2 and i % 3 == 1}
+    assert {i for i, _ in index.query(vecs[0], user_id="u", n=50, ids=["e3", "e4", "zz"])} == {"e3", "e4"}
+
+
+def test_upsert_replaces_and_delete_removes(index: VectorIndex) -> None:
+    vecs = _fill(index)
+    index.add(["u"], ["e0"], vecs[9:10], [{"kind": "fact"}])
+    top = index.query(vecs[9], user_id="u", n=2)
+    assert {i for i, _ in top} == {"e0", "e9"}
+    index.delete(["e9", "missing"], user_id="u")
+    index.delete(["e8"])  # user None: recovery's form
+    assert index.count() == 28 and "e9" not in set(index.all_ids()) and "e8" not in set(index.all_ids())
+    assert index.query(vecs[9], user_id="u", n=1)[0][0] == "e0"
