@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, fts_query
+from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, add_rows, fts_query
 
 _K1, _B = 1.2, 0.75
 _TS_CONFIG = "english"
@@ -61,17 +61,8 @@ class PostgresCatalog(Catalog):
                pending: bool = False, extra: Callable[[Session], None] | None = None) -> None:
         """Insert rows, tags, lexical documents and statistics in one transaction; ``extra`` runs inside it too
         (pgvector adds the vectors there, so row and vector commit together)."""
-        import time
-
-        tag_lists = list(tags) or [()] * len(rows)
-        now = time.time()
         with self._sessions.begin() as s:
-            for row, tag_list in zip(rows, tag_lists):
-                if pending:
-                    row.write_state, row.write_since = "adding", now
-                row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
-                s.add(row)
-            s.flush()
+            add_rows(s, rows, tags, pending=pending)
             docs = s.execute(text(
                 "INSERT INTO lexical_docs (id, user_id, doc, doc_len) SELECT id, u, d, length(d) FROM ("
                 " SELECT x.id, x.u, to_tsvector(CAST(:cfg AS regconfig), x.t) AS d FROM unnest("

@@ -217,15 +217,8 @@ class Catalog:
 
         ``pending`` records the rows as writes in flight ("adding"): readers do not see them until :meth:`commit`.
         """
-        tag_lists = list(tags) or [()] * len(rows)
-        now = time.time()
         with self._write_lock, self._sessions.begin() as s:
-            for row, tag_list in zip(rows, tag_lists):
-                if pending:
-                    row.write_state, row.write_since = "adding", now
-                row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
-                s.add(row)
-            s.flush()
+            add_rows(s, rows, tags, pending=pending)
             for user_id in dict.fromkeys(r.user_id for r in rows):
                 table = lexical_table(user_id)
                 # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
@@ -470,6 +463,18 @@ class Catalog:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]], *, pending: bool) -> None:
+    """Add rows with their tags to an ORM session (marked "adding" when ``pending``) and flush them."""
+    tag_lists = list(tags) or [()] * len(rows)
+    now = time.time()
+    for row, tag_list in zip(rows, tag_lists):
+        if pending:
+            row.write_state, row.write_since = "adding", now
+        row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
+        s.add(row)
+    s.flush()
 
 
 def _bump(s: Session) -> None:
