@@ -145,3 +145,15 @@ def test_astream_is_true_streaming_too_and_stop_strings_cut_it(toolmem):
     pieces = asyncio.run(consume())
     assert script.resumed_in_time is True
     assert "".join(pieces) == "Lyon, since May."
+
+
+def test_stream_inside_a_thread_streams_the_session_turn(toolmem):
+    mem, _ = toolmem
+    llm = ChatAgentMem(memory=mem, user_id="alice", max_new_tokens=12)
+    chunks = list(llm.stream("Where do I live?", thread_id="t-stream"))
+    info = chunks[-1].response_metadata["agentmem"]
+    assert info["thread_id"] == "t-stream" and chunks[-1].response_metadata["agentmem_memory"]["by"] == "session"
+    streamed = "".join(c.content for c in chunks)
+    stored = [r.text for r in mem.list(user_id="alice", session_id="t-stream")]
+    assert stored[-1] == streamed.strip() or streamed.strip() in stored[-1]  # the session stored what was streamed
+    assert len([c for c in chunks if c.content]) > 1
