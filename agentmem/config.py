@@ -114,9 +114,6 @@ class MemoryConfig(BaseModel):
     session_max_tokens: int = Field(
         default=1536, gt=0, description="Most tokens of conversation a session keeps in its working cache."
     )
-    session_store_url: str | None = Field(
-        default=None, description="Cold tier of session KV: None = files under the path; 'redis://host:port/db' "
-        "(shared by every worker; ?prefix= sets the key prefix).")
     session_lease_seconds: float = Field(
         default=30.0, gt=0, description="A worker serving a session holds its lease this long, renewed while the "
         "session stays in its memory; a crashed worker's sessions are free again after it.")
@@ -138,7 +135,8 @@ class MemoryConfig(BaseModel):
         "PostgreSQL database); 'chroma+http://host:port'.")
     blob_url: str | None = Field(default=None, description="KV blobs: None = files under the path; 'redis://...'.")
     session_store_url: str | None = Field(
-        default=None, description="Cold tier of session KV: None = files under the path; 'redis://...'.")
+        default=None, description="Cold tier of session KV: None = files under the path; 'redis://host:port/db' "
+        "(shared by every worker; ?prefix= sets the key prefix).")
     pending_grace_s: float = Field(
         default=60.0, ge=0, description="A write or deletion recorded as in flight for longer than this is taken to "
         "be a crashed writer's and is rolled back / finished on open (clocks of hosts sharing a store must agree "

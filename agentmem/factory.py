@@ -116,6 +116,11 @@ def build_blobs(ctx: BuildContext) -> Any:
     return build("blobs", ctx.config.blob_url, ctx)
 
 
+def build_session_store(ctx: BuildContext) -> Any:
+    """The cold tier of session KV named by ``ctx.config.session_store_url`` (files under ``<root>/sessions``)."""
+    return build("session_store", ctx.config.session_store_url, ctx)
+
+
 def build_embedder(ctx: BuildContext) -> Any:
     """The sentence embedder (``embedding_model`` path; the bundled MiniLM by default)."""
     return build("embedder", None, ctx)
@@ -165,6 +170,11 @@ register("embedder", "embedded", _minilm)
 register("catalog", "postgresql", "agentmem.backends.postgres:build_catalog")
 register("vectors", "pgvector", "agentmem.backends.pgvector:build_vectors")
 register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors")
+for _scheme in ("redis", "rediss", "unix"):
+    register("blobs", _scheme, "agentmem.backends.redis_blobs:build")
+    register("session_store", _scheme, "agentmem.sessions.stores:build")
+for _scheme in ("embedded", "file"):
+    register("session_store", _scheme, "agentmem.sessions.stores:build")
 
-__all__ = ["BuildContext", "build", "build_blobs", "build_catalog", "build_embedder", "build_vectors", "register",
-           "scheme_of", "schemes"]
+__all__ = ["BuildContext", "build", "build_blobs", "build_catalog", "build_embedder", "build_session_store",
+           "build_vectors", "register", "scheme_of", "schemes"]

@@ -550,8 +550,8 @@ class AgentMemory:
         """The session cache manager (hot / warm / cold tiers of each conversation's working KV)."""
         with self._sessions_lock:
             if self._sessions is None:
+                from agentmem import factory
                 from agentmem.sessions import SessionManager
-                from agentmem.sessions.stores import open_cold_store
 
                 self._sessions = SessionManager(
                     engine=lambda: self._bank.engine,
@@ -562,7 +562,8 @@ class AgentMemory:
                     root=self.path / "sessions",
                     config=self.config,
                     cipher=self._cipher,
-                    cold_store=open_cold_store(self.config.session_store_url, self.path / "sessions"),
+                    cold_store=factory.build_session_store(
+                        factory.BuildContext(root=self.path, config=self.config, cipher=self._cipher)),
                 )
             return self._sessions
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from agentmem.errors import InvalidInputError
 
-__all__ = ["LEASE_ACQUIRE", "LEASE_RELEASE", "escape_glob", "redis_client"]
+__all__ = ["LEASE_ACQUIRE", "LEASE_RELEASE", "connect", "escape_glob", "redis_client"]
 
 # Take or renew a lease: free, expired (Redis dropped the key) or already ours -> (re)set with the new expiry.
 LEASE_ACQUIRE = """
@@ -27,6 +27,19 @@ LEASE_RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def connect(url: str | None, client: Any, prefix: str, owner: str) -> tuple[Any, str]:
+    """The client and key prefix a Redis backend uses: ``client`` as given, else one built from ``url``.
+
+    Example:
+        >>> # self.client, self.prefix = connect(url, client, prefix, "RedisBlobStore")
+    """
+    if client is not None:
+        return client, prefix
+    if url is None:
+        raise InvalidInputError(f"{owner} needs a url or a client")
+    return redis_client(url, prefix)
 
 
 def redis_client(url: str, default_prefix: str) -> tuple[Any, str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agentmem.backends.redis_common import LEASE_ACQUIRE, LEASE_RELEASE, escape_glob, redis_client
+from agentmem.backends.redis_common import LEASE_ACQUIRE, LEASE_RELEASE, connect, escape_glob
 from agentmem.errors import InvalidInputError
 
 __all__ = ["RedisSessionStore"]
@@ -35,15 +35,10 @@ class RedisSessionStore:
 
     def __init__(self, url: str | None = None, *, client: Any = None, prefix: str = "agentmem:sessions:",
                  name: str = "cold") -> None:
-        if client is None:
-            if url is None:
-                raise InvalidInputError("RedisSessionStore needs a url or a client")
-            client, prefix = redis_client(url, prefix)
         self.name = name
-        self.client = client
-        self.prefix = prefix
-        self._acquire = client.register_script(LEASE_ACQUIRE)
-        self._release = client.register_script(LEASE_RELEASE)
+        self.client, self.prefix = connect(url, client, prefix, "RedisSessionStore")
+        self._acquire = self.client.register_script(LEASE_ACQUIRE)
+        self._release = self.client.register_script(LEASE_RELEASE)
 
     def _value(self, key: str) -> str:
         folder, sep, name = key.partition("/")

@@ -15,6 +15,7 @@ Example:
 from agentmem.ports.blobs import BlobStore
 from agentmem.ports.catalog import Catalog
 from agentmem.ports.embedder import Embedder
+from agentmem.ports.sessions import SessionTierStore
 from agentmem.ports.vectors import VectorIndex
 
-__all__ = ["BlobStore", "Catalog", "Embedder", "VectorIndex"]
+__all__ = ["BlobStore", "Catalog", "Embedder", "SessionTierStore", "VectorIndex"]

@@ -9,13 +9,14 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.errors import InvalidInputError
 from agentmem.ports.sessions import SessionTierStore
 
-__all__ = ["open_cold_store"]
+__all__ = ["build", "open_cold_store"]
 
 
 def open_cold_store(url: str | None, root: Path) -> SessionTierStore:
@@ -34,3 +35,12 @@ def open_cold_store(url: str | None, root: Path) -> SessionTierStore:
 
         return RedisSessionStore(url)
     raise InvalidInputError(f"session_store_url: unknown scheme in {url!r} (use file:///dir or redis://host:port/db)")
+
+
+def build(url: str | None, ctx: Any) -> SessionTierStore:
+    """Factory builder (``agentmem.factory``, port ``session_store``): files under ``<store>/sessions`` by default.
+
+    Example:
+        >>> # factory.build("session_store", "redis://127.0.0.1:6379/1", ctx)
+    """
+    return open_cold_store(url, Path(ctx.root) / "sessions")

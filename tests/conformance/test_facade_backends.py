@@ -11,17 +11,19 @@ from agentmem import AgentMemory, MemoryConfig
 from agentmem.errors import InvalidInputError
 from agentmem.kv.testing import tiny_causal_lm
 
-COMBOS = ["embedded", "postgres+pgvector", "sqlite+chroma-http", "postgres+chroma-http"]
+COMBOS = ["embedded", "postgres+pgvector", "sqlite+chroma-http", "postgres+chroma-http", "embedded+redis"]
 
 
 def _config(combo: str, request: pytest.FixtureRequest) -> MemoryConfig:
     urls: dict[str, str] = {}
     if combo.startswith("postgres"):
         urls["catalog_url"] = request.getfixturevalue("fresh_postgres_url")
-    if combo.endswith("pgvector"):
+    if "+pgvector" in combo:
         urls["vector_url"] = "pgvector"
-    if combo.endswith("chroma-http"):
+    if "+chroma-http" in combo:
         urls["vector_url"] = request.getfixturevalue("fresh_chroma_http_url")
+    if combo.endswith("+redis"):  # KV blobs and the session cold tier on Redis: every part on a server
+        urls["blob_url"] = urls["session_store_url"] = request.getfixturevalue("fresh_redis_url")
     return MemoryConfig(kv_encoding="eager", **urls)
 
 
