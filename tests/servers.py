@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import glob
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -233,6 +234,50 @@ def _postgres_os_user() -> str | None:
     return "agentmem-pg"
 
 
+def runnable_bin_dir(bin_dir: Path, user: str | None) -> Path:
+    """``bin_dir``, or a world-readable copy of its install tree if ``user`` cannot run the binaries there.
+
+    PostgreSQL runs as a non-root user, who must reach the binaries: a checkout under ``/root`` (mode 0700) hides
+    the venv's ``pgserver`` from it. The copy (bin, lib, share; ~30 MB) is made once per install and reused.
+
+    Example:
+        >>> # runnable_bin_dir(Path(".venv/.../pginstall/bin"), "postgres")
+    """
+    if user is None or _runs_as(bin_dir, user):
+        return bin_dir
+    tree = bin_dir.parent
+    digest = hashlib.sha256(str(tree.resolve()).encode()).hexdigest()[:12]
+    target = Path(tempfile.gettempdir()) / f"agentmem-pginstall-{digest}"
+    if not (target / "bin" / "postgres").exists():
+        staging = Path(tempfile.mkdtemp(prefix="agentmem-pginstall-"))
+        for part in ("bin", "lib", "share"):
+            shutil.copytree(tree / part, staging / part, symlinks=True)
+        for root, dirs, files in os.walk(staging):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                if os.path.islink(path):
+                    continue
+                mode = os.stat(path).st_mode
+                readable = 0o555 if name in dirs or mode & 0o100 else 0o444  # dirs and executables: r-x for all
+                os.chmod(path, mode | readable)
+        os.chmod(staging, 0o755)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another test process made it first
+            shutil.rmtree(staging, ignore_errors=True)
+    if not _runs_as(target / "bin", user):
+        raise ServerUnavailable(f"the PostgreSQL binaries cannot be run as {user!r}, even copied to {target}")
+    return target / "bin"
+
+
+def _runs_as(bin_dir: Path, user: str) -> bool:
+    try:
+        out = subprocess.run([str(bin_dir / "postgres"), "--version"], capture_output=True, user=user, timeout=30)
+    except OSError:
+        return False
+    return out.returncode == 0
+
+
 def _psql(srv: Server, database: str, sql: str) -> None:
     cmd = [srv.extra["psql"], "-h", "127.0.0.1", "-p", str(srv.port), "-U", "postgres", "-d", database,
            "-v", "ON_ERROR_STOP=1", "-q", "-c", sql]  # fmt: skip
@@ -261,8 +306,8 @@ def start_postgres(base_dir: Path) -> Server:
         >>> # srv = start_postgres(Path(tempfile.mkdtemp())); srv.url
         >>> # 'postgresql+psycopg://postgres@127.0.0.1:PORT/agentmem'
     """
-    bin_dir = _postgres_bin_dir()
     user = _postgres_os_user()
+    bin_dir = runnable_bin_dir(_postgres_bin_dir(), user)
     data_dir = base_dir / "postgres"
     data_dir.mkdir(parents=True, exist_ok=True)
     if user is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -84,3 +85,21 @@ def test_in_ci_reads_the_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert in_ci()
     monkeypatch.setenv("CI", "")
     assert not in_ci()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the copy is only made when root runs PostgreSQL as another user")
+def test_postgres_binaries_hidden_from_the_server_user_are_copied(tmp_path: Path) -> None:
+    # CI may clone under /root (mode 0700): the server user cannot reach the venv's pgserver binaries there.
+    from tests.servers import _postgres_bin_dir, _postgres_os_user, _runs_as, runnable_bin_dir
+
+    user = _postgres_os_user()
+    src = _postgres_bin_dir().parent
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o700)
+    for part in ("bin", "lib", "share"):
+        shutil.copytree(src / part, hidden / "pginstall" / part, symlinks=True)
+    assert user is not None and not _runs_as(hidden / "pginstall" / "bin", user)
+    usable = runnable_bin_dir(hidden / "pginstall" / "bin", user)
+    assert usable != hidden / "pginstall" / "bin" and _runs_as(usable, user)
+    shutil.rmtree(usable.parent)
