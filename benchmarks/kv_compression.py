@@ -12,9 +12,9 @@ in one run:
 * **TTFT** (the machinery of ``ttft.py``): ``--memory-tokens`` of LoCoMo turns mounted from memory-mapped blob files,
   retrieval included, text mode and every codec alternating in one loop; the speedup vs text and the mount share.
 
-``default`` is the smallest codec meeting every goal against fp32 (>= 8x fewer bytes, KL(kv+fix) <= 1.10x fp32's,
-gold NLL within 1% of fp32's in both modes, TTFT speedup no lower than fp32's within the run's noise); ``float32``
-if none does. The data is the dev half of LoCoMo; nothing here is fitted to it (codec parameters are KIVI's usual
+``default`` is the smallest codec meeting the fidelity and speed goals against fp32 (KL(kv+fix) <= 1.10x fp32's,
+gold NLL within 1% of fp32's in both modes, TTFT speedup no lower than fp32's within the run's noise); whether it
+also reaches >= 8x fewer bytes is reported per codec in ``goals_met``. The data is the dev half of LoCoMo; nothing here is fitted to it (codec parameters are KIVI's usual
 group sizes, fixed before this benchmark ran).
 
     python benchmarks/kv_compression.py --data ../shared/data/locomo/locomo_dev5.json --questions 100 --k 8
@@ -140,11 +140,12 @@ def ttft_by_codec(model, tokenizer, data: Path, codecs: list[str], size: int, re
     return out
 
 
-def store_sizes(model, tokenizer, conversation: dict, codecs: list[str], workdir: Path) -> dict[str, dict]:
+def store_sizes(model, tokenizer, conversation: dict, codecs: list[str], workdir: Path, turns: int | None = None
+                ) -> dict[str, dict]:
     """One conversation's turns, each one entry: KV blob bytes per codec, and the rest of its store (measured once)."""
     from agentmem import AgentMemory
 
-    lines = [mount_fidelity.turn_line(s, t) for s in conversation["sessions"] for t in s["turns"]]
+    lines = [mount_fidelity.turn_line(s, t) for s in conversation["sessions"] for t in s["turns"]][:turns]
     engine = KVEngine(model, tokenizer)
     sizes = dict.fromkeys(codecs, 0)
     tokens = 0
@@ -163,7 +164,12 @@ def store_sizes(model, tokenizer, conversation: dict, codecs: list[str], workdir
 
 
 def choose_default(report: dict[str, dict]) -> tuple[str, dict[str, dict[str, bool]]]:
-    """The smallest codec meeting every goal against fp32, and which goals each codec met."""
+    """The default codec and which goals each codec met.
+
+    Fidelity and speed are constraints, size is what a codec buys: the default is the smallest codec meeting the
+    KL, NLL and TTFT goals against fp32 (``float32`` itself if no other does). Whether it also reaches the 8x size
+    goal is reported (``goals_met["bytes"]``), not assumed.
+    """
     fp32 = report["float32"]
     # TTFT noise: a codec whose speedup is within the spread of fp32's own repeats is "no lower".
     spread = statistics.pstdev(fp32["speedups"]) if len(fp32["speedups"]) > 1 else 0.0
@@ -175,7 +181,7 @@ def choose_default(report: dict[str, dict]) -> tuple[str, dict[str, dict[str, bo
             "nll": all(abs(row[f"nll_{m}"] / fp32[f"nll_{m}"] - 1) <= GOALS["nll_vs_fp32"] for m in ("kv", "kv_fix")),
             "ttft": row["speedup"] >= fp32["speedup"] - spread,
         }
-    passing = [n for n in report if all(met[n].values())]
+    passing = [n for n in report if met[n]["kl_kv_fix"] and met[n]["nll"] and met[n]["ttft"]]
     return (min(passing, key=lambda n: report[n]["bytes_per_token"]) if passing else "float32"), met
 
 
@@ -218,6 +224,7 @@ def main() -> None:
     ap.add_argument("--retrieval-lines", type=int, default=2000)
     ap.add_argument("--model", default=None, help="local HF model dir (default: embedded SmolLM2)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is best on a busy CPU)")
+    ap.add_argument("--store-turns", type=int, default=None, help="only the first N turns for the store size (smoke)")
     ap.add_argument("--plot", type=Path, default=None, help="save a PNG here (e.g. docs/kv-compression.png)")
     args = ap.parse_args()
     codecs = ["float32", *[c for c in args.codecs if c != "float32"]]  # fp32 is the reference of every goal
@@ -227,8 +234,10 @@ def main() -> None:
     conversations = json.loads(args.data.read_text())
     questions = mount_fidelity.sample_questions(conversations, args.questions, args.k, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        sizes = store_sizes(model, tokenizer, conversations[0], codecs, Path(tmp))
+        sizes = store_sizes(model, tokenizer, conversations[0], codecs, Path(tmp), args.store_turns)
+        print(json.dumps({"phase": "sizes", **sizes}), file=sys.stderr, flush=True)
         fid = fidelity(model, tokenizer, questions, codecs)
+        print(json.dumps({"phase": "fidelity", **fid}), file=sys.stderr, flush=True)
         (Path(tmp) / "ttft").mkdir()
         speed = ttft_by_codec(model, tokenizer, args.data, codecs, args.memory_tokens, args.repeats,
                               args.retrieval_lines, Path(tmp) / "ttft")
