@@ -111,6 +111,10 @@ class MemoryConfig(BaseModel):
     session_ttl_seconds: float | None = Field(
         default=7 * 24 * 3600.0, gt=0, description="After this long without use a session's working KV is erased."
     )
+    session_kv_codec: KvCodec | None = Field(
+        default=None, description="Codec of session KV written to the cold tier: None = the model's dtype (a restored "
+        "session continues token for token); an integer codec (e.g. 'int8') holds more sessions per byte, lossily "
+        "(docs/kv-compression.md).")
     session_max_tokens: int = Field(
         default=1536, gt=0, description="Most tokens of conversation a session keeps in its working cache."
     )

@@ -387,6 +387,9 @@ class SessionManager:
             raise InvalidInputError("this session manager is closed")
 
     # -- tier moves (caller holds the session's lock) ---------------------------------------------------
+    def _dump(self, state: Transcript, kv: SessionKV | None) -> bytes:
+        return dump_session(state, kv, codec=self.config.session_kv_codec)  # cold files: maybe an integer codec
+
     def _seal(self, key: str, data: bytes) -> bytes:
         return data if self._cipher is None else self._cipher.encrypt(data, aad=session_aad(key))
 
@@ -399,7 +402,7 @@ class SessionManager:
 
     def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
         assert s._state is not None
-        blob = self._seal(s._key, dump_session(s._state, kv))
+        blob = self._seal(s._key, self._dump(s._state, kv))
         if not self._keep_lease(s):
             return  # another worker serves it now: our copy was dropped, not written over theirs
         put(self.store, s._key, blob, last_used=s._last_used)
@@ -469,7 +472,7 @@ class SessionManager:
             state = copy.deepcopy(s._state)
         finally:
             s._lock.release()
-        staged = self.store.stage(s._key, self._seal(s._key, dump_session(state, kv)), last_used=last_used)
+        staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
         published = False
         if s._lock.acquire(blocking=False):
             try:
@@ -534,7 +537,7 @@ class SessionManager:
             state = copy.deepcopy(s._state)
         finally:
             s._lock.release()
-        staged = self.store.stage(s._key, self._seal(s._key, dump_session(state, kv)), last_used=last_used)
+        staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
         if s._lock.acquire(blocking=False):
             try:
                 if not s._busy and s._version == version and s._tier in ("hot", "warm") and self._keep_lease(s):

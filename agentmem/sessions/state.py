@@ -6,8 +6,10 @@
 * :class:`SessionKV`: stacked buffers ``[layers, 1, kv_heads, capacity, head_dim]`` holding the preamble and the
   history, with spare capacity for the next turn. A :class:`~agentmem.kv.BufferedCache` is a zero-copy view on it.
 * :func:`dump_session` / :func:`load_session`: one safetensors file (``ids``, ``keys``, ``values`` + JSON metadata),
-  encrypted as a whole when a cipher is set. The KV keeps the model's dtype, so a restored session continues
-  token-for-token like one that never left memory.
+  encrypted as a whole when a cipher is set. By default the KV keeps the model's dtype, so a restored session
+  continues token-for-token like one that never left memory; ``codec=`` (``MemoryConfig.session_kv_codec``) stores
+  it with one of :mod:`agentmem.kv.quant`'s integer codecs instead (a cold tier then holds several times more
+  sessions, at the fidelity docs/kv-compression.md measures).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from safetensors.torch import save as _st_save
 
 from agentmem.errors import BlobCorruptedError
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, cache_layers
+from agentmem.kv.quant import Codec, PackedKV, codec_for, dequantize_kv, quantize_kv
 
 __all__ = ["SessionKV", "Transcript", "Turn", "dump_session", "load_session", "session_aad"]
 
@@ -131,14 +134,43 @@ def session_aad(key: str) -> bytes:
     return f"agentmem:session:{key}".encode()
 
 
-def dump_session(transcript: Transcript, kv: SessionKV | None) -> bytes:
-    """Serialise a session: its transcript and (if any) its valid KV, in the KV's own dtype, as safetensors."""
+_QUANT = ("key_scales", "key_zeros", "value_scales", "value_zeros")
+
+
+def dump_session(transcript: Transcript, kv: SessionKV | None, *, codec: str | None = None) -> bytes:
+    """Serialise a session: its transcript and (if any) its valid KV as safetensors, in the KV's own dtype or, with
+    ``codec`` an integer codec (``"int8"``, ``"int4"``, ...), as codes + scales (keys per channel, values per token).
+
+    Example:
+        >>> blob = dump_session(state, kv, codec="int8")
+        >>> transcript, kv2 = load_session(blob)       # kv2 in kv's dtype, dequantized
+    """
+    spec = codec_for(codec) if codec is not None else None
     tensors = {"ids": torch.tensor(transcript.ids, dtype=torch.int64)}
+    info: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "transcript": transcript.meta()}
     if kv is not None and kv.length > 0:
-        tensors["keys"] = kv.keys[..., : kv.length, :].detach().to("cpu").contiguous()
-        tensors["values"] = kv.values[..., : kv.length, :].detach().to("cpu").contiguous()
-    info = {"format": FORMAT, "version": FORMAT_VERSION, "transcript": transcript.meta(), "has_kv": "keys" in tensors}
+        keys = kv.keys[..., : kv.length, :].detach().to("cpu")
+        values = kv.values[..., : kv.length, :].detach().to("cpu")
+        if spec is not None and spec.quantized:
+            packed = quantize_kv(keys[:, 0], values[:, 0], spec)  # [L, 1, H, T, D] -> per-layer [L, H, T, D]
+            tensors.update(keys=packed.key_codes, values=packed.value_codes,
+                           **{n: getattr(packed, n).to(torch.float16).contiguous() for n in _QUANT})
+            info.update(kv_codec=spec.to_dict(), kv_dtype=str(kv.keys.dtype).removeprefix("torch."))
+        else:
+            dtype = spec.float_dtype if spec is not None else keys.dtype
+            tensors.update(keys=keys.to(dtype).contiguous(), values=values.to(dtype).contiguous())
+    info["has_kv"] = "keys" in tensors
     return _st_save(tensors, metadata={_META_KEY: json.dumps(info, sort_keys=True, separators=(",", ":"))})
+
+
+def _dequantized(info: dict[str, Any], tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    codec = Codec.from_dict(info["kv_codec"])
+    codes = tensors["keys"]
+    packed = PackedKV(codec=codec, key_codes=codes, value_codes=tensors["values"],
+                      head_dim=codes.shape[-1] * 8 // codec.key_bits, **{n: tensors[n] for n in _QUANT})
+    dtype = getattr(torch, str(info.get("kv_dtype", "float32")))
+    keys, values = dequantize_kv(packed, dtype=dtype)
+    return keys.unsqueeze(1), values.unsqueeze(1)
 
 
 def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, SessionKV | None]:
@@ -150,8 +182,12 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
             raise ValueError(f"unknown session format {info.get('format')!r} v{info.get('version')!r}")
         ids = _view(blob, start, header["ids"]).tolist()
         transcript = Transcript.from_meta(info["transcript"], ids)
-        tensors = {name: _view(blob, start, header[name]) for name in ("keys", "values")
-                   if with_kv and info.get("has_kv")}
+        quantized = "kv_codec" in info
+        names = ("keys", "values", *(_QUANT if quantized else ()))
+        tensors = {name: _view(blob, start, header[name]) for name in names if with_kv and info.get("has_kv")}
+        if tensors and quantized:
+            keys, values = _dequantized(info, tensors)
+            tensors = {"keys": keys, "values": values}
     except BlobCorruptedError:
         raise
     except Exception as exc:  # safetensors, json and dataclass errors all mean the same: unusable file
@@ -165,7 +201,7 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
     return transcript, kv
 
 
-_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
+_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64, "U8": torch.uint8}
 
 
 def _view(blob: bytes | bytearray | memoryview, start: int, spec: dict[str, Any]) -> torch.Tensor:

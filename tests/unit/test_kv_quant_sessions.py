@@ -1,0 +1,76 @@
+"""Integer codecs for session KV in the cold tier: smaller files, restored within the codec's error, opt-in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agentmem.config import MemoryConfig
+from agentmem.kv import KVEngine
+from agentmem.kv.testing import tiny_causal_lm
+from agentmem.sessions import SessionManager
+from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session
+
+
+@pytest.fixture(scope="module")
+def engine() -> KVEngine:
+    return KVEngine(*tiny_causal_lm("llama", seed=0))
+
+
+def _kv(tokens: int = 40) -> SessionKV:
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randn(2, 1, 2, tokens + 8, 16, generator=g)  # spare capacity past ``length``
+    values = torch.randn(2, 1, 2, tokens + 8, 16, generator=g)
+    return SessionKV(keys, values, tokens)
+
+
+def _transcript() -> Transcript:
+    return Transcript(session_id="s", user_id="u", ids=list(range(40)))
+
+
+@pytest.mark.parametrize("codec", [None, "float32", "int8", "int4"])
+def test_session_files_round_trip_in_every_codec(codec):
+    kv = _kv()
+    blob = dump_session(_transcript(), kv, codec=codec)
+    transcript, back = load_session(blob)
+    assert transcript.ids == list(range(40)) and back.length == 40 and back.keys.dtype == torch.float32
+    want_k, want_v = kv.keys[..., :40, :], kv.values[..., :40, :]
+    if codec in (None, "float32"):
+        assert torch.equal(back.keys, want_k) and torch.equal(back.values, want_v)
+        return
+    tol = {"int8": 0.03, "int4": 0.5}[codec]
+    assert (back.keys - want_k).abs().max() < tol and (back.values - want_v).abs().max() < tol
+    assert len(blob) < len(dump_session(_transcript(), kv)) / (2.5 if codec == "int8" else 3.5)  # tiny heads: scales weigh more
+
+
+def test_a_damaged_quantized_session_file_is_refused():
+    from agentmem.errors import BlobCorruptedError
+
+    blob = dump_session(_transcript(), _kv(), codec="int4")
+    with pytest.raises(BlobCorruptedError):
+        load_session(blob[: len(blob) // 2])
+
+
+def _manager(engine: KVEngine, root: Path, **cfg) -> SessionManager:
+    config = MemoryConfig(session_hot_bytes=1 << 30, session_warm_bytes=1 << 30, **cfg)
+    return SessionManager(
+        engine=lambda: engine, retrieve=lambda *a, **k: [], remember_turn=lambda *a, **k: None, scan=lambda t: t,
+        kb_version=lambda: None, root=root, config=config, cipher=None, start_worker=False, sweep_interval=None,
+    )
+
+
+def test_the_cold_tier_writes_the_configured_codec_and_restores_from_it(engine, tmp_path):
+    sizes = {}
+    for codec in (None, "int8"):
+        mgr = _manager(engine, tmp_path / str(codec), session_kv_codec=codec)
+        chat = mgr.open("s1", user_id="u1")
+        chat.send("Hello there, I moved to Lisbon last spring.", k=0, max_new_tokens=4)
+        assert mgr.offload("s1", to="disk") == "cold"
+        files = [p for p in (tmp_path / str(codec)).rglob("*") if p.is_file() and "_agentmem" not in p.parts]
+        sizes[codec] = sum(p.stat().st_size for p in files)
+        reply = chat.send("Where did I move?", k=0, max_new_tokens=4)
+        assert reply.restored_from == "cold" and reply.rebuilt is None and reply.reused_tokens > 0
+        mgr.close()
+    assert sizes["int8"] < sizes[None] / 2
