@@ -38,6 +38,15 @@ def _open(path: Path, model: Optional[str] = None) -> Any:
     return AgentMemory(path, model=model)
 
 
+def _server() -> Any:
+    """``agentmem.server``, or a clear message when the ``server`` extra is not installed."""
+    try:
+        import agentmem.server as server
+    except ImportError as exc:
+        _fail(f"{exc.name or exc} is missing: install the server extra (pip install 'agentmem[server]')")
+    return server
+
+
 def _print(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
@@ -59,10 +68,10 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
           model_id: str = typer.Option("agentmem-smollm2-135m-instruct", help="Model id shown by /v1/models."),
           log_level: str = typer.Option("warning", help="uvicorn log level.")) -> None:
     """Run the HTTP server: REST, OpenAI-compatible /v1/chat/completions, MCP at /mcp, /inspector, /metrics."""
+    server = _server()
     import uvicorn
 
-    from agentmem.server import KeyStore, ServerSettings, create_app
-
+    KeyStore, ServerSettings, create_app = server.KeyStore, server.ServerSettings, server.create_app
     if no_auth and host not in _LOOPBACK:
         _fail(f"--no-auth only binds to loopback (127.0.0.1), not {host!r}")
     keys = KeyStore(path)
@@ -84,6 +93,7 @@ def mcp(path: Path = PathOpt, model: Optional[str] = ModelOpt,
         user: Optional[list[str]] = typer.Option(None, "--user", help="Users the tools may touch (repeatable).")
         ) -> None:
     """Run the MCP server over stdio (tools remember / recall / forget); over HTTP it is /mcp of `serve`."""
+    _server()
     from agentmem.server.mcp import build_mcp
 
     mem = _open(path, model)
@@ -167,26 +177,20 @@ def keys_add(path: Path = PathOpt,
              user: list[str] = typer.Option(..., "--user", help="A user id the key may touch (repeatable)."),
              label: Optional[str] = typer.Option(None, help="A note shown by `keys list`.")) -> None:
     """Create an API key for the given users and print it (only its hash is stored: copy it now)."""
-    from agentmem.server.auth import KeyStore
-
-    typer.echo(KeyStore(path).add(user, label=label))
+    typer.echo(_server().KeyStore(path).add(user, label=label))
 
 
 @keys_app.command("list")
 def keys_list(path: Path = PathOpt, all_: bool = typer.Option(False, "--all", help="Include revoked keys.")) -> None:
     """Key ids, their users and labels (never the keys)."""
-    from agentmem.server.auth import KeyStore
-
-    _print(KeyStore(path).list(include_revoked=all_))
+    _print(_server().KeyStore(path).list(include_revoked=all_))
 
 
 @keys_app.command("revoke")
 def keys_revoke(key_id: str = typer.Argument(..., help="The key id shown by `keys list`."),
                 path: Path = PathOpt) -> None:
     """Revoke a key now (requests with it get 401)."""
-    from agentmem.server.auth import KeyStore
-
-    _print({"revoked": KeyStore(path).revoke(key_id)})
+    _print({"revoked": _server().KeyStore(path).revoke(key_id)})
 
 
 def main() -> None:

@@ -99,8 +99,8 @@ def update_memory(entry_id: str, body: UpdateBody, request: Request,
     update = getattr(state.mem, "update", None)
     if update is None:
         raise HTTPException(501, "this agentmem version has no mem.update")
-    changes = body.model_dump(exclude_unset=True)
-    return record_json(update(entry_id, **changes))
+    changes = body.model_dump(exclude_unset=True, exclude={"text"})
+    return record_json(update(entry_id, text=body.text, **changes))
 
 
 @rest.get("/memories/{entry_id}/history")

@@ -62,10 +62,11 @@ class RecallBody(_Body):
 
 
 class UpdateBody(_Body):
-    text: str | None = None
+    text: str
     tags: list[str] | None = None
     metadata: dict[str, Any] | None = None
     ttl: float | None = None
+    reason: str | None = Field(default=None, description="Why it changed (kept in the history).")
 
 
 class ForgetBody(_Body):

@@ -57,7 +57,7 @@ def _sessions(state: ServerState, user_id: str) -> list[dict[str, Any]]:
     out = []
     for sid in mgr.list(user_id=user_id):
         try:
-            s = mgr.get(sid)
+            s = mgr.get(sid, user_id=user_id)
         except NotFoundError:  # ended between the two calls
             continue
         out.append({"id": sid, "tier": s.tier, "tokens": s.tokens})
@@ -114,7 +114,7 @@ def _versions(state: ServerState, entry_id: str) -> int:
     if history is None:
         return 1
     try:
-        return max(1, len(history(entry_id)))
+        return max(1, len({getattr(v, "version", i) for i, v in enumerate(history(entry_id))}))
     except Exception:  # an entry without history: just itself
         return 1
 

@@ -1,0 +1,373 @@
+"""Load and faults of the agentmem server, against a server this script starts on loopback (``agentmem serve``).
+
+Phases, all in one run:
+
+1. **memory endpoints**: ``--clients`` concurrent HTTP clients send ``--requests`` requests (half remember, half
+   recall) -> req/s, p50/p99 per endpoint, errors. The recalls are then sent again alone (``recall_only``) and run
+   **in-process** on the same store (server stopped, as many threads as clients): HTTP recall p99 vs in-process p99.
+2. **chat endpoint**: ``--clients`` clients send ``--chat-requests`` chat completions (official ``openai`` client,
+   memories mounted as KV, ``--chat-tokens`` new tokens each) -> req/s, p50/p99, errors.
+3. **TTFT, KV vs text**: one user with ~``--memory-tokens`` tokens of memories; streamed chat completions alternate
+   ``mode=kv`` and ``mode=text`` on the same server; TTFT = time to the first content chunk at the client.
+4. **kill -9**: clients write memories; after ``--kill-after`` acknowledged (201) writes the server is SIGKILLed
+   mid-load, restarted, and every acknowledged id is read back: acknowledged writes missing are counted, and
+   ``mem.verify()`` is run on the store.
+
+    flock /tmp/agentmem-bench.lock python benchmarks/server_load.py --clients 16 --requests 400
+
+Last line: {"memory": {...}, "chat": {...}, "ttft": {...}, "kill9": {...}, "goals": {...}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+WORDS = ("garden boat piano river lamp coffee winter mountain letter bicycle violin market forest kitchen school "
+         "sister brother doctor museum concert train island recipe camera painting holiday festival library").split()
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
+
+
+def summary(lat: list[float], errors: int, wall: float) -> dict:
+    return {"requests": len(lat) + errors, "errors": errors, "req_per_s": round(len(lat) / wall, 2) if wall else None,
+            "p50_ms": _ms(pct(lat, 50)), "p99_ms": _ms(pct(lat, 99))}
+
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else round(s * 1000, 2)
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+class ServerProc:
+    """``agentmem serve`` in a subprocess (the installed entry point, this checkout's sources)."""
+
+    def __init__(self, store: Path, model: str | None, log: Path) -> None:
+        self.store, self.model, self.log = store, model, log
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 600) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"}
+        cmd = [str(Path(sys.executable).with_name("agentmem")), "serve", "--path", str(self.store),
+               "--port", str(self.port), "--fidelity-share", "0"]
+        if self.model:
+            cmd += ["--model", self.model]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"server exited {self.proc.returncode}; see {self.log}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        raise SystemExit("server did not start")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+            self.proc.wait(timeout=120)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_pool(clients: int, jobs: list, fn) -> tuple[dict[str, list[float]], dict[str, int], float]:
+    """Run ``fn(client, job) -> kind`` over jobs on ``clients`` threads, each with its own HTTP client."""
+    lat: dict[str, list[float]] = {}
+    err: dict[str, int] = {}
+    lock = threading.Lock()
+    local = threading.local()
+
+    def one(job):
+        kind = job[0]
+        t = time.perf_counter()
+        try:
+            fn(local, job)
+            ok = True
+        except Exception:  # counted, never raised: the benchmark reports errors
+            ok = False
+        dt = time.perf_counter() - t
+        with lock:
+            if ok:
+                lat.setdefault(kind, []).append(dt)
+            else:
+                err[kind] = err.get(kind, 0) + 1
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, jobs))
+    return lat, err, time.perf_counter() - t0
+
+
+def http(local, url: str, key: str) -> httpx.Client:
+    if not hasattr(local, "client"):
+        local.client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=300)
+    return local.client
+
+
+def memory_phase(srv: ServerProc, key: str, args, rng: random.Random) -> tuple[dict, list[tuple[str, str]]]:
+    users = [f"load-u{i}" for i in range(4)]
+    seed = [{"text": sentence(rng, 12), "user_id": u} for u in users for _ in range(50)]
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as c:
+        for item in seed:
+            c.post("/v1/memories", json=item).raise_for_status()
+    jobs = []
+    for i in range(args.requests):
+        u = users[i % len(users)]
+        jobs.append(("remember", u, sentence(rng, 12)) if i % 2 == 0 else ("recall", u, sentence(rng, 4)))
+
+    def fn(local, job):
+        kind, user, text = job
+        c = http(local, srv.url, key)
+        if kind == "remember":
+            c.post("/v1/memories", json={"text": text, "user_id": user}).raise_for_status()
+        else:
+            c.post("/v1/memories/recall", json={"query": text, "user_id": user, "k": 5}).raise_for_status()
+
+    lat, err, wall = run_pool(args.clients, jobs, fn)
+    out = {"wall_s": round(wall, 2), "req_per_s": round(sum(map(len, lat.values())) / wall, 2),
+           "errors": sum(err.values())}
+    for kind in ("remember", "recall"):
+        out[kind] = summary(lat.get(kind, []), err.get(kind, 0), wall)
+    # the same recalls again without writes beside them: compared with the same recalls run in-process
+    recalls = [job for job in jobs if job[0] == "recall"]
+    lat, err, wall = run_pool(args.clients, recalls, fn)
+    out["recall_only"] = summary(lat.get("recall", []), err.get("recall", 0), wall)
+    out["errors"] += sum(err.values())
+    return out, [(u, t) for kind, u, t in recalls]
+
+
+def inprocess_recall(store: Path, model: str | None, queries: list[tuple[str, str]], clients: int) -> dict:
+    from agentmem import AgentMemory
+
+    with AgentMemory(store, model=model) as mem:
+        mem.recall("warm up", user_id=queries[0][0], k=5)
+        lat: list[float] = []
+        lock = threading.Lock()
+
+        def one(q):
+            t = time.perf_counter()
+            mem.recall(q[1], user_id=q[0], k=5)
+            with lock:
+                lat.append(time.perf_counter() - t)
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(one, queries))
+        return summary(lat, 0, time.perf_counter() - t0)
+
+
+def chat_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
+    import openai
+
+    user = "chat-u"
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as c:
+        for _ in range(40):
+            c.post("/v1/memories", json={"text": sentence(rng, 14), "user_id": user}).raise_for_status()
+    jobs = [("chat", sentence(rng, 6)) for _ in range(args.chat_requests)]
+
+    def fn(local, job):
+        if not hasattr(local, "oa"):
+            local.oa = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0, timeout=600)
+        local.oa.chat.completions.create(model="agentmem", user=user, max_tokens=args.chat_tokens,
+                                         messages=[{"role": "user", "content": job[1] + "?"}],
+                                         extra_body={"agentmem": {"remember": False}})
+
+    fn(threading.local(), ("chat", "warm up"))  # first mount encodes the blobs (lazy policy)
+    lat, err, wall = run_pool(args.clients, jobs, fn)
+    return summary(lat.get("chat", []), err.get("chat", 0), wall)
+
+
+def ttft_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
+    import openai
+
+    user = "ttft-u"
+    per_entry = 48  # words; ~ 60-70 tokens per memory line with its date prefix
+    n = max(1, args.memory_tokens // 64)
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as c:
+        for _ in range(n + 8):
+            c.post("/v1/memories", json={"text": sentence(rng, per_entry), "user_id": user}).raise_for_status()
+    oa = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0, timeout=600)
+    question = "What did I say about the garden and the piano?"
+
+    def first_chunk(mode: str) -> tuple[float, dict]:
+        t = time.perf_counter()
+        first = None
+        ext: dict = {}
+        stream = oa.chat.completions.create(model="agentmem", user=user, max_tokens=4, stream=True,
+                                            messages=[{"role": "user", "content": question}],
+                                            extra_body={"agentmem": {"mode": mode, "k": n + 8, "remember": False}})
+        for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter() - t
+            ext = (chunk.model_extra or {}).get("agentmem", ext)
+        return (first if first is not None else time.perf_counter() - t), ext
+
+    first_chunk("kv")  # encodes and stores every entry's KV once
+    first_chunk("text")
+    kv, text, tokens = [], [], []
+    for _ in range(args.ttft_rounds):
+        t, ext = first_chunk("kv")
+        kv.append(t)
+        tokens.append(sum(m["tokens"] or 0 for m in ext.get("mounted", [])))
+        text.append(first_chunk("text")[0])
+    kv_s, text_s = statistics.median(kv), statistics.median(text)
+    return {"memory_tokens_mounted": int(statistics.median(tokens)), "kv_ttft_ms": _ms(kv_s),
+            "text_ttft_ms": _ms(text_s), "speedup": round(text_s / kv_s, 2), "rounds": args.ttft_rounds}
+
+
+def kill_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
+    acked: list[str] = []
+    lock = threading.Lock()
+    killed = threading.Event()
+
+    def writer(i: int) -> None:
+        with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=30) as c:
+            while not killed.is_set():
+                try:
+                    r = c.post("/v1/memories", json={"text": sentence(rng, 10), "user_id": f"kill-u{i % 4}"})
+                except httpx.HTTPError:
+                    return  # the server is gone: unacknowledged writes may or may not be there
+                if r.status_code == 201:
+                    with lock:
+                        acked.append(r.json()["id"])
+                        if len(acked) >= args.kill_after and not killed.is_set():
+                            killed.set()
+                            srv.stop(kill=True)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    srv.start()
+    missing = 0
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        for entry_id in acked:
+            missing += c.get(f"/v1/memories/{entry_id}").status_code != 200
+    return {"acknowledged": len(acked), "missing_after_restart": missing}
+
+
+def verify_store(store: Path) -> dict:
+    from agentmem import AgentMemory
+
+    with AgentMemory(store) as mem:
+        return mem.verify()
+
+
+def plot(result: dict, path: Path) -> None:
+    """Latency per endpoint (p50 / p99) and TTFT kv vs text, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m, c, t = result["memory"], result["chat"], result["ttft"]
+    rows = [("remember (HTTP)", m["remember"]), ("recall (HTTP, with writes)", m["recall"]),
+            ("recall (HTTP)", m["recall_only"]), ("recall (in-process)", m["recall_inprocess"]), ("chat (HTTP)", c)]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 1]})
+    y = range(len(rows))
+    a.barh([i + 0.2 for i in y], [r[1]["p50_ms"] for r in rows], height=0.4, label="p50")
+    a.barh([i - 0.2 for i in y], [r[1]["p99_ms"] for r in rows], height=0.4, label="p99")
+    a.set_yticks(list(y), [r[0] for r in rows])
+    a.set_xscale("log")
+    a.set_xlabel("latency (ms, log)")
+    a.legend()
+    a.set_title(f"{result['config']['clients']} concurrent clients")
+    b.bar(["kv", "text"], [t["kv_ttft_ms"], t["text_ttft_ms"]], color=["#3182ce", "#a0aec0"])
+    b.set_ylabel("TTFT (ms)")
+    b.set_title(f"{t['memory_tokens_mounted']} memory tokens: {t['speedup']}x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--chat-requests", type=int, default=64)
+    ap.add_argument("--chat-tokens", type=int, default=8)
+    ap.add_argument("--memory-tokens", type=int, default=2048)
+    ap.add_argument("--ttft-rounds", type=int, default=5)
+    ap.add_argument("--kill-after", type=int, default=150)
+    ap.add_argument("--model", default=None, help="Local model directory (default: the embedded SmolLM2).")
+    ap.add_argument("--out", type=Path, default=None, help="Also write the JSON result here.")
+    ap.add_argument("--plot", type=Path, default=None, help="Also draw the result to this PNG.")
+    ap.add_argument("--replot", type=Path, default=None, help="Only draw --plot from a saved --out JSON.")
+    args = ap.parse_args()
+    if args.replot:
+        plot(json.loads(args.replot.read_text()), args.plot or args.replot.with_suffix(".png"))
+        return
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Path(tmp) / "store"
+        from agentmem.server.auth import KeyStore
+
+        key = KeyStore(store).add(["load-u0", "load-u1", "load-u2", "load-u3", "chat-u", "ttft-u", "kill-u0",
+                                   "kill-u1", "kill-u2", "kill-u3"])
+        srv = ServerProc(store, args.model, Path(tmp) / "server.log")
+        srv.start()
+        memory, queries = memory_phase(srv, key, args, rng)
+        chat = chat_phase(srv, key, args, rng)
+        ttft = ttft_phase(srv, key, args, rng)
+        kill9 = kill_phase(srv, key, args, rng)
+        srv.stop()
+        memory["recall_inprocess"] = inprocess_recall(store, args.model, queries, args.clients)
+        kill9["verify"] = verify_store(store)
+    ratio = memory["recall_only"]["p99_ms"] / memory["recall_inprocess"]["p99_ms"]
+    result = {
+        "memory": memory, "chat": chat, "ttft": ttft, "kill9": kill9,
+        "goals": {
+            "errors": memory["errors"] + chat["errors"],
+            "acknowledged_writes_lost": kill9["missing_after_restart"],
+            "recall_p99_http_over_inprocess": round(ratio, 2),
+            "ttft_speedup_kv_over_text": ttft["speedup"],
+            "met": {"zero_errors": memory["errors"] + chat["errors"] == 0,
+                    "zero_lost": kill9["missing_after_restart"] == 0,
+                    "recall_p99_within_3x": ratio <= 3.0, "ttft_10x": ttft["speedup"] >= 10.0},
+        },
+        "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot", "replot")}
+        | {"cpus": os.cpu_count()},
+    }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+    if args.plot:
+        plot(result, args.plot)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
