@@ -32,6 +32,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentmem.errors import InvalidInputError
 from agentmem.server.auth import Principal
 from agentmem.server.state import SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user
 
@@ -108,9 +109,7 @@ class _Chat:
                                max_new_tokens=self.max_tokens, on_text=on_text, **sample)
             spans, prompt_tokens = out.spans, out.prompt_tokens
             if b.agentmem.remember:
-                turns = [{"role": "user", "content": self.question}]
-                turns += [{"role": "assistant", "content": out.text}] if out.text.strip() else []
-                mem.remember_messages(turns, user_id=self.user)
+                self._remember_turns(out.text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
@@ -121,6 +120,20 @@ class _Chat:
         if self.mode == "kv" and self.state.fidelity.due():
             self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
         return ext
+
+    def _remember_turns(self, answer: str) -> None:
+        """The question and the answer as turns of the user, in one write; a turn too long for the model's context
+        to be encoded is stored without KV instead (it stays recallable and is mounted as text, or dropped)."""
+        mem = self.state.mem
+        turns = [{"role": "user", "content": self.question}]
+        turns += [{"role": "assistant", "content": answer}] if answer.strip() else []
+        try:
+            mem.remember_messages(turns, user_id=self.user)
+        except InvalidInputError as exc:
+            if "longer than the model's context" not in str(exc):
+                raise
+            for t in turns:
+                mem.remember(t["content"], user_id=self.user, role=t["role"], encode=False)
 
     def _report(self, hits: list[Any], out: Any, spans: list[tuple[int, int]], timings: dict) -> dict[str, Any]:
         score = {h.id: round(float(h.score), 6) for h in hits}
