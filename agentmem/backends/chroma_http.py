@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -56,6 +56,17 @@ class ChromaHttpIndex(VectorIndex):
         self._handle = _ServerHandle(client)  # type: ignore[assignment]
         self.keep_documents = keep_documents
         self._closed = False
+
+
+    def erase_residue(self, user_ids: Sequence[str]) -> None:
+        """Drop each user's collection once it is empty (the server's files are the server's to compact)."""
+        with self._handle.lock:
+            for user in dict.fromkeys(user_ids):
+                name = self.collection_name(user)
+                col = self._collection(self._handle.client, user, create=False)
+                if col is not None and col.count() == 0:
+                    self._handle.collections.pop(name, None)
+                    self._handle.client.delete_collection(name)
 
 
 def build_vectors(url: str | None, ctx: Any) -> ChromaHttpIndex:

@@ -159,6 +159,9 @@ class PgVectorIndex:
                 return 0
             return int(conn.execute(text("SELECT count(*) FROM vectors")).scalar_one())
 
+    def erase_residue(self, user_ids: Sequence[str]) -> None:
+        """Nothing beyond the delete: the catalog's ``scrub(vacuum=True)`` VACUUMs the ``vectors`` table too."""
+
     def close(self) -> None:
         """The engine belongs to the catalog (or the caller): nothing to release here."""
 

@@ -176,9 +176,11 @@ class PostgresCatalog(Catalog):
                                                 tuple(nxt.split()) if is_turn and nxt else ())
         return out
 
-    def scrub(self, user_ids: Iterable[str] | None = None) -> None:
-        """VACUUM the tables an erasure touched, so deleted tuples' space is reclaimed (PostgreSQL does not zero
-        freed space: see docs/backends.md)."""
+    def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:
+        """With ``vacuum``: VACUUM the tables an erasure touched, so deleted tuples' space is reclaimed and reused
+        (PostgreSQL does not zero freed space: see docs/backends.md). Without it there is nothing to push out."""
+        if not vacuum:
+            return
         tables = ["entries", "entry_tags", "lexical_docs", "lexical_terms"]
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             if _has_vectors(conn):

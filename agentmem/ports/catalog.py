@@ -93,8 +93,8 @@ class Catalog(Protocol):
         """A number that changes whenever any process commits a write (cheap; for caches of derived data)."""
         ...
 
-    def scrub(self, user_ids: Iterable[str] | None = None) -> None:
-        """Push erased bytes out of the backend's free space and logs, where it can."""
+    def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:
+        """Push erased bytes out of the backend's free space and logs, where it can (``vacuum``: rewrite pages)."""
         ...
 
     def close(self) -> None: ...

@@ -44,6 +44,11 @@ class VectorIndex(Protocol):
         """
         ...
 
+    def erase_residue(self, user_ids: Sequence[str]) -> None:
+        """After deletes: make erased vectors leave the backend's files where it keeps them (drop an emptied
+        user's namespace, compact what still holds deleted rows)."""
+        ...
+
     def user_ids(self, user_id: str) -> list[str]:
         """Every id stored for ``user_id`` (for checks and erasure)."""
         ...

@@ -92,3 +92,15 @@ def test_upsert_replaces_and_delete_removes(index: VectorIndex) -> None:
     index.delete(["e8"])  # user None: recovery's form
     assert index.count() == 28 and "e9" not in set(index.all_ids()) and "e8" not in set(index.all_ids())
     assert index.query(vecs[9], user_id="u", n=1)[0][0] == "e0"
+
+
+def test_erase_residue_keeps_live_vectors_and_other_users(index: VectorIndex) -> None:
+    vecs = _fill(index)
+    index.add(["v"], ["other"], vecs[:1], [{"kind": "turn"}])
+    index.delete([f"e{i}" for i in range(1, 30)], user_id="u")
+    index.erase_residue(["u"])
+    assert [i for i, _ in index.query(vecs[0], user_id="u", n=5)] == ["e0"]
+    index.delete(["e0"], user_id="u")
+    index.erase_residue(["u"])
+    assert index.query(vecs[0], user_id="u", n=5) == [] and index.user_ids("u") == []
+    assert [i for i, _ in index.query(vecs[0], user_id="v", n=5)] == ["other"]

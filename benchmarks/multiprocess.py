@@ -1,0 +1,194 @@
+"""Several worker processes remember, recall and forget on shared users of one store; an observer process
+measures how soon each write becomes visible to another process (row, vector and, with KV, blob).
+
+    python benchmarks/multiprocess.py --backend embedded|postgres --workers 4 --seconds 60
+
+Phase 1 runs one worker, phase 2 ``--workers`` workers, on fresh stores, side by side in one run:
+``throughput_ratio`` = operations per second with N workers / with 1. Every worker logs each entry it stored (after
+``remember`` returned) and each one it forgot; at the end the store must hold exactly the stored-minus-forgotten
+entries (``lost``: logged but missing a row, vector or blob; ``duplicated``: a row no worker logged, or an id logged
+twice), and ``errors`` counts exceptions raised in workers. The observer polls the newest write of another
+process through the public API (``get``) and the vector index until both see it: ``visibility_ms_p95``.
+KV is encoded with a tiny random llama (real blobs, fast), so blobs take part.
+
+Last line: {"backend", "workers", "writes", "lost", "duplicated", "errors", "visibility_ms_p95", "throughput_ratio"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+USERS = ["u0", "u1", "u2", "u3"]
+
+
+def _open(store: Path, urls: dict[str, str]):
+    from agentmem import AgentMemory
+    from agentmem.kv.testing import tiny_causal_lm
+
+    return AgentMemory(store, model=tiny_causal_lm("llama", seed=0), kv_encoding="eager", **urls)
+
+
+def _ready(mem, start, seconds: float) -> float:
+    """Load everything a call needs (embedder, model), wait for every process, return the common end time."""
+    mem.recall("warm up", user_id="warmup", k=1)
+    mem.load_model()
+    start.wait()
+    return time.time() + seconds
+
+
+def worker(n: int, store: Path, urls: dict[str, str], start, seconds: float, log_dir: Path) -> None:
+    """remember 60 %, recall 30 %, forget one of its own entries 10 %; log every id stored and forgotten."""
+    rng = random.Random(n)
+    ops = errors = 0
+    mine: list[str] = []
+    with _open(store, urls) as mem, open(log_dir / f"w{n}.log", "a") as log:
+        until = _ready(mem, start, seconds)
+        while time.time() < until:
+            user = rng.choice(USERS)
+            roll = rng.random()
+            try:
+                if roll < 0.6 or not mine:
+                    tag = f"w{n}x{ops}"
+                    rec = mem.remember(f"worker {n} note {ops}: the heron {tag} waded past stone {rng.randrange(50)}",
+                                       user_id=user, session_id=f"{user}-w{n}")
+                    mine.append(rec.id)
+                    log.write(f"+ {rec.id} {user} {time.time():.6f} {tag}\n")
+                elif roll < 0.9:
+                    mem.recall(f"heron near stone {rng.randrange(50)}", user_id=user, k=5)
+                else:
+                    victim = mine.pop(rng.randrange(len(mine)))
+                    mem.forget(victim)
+                    log.write(f"- {victim}\n")
+                log.flush()
+                ops += 1
+            except Exception as exc:  # counted; the run goes on
+                errors += 1
+                print(f"worker {n}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    (log_dir / f"w{n}.done").write_text(json.dumps({"ops": ops, "errors": errors}))
+
+
+def observer(store: Path, urls: dict[str, str], start, seconds: float, log_dir: Path, out: Path) -> None:
+    """Poll the newest logged write until this process sees its row and its vector; record the delay."""
+    delays: list[float] = []
+    with _open(store, urls) as mem:
+        until = _ready(mem, start, seconds)
+        index, embed = mem._store.vectors, mem._store.embedder
+        seen: set[str] = set()
+        while time.time() < until:
+            newest = None
+            for f in log_dir.glob("w*.log"):
+                lines = [ln.split() for ln in f.read_text().splitlines() if ln.startswith("+ ")]
+                if lines and lines[-1][1] not in seen:
+                    newest = lines[-1] if newest is None or float(lines[-1][3]) > float(newest[3]) else newest
+            if newest is None:
+                time.sleep(0.01)
+                continue
+            _, entry_id, user, written, tag = newest[:5]
+            seen.add(entry_id)
+            vec = embed.encode([f"the heron {tag}"])[0]
+            deadline = time.time() + 10
+            while time.time() < deadline:
+                try:
+                    row_ok = mem.get(entry_id).id == entry_id
+                except Exception:  # forgotten meanwhile, or not visible yet
+                    row_ok = False
+                if row_ok and entry_id in {i for i, _ in index.query(vec, user_id=user, n=50)}:
+                    delays.append(time.time() - float(written))
+                    break
+                time.sleep(0.005)
+    out.write_text(json.dumps(delays))
+
+
+def run_phase(workers: int, seconds: float, urls: dict[str, str], base: Path) -> dict:
+    store, log_dir = base / "store", base / "logs"
+    log_dir.mkdir(parents=True)
+    _open(store, urls).close()  # create the store (and its schema) once
+    ctx = mp.get_context("spawn")
+    start = ctx.Barrier(workers + (1 if workers > 1 else 0))  # the clock starts once every process is loaded
+    procs = [ctx.Process(target=worker, args=(n, store, urls, start, seconds, log_dir)) for n in range(workers)]
+    obs = ctx.Process(target=observer, args=(store, urls, start, seconds, log_dir, base / "vis.json")) \
+        if workers > 1 else None
+    for p in procs + ([obs] if obs else []):
+        p.start()
+    for p in procs + ([obs] if obs else []):
+        p.join()
+    done = [json.loads((log_dir / f"w{n}.done").read_text()) for n in range(workers)]
+    stored, forgotten = [], set()
+    for n in range(workers):
+        for line in (log_dir / f"w{n}.log").read_text().splitlines():
+            kind, entry_id = line.split()[:2]
+            (stored.append(entry_id) if kind == "+" else forgotten.add(entry_id))
+    expected = set(stored) - forgotten
+    with _open(store, urls) as mem:
+        st = mem._store
+        rows = {i for page in st.catalog.iter_ids(st.catalog.scope_select()) for i in page}
+        vectors = set(st.vectors.all_ids())
+        with_blob = {r.id for r in st.catalog.get(sorted(rows)) if r.kv_path and st.blobs.exists(r.id)}
+        check = mem.verify()
+    lost = len(expected - (rows & vectors & with_blob))
+    duplicated = (len(stored) - len(set(stored))) + len(rows - expected) + check["orphan_vectors"] + check["orphan_blobs"]
+    delays = json.loads((base / "vis.json").read_text()) if obs else []
+    return {"ops": sum(d["ops"] for d in done), "errors": sum(d["errors"] for d in done), "writes": len(stored),
+            "lost": lost, "duplicated": duplicated, "delays": delays, "seconds": seconds}
+
+
+def _p95(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=["embedded", "postgres"], default="embedded")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--single-seconds", type=float, default=None, help="phase 1 length (default: seconds / 2)")
+    ap.add_argument("--postgres-url", default=None, help="default: start a throwaway server (tests/servers.py)")
+    args = ap.parse_args()
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    server = None
+    with tempfile.TemporaryDirectory(prefix="agentmem-mp-") as tmp:
+        base = Path(tmp)
+        os.chmod(base, 0o755)  # the PostgreSQL server user must reach its data dir
+        urls_for = lambda phase: {}  # noqa: E731
+        if args.backend == "postgres":
+            from tests.servers import create_postgres_database, start_postgres
+
+            url = args.postgres_url
+            if url is None:
+                server = start_postgres(base / "pg")
+            urls_for = lambda phase: {"catalog_url": url or create_postgres_database(server, phase),  # noqa: E731
+                                      "vector_url": "pgvector"}
+        try:
+            single = run_phase(1, args.single_seconds or args.seconds / 2, urls_for("single"), base / "single")
+            multi = run_phase(args.workers, args.seconds, urls_for("multi"), base / "multi")
+        finally:
+            if server is not None:
+                server.stop()
+    ratio = (multi["ops"] / multi["seconds"]) / max(single["ops"] / single["seconds"], 1e-9)
+    p95 = _p95(multi["delays"])
+    print(f"1 worker: {single['ops']} ops in {single['seconds']:.0f}s; {args.workers} workers: {multi['ops']} ops, "
+          f"{len(multi['delays'])} visibility samples, p50 "
+          f"{1000 * sorted(multi['delays'])[len(multi['delays']) // 2] if multi['delays'] else float('nan'):.0f} ms")
+    print(json.dumps({
+        "backend": args.backend, "workers": args.workers, "writes": single["writes"] + multi["writes"],
+        "lost": single["lost"] + multi["lost"], "duplicated": single["duplicated"] + multi["duplicated"],
+        "errors": single["errors"] + multi["errors"],
+        "visibility_ms_p95": None if p95 is None else round(1000 * p95, 1), "throughput_ratio": round(ratio, 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()
