@@ -66,7 +66,7 @@ class MemoryConfig(BaseModel):
     kv_codec: KvCodec = Field(
         default="float32",
         description="How memory KV blobs are stored: a float dtype, or integer codes (keys per channel, values per "
-        "token, KIVI's layout) dequantized while mounting. Chosen by benchmarks/kv_compression.py "
+        "token, KIVI's layout) dequantized while mounting. float32 until benchmarks/kv_compression.py has chosen "
         "(docs/kv-compression.md). Blobs of every codec stay readable whatever this is set to.",
     )
     kv_dtype: KvDtype = Field(
