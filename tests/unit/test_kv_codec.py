@@ -270,3 +270,17 @@ def test_kv_dtype_is_an_alias_of_kv_codec():
     assert MemoryConfig().kv_codec in CODECS
     with pytest.raises(ValueError):
         MemoryConfig(kv_codec="int3")
+
+
+def test_trained_entries_keep_full_precision_under_an_integer_codec(tmp_path: Path):
+    store = tmp_path / "s"
+    doc = "Ann: I moved to Oslo in May 2021 and I teach chemistry at the old school by the harbour. " * 3
+    with AgentMemory(store, model=tiny_causal_lm("llama"), kv_encoding="eager", kv_codec="int4") as mem:
+        trained = mem.train(doc, user_id="u", tokens=8, steps=1, seed=0, progress=False, samples=2, batch_size=2,
+                            question_tokens=4, answer_tokens=4)
+        plain = mem.remember("Ann likes sailing on weekends.", user_id="u")
+        assert mem.get(trained.id).kv.dtype == "float32" and mem.get(plain.id).kv.dtype == "int4"
+        codecs = sorted(read_metadata(p.read_bytes())["codec"]["name"] for p in (store / "kv").rglob("*.kv"))
+        assert codecs == ["float32", "int4"]
+        out = mem.generate("Where does Ann teach?", user_id="u", k=2, max_new_tokens=2)
+        assert set(out.mounted) == {trained.id, plain.id} and out.fallbacks == []
