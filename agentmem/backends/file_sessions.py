@@ -30,6 +30,7 @@ from agentmem.security import secure_unlink
 __all__ = ["FileSessionStore"]
 
 SUFFIX = ".session"
+STAGED_MAX_AGE_S = 3600.0  # a staged write older than this was left by a crashed writer
 _LEASE = ".lease"
 
 
@@ -91,6 +92,7 @@ class FileSessionStore:
         return True
 
     def purge(self) -> int:
+        self.cleanup_staged()
         if not self.trash.exists():
             return 0
         return sum(secure_unlink(p, missing_ok=True) for p in list(self.trash.iterdir()))
@@ -109,11 +111,16 @@ class FileSessionStore:
                 pass
         return total
 
-    def cleanup_staged(self) -> int:
-        """Erase temp files a crashed writer left (safe only when no other process is writing right now)."""
-        n = 0
+    def cleanup_staged(self, older_than_s: float = STAGED_MAX_AGE_S) -> int:
+        """Erase temp files older than ``older_than_s``: a crashed writer's (a live one publishes within seconds,
+        so the age makes this safe while other processes write)."""
+        cutoff, n = time.time() - older_than_s, 0
         for tmp in self.root.glob("*/.*.tmp"):
-            n += secure_unlink(tmp, missing_ok=True)
+            try:
+                if tmp.stat().st_ctime <= cutoff:  # ctime: mtime is set to the session's last use
+                    n += secure_unlink(tmp, missing_ok=True)
+            except FileNotFoundError:  # published or discarded meanwhile
+                continue
         return n
 
     # -- leases ---------------------------------------------------------------------------------------

@@ -282,7 +282,9 @@ class SessionManager:
                 s._lock.release()
             if idle:
                 try:
-                    done["idle_offloads"] += self._offload_idle(s)
+                    moved = self._offload_idle(s)
+                    done["idle_offloads"] += moved
+                    self._count("idle_offloads", moved)  # now: whoever sees the session cold sees the count
                 except Exception:
                     log.exception("idle offload failed for one session")
         if ttl is not None:  # files of sessions no process has opened since a restart
@@ -294,7 +296,7 @@ class SessionManager:
                     done["expired"] += 1
         self.store.purge()
         with self._lock:
-            self.counts.update(done)
+            self.counts.update({k: v for k, v in done.items() if k != "idle_offloads"})
         return dict(done)
 
     def stats(self) -> dict[str, Any]:

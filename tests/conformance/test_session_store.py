@@ -121,3 +121,10 @@ def test_underscore_folders_are_metadata_not_sessions(store: SessionTierStore) -
     put(store, "u1/s1", b"kv", last_used=1.0)
     assert bytes(store.get("_agentmem/epoch")) == b"e1"
     assert store.keys() == ["u1/s1"] and store.nbytes() == 2 and store.keys("_agentmem") == []
+
+
+def test_files_erase_a_crashed_writers_staged_file_once_it_is_old(tmp_path: Path) -> None:
+    store = FileSessionStore(tmp_path / "sessions")
+    token = store.stage("u1/s1", b"half", last_used=1.0)  # never published: its writer "crashed"
+    assert store.cleanup_staged() == 0 and Path(token).exists()  # young: maybe a live writer
+    assert store.cleanup_staged(older_than_s=0.0) == 1 and not Path(token).exists()
