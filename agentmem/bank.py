@@ -123,8 +123,8 @@ class KVBank:
 
     def _kv_fields(self, tokens: int, codec: str | None = None) -> dict[str, Any]:
         codec = codec or self.config.kv_codec  # the catalog's kv_dtype column names the blob's codec
-        return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=codec,
-                    kb_version=self.store.catalog.get_info("kb_version"))
+        # no kb_version here: it is the knowledge version an entry was written under (store/kb_versions.py)
+        return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=codec)
 
     def stale_rows(self, rows: Sequence[EntryRow]) -> list[EntryRow]:
         """Rows without KV for the loaded model (never encoded, or encoded by another model)."""
@@ -215,10 +215,13 @@ class KVBank:
             entry = engine.encode(memory.text)
             self.stats.counts["encoded_on_mount"] += 1
             # attach_blob stores nothing when the entry was forgotten meanwhile: say which happened
-            if self.store.attach_blob(row.id, engine.to_bytes(entry), **self._kv_fields(entry.num_tokens)):
+            # expect_version: if the entry was updated meanwhile, this KV is of the old text and is not stored
+            if self.store.attach_blob(row.id, engine.to_bytes(entry), expect_version=row.version,
+                                      **self._kv_fields(entry.num_tokens)):
                 memory.load_fallback = f"{reason}: encoded from text and stored again"
             else:
-                memory.load_fallback = f"{reason}: encoded from text; not stored (the entry was forgotten meanwhile)"
+                memory.load_fallback = (f"{reason}: encoded from text; not stored (the entry was forgotten or "
+                                        "updated meanwhile)")
             return entry
 
         return load

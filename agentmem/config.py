@@ -126,6 +126,24 @@ class MemoryConfig(BaseModel):
         "before raising SessionBusyError.")
 
     # --- lifecycle -------------------------------------------------------------------------------
+    consolidation: Literal["local", "llm", "off"] = Field(
+        default="local",
+        description="What remember() does with a memory close to an existing one: 'local' merges near-duplicates "
+        "and supersedes what a newer statement replaces, from embedding, lexical, time and speaker signals only; "
+        "'llm' asks a chat model (ADD/UPDATE/DELETE/NOOP) on a background worker; 'off' stores everything.",
+    )
+    unmounted_roles: tuple[str, ...] = Field(
+        default=("assistant",),
+        description="Roles whose turns are stored and recallable but not mounted by generate() or sessions "
+        "(the assistant's own replies can be wrong; docs/lifecycle.md measures the default).",
+    )
+    topic_switch_threshold: float | None = Field(
+        default=None, ge=-1.0, le=1.0,
+        description="A session message (of 3+ content words) whose cosine similarity to the session's last 3 user "
+        "turns falls below this starts a new topic: the old turns leave the working KV (they stay long-term "
+        "memories); counted as topic_switches in mem.sessions.stats(). None = off (default: a wrong switch loses "
+        "the conversation's context). 0.1 separates unrelated from related messages with MiniLM.",
+    )
     sweep_interval: float | None = Field(
         default=None, gt=0, description="Seconds between background sweeps of expired entries; None = no timer."
     )

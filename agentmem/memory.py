@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 from agentmem.bank import BankMemory, KVBank
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
-from agentmem.store.catalog import EntryRow
+from agentmem.store.catalog import EntryRow, HistoryRow
 from agentmem.store.entries import EntryStore, NewEntry, Scope
+from agentmem.store.consolidation import LocalConsolidator, apply_decisions, newer_first, speaker_key
+from agentmem.store.kb_versions import KbVersions
+from agentmem.store.lifecycle import HistoryEvent
 from agentmem.store.filters import compile_filters
 from agentmem.store.records import memory_line, message_fields, to_hit, to_record
 from agentmem.security import AuditLog, SecretScanner, entry_aad, install_log_filter
@@ -34,10 +38,11 @@ from agentmem.validation import (
     check_metadata, check_remember_item, check_role, check_score, check_speaker, check_tags, check_text, check_timestamp,
     check_ttl, format_timestamp,
 )
-from agentmem.types import Hit, MemoryRecord
+from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
 
 if TYPE_CHECKING:
     from agentmem.kv.types import GenerationResult, Mode
+    from agentmem.store.consolidation_llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
 
 log = logging.getLogger("agentmem")
@@ -52,6 +57,8 @@ class AgentMemory:
         model: the local LLM whose KV is banked: ``None`` = the embedded SmolLM2-135M-Instruct, a local Hugging Face
             model directory, or a loaded ``(model, tokenizer)`` pair. Loaded only when KV is encoded or mounted.
         encryption_key: encrypt texts and KV blobs at rest (or set ``$AGENTMEM_ENCRYPTION_KEY``).
+        consolidation_model: with ``consolidation="llm"``, a LangChain ``BaseChatModel`` that decides
+            ADD / UPDATE / DELETE / NOOP on a background worker; ``None`` = the local model.
         config: a :class:`MemoryConfig`; keyword overrides may be given instead (``AgentMemory(p, kv_dtype="float16")``).
             Its ``catalog_url`` / ``vector_url`` / ``blob_url`` name the backends (default: embedded, under ``path``).
         catalog, vectors, blobs, embedder: ready-made implementations of :mod:`agentmem.ports` (override the URLs).
@@ -59,7 +66,8 @@ class AgentMemory:
 
     def __init__(self, path: str | Path, *, model: Any = None, config: MemoryConfig | None = None,
                  encryption_key: str | bytes | None = None, catalog: Any = None, vectors: Any = None,
-                 blobs: Any = None, embedder: Any = None, **overrides: Any) -> None:
+                 blobs: Any = None, embedder: Any = None, consolidation_model: Any = None,
+                 **overrides: Any) -> None:
         if config is not None and overrides:
             raise InvalidInputError("give either config= or keyword overrides, not both")
         self.config = config or MemoryConfig(**overrides)
@@ -71,6 +79,14 @@ class AgentMemory:
         self._store = EntryStore(self.path, self.config, cipher=self._cipher, catalog=catalog, vectors=vectors,
                                  blobs=blobs, embedder=embedder)
         self._bank = KVBank(self._store, self.config, model_spec=model)
+        self._kb = KbVersions(self._store.catalog)
+        self._consolidator = LocalConsolidator(
+            query=lambda vec, user, n, kind: self._store.vectors.query(vec, user_id=user, n=n, where={"kind": kind}),
+            rows=self._store.catalog.get, text_of=lambda r: self._open_text(r.id, "text", r.text),
+            embed=lambda texts: self._store.embedder.encode(texts, batch_size=self.config.embedding_batch_size))
+        self._lifecycle_stats: Counter[str] = Counter()
+        self._llm: ConsolidationWorker | None = None
+        self._consolidation_model = consolidation_model
         self._sessions: SessionManager | None = None
         self._sessions_lock = threading.Lock()
         self._closed = False
@@ -93,6 +109,8 @@ class AgentMemory:
             return
         self._closed = True
         self._stop.set()
+        if self._llm is not None:
+            self._llm.close()
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
         if self._sessions is not None:
@@ -114,32 +132,59 @@ class AgentMemory:
         ttl: float | timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         encode: bool | None = None,
+        index: bool = True,
     ) -> MemoryRecord:
         """Store one memory and return its record.
 
         ``speaker`` and ``timestamp`` (when it happened; default now) are kept in the memory line that is
         embedded and encoded, because questions like "when did I ..." depend on them. ``encode`` forces (True)
         or skips (False) encoding the entry's KV now; by default the store's ``kv_encoding`` policy decides.
+        ``index=False`` stores the entry without a vector or lexical document: :meth:`get` and :meth:`list` see it,
+        :meth:`recall` does not (LangGraph's ``put(..., index=False)``).
         """
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind=kind, role=role,
-                                speaker=speaker, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata)
+                                speaker=speaker, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata,
+                                index=index)
         return self._write([entry], encode)[0]
 
-    def _write(self, entries: Sequence[NewEntry], encode: bool | None) -> list[MemoryRecord]:
-        """Encode KV if the policy says so, then write everything all-or-nothing."""
-        if entries and self._bank.should_encode(encode):
-            for entry, (blob, fields) in zip(entries, self._bank.encode_blobs([e.embed_text for e in entries])):
+    def _write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
+        """Consolidate (merge duplicates, supersede replaced facts), encode KV if the policy says so, then write
+        everything all-or-nothing. A merged entry's record is the existing entry it was merged into."""
+        mode = self.config.consolidation if consolidate else "off"
+        vectors = decisions = texts = text_vectors = None
+        if entries and mode == "local":
+            vectors = self._store.embedder.encode([e.embed_text for e in entries],
+                                                  batch_size=self.config.embedding_batch_size)
+            texts = [self._open_text(e.row.id, "text", e.row.text) for e in entries]
+            decisions, text_vectors = self._consolidator.plan([e.row for e in entries], texts, vectors, time.time())
+        keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
+        kept = [entries[i] for i in keep]
+        if kept and self._bank.should_encode(encode):
+            for entry, (blob, fields) in zip(kept, self._bank.encode_blobs([e.embed_text for e in kept])):
                 entry.blob = blob
                 for key, value in fields.items():
                     setattr(entry.row, key, value)
-        self._store.add(entries)
+        self._store.add(kept, None if vectors is None else vectors[keep])
+        if decisions is not None and texts is not None:
+            self._consolidator.remember_vectors([e.row for e in kept], text_vectors[keep])
+            counts = apply_decisions(
+                self._store.lifecycle, self._store.catalog.get, [e.row for e in entries], texts, decisions,
+                seal=lambda i, t: self._seal_text(i, "history", t),
+                open_text=lambda r: self._open_text(r.id, "text", r.text), now=self._clock())
+            self._lifecycle_stats.update(counts)
+            merged = {r.id: r for r in self._store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
+            return [self._record(merged[d.merge_into]) if d.merge_into in merged else self._record(e.row)
+                    for e, d in zip(entries, decisions)]
+        if mode == "llm" and kept:
+            self._llm_worker().submit([e.row.id for e in kept])
         return [self._record(e.row) for e in entries]
 
-    def remember_many(self, items: Sequence[Mapping[str, Any]]) -> list[MemoryRecord]:
+    def remember_many(self, items: Sequence[Mapping[str, Any]], *, consolidate: bool = True) -> list[MemoryRecord]:
         """Store many memories in one all-or-nothing batch (embeddings computed in batches).
 
         Each item takes the keyword arguments of :meth:`remember`, e.g.
-        ``mem.remember_many([{"text": "hi", "user_id": "u1", "speaker": "Ann"}, ...])``.
+        ``mem.remember_many([{"text": "hi", "user_id": "u1", "speaker": "Ann"}, ...])``. ``consolidate=False``
+        stores every item as given (keyed stores that manage their own versions).
         """
         if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
             raise InvalidInputError("remember_many takes a list of dicts of remember() arguments")
@@ -147,7 +192,7 @@ class AgentMemory:
         for n, item in enumerate(items):
             text, fields = check_remember_item(item, n)
             entries.append(self._new_entry(text, **{**_REMEMBER_DEFAULTS, **fields}))
-        return self._write(entries, None)
+        return self._write(entries, None, consolidate=consolidate)
 
     def remember_messages(
         self,
@@ -180,7 +225,7 @@ class AgentMemory:
 
     def _new_entry(self, text: str, *, user_id: str, session_id: str | None, kind: str, role: str | None,
                    speaker: str | None, timestamp: datetime | str | None, tags: Iterable[str] | None,
-                   ttl: float | timedelta | None, metadata: Mapping[str, Any] | None) -> NewEntry:
+                   ttl: float | timedelta | None, metadata: Mapping[str, Any] | None, index: bool = True) -> NewEntry:
         self._check_open()
         text = check_text(text)
         check_id(user_id, "user_id", required=True)
@@ -206,9 +251,98 @@ class AgentMemory:
             id=entry_id, user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
             occurred_at=occurred, text=self._seal_text(entry_id, "text", text),
             memory_text=self._seal_text(entry_id, "memory_text", line), metadata_json=meta, created_at=now,
-            expires_at=None if ttl_s is None else now + ttl_s,
+            expires_at=None if ttl_s is None else now + ttl_s, version=1, status="active", seen_count=1,
+            indexed=bool(index), kb_version=self._kb.write_version() if kind == "knowledge" else None,
         )
-        return NewEntry(row=row, embed_text=line, index_text=line, tags=tag_list)
+        history = HistoryRow(entry_id=entry_id, version=1, op="add", at=now,
+                             text=self._seal_text(entry_id, "history", text))
+        return NewEntry(row=row, embed_text=line, index_text=line, tags=tag_list, history=history)
+
+    # --- lifecycle: versions and history ---------------------------------------------------------
+    def update(
+        self,
+        entry_id: str,
+        *,
+        text: str,
+        tags: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        ttl: float | timedelta | None = None,
+        reason: str | None = None,
+        index: bool | None = None,
+        clear_ttl: bool = False,
+    ) -> MemoryRecord:
+        """Replace an entry's text with a new version; its vector, lexical document and KV blob are replaced in the
+        same all-or-nothing write (a stale KV blob is never mounted). ``tags`` / ``metadata`` / ``ttl`` replace the
+        old ones when given (``clear_ttl`` removes the expiry); ``index=False`` keeps the entry stored but not
+        searchable (no vector, no lexical document). The old text stays in :meth:`history` until the entry is
+        forgotten.
+
+        Example:
+            >>> rec = mem.remember("I live in Lyon.", user_id="u1")                  # doctest: +SKIP
+            >>> mem.update(rec.id, text="I moved to Paris.").version                 # doctest: +SKIP
+            2
+            >>> [v.op for v in mem.history(rec.id)]                                  # doctest: +SKIP
+            ['add', 'update']
+        """
+        self._check_open()
+        if ttl is not None and clear_ttl:
+            raise InvalidInputError("give ttl or clear_ttl, not both")
+        row = self._live_row(entry_id)
+        text = check_text(text)
+        tag_list = None if tags is None else check_tags(tags)
+        meta = None if metadata is None else check_metadata(metadata)
+        ttl_s = check_ttl(ttl)
+        if reason is not None:
+            reason = check_text(reason, "reason")
+        if self._scanner is not None:
+            text = self._scanner.apply(text)
+            tag_list = None if tag_list is None else [self._scanner.apply(t) for t in tag_list]
+            meta = None if meta is None else self._scanner.apply_value(meta)
+            reason = None if reason is None else self._scanner.apply(reason)
+        now = self._clock()
+        occurred = format_timestamp(datetime.now().astimezone())
+        line = memory_line(text, kind=row.kind, speaker=row.speaker, role=row.role, occurred_at=occurred)
+        version = (row.version or 1) + 1
+        indexed = row.indexed if index is None else bool(index)
+        fields: dict[str, Any] = dict(
+            text=self._seal_text(row.id, "text", text), memory_text=self._seal_text(row.id, "memory_text", line),
+            occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
+        )
+        if meta is not None:
+            fields["metadata_json"] = meta
+        if ttl_s is not None or clear_ttl:
+            fields["expires_at"] = None if clear_ttl else now + (ttl_s or 0.0)
+        blob = kv_fields = None
+        if self._bank.should_encode(None) and row.kind != "trained":
+            encoded = self._bank.encode_blobs([line])
+            if encoded:
+                blob, kv_fields = encoded[0]
+        events = [HistoryEvent(row.id, version, "update", self._seal_text(row.id, "history", text), now, reason)]
+        self._store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
+                            tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
+        if row.session_id:  # the old text may sit in its conversation's working KV
+            self._end_session_kv(row.session_id)
+        return self._record(self._store.catalog.get([row.id])[0])
+
+    def history(self, entry_id: str) -> list[MemoryVersion]:
+        """The entry's versions and events, oldest first: ``op`` is add / update / supersede / merge / delete.
+
+        Example:
+            >>> [(v.op, v.text) for v in mem.history(rec.id)]                          # doctest: +SKIP
+            [('add', 'I live in Lyon.'), ('supersede', 'I live in Lyon.')]
+        """
+        self._check_open()
+        self._live_row(entry_id)
+        return [MemoryVersion(version=h.version, op=h.op, text=self._open_text(entry_id, "history", h.text),
+                              at=utc_from_epoch(h.at), reason=h.reason, related_id=h.related_id)
+                for h in self._store.lifecycle.history(entry_id)]
+
+    def _live_row(self, entry_id: str) -> EntryRow:
+        check_id(entry_id, "entry_id", required=True)
+        rows = self._store.catalog.get([entry_id])
+        if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()):
+            raise NotFoundError(f"no memory entry with id {entry_id!r}")
+        return rows[0]
 
     def _seal_text(self, entry_id: str, field: str, value: str) -> str:
         return value if self._cipher is None else self._cipher.encrypt_text(value, aad=entry_aad(entry_id, field))
@@ -232,28 +366,49 @@ class AgentMemory:
         tags: Iterable[str] | None = None,
         filters: Mapping[str, Any] | None = None,
         min_score: float | None = None,
+        include_superseded: bool = False,
     ) -> list[Hit]:
         """The ``k`` memories of ``user_id`` most relevant to ``query`` (hybrid dense + lexical), best first.
 
         ``Hit.score`` is a calibrated relevance in [0, 1] (the estimated probability that the memory is relevant,
         comparable across queries: docs/retrieval.md); ``min_score`` drops hits below it. ``Hit.scores`` keeps
         the parts: ``dense`` (cosine similarity), ``lexical`` (BM25) and ``rank`` (the fused ranking score).
-        Never returns another user's entries, nor expired ones (even before a sweep).
+        Never returns another user's entries, nor expired ones (even before a sweep). Entries a newer memory
+        superseded (or consolidation retracted) are left out unless ``include_superseded``; knowledge entries
+        are those of the stable knowledge version (and unversioned ones).
 
         Example:
             >>> mem.recall("where does the user live?", user_id="u1", k=5, min_score=0.2)   # doctest: +SKIP
         """
+        return self._recall(query, user_id=user_id, k=k, session_id=session_id, kinds=kinds, tags=tags,
+                            filters=filters, include_superseded=include_superseded, min_score=min_score)
+
+    def _recall(self, query: str, *, user_id: str, k: int, session_id: str | None = None,
+                kinds: Iterable[str] | None = None, tags: Iterable[str] | None = None,
+                filters: Mapping[str, Any] | None = None, include_superseded: bool = False,
+                asking_session: str | None = None, for_mount: bool = False,
+                min_score: float | None = None) -> list[Hit]:
+        """``recall``; ``asking_session`` picks the knowledge version served, ``for_mount`` leaves out the roles
+        that are stored but not mounted (``MemoryConfig.unmounted_roles``)."""
         self._check_open()
         query = check_text(query, "query")
         scope = Scope(
             user_id=check_id(user_id, "user_id", required=True) or "",
             session_id=check_id(session_id, "session_id", required=False),
             kinds=check_kinds(kinds), tags=check_tags(tags) or None, predicate=compile_filters(filters),
+            include_superseded=bool(include_superseded), kb_versions=self._kb.served(asking_session),
+            exclude_roles=tuple(self.config.unmounted_roles) if for_mount else (),
         )
+        found = self._store.search(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"))
+        get_vectors = getattr(self._store.vectors, "get", None)
+        if self.config.consolidation != "off" and len(found) > 1 and get_vectors is not None:
+            # unresolved conflicts: the newer memory first
+            found = newer_first(found, key=lambda s: speaker_key(s.row), created=lambda s: s.row.created_at,
+                                vectors=get_vectors(scope.user_id, [s.row.id for s in found]), ident=lambda s: s.row.id)
         return [
             to_hit(s.row, s.score, s.scores, text=self._open_text(s.row.id, "text", s.row.text),
                    memory_text=self._open_text(s.row.id, "memory_text", s.row.memory_text))
-            for s in self._store.search(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"))
+            for s in found
         ]
 
     def get(self, entry_id: str, *, user_id: str | None = None) -> MemoryRecord:
@@ -340,7 +495,8 @@ class AgentMemory:
         if entry_ids is not None:
             hits = self._owned_hits(entry_ids, user_id)
         else:
-            hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters)
+            hits = self._recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
+                                asking_session=session_id, for_mount=True)
         retrieve_s = time.perf_counter() - t0
         if hits:
             engine = self._bank.engine
@@ -489,8 +645,8 @@ class AgentMemory:
         check_id(user_id, "user_id", required=True)
         entry_ids = check_entry_ids(entry_ids)
         now = time.time()
-        rows = [r for r in self._store.catalog.get(entry_ids)
-                if r.user_id == user_id and (r.expires_at is None or r.expires_at > now)]
+        rows = [r for r in self._store.catalog.get(entry_ids)  # superseded entries are never mounted
+                if r.user_id == user_id and (r.expires_at is None or r.expires_at > now) and r.status == "active"]
         return [to_hit(r, 1.0, {}, text=self._open_text(r.id, "text", r.text),
                        memory_text=self._open_text(r.id, "memory_text", r.memory_text)) for r in rows]
 
@@ -522,12 +678,34 @@ class AgentMemory:
 
     @property
     def kb_version(self) -> str | None:
-        """The knowledge-base version recorded on entries encoded from now on."""
-        return self._store.catalog.get_info("kb_version")
+        """The stable knowledge-base version (served to every session not in a staged rollout)."""
+        return self._kb.stable
 
-    def set_kb_version(self, version: str) -> None:
-        """Declare a new knowledge-base version (session caches built on an older one are rebuilt)."""
-        self._store.catalog.set_info("kb_version", check_text(version, "kb version"))
+    def set_kb_version(self, version: str, *, rollout: float = 1.0) -> None:
+        """Declare a knowledge-base version: knowledge entries written from now on belong to it.
+
+        ``rollout=1`` (default) makes it stable at once; ``rollout=0.1`` stages it for ~10 % of sessions (stable per
+        session) until :meth:`promote` or :meth:`rollback`. A session is served its version's knowledge (plus
+        unversioned entries), never two versions at once; session caches built on another version are rebuilt.
+
+        Example:
+            >>> mem.set_kb_version("v2", rollout=0.1)                                 # doctest: +SKIP
+            >>> mem.remember("Returns are accepted for 60 days.", user_id="shop", kind="knowledge")  # doctest: +SKIP
+            >>> mem.promote()                                                         # doctest: +SKIP
+            'v2'
+        """
+        self._check_open()
+        self._kb.set(version, rollout=rollout)
+
+    def promote(self) -> str:
+        """Serve the staged knowledge version to every session (it becomes :attr:`kb_version`); returns it."""
+        self._check_open()
+        return self._kb.promote()
+
+    def rollback(self) -> str:
+        """Withdraw the staged knowledge version: every session is served the stable one again; returns it."""
+        self._check_open()
+        return self._kb.rollback()
 
     def verify(self) -> dict[str, int]:
         """Check the store's consistency (rows, vectors, blobs; orphans and missing parts). Read-only.
@@ -541,8 +719,31 @@ class AgentMemory:
         return self._store.verify()
 
     def stats(self) -> dict[str, Any]:
-        """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time."""
-        return {"kv": self._bank.stats.as_dict(), "model_loaded": self._bank.loaded}
+        """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time;
+        consolidation outcomes (``lifecycle``: merged, superseded, llm decisions)."""
+        life = dict(self._lifecycle_stats) | ({} if self._llm is None else self._llm.stats())
+        return {"kv": self._bank.stats.as_dict(), "model_loaded": self._bank.loaded, "lifecycle": life}
+
+    def wait_consolidation(self, timeout: float | None = 30.0) -> bool:
+        """Block until the background consolidation worker (``consolidation="llm"``) has decided everything queued.
+
+        Example:
+            >>> mem.remember("Actually I moved to Paris.", user_id="u1")             # doctest: +SKIP
+            >>> mem.wait_consolidation()                                              # doctest: +SKIP
+            True
+        """
+        return True if self._llm is None else self._llm.wait(timeout)
+
+    def _llm_worker(self) -> ConsolidationWorker:
+        with self._sessions_lock:
+            if self._llm is None:
+                from agentmem.store.consolidation_llm import ConsolidationWorker, StoreActions, local_chat
+
+                chat = self._consolidation_model or local_chat(lambda: self._bank.engine)
+                actions = StoreActions(self._store, open_text=lambda r: self._open_text(r.id, "text", r.text),
+                                       seal=lambda i, t: self._seal_text(i, "history", t), clock=self._clock)
+                self._llm = ConsolidationWorker(chat, actions.context, actions.apply)
+            return self._llm
 
     # --- sessions ------------------------------------------------------------------------------
     @property
@@ -558,13 +759,18 @@ class AgentMemory:
                     retrieve=self._mountable,
                     remember_turn=self._remember_turn,
                     scan=self._scanner.apply if self._scanner is not None else (lambda text: text),
-                    kb_version=lambda: self.kb_version,
+                    kb_version=self._kb.state_key,  # any rollout change rebuilds caches built on older knowledge
                     root=self.path / "sessions",
                     config=self.config,
                     cipher=self._cipher,
                     cold_store=factory.build_session_store(
                         factory.BuildContext(root=self.path, config=self.config, cipher=self._cipher)),
                 )
+                if self.config.topic_switch_threshold is not None:
+                    from agentmem.sessions.topic import TopicDetector
+
+                    self._sessions.topic = TopicDetector(self._store.embedder.encode,  # type: ignore[attr-defined]
+                                                         threshold=self.config.topic_switch_threshold)
             return self._sessions
 
     def session(self, session_id: str, *, user_id: str) -> Session:
@@ -582,7 +788,8 @@ class AgentMemory:
     def _mountable(self, query: str, user_id: str, k: int, *, exclude_session: str | None = None,
                    strict: bool = False, entry_ids: Sequence[str] | None = None) -> list[BankMemory]:
         """Recalled (or, with ``entry_ids``, chosen) memories ready to mount, most relevant first (for sessions)."""
-        hits = self._owned_hits(entry_ids, user_id) if entry_ids is not None else self.recall(query, user_id=user_id, k=k)
+        hits = (self._owned_hits(entry_ids, user_id) if entry_ids is not None else
+                self._recall(query, user_id=user_id, k=k, asking_session=exclude_session, for_mount=True))
         if exclude_session is not None:  # turns of the live conversation are already in its working cache
             hits = [h for h in hits if h.session_id != exclude_session]
         rows = self._store.catalog.get([h.id for h in hits])
@@ -684,7 +891,8 @@ class AgentMemory:
 
 
 _REMEMBER_DEFAULTS: dict[str, Any] = dict(
-    session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None, ttl=None, metadata=None
+    session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None, ttl=None, metadata=None,
+    index=True,
 )
 
 __all__ = ["AgentMemory"]

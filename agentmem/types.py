@@ -53,6 +53,23 @@ class MemoryRecord:
     created_at: datetime
     expires_at: datetime | None
     kv: KvInfo | None = None
+    version: int = 1
+    status: str = "active"  # "superseded" (see superseded_by) or "deleted" (retracted by consolidation)
+    superseded_by: str | None = None
+    seen_count: int = 1  # how many times a near-identical memory was remembered (merged into this one)
+
+
+@dataclass(frozen=True)
+class MemoryVersion:
+    """One event in an entry's history (``mem.history(id)``): ``op`` is add, update, supersede, merge or delete;
+    ``text`` is what the entry said then; ``related_id`` names the entry that superseded it, if any."""
+
+    version: int
+    op: str
+    text: str
+    at: datetime
+    reason: str | None = None
+    related_id: str | None = None
 
 
 @dataclass(frozen=True)

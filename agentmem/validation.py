@@ -366,7 +366,7 @@ def check_answer_room(*, context: int, prompt_tokens: int, max_new_tokens: int) 
         )
 
 
-REMEMBER_FIELDS = ("user_id", "session_id", "kind", "role", "speaker", "timestamp", "tags", "ttl", "metadata")
+REMEMBER_FIELDS = ("user_id", "session_id", "kind", "role", "speaker", "timestamp", "tags", "ttl", "metadata", "index")
 
 
 def check_remember_item(item: Any, n: int) -> tuple[Any, dict[str, Any]]:

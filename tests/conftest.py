@@ -23,6 +23,7 @@ def mem_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def mem(mem_path: Path) -> Iterator[AgentMemory]:
-    with AgentMemory(mem_path) as m:
+def mem(mem_path: Path, request: pytest.FixtureRequest) -> Iterator[AgentMemory]:
+    # indirect parametrisation passes MemoryConfig overrides: @pytest.mark.parametrize("mem", [{...}], indirect=True)
+    with AgentMemory(mem_path, **getattr(request, "param", {})) as m:
         yield m

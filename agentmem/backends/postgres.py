@@ -57,12 +57,15 @@ class PostgresCatalog(Catalog):
             return int(conn.execute(text("SELECT last_value + CAST(is_called AS INTEGER) FROM agentmem_changes")).scalar_one())
 
     # --- writes --------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, extra: Callable[[Session], None] | None = None) -> None:
-        """Insert rows, tags, lexical documents and statistics in one transaction; ``extra`` runs inside it too
-        (pgvector adds the vectors there, so row and vector commit together)."""
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False, extra: Callable[[Session], None] | None = None, history: Sequence[Any] = ()) -> None:
+        """Insert rows, tags, lexical documents (None: not indexed), statistics and history events in one
+        transaction; ``extra`` runs inside it too (pgvector adds the vectors there, so row and vector commit together)."""
         with self._sessions.begin() as s:
             add_rows(s, rows, tags, pending=pending)
+            s.add_all(history)
+            indexed = [(r, t) for r, t in zip(rows, index_texts) if t is not None]
+            rows, index_texts = [r for r, _ in indexed], [t for _, t in indexed]
             docs = s.execute(text(
                 "INSERT INTO lexical_docs (id, user_id, doc, doc_len) SELECT id, u, d, length(d) FROM ("
                 " SELECT x.id, x.u, to_tsvector(CAST(:cfg AS regconfig), x.t) AS d FROM unnest("

@@ -312,7 +312,7 @@ class SessionManager:
             "history_kv": self.history_kv,
             **{k: self.counts.get(k, 0) for k in (
                 "turns", "rebuilds", "invalidations", "invalidated_sessions", "evicted_turns", "idle_offloads",
-                "expired", "ended", "resets", "corrupted", "clean_copies", "clean_demotions",
+                "expired", "ended", "resets", "corrupted", "clean_copies", "clean_demotions", "topic_switches",
             )},
         }
 

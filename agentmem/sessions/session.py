@@ -198,6 +198,11 @@ class Session:
             ctx = mgr.context()
             if mode != "text":
                 ctx.require_kv()
+            topic = getattr(mgr, "topic", None)  # agentmem/sessions/topic.py, set by the facade when configured
+            if commit and topic is not None and self._state is not None and self._state.turns and topic.switched(
+                    user_text, [t.user for t in self._state.turns]):
+                self.reset()  # the old topic's working KV stops being mounted; its turns stay long-term memories
+                mgr._count("topic_switches", 1)
             self._busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,

@@ -21,12 +21,14 @@ import logging
 import re
 import threading
 import time
+from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
-    JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text, update,
+    JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text,
+    update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
@@ -66,6 +68,15 @@ class EntryRow(Base):
     write_state: Mapped[str | None] = mapped_column(String(8), default=None)
     write_since: Mapped[float | None] = mapped_column(Float, default=None)
     kv_staged_at: Mapped[float | None] = mapped_column(Float, default=None)  # a blob write in flight
+    # --- lifecycle (schema 4; see agentmem/store/lifecycle.py) ---
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    # "active" | "superseded" (replaced by superseded_by) | "deleted" (retracted by consolidation): only active
+    # entries are recalled by default and the others are never mounted; forget() still erases them all
+    status: Mapped[str] = mapped_column(String(16), default="active", index=True)
+    superseded_by: Mapped[str | None] = mapped_column(String(36), default=None)
+    seen_count: Mapped[int] = mapped_column(Integer, default=1)
+    last_seen_at: Mapped[float | None] = mapped_column(Float, default=None)
+    indexed: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored but not embedded (LangGraph index=False)
 
     __table_args__ = (
         Index("ix_entries_session_created", "session_id", "created_at"),
@@ -90,6 +101,21 @@ class TagRow(Base):
     entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
     tag: Mapped[str] = mapped_column(String, primary_key=True, index=True)
     entry: Mapped[EntryRow] = relationship(back_populates="tag_rows")
+
+
+class HistoryRow(Base):
+    """One version of an entry: what it said and why it changed (texts sealed like the entry's own)."""
+
+    __tablename__ = "entry_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    op: Mapped[str] = mapped_column(String(16))  # add | update | supersede | merge | delete
+    text: Mapped[str] = mapped_column(Text)
+    at: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    related_id: Mapped[str | None] = mapped_column(String(36), default=None)
 
 
 class StoreInfo(Base):
@@ -194,6 +220,26 @@ class Catalog:
         if applied:
             log.info("catalog migrated to schema %d (applied %s)", SCHEMA_VERSION, applied)
 
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One write transaction (the process-wide write lock held): for multi-table lifecycle changes."""
+        with self._write_lock, self._sessions.begin() as s:
+            yield s
+
+    def replace_lexical(self, s: Session, user_id: str, entry_id: str, content: str | None) -> None:
+        """Inside transaction ``s``: replace an entry's lexical document (``None``: drop it)."""
+        table = lexical_table(user_id)
+        s.execute(text(lexical_ddl(table)))
+        s.execute(text(f"DELETE FROM {table} WHERE id = :id"), {"id": entry_id})
+        if content is not None:
+            s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), {"id": entry_id, "c": content})
+        self._lexical_tables.add(table)
+
+    def read(self) -> Session:
+        """A read-only ORM session (use as a context manager)."""
+        return self._sessions()
+
     def lexical_tables(self) -> list[str]:
         """Every user's FTS5 table in the file (for scrubbing and checks)."""
         with self.engine.connect() as conn:
@@ -211,22 +257,23 @@ class Catalog:
         return table in self._lexical_tables
 
     # --- writes --------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False) -> None:
-        """Insert rows, their tags and lexical documents in one transaction (all or nothing).
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False, history: Sequence[HistoryRow] = ()) -> None:
+        """Insert rows, their tags, lexical documents (None: stored, not indexed) and history events in one
+        transaction (all or nothing).
 
         ``pending`` records the rows as writes in flight ("adding"): readers do not see them until :meth:`commit`.
         """
         with self._write_lock, self._sessions.begin() as s:
             add_rows(s, rows, tags, pending=pending)
+            s.add_all(history)
             for user_id in dict.fromkeys(r.user_id for r in rows):
                 table = lexical_table(user_id)
                 # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
                 s.execute(text(lexical_ddl(table)))
-                s.execute(
-                    text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"),
-                    [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id],
-                )
+                docs = [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id and t is not None]
+                if docs:
+                    s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), docs)
             self._bump(s)
         self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
 
@@ -253,11 +300,12 @@ class Catalog:
             self._bump(s)
         return out
 
-    def mark_blob_pending(self, entry_id: str) -> bool:
-        """Record a blob write in flight for a committed row; False if there is no such row."""
+    def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
+        """Record a blob write in flight for a committed row; False if there is no such row (or, with ``version``,
+        the row is at another version: the blob was made from an older text)."""
         with self._write_lock, self._sessions.begin() as s:
-            done = s.execute(update(EntryRow).where(EntryRow.id == entry_id, COMMITTED)
-                             .values(kv_staged_at=time.time()))
+            where = [EntryRow.id == entry_id, COMMITTED] + ([EntryRow.version == version] if version is not None else [])
+            done = s.execute(update(EntryRow).where(*where).values(kv_staged_at=time.time()))
             return bool(done.rowcount)
 
     def pending(self, older_than: float) -> list[EntryRow]:
@@ -303,6 +351,7 @@ class Catalog:
             found = [r.id for r in rows]
             if found:
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
+                s.execute(delete(HistoryRow).where(HistoryRow.entry_id.in_(found)))  # every version goes with it
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
                 self._bump(s)
                 for user_id in {r.user_id for r in rows}:
@@ -391,6 +440,11 @@ class Catalog:
     def expired_ids(self, now: float) -> list[str]:
         with self._sessions() as s:
             return list(s.scalars(select(EntryRow.id).where(EntryRow.expires_at <= now, COMMITTED)))
+
+    def unindexed_ids(self) -> set[str]:
+        """Entries stored without a vector on purpose (LangGraph ``index=False``)."""
+        with self._sessions() as s:
+            return set(s.scalars(select(EntryRow.id).where(EntryRow.indexed.is_(False))))
 
     def all_kv_paths(self) -> set[str]:
         with self._sessions() as s:
@@ -506,4 +560,5 @@ def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
         yield items[i : i + n]
 
 
-__all__ = ["COMMITTED", "Catalog", "EntryRow", "TagRow", "TurnContext", "fts_query", "lexical_ddl", "lexical_table"]
+__all__ = ["COMMITTED", "Catalog", "EntryRow", "HistoryRow", "TagRow", "TurnContext", "fts_query", "lexical_ddl",
+           "lexical_table"]

@@ -28,7 +28,8 @@ import numpy as np
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
-from agentmem.store.catalog import EntryRow
+from agentmem.store.catalog import EntryRow, HistoryRow
+from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.rerank import HeadEntry, rerank
@@ -49,6 +50,7 @@ class NewEntry:
     index_text: str
     tags: Sequence[str] = ()
     blob: bytes | None = None  # KV blob bytes (already sealed/encrypted by the caller's policy)
+    history: HistoryRow | None = None  # the entry's "add" event, written in the same transaction
 
 
 @dataclass
@@ -58,9 +60,18 @@ class Scope:
     kinds: Sequence[str] | None = None
     tags: Sequence[str] | None = None
     predicate: Predicate | None = None
+    include_superseded: bool = False  # superseded / retracted entries are hidden unless asked for
+    exclude_roles: Sequence[str] = ()
+    kb_versions: Sequence[str | None] | None = None  # knowledge entries of these versions only (None: any)
 
     def admits(self, row: EntryRow, now: float) -> bool:
         if row.user_id != self.user_id:
+            return False
+        if not self.include_superseded and row.status != ACTIVE:
+            return False
+        if row.role is not None and row.role in self.exclude_roles:
+            return False
+        if self.kb_versions is not None and row.kind == "knowledge" and row.kb_version not in self.kb_versions:
             return False
         if self.session_id is not None and row.session_id != self.session_id:
             return False
@@ -101,6 +112,7 @@ class EntryStore:
         ctx = factory.BuildContext(root=root, config=config, cipher=cipher)
         self.catalog = catalog if catalog is not None else factory.build_catalog(ctx)
         ctx.catalog = self.catalog
+        self.lifecycle = Lifecycle(self.catalog)
         self.vectors = vectors if vectors is not None else factory.build_vectors(ctx)
         self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
@@ -117,30 +129,36 @@ class EntryStore:
         """Write entries all-or-nothing (see the module docstring for the protocol)."""
         if not entries:
             return
-        if vectors is None:
-            vectors = self.embedder.encode([e.embed_text for e in entries], batch_size=self.config.embedding_batch_size)
         rows = [e.row for e in entries]
         ids = [r.id for r in rows]
+        indexed = [i for i, r in enumerate(rows) if r.indexed is not False]  # index=False: stored, not embedded
+        if vectors is None and indexed:
+            vectors = self.embedder.encode([entries[i].embed_text for i in indexed],
+                                           batch_size=self.config.embedding_batch_size)
+        elif vectors is not None:
+            vectors = vectors[indexed]
         for e in entries:
             if e.blob is not None:
                 e.row.kv_path = self.blobs.location(e.row.id)
-        index_texts = [e.index_text if self._blind_index is None else self._blind_index.text(e.index_text)
-                       for e in entries]
-        vector_args = ([r.user_id for r in rows], ids, vectors, [_vector_metadata(r) for r in rows],
-                       [e.embed_text for e in entries])
+        index_texts = [self._index_text(e.index_text) if e.row.indexed is not False else None for e in entries]
+        vector_args = ([rows[i].user_id for i in indexed], [ids[i] for i in indexed], vectors,
+                       [_vector_metadata(rows[i]) for i in indexed], [entries[i].embed_text for i in indexed])
+        if not indexed:
+            vector_args = None
         # an index in the catalog's database (pgvector) writes inside the row's transaction
         add_in = getattr(self.vectors, "add_in", None) if getattr(self.vectors, "catalog", None) is self.catalog else None
         has_blobs = any(e.blob is not None for e in entries)
+        history = [e.history for e in entries if e.history is not None]
         with self._lock:
             self.catalog.insert(rows, index_texts=index_texts, tags=[e.tags for e in entries],
-                                pending=has_blobs or add_in is None,
-                                **({"extra": lambda s: add_in(s, *vector_args)} if add_in else {}))
+                                pending=has_blobs or add_in is None, history=history,
+                                **({"extra": lambda s: add_in(s, *vector_args)} if add_in and vector_args else {}))
             if add_in is not None and not has_blobs:
                 return  # row and vector committed together: nothing is in flight
             staged: list[str] = []
             try:
                 staged = [self.blobs.stage(e.row.id, self._seal(e.row.id, e.blob)) for e in entries if e.blob is not None]
-                if add_in is None:
+                if add_in is None and vector_args is not None:
                     self.vectors.add(*vector_args)
                 for token in staged:
                     self.blobs.publish(token)
@@ -166,10 +184,62 @@ class EntryStore:
         except Exception:  # recovery finishes it later: the rows are still marked pending
             log.exception("rolling back a failed write; recovery will finish it")
 
-    def attach_blob(self, entry_id: str, blob: bytes, **kv_fields: Any) -> bool:
-        """Attach (or replace) an entry's KV blob; False if the entry no longer exists."""
+    def _index_text(self, text: str) -> str:
+        return text if self._blind_index is None else self._blind_index.text(text)
+
+    def replace(self, row: EntryRow, fields: dict[str, Any], *, embed_text: str | None, index_text: str | None,
+                tags: Sequence[str] | None, blob: bytes | None, kv_fields: dict[str, Any] | None,
+                events: Sequence[HistoryEvent]) -> None:
+        """Replace an entry's text, vector, lexical document and KV blob all-or-nothing (``mem.update``).
+
+        ``fields`` carries the new ``version``. Protocol: new blob staged, vector upserted (the old one kept to
+        restore); one transaction replaces row, lexical doc, tags, history *and drops the row's KV fields with a
+        blob write marked in flight* (from then on the old text's KV can never be mounted: the row names none);
+        the new blob is published over the old one and attached, or, without one, the old blob erased. A crash in
+        between leaves a marked row without KV, which recovery cleans (the entry re-encodes at its next mount).
+        ``embed_text=None`` stores the new version without a vector or lexical document.
+        """
         with self._lock:
-            if not self.catalog.mark_blob_pending(entry_id):
+            token = None if blob is None else self.blobs.stage(row.id, self._seal(row.id, blob))
+            get = getattr(self.vectors, "get", None)  # to restore on failure (indexes without get: deleted instead)
+            old_vector = get(row.user_id, [row.id]) if get is not None else {}
+            fields.update(kv_path=None, kv_tokens=None, kv_fingerprint=None, kv_dtype=None, kv_staged_at=time.time())
+            try:
+                if embed_text is not None:
+                    vec = self.embedder.encode([embed_text])
+                    self.vectors.add([row.user_id], [row.id], vec, [_vector_metadata(row)], [embed_text])
+                else:
+                    self.vectors.delete([row.id], user_id=row.user_id)
+                try:
+                    with self.catalog.transaction() as s:
+                        self.lifecycle.replace(s, row, fields, tags=tags, events=events,
+                                               index_text=None if index_text is None else self._index_text(index_text))
+                except BaseException:
+                    self._restore_vector(row, old_vector)
+                    raise
+            except BaseException:
+                if token is not None:
+                    self.blobs.discard(token)
+                raise
+            if token is not None:
+                self.blobs.publish(token)
+                self.catalog.update_kv(row.id, kv_path=self.blobs.location(row.id), **(kv_fields or {}))
+            else:
+                if row.kv_path:
+                    self.blobs.delete(row.id)
+                self.catalog.update_kv(row.id)  # clears the in-flight marker
+
+    def _restore_vector(self, row: EntryRow, old: dict[str, np.ndarray]) -> None:
+        if row.id in old:
+            self.vectors.add([row.user_id], [row.id], old[row.id][None, :], [_vector_metadata(row)], None)
+        else:
+            self.vectors.delete([row.id], user_id=row.user_id)
+
+    def attach_blob(self, entry_id: str, blob: bytes, *, expect_version: int | None = None, **kv_fields: Any) -> bool:
+        """Attach (or replace) an entry's KV blob; False if the entry no longer exists or, with
+        ``expect_version``, was updated since the blob's text was read (its KV would be stale)."""
+        with self._lock:
+            if not self.catalog.mark_blob_pending(entry_id, version=expect_version):
                 return False
             token = self.blobs.stage(entry_id, self._seal(entry_id, blob))
             try:
@@ -364,7 +434,7 @@ class EntryStore:
             "vectors": len(vector_ids),
             "blobs": len(blob_keys & with_blob),
             "pending": len(pending),
-            "rows_missing_vector": len(row_ids - vector_ids),
+            "rows_missing_vector": len(row_ids - vector_ids - self.catalog.unindexed_ids()),
             "rows_missing_blob": len(with_blob - blob_keys),
             "orphan_vectors": len(vector_ids - row_ids),
             "orphan_blobs": len(blob_keys - with_blob),

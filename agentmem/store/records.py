@@ -42,6 +42,8 @@ def _record_fields(row: EntryRow, text: str | None, memory_text: str | None) -> 
         user_id=row.user_id, session_id=row.session_id, kind=row.kind, role=row.role, speaker=row.speaker,
         occurred_at=row.occurred_at, tags=row.tags, metadata=dict(row.metadata_json or {}),
         created_at=utc_from_epoch(row.created_at), expires_at=utc_from_epoch(row.expires_at), kv=kv,
+        version=row.version or 1, status=row.status or "active", superseded_by=row.superseded_by,
+        seen_count=row.seen_count or 1,
     )
 
 

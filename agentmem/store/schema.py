@@ -99,10 +99,31 @@ def _write_state(conn: Connection) -> None:
         conn.execute(text("""INSERT INTO store_info("key", value) VALUES ('changes', '0')"""))
 
 
+def _lifecycle(conn: Connection) -> None:
+    """Versions, statuses (superseded / deleted), seen-again counts, unindexed entries, and the history table."""
+    serial = "SERIAL" if conn.dialect.name == "postgresql" else "INTEGER"
+    for ddl in (
+        "ALTER TABLE entries ADD COLUMN version INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE entries ADD COLUMN status VARCHAR(16) NOT NULL DEFAULT 'active'",
+        "ALTER TABLE entries ADD COLUMN superseded_by VARCHAR(36)",
+        "ALTER TABLE entries ADD COLUMN seen_count INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE entries ADD COLUMN last_seen_at FLOAT",
+        "ALTER TABLE entries ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE",
+        "CREATE INDEX IF NOT EXISTS ix_entries_status ON entries (status)",
+        f"""CREATE TABLE IF NOT EXISTS entry_history (
+            id {serial} NOT NULL, entry_id VARCHAR(36) NOT NULL, version INTEGER NOT NULL, op VARCHAR(16) NOT NULL,
+            text TEXT NOT NULL, at FLOAT NOT NULL, reason TEXT, related_id VARCHAR(36), PRIMARY KEY (id),
+            FOREIGN KEY(entry_id) REFERENCES entries (id) ON DELETE CASCADE)""",
+        "CREATE INDEX IF NOT EXISTS ix_entry_history_entry_id ON entry_history (entry_id)",
+    ):
+        conn.execute(text(ddl))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline: entries, tags, store info (and SQLite's shared FTS5 index)", _baseline),
     Migration(2, "SQLite: one FTS5 table per user", _per_user_lexical),
     Migration(3, "write state on rows (pending adds/deletes, staged blobs) and a change counter", _write_state),
+    Migration(4, "lifecycle: versions, superseded / merged entries, unindexed entries, entry history", _lifecycle),
 )
 SCHEMA_VERSION = latest_version(MIGRATIONS)
 

@@ -336,6 +336,15 @@ class VectorIndex:
                     documents=[documents[i] for i in rows] if (documents is not None and self.keep_documents) else None,
                 )
 
+    def get(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors of ``ids`` in ``user_id``'s collection (missing ids are left out)."""
+        with self._lock:
+            col = self._collection(user_id, create=False)
+            if col is None or not ids:
+                return {}
+            res = col.get(ids=list(ids), include=["embeddings"])
+        return {i: np.asarray(v, dtype=np.float32) for i, v in zip(res["ids"], res["embeddings"])}
+
     def delete(self, ids: Sequence[str], *, user_id: str | None = None) -> None:
         """Delete ids from one user's collection, or (``user_id=None``, for recovery) from every collection."""
         if not ids:

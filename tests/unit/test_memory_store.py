@@ -89,6 +89,7 @@ def test_remember_messages_batches_and_tool_kind(mem: AgentMemory) -> None:
     assert mem.recall("sister's name", user_id="u1", k=1)[0].id == recs[0].id
 
 
+@pytest.mark.parametrize("mem", [{"consolidation": "off"}], indirect=True)  # two near-identical facts on purpose
 def test_ttl_hides_then_sweep_erases_everywhere(mem: AgentMemory) -> None:
     keep = mem.remember("permanent fact about tea", user_id="u1")
     short = mem.remember("ephemeral fact about tea", user_id="u1", ttl=timedelta(seconds=0.5))
@@ -188,6 +189,7 @@ def test_persists_across_reopen(mem_path: Path) -> None:
         assert mem.recall("wifi", user_id="u", k=1)[0].id == rec.id
 
 
+@pytest.mark.parametrize("mem", [{"consolidation": "off"}], indirect=True)  # 48 near-duplicates: all must land
 def test_eight_threads_remember_and_recall(mem: AgentMemory) -> None:
     errors: list[BaseException] = []
 

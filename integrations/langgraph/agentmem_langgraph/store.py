@@ -383,7 +383,7 @@ class AgentMemStore(BaseStore):
                 dict(text="LangGraph store namespace " + "/".join(ns), user_id=REGISTRY_USER, kind="knowledge",
                      tags=[_registry_tag(ns)], metadata={"lg:namespace": list(ns)})
                 for ns in new
-            ])
+            ], consolidate=False)
 
     def _unregister_if_empty(self, namespaces: Iterable[tuple[str, ...]]) -> None:
         for ns in dict.fromkeys(namespaces):
@@ -409,11 +409,12 @@ class AgentMemStore(BaseStore):
             text=render_value(value, None if fields == ["$"] else fields, key=key),
             user_id=self._user(namespace), kind="knowledge", role=None, tags=tags, metadata=meta,
             ttl=None if ttl_minutes is None else float(ttl_minutes) * 60.0,
+            index=index is not False,  # LangGraph's index=False: stored, not embedded
         )
 
     def _apply_puts(self, ops: list[PutOp]) -> None:
-        # write the new versions first, erase the old ones after: a crash in between leaves a duplicate that
-        # reads resolve (newest wins), never a lost item
+        # a put on an existing key is an agentmem update (a new version, the old value kept in mem.history);
+        # new keys are written in one batch; stale duplicates (an interrupted older write) are erased after
         old: dict[tuple[tuple[str, ...], str], list[str]] = {}
         entries = []
         now = time.time()
@@ -423,15 +424,23 @@ class AgentMemStore(BaseStore):
             ns, key = tuple(op.namespace), str(op.key)
             prev = self.memory.list(user_id=self._user(ns), tags=[_item_tag(ns, key)])
             old[(ns, key)] = [r.id for r in prev]
-            if op.value is not None:
-                created = prev[-1].metadata.get("lg:created_at", now) if prev else now
-                entries.append(self._entry(ns, key, op.value, index=op.index, ttl_minutes=op.ttl,
-                                           created_at=created, updated_at=now, vectors=next(packed, None)))
+            if op.value is None:
+                continue
+            created = prev[-1].metadata.get("lg:created_at", now) if prev else now
+            entry = self._entry(ns, key, op.value, index=op.index, ttl_minutes=op.ttl, created_at=created,
+                                updated_at=now, vectors=next(packed, None))
+            if prev:
+                self.memory.update(prev[-1].id, text=entry["text"], tags=entry["tags"], metadata=entry["metadata"],
+                                   ttl=entry["ttl"], clear_ttl=entry["ttl"] is None, index=entry["index"],
+                                   reason="LangGraph store put")
+                old[(ns, key)] = old[(ns, key)][:-1]
+            else:
+                entries.append(entry)
         written = {tuple(op.namespace) for op in ops if op.value is not None}
         if written:
             self._register(written)
         if entries:
-            self.memory.remember_many(entries)
+            self.memory.remember_many(entries, consolidate=False)  # keys decide identity here, not similarity
         for ids in old.values():
             for entry_id in ids:
                 self.memory.forget(entry_id)
@@ -451,7 +460,7 @@ class AgentMemStore(BaseStore):
             entries.append(self._entry(item.namespace, item.key, item.value, index=index,
                                        ttl_minutes=r.metadata["lg:ttl"], created_at=r.metadata["lg:created_at"],
                                        updated_at=r.metadata["lg:updated_at"], vectors=r.metadata.get("lg:vec")))
-        self.memory.remember_many(entries)
+        self.memory.remember_many(entries, consolidate=False)
         for r in recs:
             self.memory.forget(r.id)
 

@@ -1,0 +1,112 @@
+"""Memory lifecycle in the catalog: versions, history events, superseded and merged entries.
+
+History is data, not logs: every event of an entry (``add``, ``update``, ``supersede``, ``merge``, ``delete``) is a
+row of ``entry_history`` holding the text of that version (sealed like the entry's own text in encrypted stores),
+its time and the reason. Erasing an entry erases its history in the same transaction (``Catalog.delete``).
+
+Statuses: ``active`` entries are recalled and mounted; ``superseded`` ones (a newer entry replaced them,
+``superseded_by`` names it) and ``deleted`` ones (consolidation retracted them) stay in the catalog, visible to
+``history()`` and ``recall(include_superseded=True)``, and are never mounted.
+
+Example:
+    >>> from agentmem.store.catalog import Catalog, EntryRow
+    >>> cat = Catalog(":memory:")
+    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
+    ...            index_texts=["hi"])
+    >>> life = Lifecycle(cat)
+    >>> with cat.transaction() as s:
+    ...     life.log(s, HistoryEvent("e1", 1, "add", "hi", 0.0))
+    >>> [e.op for e in life.history("e1")]
+    ['add']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from agentmem.store.catalog import Catalog, EntryRow, HistoryRow, TagRow
+
+OPS = ("add", "update", "supersede", "merge", "delete")
+ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One event of an entry as stored (``text`` sealed by the caller when the store is encrypted)."""
+
+    entry_id: str
+    version: int
+    op: str
+    text: str
+    at: float
+    reason: str | None = None
+    related_id: str | None = None
+
+
+class Lifecycle:
+    """History and status changes of catalog entries, each in one transaction with what it records."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    @staticmethod
+    def log(s: Session, event: HistoryEvent) -> None:
+        """Add ``event`` inside the open transaction ``s``."""
+        if event.op not in OPS:
+            raise ValueError(f"unknown history op {event.op!r}")
+        s.add(HistoryRow(entry_id=event.entry_id, version=event.version, op=event.op, text=event.text, at=event.at,
+                         reason=event.reason, related_id=event.related_id))
+
+    def log_many(self, events: Iterable[HistoryEvent]) -> None:
+        with self.catalog.transaction() as s:
+            for event in events:
+                self.log(s, event)
+
+    def history(self, entry_id: str) -> list[HistoryRow]:
+        """The entry's events, oldest first."""
+        with self.catalog.read() as s:
+            return list(s.scalars(select(HistoryRow).where(HistoryRow.entry_id == entry_id)
+                                  .order_by(HistoryRow.at, HistoryRow.id)))
+
+    def replace(self, s: Session, row: EntryRow, fields: dict[str, Any], *, index_text: str | None,
+                tags: Sequence[str] | None, events: Sequence[HistoryEvent]) -> None:
+        """Inside transaction ``s``: overwrite ``row``'s fields, its lexical document (dropped when ``index_text``
+        is None: the entry is stored but not indexed), its tags (when given), and log ``events``."""
+        live = s.get(EntryRow, row.id)
+        if live is None:
+            raise LookupError(row.id)
+        for key, value in fields.items():
+            setattr(live, key, value)
+        if tags is not None:
+            s.execute(delete(TagRow).where(TagRow.entry_id == row.id))
+            s.flush()
+            live.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tags)]
+        self.catalog.replace_lexical(s, live.user_id, row.id, index_text)
+        for event in events:
+            self.log(s, event)
+
+    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *, superseded_by: str | None = None) -> bool:
+        """Mark an active entry superseded / deleted and log why; False if it is gone or no longer active."""
+        with self.catalog.transaction() as s:
+            n = s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status == ACTIVE)
+                          .values(status=status, superseded_by=superseded_by)).rowcount
+            if n:
+                self.log(s, event)
+            return bool(n)
+
+    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
+        """A near-duplicate arrived: count it on the existing entry (no new row) and log the merge."""
+        with self.catalog.transaction() as s:
+            n = s.execute(update(EntryRow).where(EntryRow.id == entry_id)
+                          .values(seen_count=EntryRow.seen_count + 1, last_seen_at=at)).rowcount
+            if n:
+                self.log(s, event)
+            return bool(n)
+
+
+__all__ = ["ACTIVE", "DELETED", "OPS", "SUPERSEDED", "HistoryEvent", "Lifecycle"]

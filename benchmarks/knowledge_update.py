@@ -1,0 +1,139 @@
+"""Knowledge updates: does recall answer with the current value after a fact changed? Per consolidation mode.
+
+Scenarios come from ``benchmarks/ku_scenarios.py`` (older statements, some repeated, unrelated memories and other
+facts between, then a newer statement; a question about the current value). Each scenario is one user of a shared
+store. Reported per mode ("off", "local", and "llm" with the local model on a smaller subset):
+
+* ``top1_new``: share of scenarios whose ``recall(k=1)`` states the new value;
+* ``stale_top3``: share whose top 3 still hold a statement of the old value;
+* ``others_hidden``: share of the scenario's *other* facts wrongly superseded (they must stay recallable).
+
+Then LoCoMo recall@5/@10 with consolidation "local" vs "off" (``--locomo``), and ``remember()`` p95 latency with vs
+without consolidation, measured side by side (alternating) in the same run.
+
+    python benchmarks/knowledge_update.py --half test --n 200 --locomo ../shared/data/locomo/locomo_dev5.json
+
+Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "locomo": {...}, "remember_p95_ms": {...}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ku_scenarios import Scenario, scenarios  # noqa: E402
+
+from agentmem import AgentMemory  # noqa: E402
+
+
+def run_scenarios(mem: AgentMemory, items: list[Scenario], tag: str) -> dict[str, float]:
+    """Remember each scenario's stream as its own user, then ask its question."""
+    top1 = stale = hidden = others = 0
+    for n, s in enumerate(items):
+        user = f"{tag}-{n}"
+        for text in s.memories:
+            mem.remember(text, user_id=user, role="user")
+        mem.wait_consolidation(timeout=600)
+        hits = mem.recall(s.question, user_id=user, k=3)
+        texts = [h.text.lower() for h in hits]
+        top1 += bool(texts) and s.new_value.lower() in texts[0]
+        stale += any(s.old_value.lower() in t and s.new_value.lower() not in t for t in texts)
+        active = {r.text for r in mem.list(user_id=user) if r.status == "active"}
+        for fact, _value in s.other_facts:
+            others += 1
+            hidden += fact not in active
+    count = len(items)
+    return {"scenarios": count, "top1_new": round(top1 / count, 3), "stale_top3": round(stale / count, 3),
+            "others_hidden": round(hidden / max(1, others), 3)}
+
+
+def locomo_recall(path: Path, consolidation: str, store: Path, ks: tuple[int, ...] = (5, 10)) -> dict[str, float]:
+    from locomo import load_conversations
+
+    conversations = json.loads(path.read_text())
+    with AgentMemory(store, consolidation=consolidation) as mem:
+        id_maps = load_conversations(mem, conversations)
+        scores: dict[int, list[float]] = {k: [] for k in ks}
+        for conv in conversations:
+            cid = str(conv["conversation_id"])
+            for qa in conv["qa"]:
+                if qa.get("category") not in (1, 2, 3, 4) or not qa.get("evidence"):
+                    continue
+                gold = {id_maps[cid][d] for d in qa["evidence"] if d in id_maps[cid]}
+                if not gold:
+                    continue
+                ranked = [h.id for h in mem.recall(qa["question"], user_id=f"locomo-{cid}", k=max(ks))]
+                for k in ks:
+                    scores[k].append(len(gold & set(ranked[:k])) / len(gold))
+        lifecycle = mem.stats()["lifecycle"]
+    out: dict[str, float] = {f"recall@{k}": round(float(np.mean(v)), 4) for k, v in scores.items()}
+    out["questions"] = len(scores[ks[0]])
+    out.update({k: v for k, v in lifecycle.items() if k in ("merged", "superseded")})
+    return out
+
+
+def remember_p95(root: Path, n: int) -> dict[str, float]:
+    """remember() latency with consolidation "local" and "off", interleaved so both see the same machine load."""
+    items = scenarios("tune", n=max(1, n // 8), seed=7)
+    stream = [(f"lat-{i}", t) for i, s in enumerate(items) for t in s.memories]
+    times: dict[str, list[float]] = {"local": [], "off": []}
+    with AgentMemory(root / "lat-local", consolidation="local") as on, \
+            AgentMemory(root / "lat-off", consolidation="off") as off:
+        for mem in (on, off):  # warm up: model load, first collection
+            mem.remember("warm up", user_id="warm")
+        for user, text in stream[:n]:
+            for name, mem in (("local", on), ("off", off)):
+                t0 = time.perf_counter()
+                mem.remember(text, user_id=user, role="user")
+                times[name].append(time.perf_counter() - t0)
+    p95 = {k: round(1000 * float(np.percentile(v, 95)), 2) for k, v in times.items()}
+    p95["ratio"] = round(p95["local"] / p95["off"], 3)
+    return p95
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--half", choices=["tune", "test"], default="test", help="template half to report")
+    ap.add_argument("--n", type=int, default=200, help="scenarios per mode")
+    ap.add_argument("--llm-n", type=int, default=20, help="scenarios for the llm mode (local model: slow on CPU)")
+    ap.add_argument("--locomo", type=Path, default=None, help="LoCoMo json: recall@5/@10 with consolidation on/off")
+    ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
+    args = ap.parse_args()
+
+    items = scenarios(args.half, n=args.n, seed=1)
+    result: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        per_mode: dict[str, dict[str, float]] = {}
+        for mode in ("off", "local"):
+            with AgentMemory(root / f"ku-{mode}", consolidation=mode) as mem:
+                per_mode[mode] = run_scenarios(mem, items, mode)
+            print(mode, per_mode[mode], file=sys.stderr, flush=True)
+        if args.llm_n:
+            with AgentMemory(root / "ku-llm", consolidation="llm") as mem:
+                per_mode["llm"] = run_scenarios(mem, items[: args.llm_n], "llm")
+                per_mode["llm"]["decisions"] = mem.stats()["lifecycle"]  # type: ignore[assignment]
+            print("llm", per_mode["llm"], file=sys.stderr, flush=True)
+        result[args.half] = per_mode
+        if args.locomo:
+            on = locomo_recall(args.locomo, "local", root / "locomo-local")
+            off = locomo_recall(args.locomo, "off", root / "locomo-off")
+            result["locomo"] = {"local": on, "off": off,
+                                "delta@5": round(on["recall@5"] - off["recall@5"], 4),
+                                "delta@10": round(on["recall@10"] - off["recall@10"], 4)}
+            print("locomo", result["locomo"], file=sys.stderr, flush=True)
+        if args.latency_n:
+            result["remember_p95_ms"] = remember_p95(root, args.latency_n)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

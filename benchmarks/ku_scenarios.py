@@ -1,0 +1,137 @@
+"""Knowledge-update scenarios, generated from templates (used by ``benchmarks/knowledge_update.py``).
+
+A scenario is one user's memory stream: older statements of a fact (some repeated, in varied phrasings), unrelated
+memories between them (chit-chat and *other* facts about the user, which must survive consolidation), then a newer
+statement that replaces the fact, and a question about its current value.
+
+Templates are split into two halves by attribute: ``"tune"`` (what the consolidation constants were chosen on) and
+``"test"`` (held out: other attributes, other phrasings, other values). Report the held-out half.
+
+Example:
+    >>> s = scenarios("test", n=3, seed=0)
+    >>> len(s), s[0].new_value != s[0].old_value
+    (3, True)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+# attribute: (statements of the old value, statements of a new value, questions, values)
+# Statements and updates are phrased differently on purpose (the update rarely repeats the old frame).
+_TUNE: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
+    "city": (["I live in {v}.", "My home is in {v}.", "I've been living in {v} for a few years."],
+             ["Actually I moved to {v} last month.", "I live in {v} now.", "We relocated to {v} recently."],
+             ["Where do I live?", "Which city is my home?"],
+             ["Lyon", "Paris", "Berlin", "Madrid", "Lisbon", "Toronto", "Osaka", "Denver", "Austin", "Prague"]),
+    "employer": (["I work at {v}.", "My employer is {v}.", "I have a job at {v}."],
+                 ["I just started a new job at {v}.", "I switched jobs, I'm at {v} now.", "These days I work for {v}."],
+                 ["Where do I work?", "Who is my employer?"],
+                 ["Google", "Siemens", "Airbus", "Netflix", "Spotify", "Shopify", "Nestle", "Philips", "Zalando"]),
+    "color": (["My favorite color is {v}.", "I love the color {v} the most.", "{v} is my favourite colour."],
+              ["My favorite color is {v} now.", "Lately my favourite colour has become {v}.",
+               "I changed my mind, {v} is my favorite color."],
+              ["What is my favorite color?", "Which colour do I like best?"],
+              ["blue", "green", "red", "purple", "orange", "yellow", "teal", "black", "pink"]),
+    "pet": (["My dog is called {v}.", "I have a dog named {v}.", "Our dog's name is {v}."],
+            ["We renamed our dog, he is called {v} now.", "Our dog goes by {v} these days.",
+             "The dog's new name is {v}."],
+            ["What is my dog's name?", "What is our dog called?"],
+            ["Rex", "Biscuit", "Luna", "Max", "Pepper", "Milo", "Rocky", "Bella", "Charlie"]),
+    "car": (["I drive a {v}.", "My car is a {v}.", "I own a {v}."],
+            ["I sold my old car and bought a {v}.", "My new car is a {v}.", "I'm driving a {v} now."],
+            ["What car do I drive?", "Which car do I have?"],
+            ["Toyota Corolla", "Volvo XC60", "Tesla Model 3", "Honda Civic", "Renault Clio", "Ford Focus",
+             "Mazda 3", "Skoda Octavia"]),
+    "partner": (["My girlfriend's name is {v}.", "I'm dating {v}.", "My partner is {v}."],
+                ["I broke up and now I'm seeing {v}.", "My new girlfriend is {v}.", "I'm with {v} now."],
+                ["What is my girlfriend's name?", "Who am I dating?"],
+                ["Emma", "Sofia", "Claire", "Nina", "Julia", "Hannah", "Mia", "Laura", "Chloe"]),
+}
+_TEST: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
+    "phone": (["My phone is a {v}.", "I use a {v} as my phone.", "I carry a {v}."],
+              ["I upgraded my phone to a {v}.", "My phone is a {v} now.", "I got a new phone, a {v}."],
+              ["What phone do I have?", "Which phone do I use?"],
+              ["Pixel 8", "iPhone 15", "Galaxy S23", "Fairphone 5", "Xperia 1", "OnePlus 12", "Moto G"]),
+    "food": (["My favorite food is {v}.", "I could eat {v} every day.", "Nothing beats {v} for me."],
+             ["These days my favorite food is {v}.", "My new favourite dish is {v}.", "{v} is my favourite food now."],
+             ["What is my favorite food?", "Which dish do I like most?"],
+             ["lasagna", "ramen", "tacos", "sushi", "paella", "curry", "pho", "falafel", "risotto"]),
+    "gym": (["I go to the gym on {v}.", "My workout days are {v}.", "I train at the gym every {v}."],
+            ["I moved my gym sessions to {v}.", "Now I work out on {v}.", "My training days changed to {v}."],
+            ["When do I go to the gym?", "Which days do I work out?"],
+            ["Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays", "Saturdays", "Sundays"]),
+    "job": (["I work as a {v}.", "My job title is {v}.", "I'm employed as a {v}."],
+            ["I got promoted, I'm a {v} now.", "I changed careers and became a {v}.", "My role is {v} now."],
+            ["What is my job?", "What do I do for a living?"],
+            ["nurse", "teacher", "data analyst", "architect", "chef", "pilot", "lawyer", "electrician"]),
+    "language": (["I'm learning {v}.", "I take {v} lessons.", "I study {v} in the evenings."],
+                 ["I stopped that and started learning {v} instead.", "Now I'm studying {v}.",
+                  "I switched my language lessons to {v}."],
+                 ["Which language am I learning?", "What language do I study?"],
+                 ["Spanish", "Japanese", "German", "Italian", "Korean", "Portuguese", "Arabic", "Dutch"]),
+    "commute": (["I commute by {v}.", "I get to work by {v}.", "Every morning I go to the office by {v}."],
+                ["I commute by {v} now.", "These days I take the {v} to work.", "I switched my commute to {v}."],
+                ["How do I get to work?", "How do I commute?"],
+                ["bike", "train", "bus", "car", "scooter", "tram", "ferry"]),
+}
+_CHATTER = [
+    "The weather was lovely this weekend.", "I watched a documentary about whales.", "My sister visited yesterday.",
+    "I need to buy more coffee filters.", "The meeting ran late again.", "I finished reading a thriller novel.",
+    "We had pizza for dinner on Friday.", "My knee hurts a bit after running.", "The neighbours are renovating.",
+    "I found a nice cafe near the station.", "The train was delayed this morning.", "I planted tomatoes on the balcony.",
+    "My laptop battery is getting weak.", "I tried a new recipe with lentils.", "We are planning a trip in spring.",
+    "I cleaned the garage on Sunday.", "I forgot my umbrella at the office.", "The concert tickets sold out fast.",
+]
+
+
+@dataclass
+class Scenario:
+    """One user's stream; ``memories`` in the order they are remembered (the newer statement last)."""
+
+    attribute: str
+    old_value: str
+    new_value: str
+    question: str
+    memories: list[str] = field(default_factory=list)
+    old_texts: list[str] = field(default_factory=list)  # every statement of the old value
+    other_facts: list[tuple[str, str]] = field(default_factory=list)  # (statement, its value): must stay recallable
+
+
+def scenarios(half: str, *, n: int, seed: int = 0) -> list[Scenario]:
+    """``n`` scenarios from the ``"tune"`` or ``"test"`` half of the templates (deterministic for a seed)."""
+    if half not in ("tune", "test"):
+        raise ValueError("half must be 'tune' or 'test'")
+    table = _TUNE if half == "tune" else _TEST
+    rng = random.Random(f"{half}-{seed}")
+    return [_one(table, rng) for _ in range(n)]
+
+
+def _one(table: dict[str, tuple[list[str], list[str], list[str], list[str]]], rng: random.Random) -> Scenario:
+    attribute = rng.choice(sorted(table))
+    stmts, updates, questions, values = table[attribute]
+    old, new = rng.sample(values, 2)
+    s = Scenario(attribute, old, new, rng.choice(questions))
+    # older statements: 1-3, some repeated verbatim, some rephrased
+    olds = [rng.choice(stmts).format(v=old) for _ in range(rng.randint(1, 3))]
+    # other facts of the same user (a different attribute): consolidation must leave them alone
+    others = [a for a in sorted(table) if a != attribute]
+    for other in rng.sample(others, 2):
+        o_stmts, _, _, o_values = table[other]
+        value = rng.choice(o_values)
+        s.other_facts.append((rng.choice(o_stmts).format(v=value), value))
+    fillers = rng.sample(_CHATTER, rng.randint(2, 5))
+    stream: list[str] = []
+    for text in olds:
+        stream.append(text)
+        stream.extend(fillers[: rng.randint(0, 2)])
+    pool = [t for t, _ in s.other_facts] + fillers
+    rng.shuffle(pool)
+    stream.extend(pool)
+    stream.append(rng.choice(updates).format(v=new))
+    s.memories, s.old_texts = stream, olds
+    return s
+
+
+__all__ = ["Scenario", "scenarios"]
