@@ -338,8 +338,8 @@ class VectorIndex:
 
     def get(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of ``ids`` in ``user_id``'s collection (missing ids are left out)."""
-        with self._lock:
-            col = self._collection(user_id, create=False)
+        with self._handle.lock:
+            col = self._collection(self._handle.fresh(), user_id, create=False)
             if col is None or not ids:
                 return {}
             res = col.get(ids=list(ids), include=["embeddings"])
