@@ -8,8 +8,8 @@ store. Reported per mode ("off", "local", and "llm" with the local model on a sm
 * ``stale_top3``: share whose top 3 still hold a statement of the old value;
 * ``others_hidden``: share of the scenario's *other* facts wrongly superseded (they must stay recallable).
 
-Then LoCoMo recall@5/@10 with consolidation "local" vs "off" (``--locomo``), and ``remember()`` p95 latency with vs
-without consolidation, measured side by side (alternating) in the same run.
+Then what mounting assistant turns costs (``roles``), LoCoMo recall@5/@10 with consolidation "local" vs "off"
+(``--locomo``), and ``remember()`` p95 latency with vs without consolidation, measured side by side (alternating).
 
     python benchmarks/knowledge_update.py --half test --n 200 --locomo ../shared/data/locomo/locomo_dev5.json
 
@@ -55,27 +55,39 @@ def run_scenarios(mem: AgentMemory, items: list[Scenario], tag: str) -> dict[str
             "others_hidden": round(hidden / max(1, others), 3)}
 
 
+def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
+    """What mounting assistant turns costs: each old statement gets an assistant reply restating it (and one stale
+    restatement after the update, as a model that had not caught up would). Share of scenarios whose top 3 hold a
+    stale statement when assistant turns are mountable vs with ``unmounted_roles=("assistant",)`` (the default)."""
+    with_assistant = without = 0
+    for n, s in enumerate(items):
+        user = f"roles-{n}"
+        for text in s.memories:
+            mem.remember(text, user_id=user, role="user")
+            if text in s.old_texts:
+                mem.remember(f"Noted. {text}", user_id=user, role="assistant")
+        mem.remember(f"Sure. {s.old_texts[-1]}", user_id=user, role="assistant")
+        for for_mount in (False, True):  # what generate()/sessions mount: _recall(for_mount=True)
+            hits = mem._recall(s.question, user_id=user, k=3, for_mount=for_mount)
+            stale = any(s.old_value.lower() in h.text.lower() and s.new_value.lower() not in h.text.lower()
+                        for h in hits)
+            if for_mount:
+                without += stale
+            else:
+                with_assistant += stale
+    return {"scenarios": len(items), "stale_top3_assistant_mounted": round(with_assistant / len(items), 3),
+            "stale_top3_assistant_not_mounted": round(without / len(items), 3)}
+
+
 def locomo_recall(path: Path, consolidation: str, store: Path, ks: tuple[int, ...] = (5, 10)) -> dict[str, float]:
-    from locomo import load_conversations
+    """benchmarks/locomo.py's end-to-end recall@k, with the store's consolidation set to ``consolidation``."""
+    from locomo import end_to_end, load_conversations, questions_of
 
     conversations = json.loads(path.read_text())
     with AgentMemory(store, consolidation=consolidation) as mem:
-        id_maps = load_conversations(mem, conversations)
-        scores: dict[int, list[float]] = {k: [] for k in ks}
-        for conv in conversations:
-            cid = str(conv["conversation_id"])
-            for qa in conv["qa"]:
-                if qa.get("category") not in (1, 2, 3, 4) or not qa.get("evidence"):
-                    continue
-                gold = {id_maps[cid][d] for d in qa["evidence"] if d in id_maps[cid]}
-                if not gold:
-                    continue
-                ranked = [h.id for h in mem.recall(qa["question"], user_id=f"locomo-{cid}", k=max(ks))]
-                for k in ks:
-                    scores[k].append(len(gold & set(ranked[:k])) / len(gold))
+        questions = questions_of(conversations, load_conversations(mem, conversations))
+        out = end_to_end(mem, questions, list(ks))
         lifecycle = mem.stats()["lifecycle"]
-    out: dict[str, float] = {f"recall@{k}": round(float(np.mean(v)), 4) for k, v in scores.items()}
-    out["questions"] = len(scores[ks[0]])
     out.update({k: v for k, v in lifecycle.items() if k in ("merged", "superseded")})
     return out
 
@@ -106,6 +118,7 @@ def main() -> None:
     ap.add_argument("--llm-n", type=int, default=20, help="scenarios for the llm mode (local model: slow on CPU)")
     ap.add_argument("--locomo", type=Path, default=None, help="LoCoMo json: recall@5/@10 with consolidation on/off")
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
+    ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
     args = ap.parse_args()
 
     items = scenarios(args.half, n=args.n, seed=1)
@@ -123,6 +136,10 @@ def main() -> None:
                 per_mode["llm"]["decisions"] = mem.stats()["lifecycle"]  # type: ignore[assignment]
             print("llm", per_mode["llm"], file=sys.stderr, flush=True)
         result[args.half] = per_mode
+        if args.roles_n:
+            with AgentMemory(root / "ku-roles", consolidation="local") as mem:
+                result["roles"] = roles_effect(mem, items[: args.roles_n])
+            print("roles", result["roles"], file=sys.stderr, flush=True)
         if args.locomo:
             on = locomo_recall(args.locomo, "local", root / "locomo-local")
             off = locomo_recall(args.locomo, "off", root / "locomo-off")
