@@ -321,7 +321,7 @@ class AgentMemory:
         self._store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
                             tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
         if row.session_id:  # the old text may sit in its conversation's working KV
-            self._end_session_kv(row.session_id)
+            self._end_session_kv(row.session_id, user_id=row.user_id)
         return self._record(self._store.catalog.get([row.id])[0])
 
     def history(self, entry_id: str) -> list[MemoryVersion]:

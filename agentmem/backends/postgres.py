@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, add_rows, fts_query
+from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, add_rows, erase_lifecycle, fts_query
 
 _K1, _B = 1.2, 0.75
 _TS_CONFIG = "english"
@@ -112,6 +112,7 @@ class PostgresCatalog(Catalog):
                                  .bindparams(bindparam("ids", expanding=True)), {"ids": found}).all()
                 self._count_terms(s, _stats_of(gone), -1)
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
+                erase_lifecycle(s, found)
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
                 out += rows
             if out:

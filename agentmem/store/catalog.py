@@ -351,7 +351,7 @@ class Catalog:
             found = [r.id for r in rows]
             if found:
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
-                s.execute(delete(HistoryRow).where(HistoryRow.entry_id.in_(found)))  # every version goes with it
+                erase_lifecycle(s, found)
                 s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
                 self._bump(s)
                 for user_id in {r.user_id for r in rows}:
@@ -519,6 +519,14 @@ class Catalog:
         self.engine.dispose()
 
 
+def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
+    """Inside a deletion's transaction: erase the entries' history (every version) and every reference to them
+    (``superseded_by`` of older entries, ``related_id`` of other entries' events), so no trace of an id is left."""
+    s.execute(delete(HistoryRow).where(HistoryRow.entry_id.in_(ids)))
+    s.execute(update(EntryRow).where(EntryRow.superseded_by.in_(ids)).values(superseded_by=None))
+    s.execute(update(HistoryRow).where(HistoryRow.related_id.in_(ids)).values(related_id=None))
+
+
 def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]], *, pending: bool) -> None:
     """Add rows with their tags to an ORM session (marked "adding" when ``pending``) and flush them."""
     tag_lists = list(tags) or [()] * len(rows)
@@ -560,5 +568,5 @@ def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
         yield items[i : i + n]
 
 
-__all__ = ["COMMITTED", "Catalog", "EntryRow", "HistoryRow", "TagRow", "TurnContext", "fts_query", "lexical_ddl",
+__all__ = ["COMMITTED", "Catalog", "EntryRow", "HistoryRow", "TagRow", "TurnContext", "erase_lifecycle", "fts_query", "lexical_ddl",
            "lexical_table"]

@@ -9,7 +9,7 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   stops outranking new information.
 * **supersede** — N restates an older memory O with something changed: their cosine is at least ``SUPERSEDE`` and
   exceeds by ``MARGIN`` the *background*, the median cosine of N to the speaker's ``NEIGHBOURS`` nearest memories
-  (absent neighbours count 0). O is marked ``superseded_by`` N (kept in its history, hidden from recall, never
+  (at least ``MIN_BACKGROUND`` of them: in a store where everything is alike nothing stands out). O is marked ``superseded_by`` N (kept in its history, hidden from recall, never
   mounted). The rule is strict on purpose: similarity alone cannot tell an update ("I live in Lyon" → "Actually I
   moved to Paris", cosine 0.47) from a related remark, and in conversations a speaker's turns are all alike (median
   nearest cosine 0.63 on LoCoMo). docs/lifecycle.md measures the trade-off: every looser setting tried hid LoCoMo
@@ -47,6 +47,7 @@ SUPERSEDE = 0.7  # floor on the texts' cosine: a restatement with a changed valu
 MARGIN = 0.3  # how far above the speaker's background similarity an older memory must stand
 CONFLICT = 0.75  # memory-line cosine above which two recalled memories of a speaker are about the same thing
 NEIGHBOURS = 10  # background = median cosine to this many nearest memories of the speaker
+MIN_BACKGROUND = 3  # no supersession with fewer older memories of the speaker than this
 CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
 _WORD = re.compile(r"[a-z0-9]+")
 T = TypeVar("T")
@@ -99,7 +100,9 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
         return Decision(merge_into=best.id, merge_reason=f"near-duplicate (cosine {best.cosine:.2f}, "
                                                          f"word overlap {overlap:.2f})")
     top = [n.cosine for n in mine[:NEIGHBOURS]]
-    background = float(np.median(top + [0.0] * (NEIGHBOURS - len(top))))
+    if len(top) < MIN_BACKGROUND:  # too few memories of this speaker to tell "unusually close" from "all alike"
+        return Decision()
+    background = float(np.median(top))
     out = Decision()
     for n in mine:
         if n.cosine >= SUPERSEDE and n.cosine - background >= MARGIN:

@@ -49,10 +49,11 @@ def residue(root: Path, markers: list[bytes]) -> dict[str, int]:
 def big_store(tmp_path: Path):
     root = tmp_path / "s"
     mem = AgentMemory(root)
+    # templated near-identical notes: stored as given (consolidation would merge some; this test is about erasure)
     a = mem.remember_many([{"text": f"note {i} about the orchard", "user_id": "A", "session_id": f"sessA{i % 7}x"}
-                           for i in range(N_FLUSH)])
+                           for i in range(N_FLUSH)], consolidate=False)
     b = mem.remember_many([{"text": f"B's note {i} on sailing", "user_id": "B", "session_id": "sessBzz"}
-                           for i in range(40)])
+                           for i in range(40)], consolidate=False)
     yield mem, root, a, b
     mem.close()
 
