@@ -184,3 +184,16 @@ def test_a_topic_switch_drops_the_old_working_kv(tmp_path: Path, tiny_pair) -> N
         chat.send("I love hiking in the Alps every summer", k=0, max_new_tokens=2)
         assert chat.send("How do I file my quarterly sales tax return?", k=0, max_new_tokens=2).reused_tokens > 0
         assert mem.sessions.stats()["topic_switches"] == 0
+
+
+def test_forgetting_the_newer_entry_leaves_no_reference_to_it(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    with AgentMemory(store) as mem:
+        blue = mem.remember("My favorite color is blue.", user_id="u1")
+        mem.remember("The weather was lovely this weekend.", user_id="u1")
+        mem.remember("I need to buy more coffee filters.", user_id="u1")
+        green = mem.remember("My favorite color is green now.", user_id="u1")
+        assert mem.get(blue.id).superseded_by == green.id
+        assert mem.forget(green.id) == 1
+        assert mem.get(blue.id).superseded_by is None and mem.history(blue.id)[-1].related_id is None
+    assert set(scan_tree_for_markers(store, [green.id.encode()])) <= {store / "audit.jsonl"}
