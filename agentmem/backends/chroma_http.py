@@ -37,6 +37,8 @@ class _ServerHandle:
         with self.lock:
             yield self.client
 
+    reading = writing
+
     def release(self) -> None:
         self.collections = {}
 

@@ -185,6 +185,7 @@ class _ChromaHandle:
         self.seen = -1
         self._gen_path = Path(path) / ".agentmem-generation"
         self._lock_path = Path(path) / ".agentmem-write.lock"
+        self._held = 0  # file-lock depth of the thread holding self.lock (never re-flock: it would deadlock)
 
     @classmethod
     def acquire(cls, path: str) -> _ChromaHandle:
@@ -241,11 +242,13 @@ class _ChromaHandle:
         Path(self.path).mkdir(parents=True, exist_ok=True)
         with self.lock, open(self._lock_path, "a+b") as lock_file:
             _flock(lock_file)
+            self._held += 1
             try:
                 client = self.fresh()
                 try:
                     yield client
                 finally:
+                    self._held -= 1
                     self.seen = self.generation() + 1
                     tmp = self._gen_path.with_name(f"{self._gen_path.name}.{os.getpid()}.tmp")
                     tmp.write_bytes(self.seen.to_bytes(8, "little"))
@@ -254,12 +257,31 @@ class _ChromaHandle:
                 _funlock(lock_file)
 
 
-def _flock(f: Any) -> None:
+    @contextlib.contextmanager
+    def reading(self) -> Any:
+        """Hold the directory's lock shared with an up-to-date client: a read never sees another process's write
+        or erasure rebuild half done (a rebuilt collection gets a new id under the same name)."""
+        with self.lock:
+            if self._held:  # this thread already holds the lock exclusively (a read inside a write)
+                yield self.client
+                return
+            Path(self.path).mkdir(parents=True, exist_ok=True)
+            with open(self._lock_path, "a+b") as lock_file:
+                _flock(lock_file, shared=True)
+                self._held += 1
+                try:
+                    yield self.fresh()
+                finally:
+                    self._held -= 1
+                    _funlock(lock_file)
+
+
+def _flock(f: Any, *, shared: bool = False) -> None:
     try:
         import fcntl
     except ImportError:  # Windows: one process per store directory
         return
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    fcntl.flock(f.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
 
 
 def _funlock(f: Any) -> None:
@@ -374,8 +396,8 @@ class VectorIndex:
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
               ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
         """Nearest entries of ``user_id`` as [(id, cosine similarity)], best first."""
-        with self._handle.lock:
-            col = self._collection(self._handle.fresh(), user_id, create=False)
+        with self._handle.reading() as client:
+            col = self._collection(client, user_id, create=False)
             if col is None:
                 return []
             if ids is not None:  # Chroma fails the whole query on an id it does not hold: keep those it does
@@ -402,18 +424,18 @@ class VectorIndex:
 
     def user_ids(self, user_id: str) -> list[str]:
         """Every id in ``user_id``'s collection."""
-        with self._handle.lock:
-            col = self._collection(self._handle.fresh(), user_id, create=False)
+        with self._handle.reading() as client:
+            col = self._collection(client, user_id, create=False)
             return [] if col is None else self._ids_of(col)
 
     def all_ids(self) -> list[str]:
         """Every id of every collection (checks only: O(store))."""
-        with self._handle.lock:
-            return [i for col in self._all_collections(self._handle.fresh()) for i in self._ids_of(col)]
+        with self._handle.reading() as client:
+            return [i for col in self._all_collections(client) for i in self._ids_of(col)]
 
     def count(self) -> int:
-        with self._handle.lock:
-            return sum(col.count() for col in self._all_collections(self._handle.fresh()))
+        with self._handle.reading() as client:
+            return sum(col.count() for col in self._all_collections(client))
 
     def close(self) -> None:
         """Release this index's share of the process's client (closed with the last one)."""
