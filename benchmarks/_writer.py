@@ -25,11 +25,11 @@ def main() -> None:
 
     from agentmem import AgentMemory
 
-    kwargs = {}
+    kwargs: dict = {"consolidation": "off"}  # templated writes: every one must land as its own row
     if args.tiny_model:
         from agentmem.kv.testing import tiny_causal_lm
 
-        kwargs = dict(model=tiny_causal_lm("llama", seed=0), kv_encoding="eager")
+        kwargs.update(model=tiny_causal_lm("llama", seed=0), kv_encoding="eager")
     errors = 0
     with AgentMemory(args.store, **kwargs) as mem, open(args.report, "a") as report:
         for i in range(args.count):

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import Counter, OrderedDict
@@ -50,6 +51,7 @@ NEIGHBOURS = 10  # background = median cosine to this many nearest memories of t
 MIN_BACKGROUND = 3  # no supersession with fewer older memories of the speaker than this
 CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
 _WORD = re.compile(r"[a-z0-9]+")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -172,7 +174,11 @@ class LocalConsolidator:
         return decisions, unit
 
     def _stored_neighbours(self, row: EntryRow, line: np.ndarray, unit: np.ndarray, now: float) -> list[Neighbour]:
-        found = dict(self._query(line, row.user_id, 2 * NEIGHBOURS, row.kind))
+        try:
+            found = dict(self._query(line, row.user_id, 2 * NEIGHBOURS, row.kind))
+        except Exception:  # an index another process is rewriting: store this memory as is (never fail the write)
+            log.warning("consolidation skipped for entry %s: the vector index could not be queried", row.id)
+            return []
         key = speaker_key(row)
         rows = [r for r in self._rows(list(found)) if r.status == ACTIVE and speaker_key(r) == key
                 and (r.expires_at is None or r.expires_at > now)]

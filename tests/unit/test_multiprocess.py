@@ -23,7 +23,7 @@ from pathlib import Path
 from agentmem import AgentMemory
 stop = Path(sys.argv[2]); n = 0
 while not stop.exists():
-    with AgentMemory(sys.argv[1]) as mem:
+    with AgentMemory(sys.argv[1], consolidation="off") as mem:
         mem.verify() if n % 25 == 0 else None
     n += 1
 print(n)
@@ -45,7 +45,7 @@ def _finish(proc: subprocess.Popen) -> str:
 def test_opening_and_closing_beside_a_writer_erases_nothing(tmp_path: Path) -> None:
     """#13 item 1: A remembers 300 encoded entries while B opens and closes the store over and over."""
     store, report, stop = tmp_path / "store", tmp_path / "a.txt", tmp_path / "stop"
-    AgentMemory(store).close()
+    AgentMemory(store, consolidation="off").close()
     writer = _writer(store, report, "--tiny-model", "--count", "300")
     opener = subprocess.Popen([sys.executable, "-c", _OPENER, str(store), str(stop)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -56,7 +56,7 @@ def test_opening_and_closing_beside_a_writer_erases_nothing(tmp_path: Path) -> N
     assert int(out.split()[-1]) > 10, "the opener barely ran beside the writer"
     ids = report.read_text().split()
     assert len(ids) == len(set(ids)) == 300
-    with AgentMemory(store) as mem:
+    with AgentMemory(store, consolidation="off") as mem:
         check = mem.verify()
         assert check["rows"] == check["vectors"] == check["blobs"] == 300, check
         assert check["orphan_vectors"] == check["orphan_blobs"] == check["pending"] == 0, check
@@ -66,7 +66,7 @@ def test_opening_and_closing_beside_a_writer_erases_nothing(tmp_path: Path) -> N
 def test_a_long_lived_process_sees_another_process_writes(tmp_path: Path) -> None:
     """The #12 report: a child remembers 20 entries; the parent, open since before, recalls them all."""
     store = tmp_path / "store"
-    with AgentMemory(store) as mem:
+    with AgentMemory(store, consolidation="off") as mem:
         mem.remember("the parent wrote this first, about a pelican", user_id="u")
         assert len(mem.recall("pelican", user_id="u", k=30)) == 1  # Chroma's index is now loaded here
         _finish(_writer(store, tmp_path / "r.txt", "--count", "20"))
@@ -83,13 +83,13 @@ def test_a_long_lived_process_sees_another_process_writes(tmp_path: Path) -> Non
 def test_concurrent_writers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Two processes write one user's memories at once; every vector stays searchable (Chroma's HNSW included)."""
     store = tmp_path / "store"
-    AgentMemory(store).close()
+    AgentMemory(store, consolidation="off").close()
     procs = [_writer(store, tmp_path / f"{n}.txt", "--count", "80", "--recall") for n in range(2)]
     for p in procs:
         _finish(p)
     ids = [i for n in range(2) for i in (tmp_path / f"{n}.txt").read_text().split()]
     assert len(ids) == len(set(ids)) == 160
-    with AgentMemory(store) as mem:
+    with AgentMemory(store, consolidation="off") as mem:
         check = mem.verify()
         assert check["rows"] == check["vectors"] == 160 and check["orphan_vectors"] == 0, check
         found = {i for i, _ in mem._store.vectors.query(np.ones(384, np.float32) / np.sqrt(384), user_id="u", n=1000)}

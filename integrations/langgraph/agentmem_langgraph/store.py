@@ -341,6 +341,9 @@ class AgentMemStore(BaseStore):
                         break
                     k *= 4
                 found += kept
+                # index=False items are stored without a vector: listed (no score) after the scored ones
+                found += [(r, None) for r in self.memory.list(user_id=user, tags=tags)
+                          if r.metadata.get("lg:index") is False and keep(r)]
             # LangGraph's order: best cosine first; items put with index=False have no score and come last
             found.sort(key=lambda rs: (rs[1] is None, -(rs[1] or 0.0)))
         found = _dedupe(found)
