@@ -32,7 +32,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--steps", type=int, default=50, help="most steps per example")
-    ap.add_argument("--batch", type=int, default=1, help="examples per hypothesis run")
+    ap.add_argument("--batch", type=int, default=8,
+                    help="examples per hypothesis run (the first of each run is the minimal one: keep it > 1)")
     args = ap.parse_args()
 
     from hypothesis import HealthCheck, settings
