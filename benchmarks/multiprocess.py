@@ -35,7 +35,8 @@ def _open(store: Path, urls: dict[str, str]):
     from agentmem import AgentMemory
     from agentmem.kv.testing import tiny_causal_lm
 
-    return AgentMemory(store, model=tiny_causal_lm("llama", seed=0), kv_encoding="eager", **urls)
+    # consolidation off: merging near-identical notes would return one id for two writes (storage is measured here)
+    return AgentMemory(store, model=tiny_causal_lm("llama", seed=0), kv_encoding="eager", consolidation="off", **urls)
 
 
 def _ready(mem, start, seconds: float) -> float:
