@@ -66,7 +66,7 @@ def recall(body: RecallBody, request: Request, who: Principal = Depends(caller))
 
 def _owned(state: ServerState, who: Principal, entry_id: str) -> Any:
     """The entry if the caller's key covers its user; another tenant's entry is reported as not found."""
-    record = state.mem.get(entry_id)
+    record = state.mem.get(entry_id)  # the owner is read first: a key may cover several users
     if not who.may(record.user_id):
         raise NotFoundError(f"no memory entry with id {entry_id!r}")
     return record
@@ -96,11 +96,8 @@ def update_memory(entry_id: str, body: UpdateBody, request: Request,
     """Change an entry, keeping its history (``mem.update``)."""
     state = get_state(request)
     _owned(state, who, entry_id)
-    update = getattr(state.mem, "update", None)
-    if update is None:
-        raise HTTPException(501, "this agentmem version has no mem.update")
     changes = body.model_dump(exclude_unset=True, exclude={"text"})
-    return record_json(update(entry_id, text=body.text, **changes))
+    return record_json(state.mem.update(entry_id, text=body.text, **changes))
 
 
 @rest.get("/memories/{entry_id}/history")
@@ -108,18 +105,16 @@ def memory_history(entry_id: str, request: Request, who: Principal = Depends(cal
     """Earlier versions of an entry, oldest first (``mem.history``)."""
     state = get_state(request)
     _owned(state, who, entry_id)
-    history = getattr(state.mem, "history", None)
-    if history is None:
-        raise HTTPException(501, "this agentmem version has no mem.history")
-    return {"versions": [record_json(v) if hasattr(v, "__dataclass_fields__") else v for v in history(entry_id)]}
+    return {"versions": [record_json(v) if hasattr(v, "__dataclass_fields__") else v
+                         for v in state.mem.history(entry_id)]}
 
 
 @rest.delete("/memories/{entry_id}")
 def forget_one(entry_id: str, request: Request, who: Principal = Depends(caller)) -> dict[str, int]:
     """Erase one entry (row, vector, KV blob)."""
     state = get_state(request)
-    _owned(state, who, entry_id)
-    return {"deleted": state.mem.forget(entry_id)}
+    owner = _owned(state, who, entry_id).user_id
+    return {"deleted": state.mem.forget(entry_id, user_id=owner)}
 
 
 @rest.post("/memories/forget")
