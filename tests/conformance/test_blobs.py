@@ -1,4 +1,4 @@
-"""One conformance suite for every BlobStore: files under a path (and Redis once it is registered)."""
+"""One conformance suite for every BlobStore: files under a path and Redis."""
 
 from __future__ import annotations
 
@@ -18,10 +18,8 @@ BACKENDS = ["files", "redis"]
 def make_blobs(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
     if kind == "files":
         return FileBlobStore(tmp_path / "store")
-    try:
-        from agentmem.backends.redis_blobs import RedisBlobStore
-    except ImportError:
-        pytest.skip("RedisBlobStore is not in the tree yet (helper 'servers' owns it)")
+    from agentmem.backends.redis_blobs import RedisBlobStore
+
     return RedisBlobStore(request.getfixturevalue("fresh_redis_url"))
 
 
