@@ -175,12 +175,7 @@ class EntryStore:
         try:
             for token in staged:
                 self.blobs.discard(token)
-            for user in {r.user_id for r in rows}:
-                self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
-            for r in rows:
-                if r.kv_path:
-                    self.blobs.delete(r.id)
-            self.catalog.delete([r.id for r in rows])
+            self._erase(rows)
         except Exception:  # recovery finishes it later: the rows are still marked pending
             log.exception("rolling back a failed write; recovery will finish it")
 
