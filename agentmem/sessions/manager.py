@@ -30,6 +30,7 @@ from agentmem.errors import BlobCorruptedError, EncryptionError, InvalidInputErr
 from agentmem.kv.mount import Workspace
 from agentmem.ports.sessions import SessionTierStore, put
 from agentmem.security import is_encrypted
+from agentmem.sessions.holds import WorkerHolds
 from agentmem.sessions.session import Session
 from agentmem.sessions.shared import Leases, load_epoch, new_epoch, worker_id
 from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session, session_aad
@@ -109,6 +110,7 @@ class SessionManager:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._write_behind: set[str] = set()
+        self._holds = WorkerHolds()  # sessions the worker holds right now: a turn making room waits for those
         ttl = config.session_ttl_seconds
         self._interval = sweep_interval or max(0.05, min(30.0, config.session_idle_seconds / 4,
                                                          (ttl / 4) if ttl else 30.0,
@@ -264,22 +266,21 @@ class SessionManager:
         with self._lock:
             sessions = list(self._sessions.values())
         for s in sessions:
-            if not s._lock.acquire(blocking=False):
-                continue
-            try:
-                if s._busy or not self._keep_lease(s):
+            with self._holds.hold(s) as held:
+                if not held:
                     continue
-                age = now - s._last_used
-                if ttl is not None and age > ttl:
-                    if self._erase(s):
-                        done["expired"] += 1
+                try:
+                    if s._busy or not self._keep_lease(s, early=True):
+                        continue
+                    age = now - s._last_used
+                    if ttl is not None and age > ttl:
+                        if self._erase(s):
+                            done["expired"] += 1
+                        continue
+                    idle = age > idle_s and s._tier in ("hot", "warm")
+                except Exception:
+                    log.exception("session sweep failed for one session")
                     continue
-                idle = age > idle_s and s._tier in ("hot", "warm")
-            except Exception:
-                log.exception("session sweep failed for one session")
-                continue
-            finally:
-                s._lock.release()
             if idle:
                 try:
                     moved = self._offload_idle(s)
@@ -453,10 +454,8 @@ class SessionManager:
         KV only if nothing touched the session meanwhile (same version and tier); otherwise discard the file.
         A ``send`` that arrives during the write therefore never waits for the disk.
         """
-        if not s._lock.acquire(blocking=False):
-            return False
-        try:
-            if s._busy or s._tier not in ("hot", "warm") or s._state is None:
+        with self._holds.hold(s) as held:
+            if not held or s._busy or s._tier not in ("hot", "warm") or s._state is None:
                 return False
             tier = self.hot if s._tier == "hot" else self.warm
             kv = tier.backend.get(s._key)
@@ -472,25 +471,20 @@ class SessionManager:
                 return True
             version, tier_name, last_used = s._version, s._tier, s._last_used
             state = copy.deepcopy(s._state)
-        finally:
-            s._lock.release()
         staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
         published = False
-        if s._lock.acquire(blocking=False):
-            try:
-                if not s._busy and s._version == version and s._tier == tier_name and self._keep_lease(s):
-                    self.store.publish(staged)
-                    published = True
-                    s._disk_version = version
-                    tier.backend.pop(s._key)
-                    with self._lock:
-                        tier.policy.remove(s._key)
-                        tier.counters.offloads += 1
-                    s._state, s._tier = None, "cold"
-                    self.cold.note_bytes()
-                    self._release(s)
-            finally:
-                s._lock.release()
+        with self._holds.hold(s) as held:
+            if held and not s._busy and s._version == version and s._tier == tier_name and self._keep_lease(s):
+                self.store.publish(staged)
+                published = True
+                s._disk_version = version
+                tier.backend.pop(s._key)
+                with self._lock:
+                    tier.policy.remove(s._key)
+                    tier.counters.offloads += 1
+                s._state, s._tier = None, "cold"
+                self.cold.note_bytes()
+                self._release(s)
         if not published:
             self.store.discard(staged)
         return published
@@ -526,9 +520,9 @@ class SessionManager:
 
         True: written. False: not needed (or the session changed meanwhile). None: the session was busy; retry.
         """
-        if not s._lock.acquire(blocking=False):
-            return None
-        try:
+        with self._holds.hold(s) as held:
+            if not held:
+                return None
             if s._busy or s._tier not in ("hot", "warm") or s._state is None or s._disk_version == s._version:
                 return False
             tier_name = s._tier
@@ -537,18 +531,13 @@ class SessionManager:
                 return False
             version, last_used = s._version, s._last_used
             state = copy.deepcopy(s._state)
-        finally:
-            s._lock.release()
         staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
-        if s._lock.acquire(blocking=False):
-            try:
-                if not s._busy and s._version == version and s._tier in ("hot", "warm") and self._keep_lease(s):
-                    self.store.publish(staged)
-                    s._disk_version = version
-                    self.cold.note_bytes()
-                    return True
-            finally:
-                s._lock.release()
+        with self._holds.hold(s) as held:
+            if held and not s._busy and s._version == version and s._tier in ("hot", "warm") and self._keep_lease(s):
+                self.store.publish(staged)
+                s._disk_version = version
+                self.cold.note_bytes()
+                return True
         self.store.discard(staged)
         return False
 
@@ -727,7 +716,8 @@ class SessionManager:
         for victim in order:
             if tier.bytes() + incoming <= tier.budget:
                 return
-            if victim is None or victim is exclude or not victim._lock.acquire(blocking=False):
+            # a session answering a turn is skipped; one the worker holds for a moment is waited for (holds.py)
+            if victim is None or victim is exclude or victim._busy or not self._holds.lock_victim(victim):
                 continue
             try:
                 if not victim._busy and victim._tier == tier.name:
@@ -757,10 +747,15 @@ class SessionManager:
                 s._tier, s._last_used = "cold", stamp
         s._lease_until = until
 
-    def _keep_lease(self, s: Session) -> bool:
-        """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost."""
+    def _keep_lease(self, s: Session, *, early: bool = False) -> bool:
+        """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost.
+
+        ``early`` (the sweep): skip the store while more than two thirds of the lease are left.
+        """
         if s._lease_until <= 0:
             return True  # nothing in memory here that needs it
+        if early and s._lease_until - time.monotonic() > self.leases.ttl_s * 2 / 3:
+            return True
         until = self.leases.renew(s._key)
         if until is not None:
             s._lease_until = until
