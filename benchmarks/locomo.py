@@ -5,6 +5,7 @@ session date kept in the memory line); for each question of categories 1-4 we re
 evidence turns among the top k recalled (public API: ``recall``).
 
     python benchmarks/locomo.py --data ../shared/data/locomo/locomo_dev5.json --k 5 10 [--folds 5]
+        [--backend embedded|postgres|chroma-server]
 
 ``--folds N`` adds the cross-validated figure: the conversations are split into N folds; for each fold the
 ranking constants (a small grid around the defaults) are chosen on the other folds and scored on it, and the
@@ -13,7 +14,7 @@ conversation's user, where nothing is relevant). The grid runs on the store's ow
 (``EntryStore.candidates``, retrieved once per question) with the library's ranking functions, so a setting
 costs no new retrieval.
 
-Last line: {"recall@5": ..., "recall@10": ..., "questions": N, ..., "cv": {...}}
+Last line: {"backend": ..., "recall@5": ..., "recall@10": ..., "questions": N, ..., "cv": {...}}
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
+
+from _backends import BACKENDS, backend_urls
 
 from agentmem import AgentMemory
 from agentmem.store.calibration import Calibration
@@ -229,22 +232,27 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=None,
                     help="store directory (default: a temp dir); reused when it holds this data's ingest")
     ap.add_argument("--folds", type=int, default=0, help="cross-validate over conversations in this many folds")
+    ap.add_argument("--backend", choices=BACKENDS, default="embedded",
+                    help="where the catalog / vectors live (servers started for the run, see benchmarks/_backends.py)")
     args = ap.parse_args()
 
     conversations = json.loads(args.data.read_text())
     with tempfile.TemporaryDirectory() as tmp:
         store = args.store or Path(tmp) / "locomo"
         manifest = store / "locomo-ids.json"
-        with AgentMemory(store, kv_encoding="off") as mem:
+        made_by = {"data": str(args.data.resolve()), "backend": args.backend}
+        with backend_urls(args.backend, store.parent / f"{store.name}-servers", keep=args.store is not None) as urls, \
+                AgentMemory(store, kv_encoding="off", **urls) as mem:
             t0 = time.time()
-            if manifest.exists() and json.loads(manifest.read_text()).get("data") == str(args.data.resolve()):
+            if manifest.exists() and all(json.loads(manifest.read_text()).get(k, "embedded") == v
+                                         for k, v in made_by.items()):
                 id_maps = json.loads(manifest.read_text())["ids"]
             else:
                 id_maps = load_conversations(mem, conversations)
-                manifest.write_text(json.dumps({"data": str(args.data.resolve()), "ids": id_maps}))
+                manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
             ingest_s = time.time() - t0
             questions = questions_of(conversations, id_maps)
-            result = end_to_end(mem, questions, args.k)
+            result = {"backend": args.backend, **end_to_end(mem, questions, args.k)}
             result["ingest_s"] = round(ingest_s, 1)
             if args.folds:
                 rows = gather_candidates(mem, questions, max(mem.config.candidate_pool, 4 * max(args.k)))

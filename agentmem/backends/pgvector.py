@@ -29,7 +29,8 @@ _ADVISORY_KEY = 0x616D7663  # "amvc": one creator of the table and its index
 
 
 def _literal(vec: np.ndarray) -> str:
-    return "[" + ",".join(repr(float(x)) for x in np.asarray(vec, dtype=np.float32).ravel()) + "]"
+    # tolist(): Python floats in one C call (per-element numpy scalars cost a third of a bulk write); exact for float32
+    return "[" + ",".join(map(repr, np.asarray(vec, dtype=np.float32).ravel().tolist())) + "]"
 
 
 def where_sql(where: dict[str, Any] | None, params: dict[str, Any]) -> str:

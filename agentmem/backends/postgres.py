@@ -31,6 +31,18 @@ from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chun
 _K1, _B = 1.2, 0.75
 _TS_CONFIG = "english"
 _ADVISORY_KEY = 0x616D656D  # "amem": serialises migrations across processes and hosts
+# The query's distinct lexemes, each with the user's document frequency (NULL: unseen), and the user's totals.
+_TERM_STATS = text(
+    "SELECT t.term, lt.df, us.n_docs, us.total_len FROM lexical_users us "
+    "LEFT JOIN (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))) AS term) t ON TRUE "
+    "LEFT JOIN lexical_terms lt ON lt.user_id = us.user_id AND lt.term = t.term WHERE us.user_id = :u")
+# Okapi BM25 of the user's matching documents (GIN index on doc), best first; ties by id like the SQLite catalog.
+_BM25 = text(
+    "SELECT d.id, sum(w.idf * u.tf * (:k1 + 1) / (u.tf + :k1 * (1 - :b + :b * d.doc_len / :avg))) AS s "
+    "FROM lexical_docs d CROSS JOIN LATERAL (SELECT lexeme, coalesce(array_length(positions, 1), 1) AS tf "
+    " FROM unnest(d.doc)) u JOIN unnest(CAST(:terms AS text[]), CAST(:idf AS float8[])) AS w(term, idf) "
+    " ON w.term = u.lexeme "
+    "WHERE d.user_id = :u AND d.doc @@ to_tsquery('simple', :q) GROUP BY d.id ORDER BY s DESC, d.id LIMIT :n")
 
 
 class PostgresCatalog(Catalog):
@@ -131,32 +143,21 @@ class PostgresCatalog(Catalog):
             return []
         words = [w.strip('"') for w in match.split(" OR ")]
         with self.engine.connect() as conn:
-            terms = sorted({t for (t,) in conn.execute(text(
-                "SELECT unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q)))"),
-                {"cfg": _TS_CONFIG, "q": " ".join(words)})})
-            if not terms:
+            # one round trip: the query's lexemes with the user's document frequency, and the user's totals
+            stats = conn.execute(_TERM_STATS, {"cfg": _TS_CONFIG, "q": " ".join(words), "u": user_id}).all()
+            if not stats or not stats[0][2]:
                 return []
-            stats = conn.execute(text("SELECT n_docs, total_len FROM lexical_users WHERE user_id = :u"),
-                                 {"u": user_id}).first()
-            if stats is None or not stats[0]:
-                return []
-            n_docs, avg_len = int(stats[0]), max(float(stats[1]) / float(stats[0]), 1.0)
-            df = dict(conn.execute(text("SELECT term, df FROM lexical_terms WHERE user_id = :u AND term IN :t")
-                                   .bindparams(bindparam("t", expanding=True)), {"u": user_id, "t": terms}).all())
-            idf = {t: math.log(1 + (n_docs - df[t] + 0.5) / (df[t] + 0.5)) for t in terms if df.get(t)}
+            n_docs, avg_len = int(stats[0][2]), max(float(stats[0][3]) / float(stats[0][2]), 1.0)
+            idf = {t: math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) for t, df, _, _ in stats if t is not None and df}
             if not idf:
                 return []
-            tsq = " | ".join(f"'{t}'" for t in idf)  # lexemes: [a-z0-9] after to_tsvector, safe to quote
-            rows = conn.execute(text(
-                "SELECT d.id, d.doc_len, u.lexeme, coalesce(array_length(u.positions, 1), 1) FROM lexical_docs d, "
-                "unnest(d.doc) u WHERE d.user_id = :u AND d.doc @@ to_tsquery('simple', :q) AND u.lexeme IN :t")
-                .bindparams(bindparam("t", expanding=True)), {"u": user_id, "q": tsq, "t": list(idf)}).all()
-        scores: dict[str, float] = {}
-        for entry_id, doc_len, lexeme, tf in rows:
-            norm = _K1 * (1 - _B + _B * float(doc_len) / avg_len)
-            scores[entry_id] = scores.get(entry_id, 0.0) + idf[lexeme] * tf * (_K1 + 1) / (tf + norm)
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-        return [(i, s) for i, s in ranked[:limit] if s > 0]
+            terms = sorted(idf)
+            # scored and cut to ``limit`` in the server: only the best rows cross the wire (at 100,000 entries a
+            # common term matches thousands of documents, and shipping them to Python cost more than the search)
+            rows = conn.execute(_BM25, {"u": user_id, "q": " | ".join(f"'{t}'" for t in terms),  # lexemes: [a-z0-9]
+                                        "terms": terms, "idf": [idf[t] for t in terms], "avg": avg_len,
+                                        "k1": _K1, "b": _B, "n": int(limit)}).all()
+        return [(i, float(sc)) for i, sc in rows if sc > 0]
 
     def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
         """Session and nearest turns before / after each entry (indexed on (session_id, created_at))."""
