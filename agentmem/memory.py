@@ -31,7 +31,7 @@ from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
 from agentmem.store.filters import compile_filters
 from agentmem.store.records import memory_line, message_fields, to_hit, to_record
-from agentmem.security import AuditLog, SecretScanner, entry_aad, install_log_filter
+from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
     check_answer_room, check_entry_id, check_entry_ids, check_generation, check_id, check_k, check_kind, check_kinds, check_limit_offset,
@@ -78,11 +78,12 @@ class AgentMemory:
         self._audit = AuditLog(self.path / "audit.jsonl")
         self._store = EntryStore(self.path, self.config, cipher=self._cipher, catalog=catalog, vectors=vectors,
                                  blobs=blobs, embedder=embedder)
+        self._sealer = self._store.sealer  # the one sealer of entry texts, blobs (and sessions, same cipher)
         self._bank = KVBank(self._store, self.config, model_spec=model)
         self._kb = KbVersions(self._store.catalog)
         self._consolidator = LocalConsolidator(
             query=lambda vec, user, n, kind: self._store.vectors.query(vec, user_id=user, n=n, where={"kind": kind}),
-            rows=self._store.catalog.get, text_of=lambda r: self._open_text(r.id, "text", r.text),
+            rows=self._store.catalog.get, text_of=lambda r: self._sealer.open_text(r.id, "text", r.text),
             embed=lambda texts: self._store.embedder.encode(texts, batch_size=self.config.embedding_batch_size))
         self._lifecycle_stats: Counter[str] = Counter()
         self._llm: ConsolidationWorker | None = None
@@ -155,7 +156,7 @@ class AgentMemory:
         if entries and mode == "local":
             vectors = self._store.embedder.encode([e.embed_text for e in entries],
                                                   batch_size=self.config.embedding_batch_size)
-            texts = [self._open_text(e.row.id, "text", e.row.text) for e in entries]
+            texts = [self._sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
             decisions, text_vectors = self._consolidator.plan([e.row for e in entries], texts, vectors, time.time())
         keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
         kept = [entries[i] for i in keep]
@@ -169,8 +170,8 @@ class AgentMemory:
             self._consolidator.remember_vectors([e.row for e in kept], text_vectors[keep])
             counts = apply_decisions(
                 self._store.lifecycle, self._store.catalog.get, [e.row for e in entries], texts, decisions,
-                seal=lambda i, t: self._seal_text(i, "history", t),
-                open_text=lambda r: self._open_text(r.id, "text", r.text), now=self._clock())
+                seal=lambda i, t: self._sealer.seal_text(i, "history", t),
+                open_text=lambda r: self._sealer.open_text(r.id, "text", r.text), now=self._clock())
             self._lifecycle_stats.update(counts)
             merged = {r.id: r for r in self._store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
             return [self._record(merged[d.merge_into]) if d.merge_into in merged else self._record(e.row)
@@ -249,13 +250,13 @@ class AgentMemory:
         entry_id = str(uuid.uuid4())
         row = EntryRow(
             id=entry_id, user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
-            occurred_at=occurred, text=self._seal_text(entry_id, "text", text),
-            memory_text=self._seal_text(entry_id, "memory_text", line), metadata_json=meta, created_at=now,
+            occurred_at=occurred, text=self._sealer.seal_text(entry_id, "text", text),
+            memory_text=self._sealer.seal_text(entry_id, "memory_text", line), metadata_json=meta, created_at=now,
             expires_at=None if ttl_s is None else now + ttl_s, version=1, status="active", seen_count=1,
             indexed=bool(index), kb_version=self._kb.write_version() if kind == "knowledge" else None,
         )
         history = HistoryRow(entry_id=entry_id, version=1, op="add", at=now,
-                             text=self._seal_text(entry_id, "history", text))
+                             text=self._sealer.seal_text(entry_id, "history", text))
         return NewEntry(row=row, embed_text=line, index_text=line, tags=tag_list, history=history)
 
     # --- lifecycle: versions and history ---------------------------------------------------------
@@ -305,7 +306,7 @@ class AgentMemory:
         version = (row.version or 1) + 1
         indexed = row.indexed if index is None else bool(index)
         fields: dict[str, Any] = dict(
-            text=self._seal_text(row.id, "text", text), memory_text=self._seal_text(row.id, "memory_text", line),
+            text=self._sealer.seal_text(row.id, "text", text), memory_text=self._sealer.seal_text(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
         )
         if meta is not None:
@@ -317,7 +318,7 @@ class AgentMemory:
             encoded = self._bank.encode_blobs([line])
             if encoded:
                 blob, kv_fields = encoded[0]
-        events = [HistoryEvent(row.id, version, "update", self._seal_text(row.id, "history", text), now, reason)]
+        events = [HistoryEvent(row.id, version, "update", self._sealer.seal_text(row.id, "history", text), now, reason)]
         self._store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
                             tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
         if row.session_id:  # the old text may sit in its conversation's working KV
@@ -333,7 +334,7 @@ class AgentMemory:
         """
         self._check_open()
         self._live_row(entry_id)
-        return [MemoryVersion(version=h.version, op=h.op, text=self._open_text(entry_id, "history", h.text),
+        return [MemoryVersion(version=h.version, op=h.op, text=self._sealer.open_text(entry_id, "history", h.text),
                               at=utc_from_epoch(h.at), reason=h.reason, related_id=h.related_id)
                 for h in self._store.lifecycle.history(entry_id)]
 
@@ -344,15 +345,9 @@ class AgentMemory:
             raise NotFoundError(f"no memory entry with id {entry_id!r}")
         return rows[0]
 
-    def _seal_text(self, entry_id: str, field: str, value: str) -> str:
-        return value if self._cipher is None else self._cipher.encrypt_text(value, aad=entry_aad(entry_id, field))
-
-    def _open_text(self, entry_id: str, field: str, value: str) -> str:
-        return value if self._cipher is None else self._cipher.decrypt_text(value, aad=entry_aad(entry_id, field))
-
     def _record(self, row: EntryRow) -> MemoryRecord:
-        return to_record(row, text=self._open_text(row.id, "text", row.text),
-                         memory_text=self._open_text(row.id, "memory_text", row.memory_text))
+        return to_record(row, text=self._sealer.open_text(row.id, "text", row.text),
+                         memory_text=self._sealer.open_text(row.id, "memory_text", row.memory_text))
 
     # --- read ----------------------------------------------------------------------------------
     def recall(
@@ -406,8 +401,8 @@ class AgentMemory:
             found = newer_first(found, key=lambda s: speaker_key(s.row), created=lambda s: s.row.created_at,
                                 vectors=get_vectors(scope.user_id, [s.row.id for s in found]), ident=lambda s: s.row.id)
         return [
-            to_hit(s.row, s.score, s.scores, text=self._open_text(s.row.id, "text", s.row.text),
-                   memory_text=self._open_text(s.row.id, "memory_text", s.row.memory_text))
+            to_hit(s.row, s.score, s.scores, text=self._sealer.open_text(s.row.id, "text", s.row.text),
+                   memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))
             for s in found
         ]
 
@@ -647,8 +642,8 @@ class AgentMemory:
         now = time.time()
         rows = [r for r in self._store.catalog.get(entry_ids)  # superseded entries are never mounted
                 if r.user_id == user_id and (r.expires_at is None or r.expires_at > now) and r.status == "active"]
-        return [to_hit(r, 1.0, {}, text=self._open_text(r.id, "text", r.text),
-                       memory_text=self._open_text(r.id, "memory_text", r.memory_text)) for r in rows]
+        return [to_hit(r, 1.0, {}, text=self._sealer.open_text(r.id, "text", r.text),
+                       memory_text=self._sealer.open_text(r.id, "memory_text", r.memory_text)) for r in rows]
 
     def load_model(self) -> None:
         """Load the local LLM now (it otherwise loads on the first encode or mount)."""
@@ -670,7 +665,7 @@ class AgentMemory:
         with tqdm(total=len(todo), desc="encoding KV", unit="entry", disable=not progress) as bar:
             for i in range(0, len(todo), batch_size):
                 rows = todo[i : i + batch_size]
-                lines = [self._open_text(r.id, "memory_text", r.memory_text) for r in rows]
+                lines = [self._sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
                 for row, (blob, fields) in zip(rows, self._bank.encode_blobs(lines)):
                     done += self._store.attach_blob(row.id, blob, **fields)
                 bar.update(len(rows))
@@ -740,8 +735,8 @@ class AgentMemory:
                 from agentmem.store.consolidation_llm import ConsolidationWorker, StoreActions, local_chat
 
                 chat = self._consolidation_model or local_chat(lambda: self._bank.engine)
-                actions = StoreActions(self._store, open_text=lambda r: self._open_text(r.id, "text", r.text),
-                                       seal=lambda i, t: self._seal_text(i, "history", t), clock=self._clock)
+                actions = StoreActions(self._store, open_text=lambda r: self._sealer.open_text(r.id, "text", r.text),
+                                       seal=lambda i, t: self._sealer.seal_text(i, "history", t), clock=self._clock)
                 self._llm = ConsolidationWorker(chat, actions.context, actions.apply)
             return self._llm
 

@@ -29,11 +29,11 @@ from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.errors import BlobCorruptedError, EncryptionError, InvalidInputError, NotFoundError
 from agentmem.kv.mount import Workspace
 from agentmem.ports.sessions import SessionTierStore, put
-from agentmem.security import is_encrypted
+from agentmem.security.sealer import Sealer
 from agentmem.sessions.holds import WorkerHolds
 from agentmem.sessions.session import Session
 from agentmem.sessions.shared import Leases, load_epoch, new_epoch, worker_id
-from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session, session_aad
+from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session
 from agentmem.sessions.tiers import MemoryBackend, Tier
 from agentmem.sessions.turn import EngineContext
 
@@ -89,6 +89,7 @@ class SessionManager:
         self.root = Path(root)
         self.config = config
         self._cipher = cipher
+        self._sealer = Sealer(cipher)
         self.history_kv = history_kv
         self._lock = threading.RLock()
         self._ctx_lock = threading.Lock()
@@ -394,14 +395,10 @@ class SessionManager:
         return dump_session(state, kv, codec=self.config.session_kv_codec)  # cold files: maybe an integer codec
 
     def _seal(self, key: str, data: bytes) -> bytes:
-        return data if self._cipher is None else self._cipher.encrypt(data, aad=session_aad(key))
+        return self._sealer.seal_session(key, data)
 
     def _unseal(self, key: str, blob: bytes) -> bytes:
-        if self._cipher is not None:
-            return self._cipher.decrypt(blob, aad=session_aad(key))
-        if is_encrypted(blob):
-            raise EncryptionError("this session file is encrypted; open the store with its key")
-        return blob
+        return self._sealer.open_session(key, blob)
 
     def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
         assert s._state is not None

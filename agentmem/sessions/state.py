@@ -26,6 +26,7 @@ from safetensors.torch import save as _st_save
 from agentmem.errors import BlobCorruptedError
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, cache_layers
 from agentmem.kv.quant import Codec, PackedKV, codec_for, dequantize_kv, quantize_kv
+from agentmem.security.sealer import session_aad  # re-exported: it lives with the sealer
 
 __all__ = ["SessionKV", "Transcript", "Turn", "dump_session", "load_session", "session_aad"]
 
@@ -127,11 +128,6 @@ class SessionKV:
         """True if ``cache`` still writes into these buffers (it did not have to grow)."""
         k, _ = cache_layers(cache)[0]
         return k.data_ptr() == self.keys[0].data_ptr()
-
-
-def session_aad(key: str) -> bytes:
-    """Associated data binding an encrypted session file to its (hashed) location."""
-    return f"agentmem:session:{key}".encode()
 
 
 _QUANT = ("key_scales", "key_zeros", "value_scales", "value_zeros")

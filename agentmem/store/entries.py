@@ -36,7 +36,8 @@ from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
-from agentmem.security.crypto import Cipher, entry_aad
+from agentmem.security.crypto import Cipher
+from agentmem.security.sealer import Sealer
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class EntryStore:
 
         self.root = root
         self.cipher = cipher
+        self.sealer = Sealer(cipher)  # every sealed value of the store (texts, blobs) goes through this one
         # encrypted stores keep keyed word hashes, not words, in the lexical index
         self._blind_index = BlindIndex(cipher.index_key) if cipher is not None else None
         self.config = config
@@ -276,9 +278,7 @@ class EntryStore:
         if not row.kv_path:
             raise BlobCorruptedError(f"entry {row.id} has no KV blob")
         data = self.blobs.read(row.id)
-        if self.cipher is not None:
-            data = self.cipher.decrypt(bytes(data), aad=entry_aad(row.id, "kv"))  # BlobCorruptedError if tampered
-        return data
+        return self.sealer.open_blob(row.id, data)  # BlobCorruptedError if tampered
 
     def map_blob(self, row: EntryRow) -> bytes | memoryview:
         """The entry's blob for a one-shot read, without copying it when the store is not encrypted.
@@ -291,7 +291,7 @@ class EntryStore:
         return self.blobs.view(row.id)
 
     def _seal(self, entry_id: str, blob: bytes) -> bytes:
-        return blob if self.cipher is None else self.cipher.encrypt(blob, aad=entry_aad(entry_id, "kv"))
+        return self.sealer.seal_blob(entry_id, blob)
 
     def candidates(self, query: str, scope: Scope, *, pool: int, query_vector: np.ndarray | None = None,
                    ids: Sequence[str] | None = None) -> tuple[Candidates, np.ndarray]:
@@ -373,9 +373,7 @@ class EntryStore:
         return out
 
     def _memory_line(self, row: EntryRow) -> str:
-        if self.cipher is None:
-            return row.memory_text
-        return self.cipher.decrypt_text(row.memory_text, aad=entry_aad(row.id, "memory_text"))
+        return self.sealer.open_text(row.id, "memory_text", row.memory_text)
 
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, grace_s: float | None = None) -> dict[str, int]:
