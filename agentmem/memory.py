@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from agentmem.bank import BankMemory, KVBank
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
-from agentmem.store.catalog import EntryRow, HistoryRow
 from agentmem.store.entries import EntryStore, NewEntry, Scope
 from agentmem.store.consolidation import LocalConsolidator, apply_decisions, newer_first, speaker_key
 from agentmem.store.kb_versions import KbVersions
@@ -41,6 +40,7 @@ from agentmem.validation import (
 from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
 
 if TYPE_CHECKING:
+    from agentmem.store.catalog import EntryRow
     from agentmem.kv.types import GenerationResult, Mode
     from agentmem.store.consolidation_llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
@@ -247,17 +247,11 @@ class AgentMemory:
             meta = self._scanner.apply_value(meta)
         now = self._clock()
         line = memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=occurred)
-        entry_id = str(uuid.uuid4())
-        row = EntryRow(
-            id=entry_id, user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
-            occurred_at=occurred, text=self._sealer.seal_text(entry_id, "text", text),
-            memory_text=self._sealer.seal_text(entry_id, "memory_text", line), metadata_json=meta, created_at=now,
-            expires_at=None if ttl_s is None else now + ttl_s, version=1, status="active", seen_count=1,
-            indexed=bool(index), kb_version=self._kb.write_version() if kind == "knowledge" else None,
-        )
-        history = HistoryRow(entry_id=entry_id, version=1, op="add", at=now,
-                             text=self._sealer.seal_text(entry_id, "history", text))
-        return NewEntry(row=row, embed_text=line, index_text=line, tags=tag_list, history=history)
+        return self._store.new_entry(
+            str(uuid.uuid4()), text, line, user_id=user_id, session_id=session_id, kind=kind, role=role,
+            speaker=speaker, occurred_at=occurred, metadata=meta, tags=tag_list, created_at=now,
+            expires_at=None if ttl_s is None else now + ttl_s, indexed=bool(index),
+            kb_version=self._kb.write_version() if kind == "knowledge" else None)
 
     # --- lifecycle: versions and history ---------------------------------------------------------
     def update(
@@ -434,12 +428,12 @@ class AgentMemory:
         if user_id is None and session_id is None:
             raise InvalidInputError("list needs user_id or session_id")
         limit, offset = check_limit_offset(limit, offset)
-        q = self._store.catalog.scope_select(
+        rows = self._store.list_rows(
             user_id=check_id(user_id, "user_id", required=False),
             session_id=check_id(session_id, "session_id", required=False),
-            kinds=check_kinds(kinds), tags=check_tags(tags), alive_at=time.time(),
+            kinds=check_kinds(kinds), tags=check_tags(tags), alive_at=time.time(), limit=limit, offset=offset,
         )
-        return [self._record(r) for r in self._store.catalog.list_rows(q, limit=limit, offset=offset)]
+        return [self._record(r) for r in rows]
 
     # --- KV bank -------------------------------------------------------------------------------
     def generate(
@@ -658,9 +652,9 @@ class AgentMemory:
         from tqdm.auto import tqdm
 
         self._check_open()
-        catalog = self._store.catalog
-        q = catalog.scope_select(user_id=check_id(user_id, "user_id", required=False), alive_at=time.time())
-        todo = [r for page in catalog.iter_ids(q) for r in self._bank.stale_rows(catalog.get(page))]
+        ids = self._store.scope_ids(user_id=check_id(user_id, "user_id", required=False), alive_at=time.time())
+        get = self._store.catalog.get
+        todo = [r for i in range(0, len(ids), 1000) for r in self._bank.stale_rows(get(ids[i : i + 1000]))]
         done = 0
         with tqdm(total=len(todo), desc="encoding KV", unit="entry", disable=not progress) as bar:
             for i in range(0, len(todo), batch_size):
@@ -828,8 +822,7 @@ class AgentMemory:
             return len(rows)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
-        q = self._store.catalog.scope_select(user_id=user_id, session_id=session_id, tags=tag_list)
-        ids = [i for page in self._store.catalog.iter_ids(q) for i in page]
+        ids = self._store.scope_ids(user_id=user_id, session_id=session_id, tags=tag_list)
         rows = self._store.delete(ids)
         n = len(rows)
         if user_id is not None and self._has_sessions():

@@ -127,6 +127,27 @@ class EntryStore:
         self.recover()
 
     # --- writes --------------------------------------------------------------------------------
+    def new_entry(self, entry_id: str, text: str, line: str, *, user_id: str, session_id: str | None, kind: str,
+                  role: str | None, speaker: str | None, occurred_at: str | None, metadata: dict[str, Any],
+                  tags: Sequence[str], created_at: float, expires_at: float | None, indexed: bool = True,
+                  kb_version: str | None = None) -> NewEntry:
+        """The row (texts sealed) and "add" event of one validated entry, ready for :meth:`add`.
+
+        Example:
+            >>> e = store.new_entry("e1", "hi", "hi", user_id="u", session_id=None, kind="turn", role=None,
+            ...                     speaker=None, occurred_at=None, metadata={}, tags=[], created_at=0.0,
+            ...                     expires_at=None)                                         # doctest: +SKIP
+        """
+        seal = self.sealer.seal_text
+        row = EntryRow(
+            id=entry_id, user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
+            occurred_at=occurred_at, text=seal(entry_id, "text", text), memory_text=seal(entry_id, "memory_text", line),
+            metadata_json=metadata, created_at=created_at, expires_at=expires_at, version=1, status="active",
+            seen_count=1, indexed=bool(indexed), kb_version=kb_version,
+        )
+        history = HistoryRow(entry_id=entry_id, version=1, op="add", at=created_at, text=seal(entry_id, "history", text))
+        return NewEntry(row=row, embed_text=line, index_text=line, tags=tags, history=history)
+
     def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
         """Write entries all-or-nothing (see the module docstring for the protocol)."""
         if not entries:
@@ -270,6 +291,25 @@ class EntryStore:
         self.catalog.delete([r.id for r in rows])
 
     # --- reads ---------------------------------------------------------------------------------
+    def scope_ids(self, *, user_id: str | None = None, session_id: str | None = None, tags: Sequence[str] | None = None,
+                  alive_at: float | None = None) -> list[str]:
+        """Every id in a scope (all pages; no cap), for erasure and re-encoding.
+
+        Example:
+            >>> store.scope_ids(user_id="u", alive_at=time.time())                   # doctest: +SKIP
+            ['3f1c…', …]
+        """
+        q = self.catalog.scope_select(user_id=user_id, session_id=session_id, tags=tags, alive_at=alive_at)
+        return [i for page in self.catalog.iter_ids(q) for i in page]
+
+    def list_rows(self, *, limit: int | None, offset: int = 0, **scope: Any) -> list[EntryRow]:
+        """Rows of a scope (``user_id``, ``session_id``, ``kinds``, ``tags``, ``alive_at``), oldest first.
+
+        Example:
+            >>> store.list_rows(user_id="u", limit=10, alive_at=time.time())        # doctest: +SKIP
+        """
+        return self.catalog.list_rows(self.catalog.scope_select(**scope), limit=limit, offset=offset)
+
     def blob_path(self, entry_id: str) -> Path:
         """Where the files blob store keeps ``entry_id``'s blob."""
         return self.root / "kv" / entry_id[:2] / f"{entry_id}.kv"

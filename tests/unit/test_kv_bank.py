@@ -88,3 +88,14 @@ def test_mounting_maps_plaintext_blobs_and_decrypts_encrypted_ones(tmp_path: Pat
         out = mem.generate("when does the ferry leave?", user_id="u", k=1, max_new_tokens=1)
         assert out.mounted == [rec.id] and out.fallbacks == []
         assert mem.stats()["kv"]["blob_loads"] >= 1
+
+
+def test_encode_pending_encodes_only_one_users_entries_without_kv(tmp_path: Path, tiny_pair) -> None:
+    with AgentMemory(tmp_path / "s", model=tiny_pair, kv_encoding="off") as mem:
+        facts = ["I bought a red kayak in May", "my sister is a cello teacher", "the bakery on Elm street closed"]
+        mine = [mem.remember(f, user_id="u").id for f in facts]
+        theirs = mem.remember("bob's note about the harbour", user_id="bob").id
+        assert mem.encode_pending(user_id="u", progress=False) == 3
+        rows = {r.id: r for r in mem._store.catalog.get([*mine, theirs])}
+        assert all(rows[i].kv_path for i in mine) and not rows[theirs].kv_path
+        assert mem.encode_pending(user_id="u", progress=False) == 0  # nothing left without KV
