@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmem.errors import InvalidInputError
 from agentmem.server.auth import Principal
 from agentmem.server.state import SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user
+from agentmem.server.tracing import mount_span
 
 __all__ = ["ChatRequest", "router"]
 
@@ -91,35 +92,45 @@ class _Chat:
 
     def run(self, on_text: Any = None) -> dict[str, Any]:
         """Blocking: recall, generate (streaming pieces to ``on_text``), remember; returns the extension field."""
-        mem, metrics, b = self.state.mem, self.state.metrics, self.body
+        mem, metrics, tracer = self.state.mem, self.state.metrics, self.state.tracer
         t0 = time.perf_counter()
-        hits = mem.recall(self.question, user_id=self.user, k=self.k)
+        with tracer.start_as_current_span("agentmem.recall", attributes={"agentmem.user": self.user,
+                                                                         "agentmem.k": self.k}) as span:
+            hits = mem.recall(self.question, user_id=self.user, k=self.k)
+            span.set_attribute("agentmem.hits", len(hits))
         recall_s = time.perf_counter() - t0
         metrics.recall_seconds.observe(recall_s)
-        sample = dict(do_sample=bool(b.temperature), temperature=b.temperature or 1.0, top_p=b.top_p or 1.0,
-                      seed=b.seed)
-        ids = [h.id for h in hits]
-        if self.session_id is not None:
-            s = mem.session(self.session_id, user_id=self.user)
-            out = s.send(self.question, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,
-                         remember=b.agentmem.remember, on_text=on_text, **sample)
-            spans, prompt_tokens = [], out.prompt_tokens
-        else:
-            out = mem.generate(self.question, user_id=self.user, entry_ids=ids, mode=self.mode,
-                               max_new_tokens=self.max_tokens, on_text=on_text, **sample)
-            spans, prompt_tokens = out.spans, out.prompt_tokens
-            if b.agentmem.remember:
-                self._remember_turns(out.text)
+        with tracer.start_as_current_span("agentmem.generate", attributes={
+                "agentmem.user": self.user, "agentmem.mode": self.mode,
+                "agentmem.session": self.session_id or ""}) as span:
+            start_ns = time.time_ns()
+            out = self._generate([h.id for h in hits], on_text)
+            mount_span(tracer, start_ns, out)
+            span.set_attribute("agentmem.completion_tokens", len(out.token_ids))
+        if self.session_id is None and self.body.agentmem.remember:
+            self._remember_turns(out.text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
-        self.text, self.completion_tokens, self.prompt_tokens = out.text, len(out.token_ids), prompt_tokens
-        ext = self._report(hits, out, spans, timings)
+        self.text, self.completion_tokens, self.prompt_tokens = out.text, len(out.token_ids), out.prompt_tokens
+        ext = self._report(hits, out, list(out.spans), timings)
         ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
         rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text})
         if self.mode == "kv" and self.state.fidelity.due():
             self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
         return ext
+
+    def _generate(self, ids: list[str], on_text: Any) -> Any:
+        """The answer with memories ``ids`` mounted: a session turn when the request names a session."""
+        b = self.body
+        sample = dict(do_sample=bool(b.temperature), temperature=b.temperature or 1.0, top_p=b.top_p or 1.0,
+                      seed=b.seed)
+        if self.session_id is not None:
+            s = self.state.mem.session(self.session_id, user_id=self.user)
+            return s.send(self.question, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,
+                          remember=b.agentmem.remember, on_text=on_text, **sample)
+        return self.state.mem.generate(self.question, user_id=self.user, entry_ids=ids, mode=self.mode,
+                                       max_new_tokens=self.max_tokens, on_text=on_text, **sample)
 
     def _remember_turns(self, answer: str) -> None:
         """The question and the answer as turns of the user, in one write; a turn too long for the model's context

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -52,7 +53,8 @@ class TurnResult:
     run through the model before the first new token. ``timings`` (seconds): ``scan``, ``make_room`` (moving other
     sessions down to make room), ``restore`` (this session's KV back to the device, and validating it), ``retrieve``,
     ``load``, ``encode``, ``rebuild``, ``mount``, ``prefill``, ``ttft`` (send start to first token), ``decode``,
-    ``append``, ``remember``, ``total``.
+    ``append``, ``remember``, ``total``. ``spans``: each mounted memory's ``(start, end)`` cache positions, in
+    ``mounted`` order (the same in every mode: memories sit back to back after the preamble).
     """
 
     text: str
@@ -70,6 +72,7 @@ class TurnResult:
     records: list[str] = field(default_factory=list)
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) cache positions of each mounted memory
 
 
 class Session:
@@ -293,6 +296,9 @@ class Session:
                 fallbacks.append((memory.id, reason))
             entries.append(entry)
         mem_tokens = sum(len(x) for x in kept_ids)
+        # every mode lays the mounted memories out back to back after the preamble (as text or as KV)
+        ends = list(itertools.accumulate((len(x) for x in kept_ids), initial=P))
+        spans = list(zip(ends[:-1], ends[1:]))
 
         # 3. room in the hot tier for this turn (other sessions move down first, outside the engine lock)
         need = P + len(st.ids) + len(new_ids) + max_new + 1
@@ -408,7 +414,7 @@ class Session:
             dropped=[memories[i].id for i in plan.drop], reused_tokens=reused,
             prefilled_tokens=len(step_in) + rebuilt_tokens, prompt_tokens=prompt_tokens,
             timings=tm, mode=mode, restored_from=restored_from, rebuilt=rebuilt, evicted_turns=evicted,
-            records=records, fallbacks=fallbacks, notes=notes,
+            records=records, fallbacks=fallbacks, notes=notes, spans=spans,
         )
 
     # -- helpers (caller holds the session lock) --------------------------------------------------------

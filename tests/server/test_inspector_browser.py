@@ -4,6 +4,7 @@ load every page and check what it shows. ``AGENTMEM_UPDATE_SCREENSHOTS=1`` also 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -79,6 +80,15 @@ def test_inspector_pages_in_chromium(server, browser, activity, tmp_path):
     assert "u1" in users and "u3" in users and "u2" not in users  # the key's tenants only
     assert "insp-s1" in users and "hot" in users
     assert page.locator(".request-row").count() >= 3
+    # every recent request lists what it mounted as "id @position +tokens (score)", session turns included
+    session_mounts = 0
+    for row in page.locator(".request-row").all():
+        cells = row.locator("td").all_inner_texts()
+        mounts = re.findall(r"@(\d+) \+(\d+) \(([0-9.e+-]+)\)", cells[6])
+        assert mounts or cells[6].strip() == "none", cells
+        assert all(int(pos) > 0 and int(tokens) > 0 for pos, tokens, _ in mounts), cells
+        session_mounts += len(mounts) if cells[2] == "insp-s1" else 0
+    assert session_mounts >= 1
     assert page.inner_text("#kv-hit-rate").endswith("%")
     assert page.locator("#fidelity-line").count() == 1  # drawn by the page's script
     assert "latest KL" in page.inner_text("#fidelity-summary")
@@ -92,6 +102,15 @@ def test_inspector_pages_in_chromium(server, browser, activity, tmp_path):
     assert int(cells[3]) > 0 and int(cells[4]) > 0  # tokens and position of a mounted memory
     assert "KL" in page.inner_text("#request-fidelity")
     _shot(page, "request", tmp_path)
+
+    page.goto(f"{server.url}/inspector")  # a session turn's page: positions after the preamble, back to back
+    page.locator(".request-row", has_text="insp-s1").first.locator("a").click()
+    page.wait_for_selector("#mounted")
+    rows = [r.locator("td").all_inner_texts() for r in page.locator(".mounted-row").all()]
+    spans = [(int(c[4]), int(c[3])) for c in rows]  # (position, tokens)
+    assert spans and all(p > 0 and n > 0 for p, n in spans)
+    assert all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:]))
+    _shot(page, "request-session", tmp_path)
 
     page.goto(f"{server.url}/inspector/users/u1")
     rows = page.locator(".entry-row")
