@@ -66,6 +66,8 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
           chat_mode: str = typer.Option("kv", help="Default chat mode: kv (memories mounted as KV) or text."),
           fidelity_share: float = typer.Option(0.1, help="Share of chat requests also scored in text mode."),
           model_id: str = typer.Option("agentmem-smollm2-135m-instruct", help="Model id shown by /v1/models."),
+          otel: bool = typer.Option(False, "--otel", help="OpenTelemetry spans (recall / mount / generate) to the "
+                                    "configured provider; printed to stderr when none is configured."),
           log_level: str = typer.Option("warning", help="uvicorn log level.")) -> None:
     """Run the HTTP server: REST, OpenAI-compatible /v1/chat/completions, MCP at /mcp, /inspector, /metrics."""
     server = _server()
@@ -79,7 +81,11 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
         _fail(f"no API keys for {path}: create one with `agentmem keys add --path {path} --user USER`, "
               "or pass --no-auth (loopback only)")
     settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK,
-                              chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id)
+                              chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id, tracing=otel)
+    if otel:
+        from agentmem.server.tracing import console_provider_if_unset
+
+        console_provider_if_unset()
     mem = _open(path, model)
     try:
         typer.echo(f"agentmem serving {path} on http://{host}:{port}", err=True)

@@ -59,8 +59,10 @@ def recall(body: RecallBody, request: Request, who: Principal = Depends(caller))
     """The ``k`` most relevant memories of a user, best first (``mem.recall``)."""
     check_user(who, body.user_id)
     state = get_state(request)
-    with state.metrics.recall_seconds.time():
+    with state.tracer.start_as_current_span("agentmem.recall", attributes={
+            "agentmem.user": body.user_id, "agentmem.k": body.k}) as span, state.metrics.recall_seconds.time():
         hits = state.mem.recall(body.query, **body.model_dump(exclude={"query"}))
+        span.set_attribute("agentmem.hits", len(hits))
     return {"hits": [record_json(h) for h in hits]}
 
 
@@ -204,8 +206,10 @@ class _BodyLimit(BaseHTTPMiddleware):
 
 
 def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | None = None,
-               mcp: bool = True) -> FastAPI:
+               mcp: bool = True, tracer_provider: Any = None) -> FastAPI:
     """The FastAPI app serving ``mem`` (one model per process). ``keys`` may be None only with ``auth=False``.
+
+    ``tracer_provider``: where spans go when ``settings.tracing`` (default: OpenTelemetry's global provider).
 
     Example:
         >>> app = create_app(AgentMemory("./memdata"), keys=None, settings=ServerSettings(auth=False))
@@ -216,7 +220,7 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
     settings = settings or ServerSettings()
     if settings.auth and keys is None:
         raise ValueError("auth is on: pass keys=KeyStore(path)")
-    state = ServerState.build(mem, keys, settings)
+    state = ServerState.build(mem, keys, settings, tracer_provider)
     mcp_server = build_mcp(mem, keys=keys if settings.auth else None) if mcp else None
     mcp_app = mcp_server.streamable_http_app(streamable_http_path="/", stateless_http=True,
                                              json_response=True) if mcp_server else None

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmem.server.auth import ANY_USER, KeyStore, Principal
 from agentmem.server.metrics import ServerMetrics
 from agentmem.server.monitor import FidelityMonitor, RequestLog
+from agentmem.server.tracing import server_tracer
 
 __all__ = ["ServerSettings", "ServerState", "caller", "check_user", "get_state", "pick_user"]
 
@@ -41,6 +42,7 @@ class ServerSettings(BaseModel):
     fidelity_tokens: int = Field(default=8, gt=0, description="Answer tokens scored by the fidelity monitor.")
     max_body_bytes: int = Field(default=1 << 20, gt=0, description="Larger request bodies get 413.")
     request_log: int = Field(default=200, gt=0, description="Recent chat requests kept for the inspector.")
+    tracing: bool = Field(default=False, description="OpenTelemetry spans around recall / mount / generate.")
 
 
 @dataclass
@@ -53,14 +55,17 @@ class ServerState:
     metrics: ServerMetrics
     requests: RequestLog
     fidelity: FidelityMonitor
+    tracer: Any = None  # an OpenTelemetry tracer (the no-op one unless settings.tracing)
 
     @classmethod
-    def build(cls, mem: Any, keys: KeyStore | None, settings: ServerSettings) -> ServerState:
+    def build(cls, mem: Any, keys: KeyStore | None, settings: ServerSettings,
+              tracer_provider: Any = None) -> ServerState:
         metrics = ServerMetrics(mem)
         requests = RequestLog(settings.request_log)
         monitor = FidelityMonitor(mem, metrics, requests, share=settings.fidelity_share,
                                   tokens=settings.fidelity_tokens)
-        return cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor)
+        return cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
+                   tracer=server_tracer(settings.tracing, tracer_provider))
 
 
 def get_state(request: Request) -> ServerState:
