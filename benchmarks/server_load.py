@@ -5,8 +5,13 @@ Phases, all in one run:
 1. **memory endpoints**: ``--clients`` concurrent HTTP clients send ``--requests`` requests (half remember, half
    recall) -> req/s, p50/p99 per endpoint, errors. The recalls are then sent again alone (``recall_only``) and run
    **in-process** on the same store (server stopped, as many threads as clients): HTTP recall p99 vs in-process p99.
-2. **chat endpoint**: ``--clients`` clients send ``--chat-requests`` chat completions (official ``openai`` client,
-   memories mounted as KV, ``--chat-tokens`` new tokens each) -> req/s, p50/p99, errors.
+   Both sides measured the same way: the same queries, the same concurrency, one untimed recall per user first,
+   and only the call itself timed (HTTP clients are built and connected before the clock). ``recall_only`` also
+   reports the route's own ``mem.recall`` time (the server's histogram), and ``http_floor`` the latency of an
+   authenticated route doing no memory work (``GET /v1/models``) at the same concurrency.
+2. **chat endpoint**: ``--clients`` clients send ``--chat-requests`` (default ``--requests``) chat completions
+   (official ``openai`` client, memories mounted as KV, ``--chat-tokens`` new tokens each) -> req/s, p50/p99,
+   errors; requests not started within ``--chat-seconds`` are reported as ``not_run``.
 3. **TTFT, KV vs text**: one user with ~``--memory-tokens`` tokens of memories; streamed chat completions alternate
    ``mode=kv`` and ``mode=text`` on the same server; TTFT = time to the first content chunk at the client.
 4. **kill -9**: clients write memories; after ``--kill-after`` acknowledged (201) writes the server is SIGKILLed
@@ -105,13 +110,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_pool(clients: int, jobs: list, fn, make=None) -> tuple[dict[str, list[float]], dict[str, int], float]:
+def run_pool(clients: int, jobs: list, fn, make=None,
+             budget_s: float | None = None) -> tuple[dict[str, list[float]], dict[str, int], float]:
     """Run ``fn(conn, job)`` over jobs on ``clients`` threads, each with its own connection from ``make()``.
 
     The connections are built (and warmed by ``make``) before the clock starts and handed to the threads from a
     queue: building an ``httpx.Client`` loads an SSL context (tens of ms of CPU), and timing it inside the first
     request of each thread put 16 of every 200 requests into the HTTP tail, which the in-process baseline (that
-    has no connection to build) never pays. Each job's latency is ``fn`` alone.
+    has no connection to build) never pays. Each job's latency is ``fn`` alone. Jobs not started within
+    ``budget_s`` are skipped and counted under ``err["not_run"]`` (the chat phase's time box).
     """
     lat: dict[str, list[float]] = {}
     err: dict[str, int] = {}
@@ -125,6 +132,10 @@ def run_pool(clients: int, jobs: list, fn, make=None) -> tuple[dict[str, list[fl
     def one(job):
         if not hasattr(local, "conn"):
             local.conn = conns.get()
+        if budget_s is not None and time.perf_counter() - t0 > budget_s:
+            with lock:
+                err["not_run"] = err.get("not_run", 0) + 1
+            return
         kind = job[0]
         t = time.perf_counter()
         try:
@@ -187,10 +198,27 @@ def memory_phase(srv: ServerProc, key: str, args, rng: random.Random) -> tuple[d
     with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as c:
         for u in users:
             c.post("/v1/memories/recall", json={"query": "warm up", "user_id": u, "k": 5}).raise_for_status()
+    before = recall_seconds(srv, key)
     lat, err, wall = run_pool(args.clients, recalls, fn, http_maker(srv.url, key))
     out["recall_only"] = summary(lat.get("recall", []), err.get("recall", 0), wall)
+    after = recall_seconds(srv, key)
+    # where the HTTP time goes: the route's own mem.recall time (server histogram) vs the client's latency
+    out["recall_only"]["server_recall_mean_ms"] = _ms((after[0] - before[0]) / max(1, after[1] - before[1]))
+    out["recall_only"]["client_mean_ms"] = _ms(statistics.mean(lat["recall"])) if lat.get("recall") else None
     out["errors"] += sum(err.values())
+    # the HTTP floor at the same concurrency: an authenticated route that does no memory work
+    lat, err, wall = run_pool(args.clients, [("floor", u, "") for _, u, _ in recalls],
+                              lambda c, job: c.get("/v1/models").raise_for_status(), http_maker(srv.url, key))
+    out["http_floor"] = summary(lat.get("floor", []), err.get("floor", 0), wall)
     return out, [(u, t) for kind, u, t in recalls]
+
+
+def recall_seconds(srv: ServerProc, key: str) -> tuple[float, float]:
+    """(sum, count) of the server's ``agentmem_recall_seconds`` histogram."""
+    text = httpx.get(f"{srv.url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=60).text
+    values = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                  if line.startswith(("agentmem_recall_seconds_sum", "agentmem_recall_seconds_count")))
+    return float(values["agentmem_recall_seconds_sum"]), float(values["agentmem_recall_seconds_count"])
 
 
 def inprocess_recall(store: Path, model: str | None, queries: list[tuple[str, str]], clients: int) -> dict:
@@ -221,7 +249,7 @@ def chat_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
     with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=300) as c:
         for _ in range(40):
             c.post("/v1/memories", json={"text": sentence(rng, 14), "user_id": user}).raise_for_status()
-    jobs = [("chat", sentence(rng, 6)) for _ in range(args.chat_requests)]
+    jobs = [("chat", sentence(rng, 6)) for _ in range(args.chat_requests or args.requests)]
 
     def make() -> openai.OpenAI:
         oa = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0, timeout=600)
@@ -234,8 +262,9 @@ def chat_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
                                    extra_body={"agentmem": {"remember": False}})
 
     fn(make(), ("chat", "warm up"))  # first mount encodes the blobs (lazy policy)
-    lat, err, wall = run_pool(args.clients, jobs, fn, make)
-    return summary(lat.get("chat", []), err.get("chat", 0), wall)
+    lat, err, wall = run_pool(args.clients, jobs, fn, make, budget_s=args.chat_seconds)
+    return {**summary(lat.get("chat", []), err.get("chat", 0), wall), "planned": len(jobs),
+            "not_run": err.get("not_run", 0), "tokens_each": args.chat_tokens}
 
 
 def ttft_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
@@ -324,7 +353,8 @@ def plot(result: dict, path: Path) -> None:
 
     m, c, t = result["memory"], result["chat"], result["ttft"]
     rows = [("remember (HTTP)", m["remember"]), ("recall (HTTP, with writes)", m["recall"]),
-            ("recall (HTTP)", m["recall_only"]), ("recall (in-process)", m["recall_inprocess"]), ("chat (HTTP)", c)]
+            ("recall (HTTP)", m["recall_only"]), ("recall (in-process)", m["recall_inprocess"]),
+            ("HTTP floor (/v1/models)", m["http_floor"]), ("chat (HTTP)", c)]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 1]})
     y = range(len(rows))
     a.barh([i + 0.2 for i in y], [r[1]["p50_ms"] for r in rows], height=0.4, label="p50")
@@ -345,7 +375,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--requests", type=int, default=400)
-    ap.add_argument("--chat-requests", type=int, default=64)
+    ap.add_argument("--chat-requests", type=int, default=None, help="Chat completions (default: --requests).")
+    ap.add_argument("--chat-seconds", type=float, default=480,
+                    help="Time box of the chat phase: requests not started by then are reported as not_run.")
     ap.add_argument("--chat-tokens", type=int, default=8)
     ap.add_argument("--memory-tokens", type=int, default=2048)
     ap.add_argument("--ttft-rounds", type=int, default=5)
