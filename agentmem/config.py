@@ -22,7 +22,7 @@ TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
 # "auto" picks CUDA, then Apple MPS, then CPU; "cuda:N" names one GPU.
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"
 # Stored KV codecs (agentmem/kv/quant.py): float dtypes, or integer codes per channel (keys) / per token (values).
-KvCodec = Literal["float32", "float16", "bfloat16", "int8", "int4", "k4v2", "int2"]
+KvCodec = Literal["float32", "float16", "bfloat16", "int8", "int4", "k4v2", "int2", "int4h", "k4v3h", "k3v3h", "k4v2h"]
 
 
 def default_cache_dir() -> Path:
@@ -115,6 +115,10 @@ class MemoryConfig(BaseModel):
         default=None, description="Codec of session KV written to the cold tier: None = the model's dtype (a restored "
         "session continues token for token); an integer codec (e.g. 'int8') holds more sessions per byte, lossily "
         "(docs/kv-compression.md).")
+    session_warm_kv_codec: KvCodec | None = Field(
+        default=None, description="Codec of session KV held in the warm tier: None = the model's dtype; an integer "
+        "codec (e.g. 'int8') holds several times more sessions in session_warm_bytes, lossily, and is dequantized "
+        "on the way back to hot (docs/kv-compression.md). Hot always keeps the model's dtype.")
     session_max_tokens: int = Field(
         default=1536, gt=0, description="Most tokens of conversation a session keeps in its working cache."
     )

@@ -39,7 +39,9 @@ from safetensors.torch import save as _st_save
 from agentmem._fs import map_readonly
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
 from agentmem.kv.fingerprint import ModelFingerprint
-from agentmem.kv.quant import CODECS, FLOAT_CODECS, Codec, PackedKV, QuantizedEntry, codec_for, quantize_kv
+from agentmem.kv.quant import (
+    CODECS, FLOAT_CODECS, Codec, PackedKV, QuantizedEntry, codec_for, hadamard_matrix, packed_width, quantize_kv,
+)
 from agentmem.kv.types import EncodedEntry
 
 __all__ = [
@@ -257,14 +259,18 @@ def _expected_shapes(codec: Codec, want: tuple[int, int, int, int]) -> dict[str,
     num_layers, heads, tokens, dim = want
     if not codec.quantized:
         return {"keys": (want, codec.float_dtype), "values": (want, codec.float_dtype)}
-    if dim % (8 // codec.key_bits) or dim % (8 // codec.value_bits):
-        raise BlobCorruptedError("KV blob codec does not fit the model's head dim")
+    try:
+        key_width, value_width = packed_width(dim, codec.key_bits), packed_width(dim, codec.value_bits)
+        if codec.value_transform == "hadamard":
+            hadamard_matrix(dim)
+    except ValueError as exc:
+        raise BlobCorruptedError("KV blob codec does not fit the model's head dim") from exc
     key_scales = (num_layers, heads, math.ceil(tokens / codec.key_group), dim)
     value_scales = (num_layers, heads, tokens, math.ceil(dim / min(codec.value_group, dim)))
     u8, f16 = torch.uint8, torch.float16
     return {
-        "keys": ((num_layers, heads, tokens, dim * codec.key_bits // 8), u8),
-        "values": ((num_layers, heads, tokens, dim * codec.value_bits // 8), u8),
+        "keys": ((num_layers, heads, tokens, key_width), u8),
+        "values": ((num_layers, heads, tokens, value_width), u8),
         "key_scales": (key_scales, f16), "key_zeros": (key_scales, f16),
         "value_scales": (value_scales, f16), "value_zeros": (value_scales, f16),
     }

@@ -41,9 +41,13 @@ __all__ = [
     "QuantizedEntry",
     "codec_for",
     "dequantize_kv",
+    "hadamard_matrix",
+    "packed_width",
     "place_packed",
     "quantize_kv",
 ]
+
+BIT_WIDTHS = (2, 3, 4, 8)
 
 FLOAT_CODECS: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -69,6 +73,7 @@ class Codec:
     value_bits: int | None = None
     key_group: int = 32
     value_group: int = 64
+    value_transform: str | None = None  # "hadamard": values rotated (orthonormal Hadamard) before quantization
 
     @property
     def quantized(self) -> bool:
@@ -81,8 +86,11 @@ class Codec:
     def to_dict(self) -> dict:
         if not self.quantized:
             return {"name": self.name}
-        return {"name": self.name, "key_bits": self.key_bits, "value_bits": self.value_bits,
-                "key_group": self.key_group, "value_group": self.value_group}
+        out = {"name": self.name, "key_bits": self.key_bits, "value_bits": self.value_bits,
+               "key_group": self.key_group, "value_group": self.value_group}
+        if self.value_transform is not None:  # absent in the headers of every codec that predates it
+            out["value_transform"] = self.value_transform
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> Codec:
@@ -93,11 +101,14 @@ class Codec:
             return CODECS[data["name"]]
         try:
             codec = cls(name=data["name"], key_bits=int(data["key_bits"]), value_bits=int(data["value_bits"]),
-                        key_group=int(data["key_group"]), value_group=int(data["value_group"]))
+                        key_group=int(data["key_group"]), value_group=int(data["value_group"]),
+                        value_transform=data.get("value_transform"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError("codec parameters are missing or not integers") from exc
-        if codec.key_bits not in (2, 4, 8) or codec.value_bits not in (2, 4, 8):
-            raise ValueError("codec bit widths must be 2, 4 or 8")
+        if codec.key_bits not in BIT_WIDTHS or codec.value_bits not in BIT_WIDTHS:
+            raise ValueError(f"codec bit widths must be one of {BIT_WIDTHS}")
+        if codec.value_transform not in (None, "hadamard"):
+            raise ValueError("codec value_transform must be absent or 'hadamard'")
         if codec.key_group < 1 or codec.value_group < 1:
             raise ValueError("codec group sizes must be positive")
         return codec
@@ -118,6 +129,12 @@ CODECS: dict[str, Codec] = {name: Codec(name) for name in FLOAT_CODECS} | {
     "int4": Codec("int4", 4, 4),
     "k4v2": Codec("k4v2", 4, 2),
     "int2": Codec("int2", 2, 2),
+    # Values rotated by a Hadamard transform before quantizing; one key scale group per 64 tokens (a whole
+    # LoCoMo-sized turn), docs/kv-compression.md.
+    "int4h": Codec("int4h", 4, 4, key_group=64, value_transform="hadamard"),
+    "k4v3h": Codec("k4v3h", 4, 3, key_group=64, value_transform="hadamard"),
+    "k3v3h": Codec("k3v3h", 3, 3, key_group=64, value_transform="hadamard"),
+    "k4v2h": Codec("k4v2h", 4, 2, key_group=64, value_transform="hadamard"),
 }
 
 
@@ -164,10 +181,26 @@ class PackedKV:
         return min(self.codec.value_group, self.head_dim)
 
 
+def packed_width(dim: int, bits: int) -> int:
+    """Bytes per packed row of ``dim`` codes of ``bits`` bits; ``ValueError`` if ``dim`` does not pack evenly.
+
+    Example:
+        >>> packed_width(64, 3)
+        24
+    """
+    need = 8 if bits == 3 else 8 // bits  # 3 bits: a 2-bit plane (D/4 bytes) + a 1-bit plane (D/8 bytes)
+    if bits not in BIT_WIDTHS or dim % need:
+        raise ValueError(f"head dim {dim} does not pack {bits}-bit codes (needs a multiple of {need})")
+    return dim * bits // 8
+
+
 def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """uint8 codes ``[..., D]`` (each < 2**bits) → ``[..., W]``, ``W = D * bits / 8``: element i at byte i % W,
     bit (i // W) * bits. Planar, so unpacking writes contiguous runs (the kernel's loops vectorise) and, at 4 bits,
-    each byte holds one RoPE pair (i, i + D/2)."""
+    each byte holds one RoPE pair (i, i + D/2). 3 bits: the low 2 bits planar as 2-bit codes, then the high bit
+    planar as 1-bit codes (two streams, each as regular as the others)."""
+    if bits == 3:
+        return torch.cat([_pack(codes & 3, 2), _pack(codes >> 2, 1)], dim=-1)
     per = 8 // bits
     if per == 1:
         return codes.contiguous()
@@ -179,6 +212,9 @@ def _pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def _unpack(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
+    if bits == 3:
+        lo = dim // 4
+        return _unpack(packed[..., :lo], 2, dim) | (_unpack(packed[..., lo:], 1, dim) << 2)
     per = 8 // bits
     if per == 1:
         return packed
@@ -211,10 +247,13 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
         raise ValueError(f"{codec.name} is not an integer codec")
     num_layers, heads, tokens, dim = keys.shape
     for bits in (codec.key_bits, codec.value_bits):
-        if dim % (8 // bits):
-            raise ValueError(f"head dim {dim} is not a multiple of {8 // bits} ({bits}-bit codes packed per byte)")
+        packed_width(dim, bits)
     k = keys.detach().to(device="cpu", dtype=torch.float32)
     v = values.detach().to(device="cpu", dtype=torch.float32)
+    if codec.value_transform == "hadamard":
+        # Spreads each value row's energy over all channels (no outliers left to stretch a token's range); the
+        # mount undoes it on the dequantized row (rope_kernel.hadamard_row), so it costs no extra pass.
+        v = v @ hadamard_matrix(dim)
     kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
     pad = groups * kg - tokens
     # Keys: min/max over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
@@ -263,7 +302,27 @@ def dequantize_kv(
     vg = packed.value_group
     vs = packed.value_scales.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
     vz = packed.value_zeros.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
-    return torch.addcmul(kz, kc, ks).to(dtype), torch.addcmul(vz, vc, vs).to(dtype)
+    values = torch.addcmul(vz, vc, vs)
+    if packed.codec.value_transform == "hadamard":
+        values = values @ hadamard_matrix(dim, device=values.device)  # symmetric and orthonormal: its own inverse
+    return torch.addcmul(kz, kc, ks).to(dtype), values.to(dtype)
+
+
+def hadamard_matrix(dim: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The orthonormal Sylvester-Hadamard matrix of size ``dim`` (a power of two), float32; symmetric, so
+    ``x @ H @ H == x``.
+
+    Example:
+        >>> h = hadamard_matrix(64)
+        >>> torch.allclose(h @ h, torch.eye(64), atol=1e-6)
+        True
+    """
+    if dim < 1 or dim & (dim - 1):
+        raise ValueError(f"a Hadamard rotation needs a power-of-two head dim, not {dim}")
+    h = torch.ones(1, 1)
+    while h.shape[0] < dim:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return (h / math.sqrt(dim)).to(device or "cpu")
 
 
 def place_packed(
@@ -297,7 +356,8 @@ def place_packed(
         dequant_into(dst_keys, packed.key_codes, codec.key_bits, packed.key_scales.float(), packed.key_zeros.float(),
                      token_group=codec.key_group, channel_group=1, cos2=cos2, sin=sin)
         dequant_into(dst_values, packed.value_codes, codec.value_bits, packed.value_scales.float(),
-                     packed.value_zeros.float(), token_group=1, channel_group=packed.value_group)
+                     packed.value_zeros.float(), token_group=1, channel_group=packed.value_group,
+                     hadamard=codec.value_transform == "hadamard")
         return
     keys, values = dequantize_kv(packed, dtype=dst_keys.dtype, device=dst_keys.device)
     if delta == 0:

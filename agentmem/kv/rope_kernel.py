@@ -89,10 +89,36 @@ def _build_kernel(cache: bool = True):
                 row[j] = np.float32(np.int32(src[j]) & 15)
             for j in range(width):
                 row[width + j] = np.float32(np.int32(src[j]) >> 4)
-        else:
+        elif bits == 2:
             for k in range(4):
                 for j in range(width):
                     row[k * width + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+        else:  # 3 bits: a 2-bit plane (low bits, D/4 bytes) then a 1-bit plane (high bit, D/8 bytes)
+            lo = (width * 2) // 3
+            hi = width - lo
+            for k in range(4):
+                for j in range(lo):
+                    row[k * lo + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+            for k in range(8):
+                for j in range(hi):
+                    row[k * hi + j] += np.float32(((np.int32(src[lo + j]) >> k) & 1) * 4)
+
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
+    def hadamard_row(row, dim):  # pragma: no cover - compiled
+        # In-place orthonormal Walsh-Hadamard transform (dim a power of two): undoes quant's value rotation
+        # (the Sylvester matrix is symmetric and orthogonal, so it is its own inverse).
+        h = 1
+        while h < dim:
+            for i in range(0, dim, 2 * h):
+                for j in range(i, i + h):
+                    a = row[j]
+                    b = row[j + h]
+                    row[j] = a + b
+                    row[j + h] = a - b
+            h *= 2
+        norm = np.float32(1.0 / np.sqrt(dim))
+        for i in range(dim):
+            row[i] *= norm
 
     @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
     def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, cos2, sin, rotate):
@@ -121,9 +147,10 @@ def _build_kernel(cache: bool = True):
                         dst[i] = row[i]
 
     @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
-    def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group):
+    def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, hadamard):
         # pragma: no cover - compiled. Values: codes [B, T, W] uint8 -> floats, one scale/zero per token and
-        # ``group`` channels (scale/zero [B, T, ceil(D / group)]).
+        # ``group`` channels (scale/zero [B, T, ceil(D / group)]), then rotated back by a Hadamard transform when
+        # the codec rotated them before quantizing.
         blocks, tokens, width = codes.shape
         dim = (width * 8) // bits
         groups = (dim + group - 1) // group
@@ -136,6 +163,16 @@ def _build_kernel(cache: bool = True):
                 z = zero[b, t]
                 at = base + t * dim
                 dst = out[at : at + dim]
+                if hadamard:
+                    for g in range(groups):
+                        sg = s[g]
+                        zg = z[g]
+                        for i in range(g * group, min((g + 1) * group, dim)):
+                            row[i] = row[i] * sg + zg
+                    hadamard_row(row, dim)
+                    for i in range(dim):
+                        dst[i] = row[i]
+                    continue
                 for g in range(groups):
                     sg = s[g]
                     zg = z[g]
@@ -171,7 +208,7 @@ def _kernel(which: int = 0):
             kernels[0](probe, 0, one, one, np.ones((1, 2, 4), np.float32), cos2, sin)
             codes, scale = np.zeros((1, 2, 2), np.uint8), np.ones((1, 2, 4), np.float32)
             kernels[1](probe, 0, one, one, codes, 4, scale, scale, 1, cos2, sin, True)
-            kernels[2](probe, 0, one, one, codes, 4, scale, scale, 1)
+            kernels[2](probe, 0, one, one, codes, 4, scale, scale, 1, False)
         except Exception as exc:  # ImportError, or a numba/LLVM failure on an unusual platform
             _state["failed"] = f"{type(exc).__name__}: {exc}"
             log.warning("fused key re-rotation unavailable, mounting with torch ops (%s)", _state["failed"])
@@ -233,8 +270,12 @@ def dequant_into(
     channel_group: int,
     cos2: torch.Tensor | None = None,
     sin: torch.Tensor | None = None,
+    hadamard: bool = False,
 ) -> None:
     """``out = codes * scale + zero`` (rotated by ``cos2``/``sin`` when given), in one pass over the codes.
+
+    ``hadamard`` (values only): each dequantized row is multiplied by the orthonormal Hadamard matrix, undoing the
+    rotation :func:`agentmem.kv.quant.quantize_kv` applied before quantizing.
 
     ``codes`` ``[..., T, D*bits/8]`` uint8 packed as :mod:`agentmem.kv.quant` packs them; ``scale``/``zero``
     ``[..., ceil(T / token_group), ceil(D / channel_group)]`` float32. Call only where :func:`fused_dequant_applies`.
@@ -249,6 +290,8 @@ def dequant_into(
     s = scale.reshape(-1, scale.shape[-2], scale.shape[-1]).contiguous().numpy()
     z = zero.reshape(-1, zero.shape[-2], zero.shape[-1]).contiguous().numpy()
     if channel_group == 1:  # keys: per channel, groups of tokens
+        if hadamard:
+            raise ValueError("only values (per-token groups of channels) carry a Hadamard rotation")
         rotate = cos2 is not None
         _kernel(1)(
             *_out_args(out), blocks, int(bits), s, z, int(token_group),
@@ -259,7 +302,7 @@ def dequant_into(
     else:
         if token_group != 1 or cos2 is not None:
             raise ValueError("per-token groups of channels (values) are never rotated and have token_group 1")
-        _kernel(2)(*_out_args(out), blocks, int(bits), s, z, int(channel_group))
+        _kernel(2)(*_out_args(out), blocks, int(bits), s, z, int(channel_group), bool(hadamard))
 
 
 def rotate_into(out: torch.Tensor, keys: torch.Tensor, cos2: torch.Tensor, sin: torch.Tensor) -> None:

@@ -33,7 +33,7 @@ from agentmem.security.sealer import Sealer
 from agentmem.sessions.holds import WorkerHolds
 from agentmem.sessions.session import Session
 from agentmem.sessions.shared import Leases, load_epoch, new_epoch, worker_id
-from agentmem.sessions.state import SessionKV, Transcript, dump_session, load_session
+from agentmem.sessions.state import PackedSessionKV, SessionKV, Transcript, dump_session, load_session
 from agentmem.sessions.tiers import MemoryBackend, Tier
 from agentmem.sessions.turn import EngineContext
 
@@ -421,9 +421,10 @@ class SessionManager:
         if kv is None or s._state is None:
             s._tier = None
             return
-        if src is self.hot and not to_cold and kv.length * self._bytes_per_token(kv) <= (self.warm.budget or 0):
-            self._fit(self.warm, incoming=kv.length * self._bytes_per_token(kv), exclude=s)
-            self.warm.backend.put(s._key, kv.moved("cpu"))  # compacted: no spare capacity in the warm tier
+        warm_kv = self._warm_copy(kv) if src is self.hot and not to_cold else None
+        if warm_kv is not None:
+            self._fit(self.warm, incoming=warm_kv.nbytes, exclude=s)
+            self.warm.backend.put(s._key, warm_kv)
             s._tier = "warm"
             with self._lock:
                 self.warm.policy.touch(s._key)
@@ -558,8 +559,19 @@ class SessionManager:
             self._count("clean_copies", done)
         return done
 
+    def _warm_copy(self, kv: SessionKV) -> SessionKV | PackedSessionKV | None:
+        """``kv`` as the warm tier keeps it (compacted; codes if ``session_warm_kv_codec``), None if it cannot fit."""
+        budget = self.warm.budget or 0
+        if self.config.session_warm_kv_codec is None:
+            return kv.moved("cpu") if kv.length * self._bytes_per_token(kv) <= budget else None
+        packed = PackedSessionKV.pack(kv, self.config.session_warm_kv_codec)  # (codec parts: helper compression)
+        return packed if packed.nbytes <= budget else None
+
     @staticmethod
-    def _bytes_per_token(kv: SessionKV) -> int:
+    def _bytes_per_token(kv: SessionKV | PackedSessionKV) -> int:
+        """Bytes per token of ``kv`` once hot (a warm copy in codes is dequantized to the model's dtype)."""
+        if isinstance(kv, PackedSessionKV):
+            return kv.float_bytes_per_token
         return kv.nbytes // max(1, kv.capacity)
 
     def _bring_hot(

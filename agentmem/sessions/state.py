@@ -28,7 +28,7 @@ from agentmem.kv.cache import BufferedCache, cache_from_stacked, cache_layers
 from agentmem.kv.quant import Codec, PackedKV, codec_for, dequantize_kv, quantize_kv
 from agentmem.security.sealer import session_aad  # re-exported: it lives with the sealer
 
-__all__ = ["SessionKV", "Transcript", "Turn", "dump_session", "load_session", "session_aad"]
+__all__ = ["PackedSessionKV", "SessionKV", "Transcript", "Turn", "dump_session", "load_session", "session_aad"]
 
 FORMAT = "agentmem.session"
 FORMAT_VERSION = 1
@@ -130,10 +130,67 @@ class SessionKV:
         return k.data_ptr() == self.keys[0].data_ptr()
 
 
+@dataclass
+class PackedSessionKV:
+    """Session KV held as integer codes (the warm tier with ``MemoryConfig.session_warm_kv_codec``): the codec's
+    bytes in CPU memory instead of the model dtype's, so a warm budget holds several times more sessions.
+
+    It has what the manager asks of a warm value (``length``, ``capacity``, ``nbytes``, :meth:`moved`); moving it
+    back to the hot tier dequantizes it (the torch reference path of :mod:`agentmem.kv.quant`) into float buffers
+    with room to grow. Lossy, at the codec's measured fidelity (docs/kv-compression.md).
+
+    Example:
+        >>> warm = PackedSessionKV.pack(kv, "int8")
+        >>> warm.nbytes < kv.nbytes / 3
+        True
+        >>> hot = warm.moved("cpu", capacity=warm.length + 64)   # a SessionKV again
+    """
+
+    packed: PackedKV  # codes of [L, H, T, D] (the batch dim of SessionKV dropped)
+    length: int
+    dtype: torch.dtype  # what :meth:`moved` gives back: the model's dtype
+
+    @classmethod
+    def pack(cls, kv: SessionKV, codec: str | Codec) -> PackedSessionKV:
+        spec = codec if isinstance(codec, Codec) else codec_for(codec)
+        if not spec.quantized:
+            raise ValueError(f"{spec.name} is not an integer codec")
+        keys = kv.keys[:, 0, :, : kv.length].detach()
+        values = kv.values[:, 0, :, : kv.length].detach()
+        return cls(quantize_kv(keys, values, spec), kv.length, kv.keys.dtype)
+
+    @property
+    def capacity(self) -> int:
+        return self.length
+
+    @property
+    def nbytes(self) -> int:
+        p = self.packed
+        return sum(t.numel() * t.element_size() for t in (
+            p.key_codes, p.value_codes, *(getattr(p, n) for n in _QUANT)))
+
+    @property
+    def float_bytes_per_token(self) -> int:
+        """What each token takes once dequantized (keys + values in ``dtype``)."""
+        num_layers, heads, _, dim = self.packed.shape
+        return 2 * num_layers * heads * dim * self.dtype.itemsize
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def moved(self, device: torch.device | str, *, capacity: int | None = None) -> SessionKV:
+        """Dequantized float buffers on ``device`` with room for ``capacity`` tokens (default: ``length``)."""
+        keys, values = dequantize_kv(self.packed, dtype=self.dtype)
+        return SessionKV(keys.unsqueeze(1), values.unsqueeze(1), self.length).moved(device, capacity=capacity)
+
+
 _QUANT = ("key_scales", "key_zeros", "value_scales", "value_zeros")
 
 
-def dump_session(transcript: Transcript, kv: SessionKV | None, *, codec: str | None = None) -> bytes:
+def dump_session(
+    transcript: Transcript, kv: SessionKV | PackedSessionKV | None, *, codec: str | None = None
+) -> bytes:
     """Serialise a session: its transcript and (if any) its valid KV as safetensors, in the KV's own dtype or, with
     ``codec`` an integer codec (``"int8"``, ``"int4"``, ...), as codes + scales (keys per channel, values per token).
 
@@ -144,17 +201,24 @@ def dump_session(transcript: Transcript, kv: SessionKV | None, *, codec: str | N
     spec = codec_for(codec) if codec is not None else None
     tensors = {"ids": torch.tensor(transcript.ids, dtype=torch.int64)}
     info: dict[str, Any] = {"format": FORMAT, "version": FORMAT_VERSION, "transcript": transcript.meta()}
-    if kv is not None and kv.length > 0:
+    packed = None
+    if isinstance(kv, PackedSessionKV):  # from the warm tier
+        if spec == kv.packed.codec:
+            packed = kv.packed  # its codes written as they are: no second rounding
+        else:
+            kv = kv.moved("cpu")
+    if packed is not None or (kv is not None and kv.length > 0 and spec is not None and spec.quantized):
+        if packed is None:  # [L, 1, H, T, D] -> per-layer [L, H, T, D]
+            packed = quantize_kv(kv.keys[:, 0, :, : kv.length], kv.values[:, 0, :, : kv.length], spec)
+        tensors.update(keys=packed.key_codes, values=packed.value_codes,
+                       **{n: getattr(packed, n).to(torch.float16).contiguous() for n in _QUANT})
+        dtype = kv.dtype if isinstance(kv, PackedSessionKV) else kv.keys.dtype
+        info.update(kv_codec=spec.to_dict(), kv_dtype=str(dtype).removeprefix("torch."))
+    elif kv is not None and kv.length > 0:
         keys = kv.keys[..., : kv.length, :].detach().to("cpu")
         values = kv.values[..., : kv.length, :].detach().to("cpu")
-        if spec is not None and spec.quantized:
-            packed = quantize_kv(keys[:, 0], values[:, 0], spec)  # [L, 1, H, T, D] -> per-layer [L, H, T, D]
-            tensors.update(keys=packed.key_codes, values=packed.value_codes,
-                           **{n: getattr(packed, n).to(torch.float16).contiguous() for n in _QUANT})
-            info.update(kv_codec=spec.to_dict(), kv_dtype=str(kv.keys.dtype).removeprefix("torch."))
-        else:
-            dtype = spec.float_dtype if spec is not None else keys.dtype
-            tensors.update(keys=keys.to(dtype).contiguous(), values=values.to(dtype).contiguous())
+        dtype = spec.float_dtype if spec is not None else keys.dtype
+        tensors.update(keys=keys.to(dtype).contiguous(), values=values.to(dtype).contiguous())
     info["has_kv"] = "keys" in tensors
     return _st_save(tensors, metadata={_META_KEY: json.dumps(info, sort_keys=True, separators=(",", ":"))})
 

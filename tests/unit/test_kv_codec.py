@@ -177,7 +177,7 @@ def test_format_1_blobs_written_before_codecs_stay_readable(engine, dtype):
     assert out.mounted == ["m"] and out.fallbacks == []
 
 
-@pytest.mark.parametrize("name", ["float32", "bfloat16", "int8", "int4", "int2"])
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "int8", "int4", "int2", "k4v3h"])
 @pytest.mark.parametrize("damage", ["nan", "huge", "zeros", "one_bit"])
 def test_damaged_tensor_bytes_fail_the_checksum(engine, entry, name, damage):
     blob = bytearray(encode_entry(entry, engine.fingerprint, codec=name))
@@ -206,7 +206,7 @@ def test_edited_metadata_fails_the_checksum(engine, entry):
         decode_entry(forged, expected=engine.fingerprint)
 
 
-@pytest.mark.parametrize("codec", [{"name": "int4", "key_bits": 3, "value_bits": 4, "key_group": 32,
+@pytest.mark.parametrize("codec", [{"name": "int4", "key_bits": 5, "value_bits": 4, "key_group": 32,
                                     "value_group": 64}, {"name": "int9"}, "int4"])
 def test_unreadable_codecs_are_refused(engine, entry, codec):
     blob = encode_entry(entry, engine.fingerprint, codec="int4")

@@ -74,3 +74,45 @@ def test_the_cold_tier_writes_the_configured_codec_and_restores_from_it(engine, 
         assert reply.restored_from == "cold" and reply.rebuilt is None and reply.reused_tokens > 0
         mgr.close()
     assert sizes["int8"] < sizes[None] / 2
+
+
+@pytest.mark.parametrize("codec", ["int8", "int4", "k4v3h"])
+def test_a_packed_warm_copy_holds_fewer_bytes_and_restores_within_the_codec_error(codec):
+    from agentmem.sessions.state import PackedSessionKV
+
+    kv = _kv()
+    warm = PackedSessionKV.pack(kv, codec)
+    float_bytes = kv.moved("cpu").nbytes  # compacted, as the warm tier would hold it in the model's dtype
+    assert warm.length == warm.capacity == 40 and warm.float_bytes_per_token == float_bytes // 40
+    assert warm.nbytes < float_bytes / (2.5 if codec == "int8" else 3.5)
+    hot = warm.moved("cpu", capacity=56)
+    assert isinstance(hot, SessionKV) and hot.capacity == 56 and hot.length == 40 and hot.keys.dtype == torch.float32
+    tol = {"int8": 0.03, "int4": 0.5, "k4v3h": 0.7}[codec]
+    assert (hot.keys[..., :40, :] - kv.keys[..., :40, :]).abs().max() < tol
+    assert (hot.values[..., :40, :] - kv.values[..., :40, :]).abs().max() < tol
+    # To disk in the same codec: the warm codes are written as they are (the same bytes as quantizing the floats
+    # once); in another codec (or the model's dtype) via the dequantized floats.
+    state = _transcript()
+    assert dump_session(state, warm, codec=codec) == dump_session(state, kv, codec=codec)
+    _, back = load_session(dump_session(state, warm))
+    assert torch.equal(back.keys, hot.keys[..., :40, :]) and torch.equal(back.values, hot.values[..., :40, :])
+
+
+def test_the_warm_tier_holds_the_configured_codec_and_restores_from_it(engine, tmp_path):
+    from agentmem.sessions.state import PackedSessionKV
+
+    warm_bytes = {}
+    for codec in (None, "int8"):
+        mgr = _manager(engine, tmp_path / str(codec), session_warm_kv_codec=codec)
+        chat = mgr.open("s1", user_id="u1")
+        first = chat.send("Hello there, I moved to Lisbon last spring.", k=0, max_new_tokens=4)
+        assert mgr.offload("s1", to="warm") == "warm"
+        (key,) = mgr.warm.backend.keys()
+        assert isinstance(mgr.warm.backend.get(key), PackedSessionKV) == (codec is not None)
+        warm_bytes[codec] = mgr.warm.bytes()
+        reply = chat.send("Where did I move?", k=0, max_new_tokens=4)
+        assert reply.restored_from == "warm" and reply.rebuilt is None and reply.reused_tokens > 0
+        assert first.text and reply.text
+        assert mgr.hot.backend.get(key).keys.dtype == torch.float32  # hot: the model's dtype, whatever warm held
+        mgr.close()
+    assert 0 < warm_bytes["int8"] < warm_bytes[None] / 3

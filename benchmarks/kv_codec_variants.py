@@ -1,0 +1,205 @@
+"""Which 3-4-bit KV quantization choices matter for fidelity? Simulated codecs side by side, on a TUNE split.
+
+Each variant quantizes and dequantizes an entry's KV in float (a "fake-quant" of what a stored codec would keep),
+so ideas can be compared before any of them is built into ``agentmem/kv/quant.py``: bit widths, key group size,
+an orthogonal (Hadamard) rotation of values and/or keys before quantization, keys quantized before RoPE, a few
+first tokens kept in float. For each: mean KL(text || variant) over gold-answer tokens in ``kv`` and ``kv+fix``,
+the gold NLL relative to fp32, and the stored bits per element the variant would cost on 45-token entries
+(LoCoMo's typical turn).
+
+The questions are a TUNE split (``--split tune``: conversations with an odd index, a seed other than the main
+benchmark's), so a choice made here is scored independently by ``kv_compression.py`` on its own sample.
+
+    python benchmarks/kv_codec_variants.py --data ../shared/data/locomo/locomo_dev5.json --questions 16
+
+Last line: {"benchmark": "kv_codec_variants", "variants": {"int4": {...}, ...}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import mount_fidelity  # noqa: E402
+
+from agentmem.kv import FixConfig, KVEngine, MemoryItem, load_model, rotary_inv_freq  # noqa: E402
+
+
+def hadamard(n: int) -> torch.Tensor:
+    """The orthonormal Sylvester Hadamard matrix of size ``n`` (a power of two)."""
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / math.sqrt(n)
+
+
+def fake_quant(x: torch.Tensor, bits: int, dim: int, group: int, symmetric: bool = False) -> torch.Tensor:
+    """Min/max asymmetric quantization of ``x`` [L, H, T, D] along ``dim`` (2: per channel over tokens, 3: per
+    token over channels) in groups of ``group``, scales/zeros rounded to fp16 as stored. ``symmetric``: one scale,
+    the zero point fixed at the middle of the range (-absmax)."""
+    levels = (1 << bits) - 1
+    n = x.shape[dim]
+    out = torch.empty_like(x)
+    for s in range(0, n, group):
+        part = x.narrow(dim, s, min(group, n - s))
+        if symmetric:
+            amax = part.abs().amax(dim=dim, keepdim=True)
+            scale = (2 * amax / levels).half().float()
+            lo = -scale * levels / 2
+        else:
+            lo = part.amin(dim=dim, keepdim=True).half().float()
+            scale = ((part.amax(dim=dim, keepdim=True) - lo) / levels).half().float()
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        out.narrow(dim, s, part.shape[dim]).copy_(torch.clamp(torch.round((part - lo) / scale), 0, levels) * scale + lo)
+    return out
+
+
+def rope_rotate(keys: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, sign: float) -> torch.Tensor:
+    """Keys rotated by ``sign * position`` (half-split layout, as Llama's RoPE), per token."""
+    half = inv_freq.numel()
+    ang = positions[:, None].float() * inv_freq[None, :].float() * sign
+    c, s = ang.cos(), ang.sin()
+    x1, x2, rest = keys[..., :half], keys[..., half : 2 * half], keys[..., 2 * half :]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, rest], dim=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    kb: int
+    vb: int
+    key_group: int = 32  # tokens per key scale (per channel); 0: the whole entry
+    had_values: bool = False  # Hadamard over the head dim before per-token value quantization
+    had_keys: bool = False  # keys quantized per TOKEN after a Hadamard (QuaRot-style) instead of per channel
+    pre_rope: bool = False  # keys quantized before RoPE
+    sink: int = 0  # first tokens of the entry kept in float
+    sym_values: bool = False  # values: one fp16 scale per token (no zero point)
+
+    def bits_per_element(self, tokens: int = 45, dim: int = 64) -> float:
+        """Stored bits per element on an entry of ``tokens`` tokens (codes + fp16 scale and zero point)."""
+        kg = tokens if self.key_group == 0 else self.key_group
+        if self.had_keys:
+            key_over = 32 / dim
+        else:
+            key_over = 32 * math.ceil(tokens / kg) / tokens
+        val_over = (16 if self.sym_values else 32) / dim
+        quant = (tokens - self.sink) / tokens
+        return (quant * (self.kb + key_over + self.vb + val_over) + (1 - quant) * 32) / 2
+
+    def apply(self, keys: torch.Tensor, values: torch.Tensor, offset: int, inv_freq: torch.Tensor):
+        k, v = keys.float(), values.float()
+        T, D = k.shape[2], k.shape[3]
+        pos = torch.arange(offset, offset + T)
+        if self.pre_rope:
+            k = rope_rotate(k, pos, inv_freq, -1.0)
+        if self.had_keys:
+            h = hadamard(D)
+            kq = fake_quant(k @ h, self.kb, 3, D) @ h.T
+        else:
+            kq = fake_quant(k, self.kb, 2, T if self.key_group == 0 else self.key_group)
+        if self.pre_rope:
+            kq = rope_rotate(kq, pos, inv_freq, 1.0)
+        if self.had_values:
+            h = hadamard(D)
+            vq = fake_quant(v @ h, self.vb, 3, D, self.sym_values) @ h.T
+        else:
+            vq = fake_quant(v, self.vb, 3, D, self.sym_values)
+        if self.sink:
+            kq[:, :, : self.sink], vq[:, :, : self.sink] = keys[:, :, : self.sink], values[:, :, : self.sink]
+        return kq, vq
+
+
+VARIANTS = {
+    "int4": Variant(4, 4),
+    "int4_kg_entry": Variant(4, 4, key_group=128),
+    "int4_hv": Variant(4, 4, key_group=128, had_values=True),
+    "int4_prerope": Variant(4, 4, key_group=128, pre_rope=True),
+    "int4_sink2": Variant(4, 4, key_group=128, sink=2),
+    "k4v3": Variant(4, 3, key_group=128),
+    "k4v3_hv": Variant(4, 3, key_group=128, had_values=True),
+    "k4v3_hvs": Variant(4, 3, key_group=128, had_values=True, sym_values=True),
+    "k3v4": Variant(3, 4, key_group=128),
+    "k3v4_prerope": Variant(3, 4, key_group=128, pre_rope=True),
+    "k3v3_hv": Variant(3, 3, key_group=128, had_values=True),
+    "k4v2_hv": Variant(4, 2, key_group=128, had_values=True),
+}
+
+
+def tune_questions(data: Path, n: int, k: int, seed: int, split: str) -> list[dict]:
+    conversations = json.loads(data.read_text())
+    keep = [c for i, c in enumerate(conversations) if (i % 2 == 1) == (split == "tune")]
+    return mount_fidelity.sample_questions(keep, n, k, seed)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, type=Path)
+    ap.add_argument("--questions", type=int, default=16)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--split", choices=["tune", "score"], default="tune")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    model, tokenizer = load_model(None)
+    inv_freq = rotary_inv_freq(model).cpu()
+    engines = {"kv": KVEngine(model, tokenizer), "kv_fix": KVEngine(model, tokenizer, fix=FixConfig())}
+    enc = engines["kv"]
+    questions = tune_questions(args.data, args.questions, args.k, args.seed, args.split)
+    names = ["float32", *args.variants]
+    entries: dict[str, dict[str, object]] = defaultdict(dict)
+    kl: dict[tuple[str, str], list[float]] = defaultdict(list)
+    nll: dict[tuple[str, str], list[float]] = defaultdict(list)
+    with torch.no_grad():
+        for qi, q in enumerate(questions):
+            for key, text in q["memories"]:
+                if key in entries["float32"]:
+                    continue
+                e = enc.encode(text)
+                entries["float32"][key] = e
+                for name in args.variants:
+                    kq, vq = VARIANTS[name].apply(e.keys, e.values, e.offset, inv_freq)
+                    entries[name][key] = dataclasses.replace(e, keys=kq.contiguous(), values=vq.contiguous())
+            texts = dict(q["memories"])
+            ref, ids = enc.answer_logits(q["question"], [MemoryItem(k, texts[k]) for k in texts], q["answer"],
+                                         mode="text")
+            ref_logp = ref.log_softmax(-1)
+            target = torch.tensor(ids)
+            for name in names:
+                for mode, engine in engines.items():
+                    items = [MemoryItem(k, texts[k], lambda k=k, n=name: entries[n][k]) for k in texts]
+                    logp = engine.answer_logits(q["question"], items, q["answer"], mode="kv" if mode == "kv"
+                                                else "kv+fix")[0].log_softmax(-1)
+                    kl[name, mode].append((ref_logp.exp() * (ref_logp - logp)).sum(-1).mean().item())
+                    nll[name, mode].append(-logp[torch.arange(len(ids)), target].mean().item())
+            print(f"q {qi + 1}/{len(questions)} {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+    out = {}
+    for name in names:
+        row = {"bits_per_element_45tok": round(VARIANTS[name].bits_per_element(), 3) if name in VARIANTS else 32.0}
+        for mode in engines:
+            row[f"kl_{mode}"] = round(statistics.mean(kl[name, mode]), 5)
+            row[f"kl_{mode}_vs_fp32"] = round(statistics.mean(kl[name, mode]) / statistics.mean(kl["float32", mode]), 3)
+            row[f"nll_vs_fp32_{mode}"] = round(statistics.mean(nll[name, mode]) / statistics.mean(nll["float32", mode])
+                                               - 1, 4)
+        out[name] = row
+        print(f"{name:>14} {row}", file=sys.stderr)
+    print(json.dumps({"benchmark": "kv_codec_variants", "split": args.split, "seed": args.seed,
+                      "questions": len(questions), "k": args.k, "elapsed_s": round(time.perf_counter() - t0, 1),
+                      "variants": out}))
+
+
+if __name__ == "__main__":
+    main()
