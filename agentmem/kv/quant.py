@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -253,7 +254,7 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
     if codec.value_transform == "hadamard":
         # Spreads each value row's energy over all channels (no outliers left to stretch a token's range); the
         # mount undoes it on the dequantized row (rope_kernel.hadamard_row), so it costs no extra pass.
-        v = v @ hadamard_matrix(dim)
+        v = v @ hadamard_matrix(dim).T
     kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
     pad = groups * kg - tokens
     # Keys: min/max over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
@@ -304,25 +305,43 @@ def dequantize_kv(
     vz = packed.value_zeros.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
     values = torch.addcmul(vz, vc, vs)
     if packed.codec.value_transform == "hadamard":
-        values = values @ hadamard_matrix(dim, device=values.device)  # symmetric and orthonormal: its own inverse
+        values = values @ hadamard_matrix(dim, device=values.device)  # orthonormal: M.T's inverse
     return torch.addcmul(kz, kc, ks).to(dtype), values.to(dtype)
 
 
-def hadamard_matrix(dim: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """The orthonormal Sylvester-Hadamard matrix of size ``dim`` (a power of two), float32; symmetric, so
-    ``x @ H @ H == x``.
-
-    Example:
-        >>> h = hadamard_matrix(64)
-        >>> torch.allclose(h @ h, torch.eye(64), atol=1e-6)
-        True
-    """
+@functools.lru_cache(maxsize=8)
+def _hadamard_cpu(dim: int) -> torch.Tensor:
     if dim < 1 or dim & (dim - 1):
         raise ValueError(f"a Hadamard rotation needs a power-of-two head dim, not {dim}")
-    h = torch.ones(1, 1)
-    while h.shape[0] < dim:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return (h / math.sqrt(dim)).to(device or "cpu")
+    b = 1 << (dim.bit_length() - 1) // 2  # dim = a * b, a in (b, 2b): the split the mount kernel uses
+    a = dim // b
+
+    def sylvester(n: int) -> torch.Tensor:
+        h = torch.ones(1, 1, dtype=torch.float64)
+        while h.shape[0] < n:
+            h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+        return h
+
+    # Row i = the kernel's transform of e_i: X = e_i as [a, b]; H_a X; transpose; H_b (.); flatten; / sqrt(dim).
+    eye = torch.eye(dim, dtype=torch.float64).reshape(dim, a, b)
+    rows = (sylvester(b) @ (sylvester(a) @ eye).transpose(1, 2)).reshape(dim, dim) / math.sqrt(dim)
+    return rows.float()
+
+
+def hadamard_matrix(dim: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The orthonormal Hadamard matrix ``M`` (entries ±1/sqrt(dim), ``dim`` a power of two) that codecs with
+    ``value_transform="hadamard"`` use: values are quantized as ``v @ M.T`` and come back as ``codes' @ M``.
+
+    It is ``H_a ⊗ H_b`` followed by a fixed permutation of channels, which is what the mount kernel computes with
+    contiguous butterflies only (``rope_kernel.hadamard_row``); the permutation changes nothing about the
+    quantization (a value row is one group).
+
+    Example:
+        >>> m = hadamard_matrix(64)
+        >>> torch.allclose(m @ m.T, torch.eye(64), atol=1e-6)
+        True
+    """
+    return _hadamard_cpu(dim).to(device or "cpu")
 
 
 def place_packed(

@@ -93,6 +93,13 @@ def _build_kernel(cache: bool = True):
             for k in range(4):
                 for j in range(width):
                     row[k * width + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+        elif width == 24:  # 3 bits, D = 64 (SmolLM2, Llama 3.2 1B): constant trip counts, so LLVM vectorises
+            for k in range(4):
+                for j in range(16):
+                    row[k * 16 + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+            for k in range(8):
+                for j in range(8):
+                    row[k * 8 + j] += np.float32(((np.int32(src[16 + j]) >> k) & 1) * 4)
         else:  # 3 bits: a 2-bit plane (low bits, D/4 bytes) then a 1-bit plane (high bit, D/8 bytes)
             lo = (width * 2) // 3
             hi = width - lo
@@ -104,21 +111,66 @@ def _build_kernel(cache: bool = True):
                     row[k * hi + j] += np.float32(((np.int32(src[lo + j]) >> k) & 1) * 4)
 
     @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
-    def hadamard_row(row, dim):  # pragma: no cover - compiled
-        # In-place orthonormal Walsh-Hadamard transform (dim a power of two): undoes quant's value rotation
-        # (the Sylvester matrix is symmetric and orthogonal, so it is its own inverse).
-        h = 1
-        while h < dim:
-            for i in range(0, dim, 2 * h):
-                for j in range(i, i + h):
-                    a = row[j]
-                    b = row[j + h]
-                    row[j] = a + b
-                    row[j + h] = a - b
-            h *= 2
+    def fwht8(x0, x1, x2, x3, x4, x5, x6, x7):  # pragma: no cover - compiled
+        # H_8 (x0..x7), unnormalised, Sylvester order: three butterfly stages on registers
+        x0, x1, x2, x3, x4, x5, x6, x7 = x0 + x1, x0 - x1, x2 + x3, x2 - x3, x4 + x5, x4 - x5, x6 + x7, x6 - x7
+        x0, x1, x2, x3, x4, x5, x6, x7 = x0 + x2, x1 + x3, x0 - x2, x1 - x3, x4 + x6, x5 + x7, x4 - x6, x5 - x7
+        return x0 + x4, x1 + x5, x2 + x6, x3 + x7, x0 - x4, x1 - x5, x2 - x6, x3 - x7
+
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
+    def hadamard_row(dst, row, tmp, dim):  # pragma: no cover - compiled
+        # dst = row @ quant.hadamard_matrix(dim): the row as an [a, b] matrix X (a*b = dim, a >= b), X <- H_a X,
+        # then Y = X^T, Y <- H_b Y, dst = Y / sqrt(dim).
+        if dim == 64:
+            # a = b = 8 with constant indices: the first pass runs 8 columns side by side (one SIMD vector),
+            # the second works on registers and writes the transposed result straight to dst.
+            for c in range(8):
+                (row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c], row[48 + c],
+                 row[56 + c]) = fwht8(row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c],
+                                      row[48 + c], row[56 + c])
+            for r in range(8):
+                y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(row[8 * r], row[8 * r + 1], row[8 * r + 2], row[8 * r + 3],
+                                                       row[8 * r + 4], row[8 * r + 5], row[8 * r + 6], row[8 * r + 7])
+                dst[r] = y0 * np.float32(0.125)
+                dst[8 + r] = y1 * np.float32(0.125)
+                dst[16 + r] = y2 * np.float32(0.125)
+                dst[24 + r] = y3 * np.float32(0.125)
+                dst[32 + r] = y4 * np.float32(0.125)
+                dst[40 + r] = y5 * np.float32(0.125)
+                dst[48 + r] = y6 * np.float32(0.125)
+                dst[56 + r] = y7 * np.float32(0.125)
+            return
+        b = 1
+        while b * b < dim:
+            b *= 2
+        if b * b > dim:
+            b //= 2
+        a = dim // b
+        butterflies(row, a, b)
+        for r in range(a):
+            src = row[r * b : (r + 1) * b]
+            for c in range(b):
+                tmp[c * a + r] = src[c]
+        butterflies(tmp, b, a)
         norm = np.float32(1.0 / np.sqrt(dim))
         for i in range(dim):
-            row[i] *= norm
+            dst[i] = tmp[i] * norm
+
+    @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache, inline="always")
+    def butterflies(x, rows, width):  # pragma: no cover - compiled
+        # x as [rows, width]: x <- H_rows x (unnormalised Sylvester), whole rows at a time (sliced: vectorises)
+        h = 1
+        while h < rows:
+            for i in range(0, rows, 2 * h):
+                for j in range(i, i + h):
+                    top = x[j * width : (j + 1) * width]
+                    bot = x[(j + h) * width : (j + h + 1) * width]
+                    for c in range(width):
+                        p = top[c]
+                        q = bot[c]
+                        top[c] = p + q
+                        bot[c] = p - q
+            h *= 2
 
     @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=cache)
     def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, cos2, sin, rotate):
@@ -155,6 +207,7 @@ def _build_kernel(cache: bool = True):
         dim = (width * 8) // bits
         groups = (dim + group - 1) // group
         row = np.empty(dim, dtype=np.float32)
+        tmp = np.empty(dim, dtype=np.float32)
         for b in range(blocks):
             base = block_base(b, offset, lead_sizes, lead_strides)
             for t in range(tokens):
@@ -169,9 +222,7 @@ def _build_kernel(cache: bool = True):
                         zg = z[g]
                         for i in range(g * group, min((g + 1) * group, dim)):
                             row[i] = row[i] * sg + zg
-                    hadamard_row(row, dim)
-                    for i in range(dim):
-                        dst[i] = row[i]
+                    hadamard_row(dst, row, tmp, dim)
                     continue
                 for g in range(groups):
                     sg = s[g]

@@ -37,7 +37,7 @@ def test_error_is_within_half_a_step_of_each_group(name):
     k2, v2 = dequantize_kv(packed)
     if codec.value_transform == "hadamard":  # the step bound holds where the values were quantized: rotated
         h = hadamard_matrix(keys.shape[3])
-        values, v2 = values @ h, v2 @ h
+        values, v2 = values @ h.T, v2 @ h.T
     tokens = keys.shape[2]
     key_step = packed.key_scales.float().repeat_interleave(codec.key_group, dim=2)[:, :, :tokens]
     value_step = packed.value_scales.float().repeat_interleave(packed.value_group, dim=3)[..., : keys.shape[3]]
@@ -151,3 +151,27 @@ def test_quantized_entry_dequantizes_lazily_and_reports_its_shape():
     assert entry._floats is None  # shape and length did not dequantize
     assert math.isclose((entry.keys - keys).abs().max().item(), 0.0, abs_tol=0.1)
     assert entry.keys is entry.keys  # dequantized once, then kept
+
+
+@pytest.mark.parametrize("dim", [16, 32, 64, 128])
+def test_the_value_rotation_is_orthonormal_and_the_kernel_computes_it(dim):
+    m = hadamard_matrix(dim)
+    torch.testing.assert_close(m @ m.T, torch.eye(dim), atol=1e-6, rtol=0)
+    assert torch.allclose(m.abs(), torch.full_like(m, dim ** -0.5))  # every channel spread over every other
+    if rope_kernel._kernel(2) is None:
+        pytest.fail("numba kernel unavailable")
+    keys, values = _kv(tokens=9, dim=dim)
+    packed = quantize_kv(keys, values, Codec("t", 8, 8, value_transform="hadamard"))
+    out = torch.empty(3, 2, 9, dim)
+    rope_kernel.dequant_into(out, packed.value_codes, 8, packed.value_scales.float(), packed.value_zeros.float(),
+                             token_group=1, channel_group=packed.value_group, hadamard=True)
+    torch.testing.assert_close(out, dequantize_kv(packed)[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, values, rtol=0, atol=0.05)  # 8 bits: close to the original values
+
+
+def test_three_bit_codes_pack_and_unpack_exactly():
+    from agentmem.kv.quant import _pack, _unpack
+
+    codes = torch.randint(0, 8, (2, 5, 64), dtype=torch.uint8)
+    packed = _pack(codes, 3)
+    assert packed.shape[-1] == 24 and torch.equal(_unpack(packed, 3, 64), codes)
