@@ -35,14 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mount_fidelity  # noqa: E402
 
 from agentmem.kv import FixConfig, KVEngine, MemoryItem, load_model, rotary_inv_freq  # noqa: E402
-
-
-def hadamard(n: int) -> torch.Tensor:
-    """The orthonormal Sylvester Hadamard matrix of size ``n`` (a power of two)."""
-    h = torch.ones(1, 1)
-    while h.shape[0] < n:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h / math.sqrt(n)
+from agentmem.kv.quant import hadamard_matrix  # noqa: E402
 
 
 def fake_quant(x: torch.Tensor, bits: int, dim: int, group: int, symmetric: bool = False) -> torch.Tensor:
@@ -104,15 +97,15 @@ class Variant:
         if self.pre_rope:
             k = rope_rotate(k, pos, inv_freq, -1.0)
         if self.had_keys:
-            h = hadamard(D)
-            kq = fake_quant(k @ h, self.kb, 3, D) @ h.T
+            h = hadamard_matrix(D)
+            kq = fake_quant(k @ h.T, self.kb, 3, D) @ h
         else:
             kq = fake_quant(k, self.kb, 2, T if self.key_group == 0 else self.key_group)
         if self.pre_rope:
             kq = rope_rotate(kq, pos, inv_freq, 1.0)
         if self.had_values:
-            h = hadamard(D)
-            vq = fake_quant(v @ h, self.vb, 3, D, self.sym_values) @ h.T
+            h = hadamard_matrix(D)  # the stored codecs' rotation (value_transform="hadamard")
+            vq = fake_quant(v @ h.T, self.vb, 3, D, self.sym_values) @ h
         else:
             vq = fake_quant(v, self.vb, 3, D, self.sym_values)
         if self.sink:
