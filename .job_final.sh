@@ -1,3 +1,0 @@
-#!/bin/bash
-# placeholder: edited until the lock is acquired
-echo "not ready" >&2
