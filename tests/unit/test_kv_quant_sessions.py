@@ -54,7 +54,7 @@ def test_a_damaged_quantized_session_file_is_refused():
 
 
 def _manager(engine: KVEngine, root: Path, **cfg) -> SessionManager:
-    config = MemoryConfig(session_hot_bytes=1 << 30, session_warm_bytes=1 << 30, **cfg)
+    config = MemoryConfig(**{"session_hot_bytes": 1 << 30, "session_warm_bytes": 1 << 30, **cfg})
     return SessionManager(
         engine=lambda: engine, retrieve=lambda *a, **k: [], remember_turn=lambda *a, **k: None, scan=lambda t: t,
         kb_version=lambda: None, root=root, config=config, cipher=None, start_worker=False, sweep_interval=None,
@@ -116,3 +116,22 @@ def test_the_warm_tier_holds_the_configured_codec_and_restores_from_it(engine, t
         assert mgr.hot.backend.get(key).keys.dtype == torch.float32  # hot: the model's dtype, whatever warm held
         mgr.close()
     assert 0 < warm_bytes["int8"] < warm_bytes[None] / 3
+
+
+def test_the_same_warm_budget_holds_more_sessions_in_a_codec(engine, tmp_path):
+    def fill(codec: str | None, budget: int) -> SessionManager:
+        mgr = _manager(engine, tmp_path / f"{codec}-{budget}", session_warm_bytes=budget, session_warm_kv_codec=codec)
+        for i in range(4):
+            mgr.open(f"s{i}", user_id="u1").send("Hello there, I moved to Lisbon last spring.", k=0, max_new_tokens=4)
+            mgr.offload(f"s{i}", to="warm")
+        assert mgr.warm.bytes() <= budget
+        return mgr
+
+    probe = fill(None, 1 << 30)
+    one = probe.warm.bytes() // 4  # one session's float KV, compacted
+    probe.close()
+    budget = one + one // 2  # room for one float session
+    for codec, held in ((None, 1), ("int8", 4)):  # int8: ~0.3x the bytes, all four fit (the float run sent 3 to disk)
+        mgr = fill(codec, budget)
+        assert len(mgr.warm.backend.keys()) == held
+        mgr.close()
