@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentmem.errors import NotFoundError
 from agentmem.server.auth import KeyStore, Principal
@@ -190,19 +190,47 @@ def end_session(session_id: str, request: Request, user_id: str = Query(...),
 
 
 # --- the app -----------------------------------------------------------------------------------------------
-class _BodyLimit(BaseHTTPMiddleware):
-    """413 before a too-large body is read (by Content-Length; chunked bodies are counted as they arrive)."""
+class _BodyLimit:
+    """413 before a too-large body reaches a route: by Content-Length, or counted as a chunked body arrives.
 
-    async def dispatch(self, request: Request, call_next: Any) -> Response:
-        limit = get_state(request).settings.max_body_bytes
-        length = request.headers.get("content-length")
-        too_large = length is not None and length.isdigit() and int(length) > limit
-        if not too_large and length is None and request.method in ("POST", "PUT", "PATCH"):
-            too_large = len(await request.body()) > limit
-        if too_large:
-            get_state(request).metrics.errors.labels(status="413", type="too_large").inc()
-            return JSONResponse(error_body(413, f"request body larger than {limit} bytes"), status_code=413)
-        return await call_next(request)
+    Plain ASGI rather than ``BaseHTTPMiddleware``, which runs every request (not only large ones) through an extra
+    task and a pair of memory streams. A chunked body is read only up to the limit, then replayed to the route.
+    """
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = self.state.settings.max_body_bytes
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None or scope["method"] not in ("POST", "PUT", "PATCH"):
+            if length is not None and length.isdigit() and int(length) > limit:
+                return await self._reject(scope, receive, send, limit)
+            return await self.app(scope, receive, send)
+        messages, size = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > limit:
+                return await self._reject(scope, receive, send, limit)
+            if not message.get("more_body"):
+                break
+        pending = iter(messages)
+
+        async def replay() -> Message:
+            return next(pending, None) or await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        self.state.metrics.errors.labels(status="413", type="too_large").inc()
+        await JSONResponse(error_body(413, f"request body larger than {limit} bytes"), status_code=413)(
+            scope, receive, send)
 
 
 def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | None = None,
@@ -238,7 +266,7 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
     app.state.agentmem = state
     install_error_handlers(app, lambda status, kind: state.metrics.errors.labels(status=str(status),
                                                                                   type=kind).inc())
-    app.add_middleware(_BodyLimit)
+    app.add_middleware(_BodyLimit, state=state)
     app.include_router(rest)
     app.include_router(openai_compat.router)
     app.include_router(inspector.router)

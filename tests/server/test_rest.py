@@ -60,6 +60,12 @@ def test_typed_errors_become_json_with_status_codes(server):
         assert c.get("/v1/memories/no-such-id").json()["error"]["code"] == 404
         huge = c.post("/v1/memories", json={"text": "x" * (2 << 20), "user_id": "u1"})
         assert huge.status_code == 413 and huge.json()["error"]["type"] == "too_large"
+        chunked = c.post("/v1/memories", content=(b" " * (64 << 10) for _ in range(40)),  # no Content-Length
+                         headers={"content-type": "application/json"})
+        assert chunked.status_code == 413 and chunked.json()["error"]["type"] == "too_large"
+        small = c.post("/v1/memories", content=iter([b'{"text": "Chunked, but small.",', b' "user_id": "u1"}']),
+                       headers={"content-type": "application/json"})
+        assert small.status_code == 201 and small.json()["text"] == "Chunked, but small."
         assert c.post("/v1/memories/forget", json={"user_id": "u1", "session_id": "nothing-here"}).json() == \
             {"deleted": 0}
 
