@@ -10,7 +10,9 @@ the embedder's own rate is measured on those 2,000 texts. ``ingest_per_s`` combi
 (1 / (1/write_rate + 1/embed_rate)): what ``remember_many`` would sustain. Recall goes through the public
 ``recall`` (query embedding, dense + lexical, fusion, row loads) for random questions.
 
-Last line: {"backend", "entries", "ingest_per_s", "p50_ms", "p95_ms", "users", "write_per_s", "embed_per_s"}
+Last line: {"backend", "entries", "ingest_per_s", "p50_ms", "p95_ms", "users", "write_per_s", "embed_per_s",
+"parts_p50_ms"} (the last: median ms of the query embedding, lexical search, dense search and turn context, each
+called alone after the timed recalls).
 """
 
 from __future__ import annotations
@@ -80,6 +82,26 @@ def recall_latency(mem: Any, args: argparse.Namespace, rng: random.Random) -> li
     return sorted(lat)
 
 
+def breakdown(mem: Any, args: argparse.Namespace, rng: random.Random, n: int = 50) -> dict[str, float]:
+    """Median milliseconds of each retrieval part, called one by one (recall runs lexical beside the embedding)."""
+    store, parts = mem._store, {"embed": [], "lexical": [], "dense": [], "context": []}
+    for _ in range(n):
+        a, b = rng.sample(WORDS, 2)
+        query, user = f"when did I see the {a} with my {b}?", f"user{rng.randrange(args.users)}"
+        t0 = time.perf_counter()
+        vec = store.embedder.encode([query])[0]
+        t1 = time.perf_counter()
+        lexical = store.catalog.lexical_search(query, user_id=user, limit=store.config.candidate_pool)
+        t2 = time.perf_counter()
+        dense = store.vectors.query(vec, user_id=user, n=store.config.candidate_pool)
+        t3 = time.perf_counter()
+        store.catalog.turn_context([i for i, _ in dense] + [i for i, _ in lexical])
+        t4 = time.perf_counter()
+        for name, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            parts[name].append(1000 * dt)
+    return {name: round(statistics.median(v), 1) for name, v in parts.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=BACKENDS, default="embedded")
@@ -99,10 +121,12 @@ def main() -> None:
                 AgentMemory(base / "store", kv_encoding="off", **urls) as mem:
             write_per_s, embed_per_s = ingest(mem, args, rng)
             lat = recall_latency(mem, args, rng)
+            parts = breakdown(mem, args, rng)
     ingest_rate = 1 / (1 / write_per_s + 1 / embed_per_s)
     print(json.dumps({"backend": args.backend, "entries": args.entries, "ingest_per_s": round(ingest_rate, 1),
                       "p50_ms": round(statistics.median(lat), 1), "p95_ms": round(lat[int(0.95 * len(lat)) - 1], 1),
-                      "users": args.users, "write_per_s": round(write_per_s, 1), "embed_per_s": round(embed_per_s, 1)}))
+                      "users": args.users, "write_per_s": round(write_per_s, 1), "embed_per_s": round(embed_per_s, 1),
+                      "parts_p50_ms": parts}))
 
 
 if __name__ == "__main__":

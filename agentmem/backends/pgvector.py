@@ -4,7 +4,8 @@ One ``vectors`` table (id, user, scoping fields, ``vector(dim)``) with an HNSW i
 the first write once the dimension is known. Because it shares the catalog's engine, :meth:`PgVectorIndex.add_in`
 writes the vectors inside the catalog's insert transaction: row and vector commit together or not at all.
 Queries filter by user in SQL; pgvector's iterative index scan (0.8+) keeps filtered searches from coming back
-short, and a small user's rows are ranked exactly through the user index, whichever the planner finds cheaper.
+short, and a search that still comes back short (a user with a small share of the table, or pgvector < 0.8) is
+re-run exactly over that user's rows through the user index.
 
 Example:
     >>> index = PgVectorIndex(PostgresCatalog(url).engine)          # doctest: +SKIP
@@ -68,6 +69,7 @@ class PgVectorIndex:
         self.catalog = catalog  # set: add_in() may run inside this catalog's transactions
         self.keep_documents = keep_documents
         self._ready = False
+        self._iterative: bool | None = None  # pgvector 0.8+ iterative index scans (None: not asked yet)
 
     # --- schema ----------------------------------------------------------------------------------
     def _exists(self, conn: Connection) -> bool:
@@ -127,18 +129,26 @@ class PgVectorIndex:
         if ids is not None:
             params["ids"] = list(ids)
             clause += " AND id = ANY(:ids)"
-        sql = text(f"SELECT id, 1 - (embedding <=> CAST(:v AS vector)) FROM vectors WHERE user_id = :u AND {clause} "
-                   "ORDER BY embedding <=> CAST(:v AS vector) LIMIT :n")
+        select = f"SELECT id, 1 - (embedding <=> CAST(:v AS vector)) FROM vectors WHERE user_id = :u AND {clause} "
         with self.engine.begin() as conn:
             if not self._exists(conn):
                 return []
             conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(int(n), 1000))}"))
-            try:
-                with conn.begin_nested():
-                    conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-            except ProgrammingError:  # pgvector < 0.8: filtered HNSW scans may return fewer rows
-                pass
-            rows = conn.execute(sql, params).all()
+            if self._iterative is not False:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+                    self._iterative = True
+                except ProgrammingError:  # pgvector < 0.8: asked once per process, not on every query
+                    self._iterative = False
+            rows = conn.execute(text(select + "ORDER BY embedding <=> CAST(:v AS vector) LIMIT :n"), params).all()
+            if len(rows) < n:
+                # An HNSW scan filters its candidates after the fact: a user holding a small share of the table
+                # (1,000 of 1,000,000 rows) gets fewer than n back, often none, where pgvector < 0.8 cannot iterate.
+                # Short means that user's rows are few or scattered: rank them exactly (``+ 0`` keeps the planner
+                # off the HNSW index; the user index finds the rows).
+                rows = conn.execute(text(select + "ORDER BY (embedding <=> CAST(:v AS vector)) + 0 LIMIT :n"),
+                                    params).all()
         # relaxed order: re-sort exactly (the scan may hand rows back slightly out of order)
         return sorted(((i, float(s)) for i, s in rows), key=lambda kv: -kv[1])
 

@@ -119,11 +119,34 @@ def _lifecycle(conn: Connection) -> None:
         conn.execute(text(ddl))
 
 
+def _pg_postings(conn: Connection) -> None:
+    """PostgreSQL: one posting per (user, term, entry) with its term frequency and document length, so BM25 reads
+    only the query terms' postings (an index-only scan) instead of unnesting every matching document; document
+    lengths become token counts, as FTS5 counts them (rebuilt here from each document's last position)."""
+    if conn.dialect.name != "postgresql":
+        return
+    for ddl in (
+        """CREATE TABLE IF NOT EXISTS lexical_postings (
+            user_id VARCHAR NOT NULL, term VARCHAR NOT NULL, entry_id VARCHAR(36) NOT NULL, tf INTEGER NOT NULL,
+            doc_len INTEGER NOT NULL, PRIMARY KEY (user_id, term, entry_id) INCLUDE (tf, doc_len))""",
+        "CREATE INDEX IF NOT EXISTS ix_lexical_postings_entry ON lexical_postings (entry_id)",
+        """UPDATE lexical_docs SET doc_len = coalesce((SELECT max(p) FROM unnest(doc) u, unnest(u.positions) p),
+            doc_len)""",
+        """UPDATE lexical_users us SET total_len = coalesce((SELECT sum(d.doc_len) FROM lexical_docs d
+            WHERE d.user_id = us.user_id), 0)""",
+        """INSERT INTO lexical_postings (user_id, term, entry_id, tf, doc_len) SELECT d.user_id, u.lexeme, d.id,
+            coalesce(array_length(u.positions, 1), 1), d.doc_len FROM lexical_docs d, unnest(d.doc) u
+            ON CONFLICT DO NOTHING""",
+    ):
+        conn.execute(text(ddl))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline: entries, tags, store info (and SQLite's shared FTS5 index)", _baseline),
     Migration(2, "SQLite: one FTS5 table per user", _per_user_lexical),
     Migration(3, "write state on rows (pending adds/deletes, staged blobs) and a change counter", _write_state),
     Migration(4, "lifecycle: versions, superseded / merged entries, unindexed entries, entry history", _lifecycle),
+    Migration(5, "PostgreSQL: BM25 postings (user, term, entry) with tf and token-count lengths", _pg_postings),
 )
 SCHEMA_VERSION = latest_version(MIGRATIONS)
 

@@ -63,3 +63,12 @@ def test_unknown_backend_url_names_the_field(tmp_path: Path) -> None:
         AgentMemory(tmp_path / "s", vector_url="faiss://nowhere")
     with pytest.raises(InvalidInputError, match="pgvector"):
         AgentMemory(tmp_path / "s2", vector_url="pgvector")  # needs a PostgreSQL catalog
+
+
+def test_update_replaces_the_lexical_document_on_every_backend(mem: AgentMemory) -> None:
+    rec = mem.remember("I keep my kayak at the harbour.", user_id="u")
+    mem.remember("My sister plays the cello.", user_id="u")
+    mem.update(rec.id, text="I keep my canoe in the garage.")
+    hits = mem.recall("canoe garage", user_id="u", k=1)
+    assert hits[0].id == rec.id and hits[0].scores.get("lexical", 0) > 0  # the new text is searchable
+    assert all(h.scores.get("lexical", 0) == 0 for h in mem.recall("kayak harbour", user_id="u", k=2))  # old one gone

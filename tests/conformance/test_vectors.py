@@ -104,3 +104,15 @@ def test_erase_residue_keeps_live_vectors_and_other_users(index: VectorIndex) ->
     index.erase_residue(["u"])
     assert index.query(vecs[0], user_id="u", n=5) == [] and index.user_ids("u") == []
     assert [i for i, _ in index.query(vecs[0], user_id="v", n=5)] == ["other"]
+
+
+def test_a_small_user_among_many_rows_gets_its_exact_neighbours(index: VectorIndex) -> None:
+    # An HNSW scan over the whole table finds ef_search candidates, then filters by user: a user holding 20 of
+    # 3,020 rows would get back fewer than asked (often none) unless the index re-ranks that user exactly.
+    rng = np.random.default_rng(1)
+    big, small = _unit(rng, 3000), _unit(rng, 20)
+    index.add(["big"] * 3000, [f"b{i}" for i in range(3000)], big, [{"kind": "turn"}] * 3000)
+    index.add(["small"] * 20, [f"s{i}" for i in range(20)], small, [{"kind": "turn"}] * 20)
+    query = small[3] + 0.5 * big[0]
+    expected = [f"s{i}" for i in np.argsort(-(small @ query))[:10]]
+    assert [i for i, _ in index.query(query, user_id="small", n=10)] == expected

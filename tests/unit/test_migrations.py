@@ -117,3 +117,30 @@ def test_runner_applies_in_order_once_and_rejects_gaps() -> None:
     assert seen == [1, 2]
     with eng.begin() as conn, pytest.raises(ValueError, match="without gaps"):
         apply_migrations(conn, [steps[1]])
+
+
+def test_a_postgres_store_at_schema_4_gets_bm25_postings_on_open(fresh_postgres_url: str) -> None:
+    from agentmem.backends.postgres import PostgresCatalog
+
+    eng = create_engine(fresh_postgres_url)
+    with eng.begin() as conn:  # schema 4 stored a tsvector per entry, its length in distinct lexemes
+        apply_migrations(conn, MIGRATIONS, target=4)
+        for entry_id, user, words in [*_ROWS, ("a2", "alice", "green kayak and a red kayak paddle")]:
+            conn.execute(text("INSERT INTO entries (id, user_id, kind, text, memory_text, metadata, created_at) "
+                              "VALUES (:i, :u, 'turn', :t, :t, '{}', 1.0)"), {"i": entry_id, "u": user, "t": words})
+            conn.execute(text("INSERT INTO lexical_docs SELECT :i, :u, d, length(d) FROM to_tsvector('english', :t) d"),
+                         {"i": entry_id, "u": user, "t": words})
+        conn.execute(text("INSERT INTO lexical_users SELECT user_id, count(*), sum(doc_len) FROM lexical_docs "
+                          "GROUP BY user_id"))
+        conn.execute(text("INSERT INTO lexical_terms SELECT user_id, t, count(*) FROM lexical_docs, "
+                          "unnest(tsvector_to_array(doc)) t GROUP BY user_id, t"))
+    eng.dispose()
+    cat = PostgresCatalog(fresh_postgres_url)
+    with cat.engine.connect() as conn:
+        assert schema_version(conn) == SCHEMA_VERSION
+        postings = conn.execute(text("SELECT entry_id, term, tf, doc_len FROM lexical_postings WHERE user_id = 'alice' "
+                                     "ORDER BY entry_id, term")).all()
+    # a2's document is 7 tokens long ("and", "a" count as FTS5 counts them), and "kayak" occurs twice in it
+    assert ("a2", "kayak", 2, 7) in postings and ("a1", "red", 1, 2) in postings
+    assert [i for i, _ in cat.lexical_search("red kayak", user_id="alice", limit=5)] == ["a1", "a2"]
+    assert [i for i, _ in cat.lexical_search("kayak", user_id="bob", limit=5)] == ["b1"]
