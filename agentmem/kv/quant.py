@@ -16,6 +16,14 @@ Stored sizes for SmolLM2-135M (30 layers x 3 KV heads x 64 dims; fp32 = 46,080 B
     int4    4         4            5,760 + 1,080 =  6,840        6.7x
     k4v2    4         2            4,320 + 1,080 =  5,400        8.5x
     int2    2         2            2,880 + 1,080 =  3,960       11.6x
+    int4h   4         4 (rotated)  5,760 +   720 =  6,480        7.1x   (key scales per 64 tokens)
+    k4v3h   4         3 (rotated)  5,040 +   720 =  5,760        8.0x
+    k3v3h   3         3 (rotated)  4,320 +   720 =  5,040        9.1x
+    k4v2h   4         2 (rotated)  4,320 +   720 =  5,040        9.1x
+
+3-bit codes are a 2-bit plane then a 1-bit plane (``W = 3 * head_dim / 8``). ``value_transform="hadamard"``
+rotates value rows by :func:`hadamard_matrix` before quantizing (spreading outlier channels over the row, so the
+per-token range shrinks); the mount kernel rotates them back while writing them.
 
 Example:
     >>> packed = quantize_kv(keys, values, CODECS["int4"])
