@@ -68,6 +68,7 @@ def test_codes_pack_into_the_advertised_bytes(name):
 def test_smollm2_sizes_match_the_docstring_table():
     size = {n: CODECS[n].bytes_per_token(num_layers=30, kv_heads=3, head_dim=64) for n in CODECS}
     assert size["float32"] == 46080 and size["int4"] == 6840 and size["k4v2"] == 5400 and size["int2"] == 3960
+    assert size["int4h"] == 6480 and size["k4v3h"] == 5760 and size["k3v3h"] == size["k4v2h"] == 5040
 
 
 def test_a_constant_group_is_exact_and_short_entries_work():
