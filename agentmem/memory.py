@@ -162,9 +162,7 @@ class AgentMemory:
         kept = [entries[i] for i in keep]
         if kept and self._bank.should_encode(encode):
             for entry, (blob, fields) in zip(kept, self._bank.encode_blobs([e.embed_text for e in kept])):
-                entry.blob = blob
-                for key, value in fields.items():
-                    setattr(entry.row, key, value)
+                entry.attach_kv(blob, fields)
         self._store.add(kept, None if vectors is None else vectors[keep])
         if decisions is not None and texts is not None:
             self._consolidator.remember_vectors([e.row for e in kept], text_vectors[keep])
@@ -553,9 +551,7 @@ class AgentMemory:
         meta = {**check_metadata(metadata), "training": record}
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind="trained", role=None,
                                 speaker=None, timestamp=None, tags=tags, ttl=ttl, metadata=meta)
-        entry.blob = blob
-        for key, value in fields.items():
-            setattr(entry.row, key, value)
+        entry.attach_kv(blob, fields)
         self._store.add([entry])
         if ckpt is not None and checkpoint_path is None:  # ours, and the entry is stored: nothing left to resume
             Path(ckpt).unlink(missing_ok=True)

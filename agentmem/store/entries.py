@@ -53,6 +53,17 @@ class NewEntry:
     blob: bytes | None = None  # KV blob bytes (already sealed/encrypted by the caller's policy)
     history: HistoryRow | None = None  # the entry's "add" event, written in the same transaction
 
+    def attach_kv(self, blob: bytes, fields: dict[str, Any]) -> None:
+        """Give the entry its KV blob and the row's KV fields (``kv_tokens``, ``kv_fingerprint``, ...) before
+        :meth:`EntryStore.add` writes both.
+
+        Example:
+            >>> entry.attach_kv(blob, {"kv_tokens": 12})                              # doctest: +SKIP
+        """
+        self.blob = blob
+        for key, value in fields.items():
+            setattr(self.row, key, value)
+
 
 @dataclass
 class Scope:
