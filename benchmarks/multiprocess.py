@@ -8,15 +8,19 @@ Phase 1 runs one worker, phase 2 ``--workers`` workers, on fresh stores, side by
 ``remember`` returned) and each one it forgot; at the end the store must hold exactly the stored-minus-forgotten
 entries (``lost``: logged but missing a row, vector or blob; ``duplicated``: a row no worker logged, or an id logged
 twice), and ``errors`` counts exceptions raised in workers. The observer polls the newest write of another
-process through the public API (``get``) and the vector index until both see it: ``visibility_ms_p95``.
+process through the public API (``get``) and the vector index until both see it. ``visibility_ms_p95``: from the
+write (logged once ``remember`` returned) to the start of the first read that saw it; ``seen_ms_p95``: to the end of
+that read (its own latency, lock waits included); ``first_read_share``: how often the first read saw it already.
 KV is encoded with a tiny random llama (real blobs, fast), so blobs take part.
 
-Last line: {"backend", "workers", "writes", "lost", "duplicated", "errors", "visibility_ms_p95", "throughput_ratio"}
+Last line: {"backend", "workers", "writes", "lost", "duplicated", "errors", "visibility_ms_p95", "throughput_ratio",
+"seen_ms_p95", "first_read_share"}
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -75,12 +79,16 @@ def worker(n: int, store: Path, urls: dict[str, str], start, seconds: float, log
             except Exception as exc:  # counted; the run goes on
                 errors += 1
                 print(f"worker {n}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-    (log_dir / f"w{n}.done").write_text(json.dumps({"ops": ops, "errors": errors}))
+        reopens = getattr(getattr(mem._store.vectors, "_handle", None), "reopens", 0)  # embedded Chroma only
+    (log_dir / f"w{n}.done").write_text(json.dumps({"ops": ops, "errors": errors, "reopens": reopens}))
 
 
 def observer(store: Path, urls: dict[str, str], start, seconds: float, log_dir: Path, out: Path) -> None:
     """Poll the newest logged write until this process sees its row and its vector; record the delay."""
     delays: list[float] = []
+    lags: list[float] = []  # from the write to the observer picking it up (its own polling, not the store's)
+    answered: list[float] = []  # from the write to the end of the read that saw it (that read's latency included)
+    attempts: list[int] = []  # reads until one saw it (1: visible at once)
     with _open(store, urls) as mem:
         until = _ready(mem, start, seconds)
         index, embed = mem._store.vectors, mem._store.embedder
@@ -96,18 +104,24 @@ def observer(store: Path, urls: dict[str, str], start, seconds: float, log_dir: 
                 continue
             _, entry_id, user, written, tag = newest[:5]
             seen.add(entry_id)
+            lags.append(time.time() - float(written))
             vec = embed.encode([f"the heron {tag}"])[0]
             deadline = time.time() + 10
-            while time.time() < deadline:
+            for attempt in itertools.count(1):
+                if time.time() >= deadline:
+                    break
+                began = time.time()  # visibility: when the first read that saw the write began
                 try:
                     row_ok = mem.get(entry_id).id == entry_id
                 except Exception:  # forgotten meanwhile, or not visible yet
                     row_ok = False
                 if row_ok and entry_id in {i for i, _ in index.query(vec, user_id=user, n=50)}:
-                    delays.append(time.time() - float(written))
+                    delays.append(began - float(written))
+                    answered.append(time.time() - float(written))
+                    attempts.append(attempt)
                     break
                 time.sleep(0.005)
-    out.write_text(json.dumps(delays))
+    out.write_text(json.dumps({"delays": delays, "lags": lags, "answered": answered, "attempts": attempts}))
 
 
 def run_phase(workers: int, seconds: float, urls: dict[str, str], base: Path) -> dict:
@@ -138,9 +152,16 @@ def run_phase(workers: int, seconds: float, urls: dict[str, str], base: Path) ->
         check = mem.verify()
     lost = len(expected - (rows & vectors & with_blob))
     duplicated = (len(stored) - len(set(stored))) + len(rows - expected) + check["orphan_vectors"] + check["orphan_blobs"]
-    delays = json.loads((base / "vis.json").read_text()) if obs else []
+    vis = json.loads((base / "vis.json").read_text()) if obs else {"delays": [], "lags": [], "answered": [],
+                                                                     "attempts": []}
     return {"ops": sum(d["ops"] for d in done), "errors": sum(d["errors"] for d in done), "writes": len(stored),
-            "lost": lost, "duplicated": duplicated, "delays": delays, "seconds": seconds}
+            "lost": lost, "duplicated": duplicated, "delays": vis["delays"], "lags": vis["lags"], "seconds": seconds,
+            "answered": vis["answered"], "attempts": vis["attempts"],
+            "reopens": sum(d.get("reopens", 0) for d in done)}
+
+
+def _p50(xs: list[float]) -> float | None:
+    return sorted(xs)[len(xs) // 2] if xs else None
 
 
 def _p95(xs: list[float]) -> float | None:
@@ -182,12 +203,17 @@ def main() -> None:
     p95 = _p95(multi["delays"])
     print(f"1 worker: {single['ops']} ops in {single['seconds']:.0f}s; {args.workers} workers: {multi['ops']} ops, "
           f"{len(multi['delays'])} visibility samples, p50 "
-          f"{1000 * sorted(multi['delays'])[len(multi['delays']) // 2] if multi['delays'] else float('nan'):.0f} ms")
+          f"{1000 * sorted(multi['delays'])[len(multi['delays']) // 2] if multi['delays'] else float('nan'):.0f} ms "
+          f"(of which the observer's own polling lag: p50 {1000 * (_p50(multi['lags']) or float('nan')):.0f} ms); "
+          f"client re-opens by the workers: {single['reopens']} (1 worker), {multi['reopens']} ({args.workers})")
     print(json.dumps({
         "backend": args.backend, "workers": args.workers, "writes": single["writes"] + multi["writes"],
         "lost": single["lost"] + multi["lost"], "duplicated": single["duplicated"] + multi["duplicated"],
         "errors": single["errors"] + multi["errors"],
         "visibility_ms_p95": None if p95 is None else round(1000 * p95, 1), "throughput_ratio": round(ratio, 2),
+        "seen_ms_p95": None if not multi["answered"] else round(1000 * _p95(multi["answered"]), 1),
+        "first_read_share": None if not multi["attempts"] else
+        round(sum(a == 1 for a in multi["attempts"]) / len(multi["attempts"]), 3),
     }))
 
 

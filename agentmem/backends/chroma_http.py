@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentmem.errors import InvalidInputError
+from agentmem.store.chroma_sync import Overlay
 from agentmem.store.vectors import VectorIndex
 
 
@@ -33,11 +34,23 @@ class _ServerHandle:
         return self.client
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[Any]:
+    def writing(self, names: Any = None, *, everyone_reopens: bool = False) -> Iterator[Any]:
         with self.lock:
             yield self.client
 
-    reading = writing
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        with self.lock:
+            yield self.client
+
+    def overlay(self, name: str) -> Overlay:
+        return Overlay()  # the server's index is every process's: nothing another process wrote is missing
+
+    def mark_loaded(self, name: str) -> None:
+        pass
+
+    def record(self, op: str, name: str | None, ids: list[str], vectors: Any = None) -> None:
+        pass  # no journal: nothing to keep current
 
     def release(self) -> None:
         self.collections = {}

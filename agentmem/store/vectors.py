@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 from agentmem.security.chroma_erase import (
     erase_collection_residue, has_rebuilds, recover_rebuilds, scrub_freed_memory,
 )
+from agentmem.store.chroma_sync import ChromaHandle
 
 _CONFIG: dict[str, Any] = {"hnsw": {"space": "cosine"}}
 
@@ -160,141 +160,9 @@ def _single_thread() -> Any:
         torch.set_num_threads(before)
 
 
-class _ChromaHandle:
-    """One embedded Chroma client per store directory and process, re-opened when another process wrote.
-
-    Embedded Chroma keeps each collection's HNSW index in the memory of the process that opened it: a vector another
-    process adds reaches Chroma's SQLite log but not this process's index, so queries miss it (measured: never, not
-    even after re-opening the collection). Worse, a process that writes with a stale index persists that index over
-    the newer one on disk and vectors vanish from search (2 processes x 1,500 upserts: 6 lost). So every write holds
-    a file lock on the directory and bumps a generation counter file; a process that finds the counter moved since
-    it last looked opens a fresh client (which loads the persisted index and replays the log) before it reads or
-    writes. Writes are then applied to an index that has every earlier write, and reads see writes committed before
-    they started.
-    """
-
-    _registry: dict[str, _ChromaHandle] = {}
-    _registry_lock = threading.Lock()
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.lock = threading.RLock()  # Chroma's embedded client is not documented as thread-safe
-        self.users = 0
-        self.client: Any = None
-        self.collections: dict[str, Any] = {}
-        self.seen = -1
-        self._gen_path = Path(path) / ".agentmem-generation"
-        self._lock_path = Path(path) / ".agentmem-write.lock"
-        self._held = 0  # file-lock depth of the thread holding self.lock (never re-flock: it would deadlock)
-
-    @classmethod
-    def acquire(cls, path: str) -> _ChromaHandle:
-        with cls._registry_lock:
-            handle = cls._registry.get(path)
-            if handle is None:
-                handle = cls._registry[path] = _ChromaHandle(path)
-            handle.users += 1
-            return handle
-
-    def release(self) -> None:
-        with _ChromaHandle._registry_lock:
-            self.users -= 1
-            if self.users > 0:
-                return
-            _ChromaHandle._registry.pop(self.path, None)
-        with self.lock:
-            self._close_client()
-
-    def _open_client(self) -> None:
-        import chromadb
-        from chromadb.config import Settings
-
-        self.client = chromadb.PersistentClient(
-            path=self.path, settings=Settings(anonymized_telemetry=False, allow_reset=False))
-        self.collections = {}
-
-    def _close_client(self) -> None:
-        if self.client is not None:
-            with contextlib.suppress(Exception):
-                self.client.close()
-        self.client = None
-        self.collections = {}
-
-    def generation(self) -> int:
-        try:
-            data = self._gen_path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        return int.from_bytes(data[:8], "little") if len(data) >= 8 else 0
-
-    def fresh(self) -> Any:
-        """The client, re-opened first if another process wrote since this one last looked (caller holds lock)."""
-        gen = self.generation()
-        if self.client is None or gen != self.seen:
-            self._close_client()
-            self._open_client()
-            self.seen = gen
-        return self.client
-
-    @contextlib.contextmanager
-    def writing(self) -> Any:
-        """Hold the directory's write lock with an up-to-date client; bump the generation afterwards."""
-        Path(self.path).mkdir(parents=True, exist_ok=True)
-        with self.lock, open(self._lock_path, "a+b") as lock_file:
-            _flock(lock_file)
-            self._held += 1
-            try:
-                client = self.fresh()
-                try:
-                    yield client
-                finally:
-                    self._held -= 1
-                    self.seen = self.generation() + 1
-                    tmp = self._gen_path.with_name(f"{self._gen_path.name}.{os.getpid()}.tmp")
-                    tmp.write_bytes(self.seen.to_bytes(8, "little"))
-                    os.replace(tmp, self._gen_path)
-            finally:
-                _funlock(lock_file)
-
-
-    @contextlib.contextmanager
-    def reading(self) -> Any:
-        """Hold the directory's lock shared with an up-to-date client: a read never sees another process's write
-        or erasure rebuild half done (a rebuilt collection gets a new id under the same name)."""
-        with self.lock:
-            if self._held:  # this thread already holds the lock exclusively (a read inside a write)
-                yield self.client
-                return
-            Path(self.path).mkdir(parents=True, exist_ok=True)
-            with open(self._lock_path, "a+b") as lock_file:
-                _flock(lock_file, shared=True)
-                self._held += 1
-                try:
-                    yield self.fresh()
-                finally:
-                    self._held -= 1
-                    _funlock(lock_file)
-
-
-def _flock(f: Any, *, shared: bool = False) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows: one process per store directory
-        return
-    fcntl.flock(f.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
-
-
-def _funlock(f: Any) -> None:
-    try:
-        import fcntl
-    except ImportError:
-        return
-    fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
 class VectorIndex:
     """Embedded Chroma (``PersistentClient``), one collection per user, keyed by entry id; safe for several
-    processes on one directory (see :class:`_ChromaHandle`).
+    processes on one directory (see :mod:`agentmem.store.chroma_sync`).
 
     Why per user: Chroma's metadata-filtered search was ~40x slower than an unfiltered one at 10k entries
     (180 ms vs 4 ms here), and a user's memories are never searched together with another's, so separate
@@ -312,13 +180,13 @@ class VectorIndex:
     def __init__(self, path: Path, *, keep_documents: bool = True) -> None:
         # resolved: Chroma shares one client per path *string*, so "./x" from two directories would collide
         scrub_freed_memory()  # Chroma persists uninitialised buffers: they must not hold freed (erased) bytes
-        self._handle = _ChromaHandle.acquire(str(Path(path).resolve()))
+        self._handle = ChromaHandle.acquire(str(Path(path).resolve()))
         self.keep_documents = keep_documents
         self._closed = False
         with self._handle.lock:
             interrupted = has_rebuilds(self._handle.fresh())
         if interrupted:  # a crash during an erasure's rebuild (security/chroma_erase.py)
-            with self._handle.writing() as client:
+            with self._handle.writing(everyone_reopens=True) as client:
                 recover_rebuilds(client)
                 self._handle.collections.clear()
 
@@ -340,38 +208,50 @@ class VectorIndex:
                 except Exception:  # chromadb raises NotFoundError (a ValueError subclass in some versions)
                     return None
             cols[name] = col
+            self._handle.mark_loaded(name)
         return col
 
-    @staticmethod
-    def _all_collections(client: Any) -> list[Any]:
-        return [client.get_collection(c.name if hasattr(c, "name") else c, embedding_function=None)
+    def _all_collections(self, client: Any) -> list[Any]:
+        cols = [client.get_collection(c.name if hasattr(c, "name") else c, embedding_function=None)
                 for c in client.list_collections()]
+        for col in cols:
+            self._handle.mark_loaded(col.name)
+        return cols
 
     def add(self, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
             metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
         """Upsert vectors, each into its user's collection."""
-        with self._handle.writing() as client:
-            for user in dict.fromkeys(user_ids):
+        users = list(dict.fromkeys(user_ids))
+        with self._handle.writing([self.collection_name(u) for u in users]) as client:
+            for user in users:
                 rows = [i for i, u in enumerate(user_ids) if u == user]
                 self._collection(client, user, create=True).upsert(
                     ids=[ids[i] for i in rows], embeddings=vectors[rows], metadatas=[metadatas[i] for i in rows],
                     documents=[documents[i] for i in rows] if (documents is not None and self.keep_documents) else None,
                 )
+                self._handle.record("a", self.collection_name(user), [ids[i] for i in rows], vectors[rows])
 
     def get(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of ``ids`` in ``user_id``'s collection (missing ids are left out)."""
-        with self._handle.lock:
-            col = self._collection(self._handle.fresh(), user_id, create=False)
+        with self._handle.reading() as client:
+            col = self._collection(client, user_id, create=False)
             if col is None or not ids:
                 return {}
-            res = col.get(ids=list(ids), include=["embeddings"])
-        return {i: np.asarray(v, dtype=np.float32) for i, v in zip(res["ids"], res["embeddings"])}
+            ov = self._handle.overlay(col.name)
+            # others' new vectors are not in this client's index (Chroma fails a get of those): the journal has them
+            theirs = col.get(ids=[i for i in ids if i in ov.added], include=[])["ids"] if ov.added else []
+            mine = [i for i in ids if i not in ov.added and i not in ov.deleted]
+            res = col.get(ids=mine, include=["embeddings"]) if mine else {"ids": [], "embeddings": []}
+        out = {i: np.asarray(v, dtype=np.float32) for i, v in zip(res["ids"], res["embeddings"])}
+        out.update({i: ov.added[i] for i in theirs})
+        return out
 
     def delete(self, ids: Sequence[str], *, user_id: str | None = None) -> None:
         """Delete ids from one user's collection, or (``user_id=None``, for recovery) from every collection."""
         if not ids:
             return
-        with self._handle.writing() as client:
+        names = [self.collection_name(user_id)] if user_id is not None else None
+        with self._handle.writing(names) as client:
             cols = [self._collection(client, user_id, create=False)] if user_id is not None \
                 else self._all_collections(client)
             for col in cols:
@@ -379,15 +259,17 @@ class VectorIndex:
                     continue
                 for i in range(0, len(ids), 1000):
                     col.delete(ids=list(ids[i : i + 1000]))
+            self._handle.record("d", names[0] if names else None, list(ids))
 
     def erase_residue(self, user_ids: Sequence[str]) -> None:
         """After a delete, make the erased vectors leave Chroma's files: a user's emptied collection is dropped,
         a collection with live vectors left is rebuilt, the old segment files are wiped and chroma.sqlite3 is
         vacuumed (:mod:`agentmem.security.chroma_erase`). Other processes re-open on the generation bump."""
-        with self._handle.writing() as client:
+        names = [self.collection_name(u) for u in dict.fromkeys(user_ids)]
+        # the journal holds the erased vectors and ids: it is overwritten, and every other process re-opens
+        with self._handle.writing(names, everyone_reopens=True) as client:
             cols = self._handle.collections
-            for user in dict.fromkeys(user_ids):
-                name = self.collection_name(user)
+            for name in names:
                 cols.pop(name, None)
                 col = erase_collection_residue(client, name, Path(self._handle.path), _CONFIG)
                 if col is not None:
@@ -400,16 +282,28 @@ class VectorIndex:
             col = self._collection(client, user_id, create=False)
             if col is None:
                 return []
+            ov = self._handle.overlay(col.name)
             if ids is not None:  # Chroma fails the whole query on an id it does not hold: keep those it does
                 ids = col.get(ids=list(ids), include=[])["ids"]
                 if not ids:
                     return []
-            # no count() first: it costs as much as the search, and Chroma returns fewer than n when it has fewer
-            res = col.query(
-                query_embeddings=vector.reshape(1, -1), n_results=n, where=where,
-                ids=list(ids) if ids is not None else None, include=["distances"],
-            )
-        return [(i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0])]
+            exact = _score_overlay(col, ov, vector, where, ids)
+            shadowed = ov.deleted | ov.added.keys()
+            if where is not None and ov:  # Chroma would resolve ``where`` to ids its stale index lacks, and fail
+                ids = col.get(ids=list(ids) if ids is not None else None, where=where, include=[])["ids"]
+                where = None
+            in_index = None if ids is None else [i for i in ids if i not in shadowed]
+            found: list[tuple[str, float]] = []
+            if in_index is None or in_index:
+                # no count() first: it costs as much as the search, and Chroma returns fewer than n when it has fewer
+                res = col.query(
+                    query_embeddings=vector.reshape(1, -1), n_results=n + len(shadowed), where=where,
+                    ids=in_index, include=["distances"],
+                )
+                found = [(i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0]) if i not in shadowed]
+        if exact:
+            found = sorted(found + exact, key=lambda x: -x[1])
+        return found[:n]
 
     @staticmethod
     def _ids_of(col: Any) -> list[str]:
@@ -442,6 +336,23 @@ class VectorIndex:
         if not self._closed:
             self._closed = True
             self._handle.release()
+
+
+def _score_overlay(col: Any, ov: Any, vector: np.ndarray, where: dict[str, Any] | None,
+                   ids: Sequence[str] | None) -> list[tuple[str, float]]:
+    """Cosine similarity of ``vector`` to the vectors other processes added since this client loaded ``col``
+    (exact: they are few), keeping those that still exist and match ``where`` / ``ids`` (Chroma's SQLite is
+    current in every process; only its in-memory index is not)."""
+    cand = [i for i in ov.added if ids is None or i in set(ids)]
+    if not cand:
+        return []
+    alive = col.get(ids=cand, where=where, include=[])["ids"]
+    if not alive:
+        return []
+    mat = np.stack([ov.added[i] for i in alive]).astype(np.float32)
+    q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    sims = mat @ q / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
+    return [(i, float(s)) for i, s in zip(alive, sims)]
 
 
 def chroma_where(**fields: Any) -> dict[str, Any] | None:

@@ -94,3 +94,61 @@ def test_concurrent_writers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         assert check["rows"] == check["vectors"] == 160 and check["orphan_vectors"] == 0, check
         found = {i for i, _ in mem._store.vectors.query(np.ones(384, np.float32) / np.sqrt(384), user_id="u", n=1000)}
         assert found == set(ids)  # a stale writer would have persisted an index missing the other's vectors
+
+
+_OTHER = """
+import sys, numpy as np
+from pathlib import Path
+from agentmem.store.vectors import VectorIndex
+index = VectorIndex(Path(sys.argv[1]))
+rng = np.random.default_rng(int(sys.argv[2]))
+for step in sys.argv[3:]:
+    op, _, arg = step.partition(":")
+    if op == "add":
+        ids = arg.split(",")
+        index.add(["u"] * len(ids), ids, rng.standard_normal((len(ids), 16)).astype(np.float32), [{"kind": "note"}] * len(ids))
+    elif op == "del":
+        index.delete(arg.split(","), user_id="u")
+    elif op == "erase":
+        index.erase_residue(["u"])
+index.close()
+"""
+
+
+def _other(path: Path, seed: int, *steps: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", _OTHER, str(path), str(seed), *steps], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_reader_sees_other_processes_writes_without_reopening_its_client(tmp_path: Path) -> None:
+    """Others' upserts and deletes reach a process whose index is loaded through the journal, exactly scored; a
+    write to a collection changed elsewhere re-opens first, so the persisted index loses nothing."""
+    from agentmem.store.vectors import VectorIndex
+
+    path = tmp_path / "chroma"
+    index = VectorIndex(path)
+    rng = np.random.default_rng(0)
+    mine = [f"a{i}" for i in range(30)]
+    index.add(["u"] * 30, mine, rng.standard_normal((30, 16)).astype(np.float32), [{"kind": "note"}] * 30)
+    assert len(index.query(np.ones(16, np.float32), user_id="u", n=100)) == 30  # the index is loaded here
+    opens = index._handle.reopens
+    _other(path, 1, "add:b0,b1,b2", "del:a0,a1")
+    vecs = index.get("u", ["b0", "b1", "a0", "a2"])
+    assert set(vecs) == {"b0", "b1", "a2"}
+    found = dict(index.query(vecs["b0"], user_id="u", n=100))
+    assert set(found) == set(mine[2:]) | {"b0", "b1", "b2"}
+    assert abs(found["b0"] - 1.0) < 1e-5 and max(found, key=found.get) == "b0"
+    assert [i for i, _ in index.query(vecs["b1"], user_id="u", n=3, where={"kind": "note"})][0] == "b1"
+    assert index.query(vecs["b1"], user_id="u", n=5, where={"kind": "other"}) == []
+    assert {i for i, _ in index.query(vecs["b1"], user_id="u", n=5, ids=["b1", "a5", "a0"])} == {"b1", "a5"}
+    assert index._handle.reopens == opens  # all of that without re-opening the client
+    index.add(["u"], ["a30"], rng.standard_normal((1, 16)).astype(np.float32), [{"kind": "note"}])
+    assert index._handle.reopens == opens + 1  # its index of "u" was stale: re-opened before writing
+    _other(path, 2, "del:b2", "erase")  # an erasure rebuilds the collection under a new id
+    after = {i for i, _ in index.query(np.ones(16, np.float32), user_id="u", n=100)}
+    assert after == set(mine[2:]) | {"b0", "b1", "a30"}
+    index.close()
+    fresh = VectorIndex(path)  # a new process's view: the persisted index holds every write
+    assert {i for i, _ in fresh.query(np.ones(16, np.float32), user_id="u", n=100)} == after
+    fresh.close()
