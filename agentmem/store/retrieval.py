@@ -49,6 +49,10 @@ class RetrievalParams:
     speaker_boost: float = 0.5  # × (1 + b) for the turns of the one speaker a query names
     temporal_boost: float = 0.2  # × (1 + b) for turns that carry a time expression, on "when ..." queries
     rerank_depth: int = 20  # how many of the best candidates the re-ranking step sees (at least 2k)
+    # session first stage: the candidates of the `session_top` sessions whose candidates' fused scores sum highest
+    # gain `session_first` × that sum (scaled to [0, 1] over the pool's sessions); 0 = off
+    session_first: float = 0.0
+    session_top: int = 2
 
 
 class Placement(Protocol):
@@ -139,6 +143,35 @@ def session_boost(scores: Mapping[str, float], session_of: Mapping[str, str | No
     return out
 
 
+def session_first_stage(scores: Mapping[str, float], session_of: Mapping[str, str | None], *, weight: float,
+                        top: int) -> dict[str, float]:
+    """Score sessions as a whole (the sum of their candidates' scores, scaled to [0, 1] over the pool's sessions)
+    and lift the candidates of the ``top`` best sessions by ``weight`` × their session's score.
+
+    A sum, unlike the session boost's max, rewards a session where many turns match a little — the shape of a
+    multi-hop answer spread over one conversation.
+
+    >>> session_first_stage({"a": 1.0, "b": 0.5, "c": 0.8}, {"a": "s1", "b": "s1", "c": "s2"}, weight=1.0, top=1)
+    {'a': 2.0, 'b': 1.5, 'c': 0.8}
+    """
+    total: dict[str, float] = {}
+    for entry_id, score in scores.items():
+        session = session_of.get(entry_id)
+        if session is not None:
+            total[session] = total.get(session, 0.0) + score
+    out = dict(scores)
+    if not total or weight == 0 or top <= 0:
+        return out
+    lo, hi = min(total.values()), max(total.values())
+    best = sorted(total, key=lambda s: (-total[s], s))[:top]
+    lift = {s: (total[s] - lo) / (hi - lo) if hi > lo else 1.0 for s in best}
+    for entry_id, score in scores.items():
+        session = session_of.get(entry_id)
+        if session in lift:
+            out[entry_id] = score + weight * lift[session]
+    return out
+
+
 def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) -> dict[str, float]:
     """Fusion, spillover and session boost: the ranking score of every candidate (and spilled-to neighbour).
 
@@ -147,6 +180,9 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
         [('a', 1.0), ('b', 0.0)]
     """
     fused = fuse(cands.dense, cands.lexical, dense_weight=params.dense_weight)
+    if params.session_first:
+        fused = session_first_stage(fused, {i: p.session_id for i, p in cands.places.items()},
+                                    weight=params.session_first, top=params.session_top)
     fused = spill_over(fused, cands.places, share=params.spillover)
     # neighbours reached by spillover share the session of the turn that reached them
     sessions = {i: p.session_id for i, p in cands.places.items()}
@@ -157,4 +193,4 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
 
 
 __all__ = ["DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "fuse",
-           "rank_scores", "session_boost", "spill_over"]
+           "rank_scores", "session_boost", "session_first_stage", "spill_over"]

@@ -9,7 +9,7 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.store.catalog import Catalog, EntryRow, fts_query, lexical_table
-from agentmem.store.retrieval import DENSE_WEIGHT, fuse, session_boost, spill_over
+from agentmem.store.retrieval import DENSE_WEIGHT, fuse, session_boost, session_first_stage, spill_over
 from agentmem.store.vectors import Embedder
 
 
@@ -89,6 +89,18 @@ def test_spill_over_and_session_boost() -> None:
     assert boosted["z"] == 0.1  # no session, no boost
     # the boost can reorder: a weak turn in a strong session overtakes a lone medium one
     assert session_boost({"x": 0.5, "y": 0.3, "w": 0.9}, {"x": None, "y": "s", "w": "s"})["y"] > 0.5
+
+
+def test_session_first_stage_lifts_the_sessions_that_match_as_a_whole() -> None:
+    # s1 has one strong turn, s2 many middling ones: the sum ranks s2 first, the max (session boost) would not
+    scores = {"a": 0.9, "b": 0.4, "c": 0.4, "d": 0.4, "e": 0.1}
+    sessions = {"a": "s1", "b": "s2", "c": "s2", "d": "s2", "e": "s3"}
+    lifted = session_first_stage(scores, sessions, weight=1.0, top=1)
+    assert lifted == pytest.approx({"a": 0.9, "b": 1.4, "c": 1.4, "d": 1.4, "e": 0.1})
+    two = session_first_stage(scores, sessions, weight=1.0, top=2)
+    assert two["a"] == pytest.approx(0.9 + (0.9 - 0.1) / (1.2 - 0.1)) and two["e"] == 0.1
+    assert session_first_stage(scores, sessions, weight=0.0, top=2) == scores
+    assert session_first_stage({"x": 0.3}, {"x": None}, weight=1.0, top=2) == {"x": 0.3}  # no session: unchanged
 
 
 def test_fuse_keeps_score_margins() -> None:
