@@ -143,6 +143,10 @@ def bm25_sessions(turns: list[dict], queries: list[str]) -> list[dict[str, float
     return out
 
 
+def normed(x: np.ndarray) -> np.ndarray:
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-9)
+
+
 def scaled(scores: dict[str, float]) -> dict[str, float]:
     if not scores:
         return {}
@@ -217,16 +221,19 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--pool", type=int, default=100)
     ap.add_argument("--signals", nargs="+", default=["smol", "ctx", "sess"])
+    ap.add_argument("--consolidation", choices=["off", "local"], default="off")
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
     args.store.mkdir(parents=True, exist_ok=True)
-    manifest = args.store / "locomo-ids.json"
-    with AgentMemory(args.store, kv_encoding="off") as mem:
-        if manifest.exists():
+    manifest = args.store / "locomo-ids.json"  # the same manifest as benchmarks/locomo.py: one ingest serves both
+    made_by = {"data": str(args.data.resolve()), "backend": "embedded", "consolidation": args.consolidation}
+    with AgentMemory(args.store, kv_encoding="off", consolidation=args.consolidation) as mem:
+        if manifest.exists() and all(json.loads(manifest.read_text()).get(k, locomo.DEFAULT_MADE_BY.get(k)) == v
+                                     for k, v in made_by.items()):
             id_maps = json.loads(manifest.read_text())["ids"]
         else:
             id_maps = locomo.load_conversations(mem, conversations)
-            manifest.write_text(json.dumps({"data": str(args.data.resolve()), "ids": id_maps}))
+            manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
         questions = locomo.questions_of(conversations, id_maps)
         rows = locomo.gather_candidates(mem, questions, args.pool)
         store = mem._store
@@ -258,27 +265,61 @@ def main() -> None:
             result[name] = res
             print(name, res, flush=True)
 
-        def normed(x: np.ndarray) -> np.ndarray:
-            return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-9)
-
         qtexts = [q.text for q in questions]
-        if "ctx" in args.signals:
-            t0 = time.time()
+        if "latency" in args.signals:
+            result["smol_query_latency"] = smol_query_latency(qtexts[:200], [12, 20, 30])
+            print(result["smol_query_latency"], flush=True)
+        if "smol" in args.signals:
+            cache = args.store / "smol_states.npz"
+            lines = [t["line"] for cid in sorted(turns) for t in turns[cid]]
+            if cache.exists():
+                z = np.load(cache)
+                ts_, qs_ = {int(k[2:]): z[k] for k in z if k.startswith("t_")}, {int(k[2:]): z[k] for k in z if k.startswith("q_")}
+            else:
+                t0 = time.time()
+                ts_ = smol_states(lines, SMOL_LAYERS)
+                qs_ = smol_states(qtexts, SMOL_LAYERS)
+                print("smol states s", round(time.time() - t0, 1), flush=True)
+                np.savez(cache, **{f"t_{k}": v for k, v in ts_.items()}, **{f"q_{k}": v for k, v in qs_.items()})
+            for layer in SMOL_LAYERS:
+                tv, offset = {}, 0
+                qv = np.zeros((len(questions), ts_[layer].shape[1]), dtype=np.float32)
+                for cid in sorted(turns):
+                    n = len(turns[cid])
+                    block = ts_[layer][offset:offset + n]
+                    offset += n
+                    mu = block.mean(0, keepdims=True)  # unsupervised: the user's own mean turn vector
+                    tv[cid] = normed(block - mu)
+                    qv[qs_of[cid]] = normed(qs_[layer][qs_of[cid]] - mu)
+                dense_signal(f"smol_L{layer}", tv, qv)
+        if "ctxmean" in args.signals:
             qv = store.embedder.encode(qtexts)
-            for name, both in (("ctx_prev", False), ("ctx_both", True)):
-                tv = {cid: store.embedder.encode(contextual_lines(ts, both)) for cid, ts in turns.items()}
+            # the same context from the stored per-turn vectors alone (no second embedding): the normalised sum of
+            # the turn's vector and its session neighbours' vectors
+            own = {cid: store.embedder.encode([t["line"] for t in ts]) for cid, ts in turns.items()}
+            for name, both in (("ctx_mean_prev", False), ("ctx_mean_both", True)):
+                tv = {}
+                for cid, ts in turns.items():
+                    v = own[cid].copy()
+                    for i, t in enumerate(ts):
+                        if i > 0 and ts[i - 1]["session"] == t["session"]:
+                            v[i] += own[cid][i - 1]
+                        if both and i + 1 < len(ts) and ts[i + 1]["session"] == t["session"]:
+                            v[i] += own[cid][i + 1]
+                    tv[cid] = normed(v)
                 dense_signal(name, tv, qv)
-            print("ctx s", round(time.time() - t0, 1), flush=True)
-            for name, both in (("ctx_bm25_prev", False), ("ctx_bm25_both", True)):
-                extra: dict[int, dict[str, float]] = {}
-                for cid, js in qs_of.items():
-                    docs = contextual_lines(turns[cid], both)
-                    pseudo = [dict(session=t["id"], text=d) for t, d in zip(turns[cid], docs)]  # one doc per turn
-                    for j, sc in zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])):
-                        best = max(sc.values(), default=0.0)
-                        extra[j] = {i: v / best for i, v in sorted(sc.items(), key=lambda kv: -kv[1])[:args.pool]}
-                result[name] = evaluate(name, questions, rows, ks, extra.get, places)
-                print(name, result[name], flush=True)
+            # what a store can compute from cosines alone (any vector backend): the mean cosine of the turn and its
+            # session neighbours — as a vector signal: mean of the unit vectors (not re-normalised), dotted with q
+            tv = {}
+            for cid, ts in turns.items():
+                v, cnt = own[cid].copy(), np.ones((len(ts), 1), dtype=np.float32)
+                for i, t in enumerate(ts):
+                    for j in (i - 1, i + 1):
+                        if 0 <= j < len(ts) and ts[j]["session"] == t["session"]:
+                            v[i] += own[cid][j]
+                            cnt[i] += 1
+                tv[cid] = v / cnt
+            dense_signal("ctx_cosmean_both", tv, qv)
         if "sess" in args.signals:
             qv = store.embedder.encode(qtexts)
             sess_vec: dict[str, tuple[list[str], np.ndarray]] = {}
@@ -326,32 +367,23 @@ def main() -> None:
                 key = f"sess_poolsum_inpool_top{topn}"
                 result[key] = evaluate(key, questions, rows, ks, inpool.get, places)
                 print(key, result[key], flush=True)
-        if "latency" in args.signals:
-            result["smol_query_latency"] = smol_query_latency(qtexts[:200], [12, 20, 30])
-            print(result["smol_query_latency"], flush=True)
-        if "smol" in args.signals:
-            cache = args.store / "smol_states.npz"
-            lines = [t["line"] for cid in sorted(turns) for t in turns[cid]]
-            if cache.exists():
-                z = np.load(cache)
-                ts_, qs_ = {int(k[2:]): z[k] for k in z if k.startswith("t_")}, {int(k[2:]): z[k] for k in z if k.startswith("q_")}
-            else:
-                t0 = time.time()
-                ts_ = smol_states(lines, SMOL_LAYERS)
-                qs_ = smol_states(qtexts, SMOL_LAYERS)
-                print("smol states s", round(time.time() - t0, 1), flush=True)
-                np.savez(cache, **{f"t_{k}": v for k, v in ts_.items()}, **{f"q_{k}": v for k, v in qs_.items()})
-            for layer in SMOL_LAYERS:
-                tv, offset = {}, 0
-                qv = np.zeros((len(questions), ts_[layer].shape[1]), dtype=np.float32)
-                for cid in sorted(turns):
-                    n = len(turns[cid])
-                    block = ts_[layer][offset:offset + n]
-                    offset += n
-                    mu = block.mean(0, keepdims=True)  # unsupervised: the user's own mean turn vector
-                    tv[cid] = normed(block - mu)
-                    qv[qs_of[cid]] = normed(qs_[layer][qs_of[cid]] - mu)
-                dense_signal(f"smol_L{layer}", tv, qv)
+        if "ctx" in args.signals:
+            t0 = time.time()
+            qv = store.embedder.encode(qtexts)
+            for name, both in (("ctx_prev", False), ("ctx_both", True)):
+                tv = {cid: store.embedder.encode(contextual_lines(ts, both)) for cid, ts in turns.items()}
+                dense_signal(name, tv, qv)
+            print("ctx s", round(time.time() - t0, 1), flush=True)
+            for name, both in (("ctx_bm25_both", True),):
+                extra: dict[int, dict[str, float]] = {}
+                for cid, js in qs_of.items():
+                    docs = contextual_lines(turns[cid], both)
+                    pseudo = [dict(session=t["id"], text=d) for t, d in zip(turns[cid], docs)]  # one doc per turn
+                    for j, sc in zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])):
+                        best = max(sc.values(), default=0.0)
+                        extra[j] = {i: v / best for i, v in sorted(sc.items(), key=lambda kv: -kv[1])[:args.pool]}
+                result[name] = evaluate(name, questions, rows, ks, extra.get, places)
+                print(name, result[name], flush=True)
     print(json.dumps(result), flush=True)
 
 

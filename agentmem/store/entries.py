@@ -33,7 +33,8 @@ from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.rerank import HeadEntry, rerank
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
+from agentmem.store.context import context_cosines, neighbours
+from agentmem.store.retrieval import Candidates, RetrievalParams, fuse, rank_scores
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher
@@ -345,7 +346,7 @@ class EntryStore:
         return self.sealer.seal_blob(entry_id, blob)
 
     def candidates(self, query: str, scope: Scope, *, pool: int, query_vector: np.ndarray | None = None,
-                   ids: Sequence[str] | None = None) -> tuple[Candidates, np.ndarray]:
+                   ids: Sequence[str] | None = None, context: bool | None = None) -> tuple[Candidates, np.ndarray]:
         """What the dense and lexical retrievers find for ``query`` in ``scope`` (``pool`` of each), with the
         conversation placement of every candidate, and the query vector.
 
@@ -363,7 +364,20 @@ class EntryStore:
         where = chroma_where(session_id=scope.session_id, kind=list(scope.kinds) if scope.kinds else None)
         dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
         places = self.catalog.turn_context(list(dense.keys() | lexical.keys()))
-        return Candidates(dense, lexical, places), vec
+        cands = Candidates(dense, lexical, places)
+        if self.params.context_weight > 0 if context is None else context:
+            cands.context = self._context(vec, scope, cands, where)
+        return cands, vec
+
+    def _context(self, vec: np.ndarray, scope: Scope, cands: Candidates, where: Any) -> dict[str, float]:
+        """Mean cosine of the fused head's turns and their neighbours (:mod:`agentmem.store.context`)."""
+        fused = fuse(cands.dense, cands.lexical, dense_weight=self.params.dense_weight)
+        head = sorted(fused, key=lambda i: (-fused[i], i))[: self.params.context_depth]
+        missing = [i for i in head + sorted(neighbours(head, cands.places)) if i not in cands.dense]
+        cosine = dict(cands.dense)
+        if missing:  # lexical-only hits and neighbours outside the dense pool: one search restricted to them
+            cosine.update(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), where=where, ids=missing))
+        return context_cosines(head, cands.places, cosine)
 
     def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
                query_vector: np.ndarray | None = None, min_score: float | None = None) -> list[ScoredRow]:

@@ -53,6 +53,10 @@ class RetrievalParams:
     # gain `session_first` × that sum (scaled to [0, 1] over the pool's sessions); 0 = off
     session_first: float = 0.0
     session_top: int = 2
+    # contextual dense evidence (agentmem.store.context): the mean cosine of a turn and its neighbours, min-max
+    # scaled over the head of `context_depth` fused candidates, added × `context_weight`; 0 = off
+    context_weight: float = 0.0
+    context_depth: int = 50
 
 
 class Placement(Protocol):
@@ -74,6 +78,7 @@ class Candidates:
     dense: dict[str, float]
     lexical: dict[str, float]
     places: Mapping[str, Placement] = field(default_factory=dict)
+    context: dict[str, float] = field(default_factory=dict)  # mean cosine with the session neighbours (head only)
 
     @property
     def best_dense(self) -> float:
@@ -180,6 +185,10 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
         [('a', 1.0), ('b', 0.0)]
     """
     fused = fuse(cands.dense, cands.lexical, dense_weight=params.dense_weight)
+    if params.context_weight and cands.context:
+        lo, hi = min(cands.context.values()), max(cands.context.values())
+        for entry_id, c in cands.context.items():
+            fused[entry_id] = fused.get(entry_id, 0.0) + params.context_weight * ((c - lo) / (hi - lo) if hi > lo else 1.0)
     if params.session_first:
         fused = session_first_stage(fused, {i: p.session_id for i, p in cands.places.items()},
                                     weight=params.session_first, top=params.session_top)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.store.catalog import Catalog, EntryRow, fts_query, lexical_table
+from agentmem.store.entries import Scope
 from agentmem.store.retrieval import DENSE_WEIGHT, fuse, session_boost, session_first_stage, spill_over
 from agentmem.store.vectors import Embedder
 
@@ -155,3 +157,25 @@ def test_recall_spreads_to_the_reply_and_its_session(mem_path: Path) -> None:
         hits = mem.recall("kayak repaired", user_id="u", k=3)
         # the reply holds the answer but shares no word with the query: it arrives through its neighbour
         assert hits[0].id == ids[0] and ids[1] in [h.id for h in hits]
+
+
+def test_context_cosines_score_a_turn_with_its_neighbours(mem_path: Path) -> None:
+    with AgentMemory(mem_path, consolidation="off") as mem:
+        turns = ["Which instrument did you finally pick up?", "The cello, I practise every evening now.",
+                 "That sounds lovely."]
+        ids = [r.id for r in mem.remember_many([dict(text=t, user_id="u", session_id="s1", kind="turn")
+                                                   for t in turns])]
+        mem.remember_many([dict(text=f"Note {i}: the bus to the office was late again.", user_id="u",
+                                session_id="s2", kind="turn") for i in range(15)])
+        store = mem._store  # the context signal sits below the facade
+        cands, vec = store.candidates("what instrument does she play?", Scope("u"), pool=100, context=True)
+        cosine = dict(store.vectors.query(vec, user_id="u", n=100))
+        # the reply's context is the mean of its own cosine and both neighbours'
+        assert cands.context[ids[1]] == pytest.approx((cosine[ids[0]] + cosine[ids[1]] + cosine[ids[2]]) / 3, abs=1e-5)
+        # a turn at a session's edge averages over the one neighbour it has
+        assert cands.context[ids[0]] == pytest.approx((cosine[ids[0]] + cosine[ids[1]]) / 2, abs=1e-5)
+        plain, _ = store.candidates("what instrument does she play?", Scope("u"), pool=100)
+        assert plain.context == {}  # off by default unless the params ask for it
+        store.params = replace(store.params, context_weight=0.4)
+        hits = mem.recall("what instrument does she play?", user_id="u", k=3)
+        assert {h.id for h in hits[:3]} == set(ids)  # the three turns of the matching exchange lead
