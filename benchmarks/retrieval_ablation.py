@@ -27,6 +27,7 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -214,13 +215,44 @@ def evaluate(name: str, questions, rows, ks, extra_of: Callable[[int], dict[str,
             "all_dev_at_best": summary(questions, per_w[best_all], ks)}
 
 
+def stored_vectors(store: Any, turns: dict[str, list[dict]]) -> dict[str, np.ndarray]:
+    """Every turn's vector as the index holds it (the embedded memory line), in conversation order."""
+    out = {}
+    for cid, ts in turns.items():
+        got = store.vectors.get(f"locomo-{cid}", [t["id"] for t in ts])
+        out[cid] = np.stack([got[t["id"]] for t in ts])
+    return out
+
+
+def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks: list[int]) -> dict[str, Any]:
+    """The library's own opt-in options through its own ranking (``locomo.ranking``): the query-time context
+    (``EntryStore._context``) and the session first stage, each weight chosen by CV."""
+    from agentmem.store.entries import Scope
+
+    p, kmax, out = RetrievalParams(), max(ks), {}
+    vecs = store.embedder.encode([q.text for q in questions])
+    for q, vec in zip(questions, vecs):
+        q.cands.context = store._context(vec, Scope(f"locomo-{q.conv}"), q.cands, None)
+    options = {"store_context": lambda w: replace(p, context_weight=w)}
+    for top_n in (1, 2, 3):
+        options[f"store_session_first_top{top_n}"] = lambda w, t=top_n: replace(p, session_first=w, session_top=t)
+    for name, make in options.items():
+        per_w = {w: [recalls(q, [i for i, _ in locomo.ranking(q, q.cands, rows, make(w), kmax)], ks)
+                     for q in questions] for w in WEIGHTS}
+        res, chosen = cv_weight(questions, per_w, ks)
+        out[name] = {"fused_cv": res, "chosen_w": chosen, "at_0": summary(questions, per_w[0.0], ks)}
+        print(name, out[name], flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--store", required=True, type=Path)
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--pool", type=int, default=100)
-    ap.add_argument("--signals", nargs="+", default=["smol", "ctx", "sess"])
+    ap.add_argument("--signals", nargs="+", default=["shipped", "ctxmean", "sess", "smol", "ctx"],
+                    help="shipped ctxmean sess smol ctx latency")
     ap.add_argument("--consolidation", choices=["off", "local"], default="off")
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
@@ -266,6 +298,8 @@ def main() -> None:
             print(name, res, flush=True)
 
         qtexts = [q.text for q in questions]
+        if "shipped" in args.signals:
+            result.update(shipped_options(store, questions, rows, ks))
         if "latency" in args.signals:
             result["smol_query_latency"] = smol_query_latency(qtexts[:200], [12, 20, 30])
             print(result["smol_query_latency"], flush=True)
@@ -296,7 +330,7 @@ def main() -> None:
             qv = store.embedder.encode(qtexts)
             # the same context from the stored per-turn vectors alone (no second embedding): the normalised sum of
             # the turn's vector and its session neighbours' vectors
-            own = {cid: store.embedder.encode([t["line"] for t in ts]) for cid, ts in turns.items()}
+            own = stored_vectors(store, turns)
             for name, both in (("ctx_mean_prev", False), ("ctx_mean_both", True)):
                 tv = {}
                 for cid, ts in turns.items():
@@ -323,7 +357,7 @@ def main() -> None:
         if "sess" in args.signals:
             qv = store.embedder.encode(qtexts)
             sess_vec: dict[str, tuple[list[str], np.ndarray]] = {}
-            turn_vecs = {cid: store.embedder.encode([t["line"] for t in ts]) for cid, ts in turns.items()}
+            turn_vecs = stored_vectors(store, turns)
             for cid, ts in turns.items():
                 sids = sorted({t["session"] for t in ts})
                 m = np.stack([normed(turn_vecs[cid][[i for i, t in enumerate(ts) if t["session"] == s]].mean(0,
