@@ -25,7 +25,8 @@ from agentmem.bank import BankMemory, KVBank
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.store.entries import EntryStore, NewEntry, Scope
-from agentmem.store.consolidation import LocalConsolidator, apply_decisions, newer_first, speaker_key
+from agentmem.store.consolidation import LocalConsolidator, apply_decisions, newer_first
+from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
 from agentmem.store.filters import compile_filters
@@ -84,7 +85,9 @@ class AgentMemory:
         self._consolidator = LocalConsolidator(
             query=lambda vec, user, n, kind: self._store.vectors.query(vec, user_id=user, n=n, where={"kind": kind}),
             rows=self._store.catalog.get, text_of=lambda r: self._sealer.open_text(r.id, "text", r.text),
-            embed=lambda texts: self._store.embedder.encode(texts, batch_size=self.config.embedding_batch_size))
+            embed=lambda texts: self._store.embedder.encode(texts, batch_size=self.config.embedding_batch_size),
+            # the pairwise weights belong to the bundled embedder
+            pairs=PairModel.bundled() if embedder is None and self.config.embedding_model is None else None)
         self._lifecycle_stats: Counter[str] = Counter()
         self._llm: ConsolidationWorker | None = None
         self._consolidation_model = consolidation_model
@@ -387,11 +390,11 @@ class AgentMemory:
             exclude_roles=tuple(self.config.unmounted_roles) if for_mount else (),
         )
         found = self._store.search(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"))
-        get_vectors = getattr(self._store.vectors, "get", None)
-        if self.config.consolidation != "off" and len(found) > 1 and get_vectors is not None:
-            # unresolved conflicts: the newer memory first
-            found = newer_first(found, key=lambda s: speaker_key(s.row), created=lambda s: s.row.created_at,
-                                vectors=get_vectors(scope.user_id, [s.row.id for s in found]), ident=lambda s: s.row.id)
+        if self.config.consolidation != "off" and len(found) > 1:  # unresolved conflicts: the newer memory first
+            conflicts = self._consolidator.conflicts([s.row for s in found],
+                                                     [self._sealer.open_text(s.row.id, "text", s.row.text) for s in found])
+            found = newer_first(found, created=lambda s: s.row.created_at, ident=lambda s: s.row.id,
+                                conflicts=conflicts)
         return [
             to_hit(s.row, s.score, s.scores, text=self._sealer.open_text(s.row.id, "text", s.row.text),
                    memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))

@@ -6,7 +6,9 @@ store. Reported per mode ("off", "local", and "llm" with the local model on a sm
 
 * ``top1_new``: share of scenarios whose ``recall(k=1)`` states the new value;
 * ``stale_top3``: share whose top 3 still hold a statement of the old value;
-* ``others_hidden``: share of the scenario's *other* facts wrongly superseded (they must stay recallable).
+* ``others_hidden``: share of the scenario's *other* facts wrongly superseded (they must stay recallable);
+* ``lookalike_hidden``: share of look-alike statements (same attribute, not an update: "My parents live in Madrid")
+  wrongly superseded.
 
 Then what mounting assistant turns costs (``roles``), LoCoMo recall@5/@10 with consolidation "local" vs "off"
 (``--locomo``), and ``remember()`` p95 latency with vs without consolidation, measured side by side (alternating).
@@ -36,7 +38,7 @@ from agentmem import AgentMemory  # noqa: E402
 
 def run_scenarios(mem: AgentMemory, items: list[Scenario], tag: str) -> dict[str, float]:
     """Remember each scenario's stream as its own user, then ask its question."""
-    top1 = stale = hidden = others = 0
+    top1 = stale = hidden = others = alike_hidden = alike = 0
     for n, s in enumerate(items):
         user = f"{tag}-{n}"
         for text in s.memories:
@@ -50,9 +52,11 @@ def run_scenarios(mem: AgentMemory, items: list[Scenario], tag: str) -> dict[str
         for fact, _value in s.other_facts:
             others += 1
             hidden += fact not in active
+        alike += len(s.alike)
+        alike_hidden += sum(t not in active for t in s.alike)
     count = len(items)
     return {"scenarios": count, "top1_new": round(top1 / count, 3), "stale_top3": round(stale / count, 3),
-            "others_hidden": round(hidden / max(1, others), 3)}
+            "others_hidden": round(hidden / max(1, others), 3), "lookalike_hidden": round(alike_hidden / max(1, alike), 3)}
 
 
 def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:

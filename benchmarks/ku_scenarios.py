@@ -76,6 +76,22 @@ _TEST: dict[str, tuple[list[str], list[str], list[str], list[str]]] = {
                 ["How do I get to work?", "How do I commute?"],
                 ["bike", "train", "bus", "car", "scooter", "tram", "ferry"]),
 }
+# Statements that resemble an attribute's statements but are NOT updates of it (another person's value, a second
+# value that coexists, a related habit): consolidation must keep both. ``{v}`` is a third value of the attribute.
+_ALIKE: dict[str, list[str]] = {
+    "city": ["I often travel to {v} for work.", "My parents live in {v}.", "I'd love to visit {v} someday."],
+    "employer": ["My sister works at {v}.", "I had an interview at {v} years ago.", "My friend just joined {v}."],
+    "color": ["My sister's favorite color is {v}.", "We painted the kitchen {v}.", "I bought a {v} jacket."],
+    "pet": ["We also have a cat called {v}.", "My neighbour's dog is named {v}.", "My first dog was called {v}."],
+    "car": ["My wife drives a {v}.", "I rented a {v} on holiday.", "My dad wants to buy a {v}."],
+    "partner": ["My best friend is {v}.", "My sister is called {v}.", "I had lunch with my colleague {v}."],
+    "phone": ["My daughter has a {v}.", "My work phone is a {v}.", "I'm thinking about getting a {v} for my mum."],
+    "food": ["My husband's favorite food is {v}.", "I also really like {v}.", "I cooked {v} for friends last night."],
+    "gym": ["I go swimming on {v}.", "My yoga class is on {v}.", "My son has football practice on {v}."],
+    "job": ["My brother works as a {v}.", "My mother was a {v}.", "I once thought about becoming a {v}."],
+    "language": ["I already speak {v} fluently.", "My wife is a native {v} speaker.", "My kids learn {v} at school."],
+    "commute": ["My partner commutes by {v}.", "On weekends I get around by {v}.", "My colleague comes in by {v}."],
+}
 _CHATTER = [
     "The weather was lovely this weekend.", "I watched a documentary about whales.", "My sister visited yesterday.",
     "I need to buy more coffee filters.", "The meeting ran late again.", "I finished reading a thriller novel.",
@@ -97,21 +113,24 @@ class Scenario:
     memories: list[str] = field(default_factory=list)
     old_texts: list[str] = field(default_factory=list)  # every statement of the old value
     other_facts: list[tuple[str, str]] = field(default_factory=list)  # (statement, its value): must stay recallable
+    alike: list[str] = field(default_factory=list)  # same attribute, not an update (must stay recallable too)
 
 
-def scenarios(half: str, *, n: int, seed: int = 0) -> list[Scenario]:
-    """``n`` scenarios from the ``"tune"`` or ``"test"`` half of the templates (deterministic for a seed)."""
+def scenarios(half: str, *, n: int, seed: int = 0, alike: float = 0.5) -> list[Scenario]:
+    """``n`` scenarios from the ``"tune"`` or ``"test"`` half of the templates (deterministic for a seed); a share
+    ``alike`` of them also hold a look-alike statement of the same attribute that is not an update."""
     if half not in ("tune", "test"):
         raise ValueError("half must be 'tune' or 'test'")
     table = _TUNE if half == "tune" else _TEST
     rng = random.Random(f"{half}-{seed}")
-    return [_one(table, rng) for _ in range(n)]
+    return [_one(table, rng, alike) for _ in range(n)]
 
 
-def _one(table: dict[str, tuple[list[str], list[str], list[str], list[str]]], rng: random.Random) -> Scenario:
+def _one(table: dict[str, tuple[list[str], list[str], list[str], list[str]]], rng: random.Random,
+         alike: float) -> Scenario:
     attribute = rng.choice(sorted(table))
     stmts, updates, questions, values = table[attribute]
-    old, new = rng.sample(values, 2)
+    old, new, third = rng.sample(values, 3)
     s = Scenario(attribute, old, new, rng.choice(questions))
     # older statements: 1-3, some repeated verbatim, some rephrased
     olds = [rng.choice(stmts).format(v=old) for _ in range(rng.randint(1, 3))]
@@ -127,9 +146,15 @@ def _one(table: dict[str, tuple[list[str], list[str], list[str], list[str]]], rn
         stream.append(text)
         stream.extend(fillers[: rng.randint(0, 2)])
     pool = [t for t, _ in s.other_facts] + fillers
+    if rng.random() < alike:
+        s.alike.append(rng.choice(_ALIKE[attribute]).format(v=third))
+        pool.append(s.alike[0])
     rng.shuffle(pool)
     stream.extend(pool)
     stream.append(rng.choice(updates).format(v=new))
+    if s.alike and rng.random() < 0.5:  # a look-alike after the update must not retire it either
+        stream.remove(s.alike[0])
+        stream.append(s.alike[0])
     s.memories, s.old_texts = stream, olds
     return s
 

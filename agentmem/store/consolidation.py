@@ -7,18 +7,19 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
 * **duplicate** — cosine ≥ ``DUPLICATE`` *and* the content words mostly agree (Jaccard ≥ ``SAME_WORDS``): N is not
   stored; the existing entry counts it (``seen_count``, ``last_seen_at``) and logs a ``merge`` event. Repetition then
   stops outranking new information.
-* **supersede** — N restates an older memory O with something changed: their cosine is at least ``SUPERSEDE`` and
-  exceeds by ``MARGIN`` the *background*, the median cosine of N to the speaker's ``NEIGHBOURS`` nearest memories
-  (at least ``MIN_BACKGROUND`` of them: in a store where everything is alike nothing stands out). O is marked ``superseded_by`` N (kept in its history, hidden from recall, never
-  mounted). The rule is strict on purpose: similarity alone cannot tell an update ("I live in Lyon" → "Actually I
-  moved to Paris", cosine 0.47) from a related remark, and in conversations a speaker's turns are all alike (median
-  nearest cosine 0.63 on LoCoMo). docs/lifecycle.md measures the trade-off: every looser setting tried hid LoCoMo
-  evidence turns (4-98 %) while catching more updates.
+* **supersede** — N replaces an older memory O: the pairwise model of :mod:`agentmem.store.consolidation_pairs`
+  (a logistic regression over cosine, cosine above the speaker's background, word overlap, "nearest", and the two
+  embeddings' agreement) scores the pair at or above its threshold. O is marked ``superseded_by`` N (kept in its
+  history, hidden from recall, never mounted). The threshold is the highest score of any same-speaker LoCoMo pair
+  the model was fitted on: a conversation's turns on one topic are alike, and hiding one hides evidence
+  (docs/lifecycle.md: the cross-validated figures). With an embedder other than the bundled MiniLM (the weights
+  belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN`` above the background.
 * **newer ranks first** — conflicts left unresolved are ordered at recall (:func:`newer_first`): of two recalled
-  memories of the same speaker that are about the same thing, the newer one comes first.
+  memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
+  the other hits as background), the newer one comes first.
 
-The constants are round values chosen on the "tune" half of ``benchmarks/ku_scenarios.py`` and a LoCoMo count of
-hidden evidence; the held-out half is reported in docs/lifecycle.md.
+The duplicate constants are round values chosen on the "tune" half of ``benchmarks/ku_scenarios.py``; the
+held-out half is reported in docs/lifecycle.md.
 
 Example:
     >>> sorted(content_words("I live in Lyon, and I love it!"))
@@ -33,20 +34,21 @@ import logging
 import re
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
 
 from agentmem.store.catalog import _STOPWORDS, EntryRow
+from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 
 DUPLICATE = 0.92  # cosine of the texts: near-identical wording (same speaker, same kind)
 SAME_WORDS = 0.6  # Jaccard of content words: "the same statement", not just the same topic
-SUPERSEDE = 0.7  # floor on the texts' cosine: a restatement with a changed value
-MARGIN = 0.3  # how far above the speaker's background similarity an older memory must stand
-CONFLICT = 0.75  # memory-line cosine above which two recalled memories of a speaker are about the same thing
+SUPERSEDE = 0.7  # without the pairwise model: floor on the texts' cosine (a restatement with a changed value)
+MARGIN = 0.3  # without the pairwise model: how far above the speaker's background an older memory must stand
+CONFLICT = 0.75  # without the pairwise model: text cosine above which two recalled memories conflict
 NEIGHBOURS = 10  # background = median cosine to this many nearest memories of the speaker
 MIN_BACKGROUND = 3  # no supersession with fewer older memories of the speaker than this
 CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
@@ -79,6 +81,7 @@ class Neighbour:
     words: set[str]
     key: tuple[str, str | None, str | None, str | None]
     created_at: float
+    vector: np.ndarray | None = None  # unit text vector (the pairwise model needs it)
 
 
 @dataclass
@@ -91,8 +94,12 @@ class Decision:
 
 
 def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
-           neighbours: Sequence[Neighbour]) -> Decision:
-    """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored)."""
+           neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
+           pairs: PairModel | None = None) -> Decision:
+    """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
+
+    With ``pairs`` (and the new memory's unit text ``vector``) the pairwise model decides supersession; else the
+    cosine rule does."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -101,6 +108,10 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     if best.cosine >= DUPLICATE and overlap >= SAME_WORDS:
         return Decision(merge_into=best.id, merge_reason=f"near-duplicate (cosine {best.cosine:.2f}, "
                                                          f"word overlap {overlap:.2f})")
+    if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
+        scores = pairs.scores(vector, new_words, [n.vector for n in mine], [n.words for n in mine])
+        return Decision(supersedes=[(n.id, f"replaced by a newer statement (pair score {s:.2f}, cosine "
+                                           f"{n.cosine:.2f})") for n, s in zip(mine, scores) if s >= pairs.supersede])
     top = [n.cosine for n in mine[:NEIGHBOURS]]
     if len(top) < MIN_BACKGROUND:  # too few memories of this speaker to tell "unusually close" from "all alike"
         return Decision()
@@ -125,12 +136,15 @@ class LocalConsolidator:
         rows: ``ids -> [EntryRow]`` catalog rows.
         text_of: the opened (decrypted) text of a row.
         embed: texts -> unit-normalisable vectors (the store's embedder).
+        pairs: the pairwise supersession model (None: the cosine rule; for embedders it was not fitted for).
     """
 
     def __init__(self, query: Callable[[np.ndarray, str, int, str], list[tuple[str, float]]],
                  rows: Callable[[Sequence[str]], list[EntryRow]], text_of: Callable[[EntryRow], str],
-                 embed: Callable[[list[str]], np.ndarray], cache_size: int = 50_000) -> None:
+                 embed: Callable[[list[str]], np.ndarray], cache_size: int = 50_000,
+                 pairs: PairModel | None = None) -> None:
         self._query, self._rows, self._text_of, self._embed = query, rows, text_of, embed
+        self.pairs = pairs
         self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -163,8 +177,9 @@ class LocalConsolidator:
             for j in range(i):  # earlier entries of the batch that were kept
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
-                                                speaker_key(rows[j]), rows[j].created_at))
-            decision = decide(words[i], speaker_key(row), row.created_at, neighbours)
+                                                speaker_key(rows[j]), rows[j].created_at, unit[j]))
+            decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
+                              pairs=self.pairs)
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -183,6 +198,12 @@ class LocalConsolidator:
         rows = [r for r in self._rows(list(found)) if r.status == ACTIVE and speaker_key(r) == key
                 and (r.expires_at is None or r.expires_at > now)]
         texts = [self._text_of(r) for r in rows]
+        cached = self._vectors_of(rows, texts)
+        return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v)
+                for r, t, v in zip(rows, texts, cached)]
+
+    def _vectors_of(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> list[np.ndarray]:
+        """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""
         with self._lock:
             cached = [self._cache.get((r.id, r.version or 1)) for r in rows]
         missing = [i for i, v in enumerate(cached) if v is None]
@@ -191,34 +212,50 @@ class LocalConsolidator:
             for i, vec in zip(missing, fresh):
                 cached[i] = vec
             self.remember_vectors([rows[i] for i in missing], fresh)
-        return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at)
-                for r, t, v in zip(rows, texts, cached)]
+        return cached  # type: ignore[return-value]
+
+    def conflicts(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> set[tuple[str, str]]:
+        """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
+        newer against the older (the other recalled rows of that speaker as background) reaches its ``conflict``
+        threshold; without the model, a text cosine of at least ``CONFLICT``."""
+        if len(rows) < 2:
+            return set()
+        vecs = self._vectors_of(rows, texts)
+        words = [content_words(t) for t in texts]
+        out: set[tuple[str, str]] = set()
+        for b, row in enumerate(rows):
+            same = [a for a in range(len(rows)) if a != b and speaker_key(rows[a]) == speaker_key(row)]
+            older = [a for a in same if rows[a].created_at < row.created_at]
+            if not older:
+                continue
+            if self.pairs is not None:
+                scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same],
+                                           min_background=1)
+                hit = [a for a, s in zip(same, scores) if a in older and s >= self.pairs.conflict]
+            else:
+                hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
+            out.update((rows[a].id, row.id) for a in hit)
+        return out
 
 
-
-
-def newer_first(items: Sequence[T], *, key: Callable[[T], tuple[str, str | None, str | None, str | None]],
-                created: Callable[[T], float], vectors: Mapping[str, np.ndarray], ident: Callable[[T], str],
-                threshold: float = CONFLICT) -> list[T]:
-    """Reorder recalled items so that of two conflicting ones (same speaker, line cosine ≥ ``threshold``) the newer
+def newer_first(items: Sequence[T], *, created: Callable[[T], float], ident: Callable[[T], str],
+                conflicts: set[tuple[str, str]]) -> list[T]:
+    """Reorder recalled items so that of two conflicting ones (``(older id, newer id)`` in ``conflicts``) the newer
     comes first; the set is unchanged and everything else keeps its place.
 
-    >>> v = {"old": np.array([1.0, 0.0]), "new": np.array([0.9, 0.1]), "x": np.array([0.0, 1.0])}
     >>> rows = [("old", 1.0), ("x", 3.0), ("new", 2.0)]
-    >>> [r[0] for r in newer_first(rows, key=lambda r: ("turn", None, None, None), created=lambda r: r[1],
-    ...                            vectors=v, ident=lambda r: r[0])]
+    >>> [r[0] for r in newer_first(rows, created=lambda r: r[1], ident=lambda r: r[0], conflicts={("old", "new")})]
     ['new', 'x', 'old']
     """
     out = list(items)
-    unit = {i: v / max(float(np.linalg.norm(v)), 1e-12) for i, v in vectors.items()}
+    if not conflicts:
+        return out
     for _ in range(len(out)):  # bubble passes: k is small
         moved = False
         for i in range(len(out)):
             for j in range(i + 1, len(out)):
                 a, b = out[i], out[j]
-                va, vb = unit.get(ident(a)), unit.get(ident(b))
-                if (va is not None and vb is not None and key(a) == key(b) and created(b) > created(a)
-                        and float(va @ vb) >= threshold):
+                if created(b) > created(a) and (ident(a), ident(b)) in conflicts:
                     out[i], out[j] = b, a
                     moved = True
         if not moved:

@@ -6,8 +6,11 @@ memory ``id``) or NOOP (nothing new: the new memory is merged into the existing 
 stored the memory and returned; the decision lands shortly after (``mem.wait_consolidation()`` waits for it).
 
 Any LangChain ``BaseChatModel`` works: its ``with_structured_output`` is used when it has one, else its reply is
-parsed as JSON. The local model (:func:`local_chat`) answers through the KV engine. A reply that is not a valid
-decision changes nothing (counted as ``llm_invalid``): the safe default is to keep every memory.
+parsed as JSON. The local model (:func:`local_chat`) answers through the KV engine with *constrained decoding*: a
+few-shot prompt and a logits processor (:class:`ChoiceProcessor`) that only lets it write one of the valid answers
+("ADD", "UPDATE 0", "NOOP 1", ...), so a tiny model's answer is always a decision (asked for free-form JSON,
+SmolLM2-135M gave 14 invalid replies of 16). A reply that is not a valid decision changes nothing (counted as
+``llm_invalid``): the safe default is to keep every memory.
 
 Example:
     >>> parse_decision('Sure: {"event": "UPDATE", "id": 0, "reason": "moved"}', n_existing=1)
@@ -74,7 +77,10 @@ def parse_decision(reply: Any, *, n_existing: int) -> LlmDecision | None:
 
 
 def ask(chat: Any, new_text: str, existing: Sequence[str]) -> LlmDecision | None:
-    """Ask ``chat`` for a decision: structured output when the model supports it, else JSON in its reply."""
+    """Ask ``chat`` for a decision: its own constrained ``decide`` (the local model), else structured output when
+    the model supports it, else JSON in its reply."""
+    if isinstance(chat, _LocalChat):
+        return chat.decide(new_text, existing)
     messages = build_messages(new_text, existing)
     structured = None
     if hasattr(chat, "with_structured_output"):
@@ -90,16 +96,77 @@ def ask(chat: Any, new_text: str, existing: Sequence[str]) -> LlmDecision | None
     return parse_decision(chat.invoke(messages), n_existing=len(existing))
 
 
+FEW_SHOT = (
+    "Decide how a NEW memory relates to the EXISTING memories of the same user.\n"
+    "ADD = new information. UPDATE k = it replaces memory k (the same fact with a new value). "
+    "DELETE k = it says memory k is no longer true. NOOP k = it repeats memory k.\n\n"
+    "EXISTING:\n0: I live in Lyon.\n1: I like jazz.\nNEW: We moved to Berlin last week.\nAnswer: UPDATE 0\n\n"
+    "EXISTING:\n0: My sister is a nurse.\nNEW: I adopted a cat.\nAnswer: ADD\n\n"
+    "EXISTING:\n0: I like hiking.\n1: I work at Google.\nNEW: I'm employed by Google.\nAnswer: NOOP 1\n\n"
+    "EXISTING:\n0: I have a dentist appointment on Friday.\nNEW: The dentist appointment was cancelled.\n"
+    "Answer: DELETE 0\n\n"
+)
+
+
+def choices(n_existing: int) -> list[str]:
+    """Every valid answer of the constrained local decision for ``n_existing`` memories shown."""
+    return ["ADD"] + [f"{event} {i}" for event in ("UPDATE", "DELETE", "NOOP") for i in range(n_existing)]
+
+
+class ChoiceProcessor:
+    """A logits processor (``(generated ids, scores) -> scores``) that only allows continuations of one of the
+    given token sequences, then an end-of-sequence token: greedy decoding then writes exactly one of them.
+
+    Example:
+        >>> import torch
+        >>> proc = ChoiceProcessor([[5, 6], [7]], eos_id=0)
+        >>> proc(torch.tensor([[5]]), torch.zeros(1, 10)).argmax().item()
+        6
+    """
+
+    def __init__(self, sequences: Sequence[Sequence[int]], eos_id: int) -> None:
+        self._sequences = [list(s) for s in sequences]
+        self._eos = eos_id
+
+    def __call__(self, ids: Any, scores: Any) -> Any:
+        done = [int(i) for i in ids[0]] if ids.numel() else []
+        allowed = {s[len(done)] for s in self._sequences if len(s) > len(done) and s[: len(done)] == done}
+        if any(s == done for s in self._sequences) or not allowed:
+            allowed.add(self._eos)
+        masked = scores.new_full(scores.shape, float("-inf"))
+        index = list(allowed)
+        masked[..., index] = scores[..., index]
+        return masked
+
+
 class _LocalChat:
-    """The local model as a minimal chat model (``invoke(messages) -> reply with .content``)."""
+    """The local model as a consolidation model: a few-shot prompt, answered by constrained decoding."""
 
-    def __init__(self, engine: Callable[[], Any], max_new_tokens: int = 48) -> None:
-        self._engine, self._max_new_tokens = engine, max_new_tokens
+    def __init__(self, engine: Callable[[], Any]) -> None:
+        self._engine = engine
 
-    def invoke(self, messages: Sequence[tuple[str, str]]) -> Any:
-        prompt = "\n\n".join(content for _, content in messages)
-        out = self._engine().generate(prompt, [], mode="text", max_new_tokens=self._max_new_tokens)
-        return out
+    def decide(self, new_text: str, existing: Sequence[str]) -> LlmDecision | None:
+        engine = self._engine()
+        tokenizer = engine.tokenizer
+        options = choices(len(existing))
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+        encoded = [tokenizer.encode(o, add_special_tokens=False) for o in options]
+        proc = ChoiceProcessor(encoded, eos_id=eos)
+        listing = "\n".join(f"{i}: {t}" for i, t in enumerate(existing))
+        question = f"EXISTING:\n{listing}\nNEW: {new_text}\nAnswer:"
+        longest = max(len(e) for e in encoded) + 1
+        out = engine.generate(FEW_SHOT + question, [], mode="text", max_new_tokens=longest, logits_processor=proc)
+        if out.max_new_tokens < longest:  # a small context: the instructions without the worked examples
+            short = FEW_SHOT.split("\n\n")[0] + "\n\n" + question
+            out = engine.generate(short, [], mode="text", max_new_tokens=longest, logits_processor=proc)
+        ids = [i for i in out.token_ids if i != eos]
+        chosen = next((o for o, e in zip(options, encoded) if e == ids), None)  # the tokens, not their rendering
+        if chosen is None:
+            return None
+        answer = chosen.split()
+        ident = int(answer[1]) if len(answer) > 1 else None
+        return parse_decision({"event": answer[0], "id": ident, "reason": "local model (constrained)"},
+                              n_existing=len(existing))
 
 
 def local_chat(engine: Callable[[], Any]) -> _LocalChat:
@@ -233,4 +300,4 @@ class StoreActions:
         return decision.event.lower()
 
 
-__all__ = ["ConsolidationWorker", "StoreActions", "LlmDecision", "ask", "build_messages", "local_chat", "parse_decision"]
+__all__ = ["ChoiceProcessor", "ConsolidationWorker", "StoreActions", "LlmDecision", "ask", "choices", "build_messages", "local_chat", "parse_decision"]
