@@ -115,6 +115,35 @@ def remember_p95(root: Path, n: int) -> dict[str, float]:
     return p95
 
 
+def plot(result: dict, half: str, path: Path) -> None:
+    """Bars: top1_new and stale_top3 per consolidation mode, and LoCoMo recall@5/@10 per mode (when measured)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = result[half]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    names = list(modes)
+    for off, metric in ((-0.2, "top1_new"), (0.2, "stale_top3")):
+        axes[0].bar([i + off for i in range(len(names))], [modes[m][metric] for m in names], 0.4, label=metric)
+    axes[0].axhline(0.9, ls="--", c="C0", lw=0.8)
+    axes[0].axhline(0.1, ls="--", c="C1", lw=0.8)
+    axes[0].set_xticks(range(len(names)), [f"{m} (n={modes[m]['scenarios']})" for m in names])
+    axes[0].set_title(f"knowledge updates, {half} half (dashed: goals)")
+    axes[0].legend()
+    if "locomo" in result:
+        lc = result["locomo"]
+        for off, k in ((-0.2, "recall@5"), (0.2, "recall@10")):
+            axes[1].bar([off, 1 + off], [lc["off"][k], lc["local"][k]], 0.4, label=k)
+        axes[1].set_xticks([0, 1], ["off", "local"])
+        axes[1].set_ylim(0, 1)
+        axes[1].set_title("LoCoMo recall (5 conversations)")
+        axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--half", choices=["tune", "test"], default="test", help="template half to report")
@@ -123,6 +152,9 @@ def main() -> None:
     ap.add_argument("--locomo", type=Path, default=None, help="LoCoMo json: recall@5/@10 with consolidation on/off")
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
     ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
+    ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
+    ap.add_argument("--no-scenarios", action="store_true",
+                    help="skip the off/local scenario runs (e.g. to run only the heavy parts under a lock)")
     args = ap.parse_args()
 
     items = scenarios(args.half, n=args.n, seed=1)
@@ -130,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         per_mode: dict[str, dict[str, float]] = {}
-        for mode in ("off", "local"):
+        for mode in () if args.no_scenarios else ("off", "local"):
             with AgentMemory(root / f"ku-{mode}", consolidation=mode) as mem:
                 per_mode[mode] = run_scenarios(mem, items, mode)
             print(mode, per_mode[mode], file=sys.stderr, flush=True)
@@ -153,6 +185,8 @@ def main() -> None:
             print("locomo", result["locomo"], file=sys.stderr, flush=True)
         if args.latency_n:
             result["remember_p95_ms"] = remember_p95(root, args.latency_n)
+    if args.plot and per_mode:
+        plot(result, args.half, args.plot)
     print(json.dumps(result), flush=True)
 
 
