@@ -25,7 +25,7 @@ from agentmem.bank import BankMemory, KVBank
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.store.entries import EntryStore, NewEntry, Scope
-from agentmem.store.consolidation import LocalConsolidator, apply_decisions, newer_first
+from agentmem.store.consolidation import DEMOTE, LocalConsolidator, apply_decisions, demote_older
 from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
@@ -389,12 +389,13 @@ class AgentMemory:
             include_superseded=bool(include_superseded), kb_versions=self._kb.served(asking_session),
             exclude_roles=tuple(self.config.unmounted_roles) if for_mount else (),
         )
-        found = self._store.search(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"))
-        if self.config.consolidation != "off" and len(found) > 1:  # unresolved conflicts: the newer memory first
+        k, consolidating = check_k(k), self.config.consolidation != "off"
+        found = self._store.search(query, scope, k=k + (DEMOTE if consolidating else 0),
+                                   min_score=check_score(min_score, "min_score"))
+        if consolidating and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             conflicts = self._consolidator.conflicts([s.row for s in found],
                                                      [self._sealer.open_text(s.row.id, "text", s.row.text) for s in found])
-            found = newer_first(found, created=lambda s: s.row.created_at, ident=lambda s: s.row.id,
-                                conflicts=conflicts)
+            found = demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)[:k]
         return [
             to_hit(s.row, s.score, s.scores, text=self._sealer.open_text(s.row.id, "text", s.row.text),
                    memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))

@@ -87,11 +87,21 @@ def locomo_recall(path: Path, consolidation: str, store: Path, ks: tuple[int, ..
     """benchmarks/locomo.py's end-to-end recall@k, with the store's consolidation set to ``consolidation``."""
     from locomo import end_to_end, load_conversations, questions_of
 
+    import agentmem.memory as facade
+
     conversations = json.loads(path.read_text())
     with AgentMemory(store, consolidation=consolidation) as mem:
         questions = questions_of(conversations, load_conversations(mem, conversations))
         out = end_to_end(mem, questions, list(ks))
         lifecycle = mem.stats()["lifecycle"]
+        if consolidation != "off":  # ablation on the same store: recall without the conflict demotion
+            saved = facade.DEMOTE, facade.demote_older
+            facade.DEMOTE, facade.demote_older = 0, lambda items, **_: list(items)
+            try:
+                plain = end_to_end(mem, questions, list(ks))
+            finally:
+                facade.DEMOTE, facade.demote_older = saved
+            out["without_recall_demotion"] = {k: plain[k] for k in plain if k.startswith("recall@") and "_by_" not in k}
     out.update({k: v for k, v in lifecycle.items() if k in ("merged", "superseded")})
     return out
 

@@ -14,9 +14,10 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   the model was fitted on: a conversation's turns on one topic are alike, and hiding one hides evidence
   (docs/lifecycle.md: the cross-validated figures). With an embedder other than the bundled MiniLM (the weights
   belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN`` above the background.
-* **newer ranks first** — conflicts left unresolved are ordered at recall (:func:`newer_first`): of two recalled
+* **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
   memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
-  the other hits as background), the newer one comes first.
+  the other hits of the speaker as background, however few), the older one moves behind every other candidate;
+  recall fetches ``DEMOTE`` extra candidates, so it usually leaves the ``k`` returned.
 
 The duplicate constants are round values chosen on the "tune" half of ``benchmarks/ku_scenarios.py``; the
 held-out half is reported in docs/lifecycle.md.
@@ -51,6 +52,7 @@ MARGIN = 0.3  # without the pairwise model: how far above the speaker's backgrou
 CONFLICT = 0.75  # without the pairwise model: text cosine above which two recalled memories conflict
 NEIGHBOURS = 10  # background = median cosine to this many nearest memories of the speaker
 MIN_BACKGROUND = 3  # no supersession with fewer older memories of the speaker than this
+DEMOTE = 5  # recall's extra candidates: an older hit in conflict with a newer one can leave the k returned
 CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
 _WORD = re.compile(r"[a-z0-9]+")
 log = logging.getLogger(__name__)
@@ -238,29 +240,17 @@ class LocalConsolidator:
         return out
 
 
-def newer_first(items: Sequence[T], *, created: Callable[[T], float], ident: Callable[[T], str],
-                conflicts: set[tuple[str, str]]) -> list[T]:
-    """Reorder recalled items so that of two conflicting ones (``(older id, newer id)`` in ``conflicts``) the newer
-    comes first; the set is unchanged and everything else keeps its place.
+def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]]) -> list[T]:
+    """Move the older member of every conflicting pair (``(older id, newer id)`` in ``conflicts``) behind all other
+    items, keeping relative orders: the newer statement ranks first, and recall, which asks for ``DEMOTE`` extra
+    candidates and keeps its ``k`` best, leaves the older out when enough others remain.
 
-    >>> rows = [("old", 1.0), ("x", 3.0), ("new", 2.0)]
-    >>> [r[0] for r in newer_first(rows, created=lambda r: r[1], ident=lambda r: r[0], conflicts={("old", "new")})]
-    ['new', 'x', 'old']
+    >>> rows = ["old", "x", "new", "y"]
+    >>> demote_older(rows, ident=lambda r: r, conflicts={("old", "new")})
+    ['x', 'new', 'y', 'old']
     """
-    out = list(items)
-    if not conflicts:
-        return out
-    for _ in range(len(out)):  # bubble passes: k is small
-        moved = False
-        for i in range(len(out)):
-            for j in range(i + 1, len(out)):
-                a, b = out[i], out[j]
-                if created(b) > created(a) and (ident(a), ident(b)) in conflicts:
-                    out[i], out[j] = b, a
-                    moved = True
-        if not moved:
-            break
-    return out
+    older = {a for a, _ in conflicts}
+    return [i for i in items if ident(i) not in older] + [i for i in items if ident(i) in older]
 
 
 def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], list[EntryRow]],
@@ -288,5 +278,5 @@ def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], lis
     return counts
 
 
-__all__ = ["CONSOLIDATED_KINDS", "Decision", "LocalConsolidator", "Neighbour", "apply_decisions", "content_words",
-           "decide", "jaccard", "newer_first"]
+__all__ = ["CONSOLIDATED_KINDS", "DEMOTE", "Decision", "LocalConsolidator", "Neighbour", "apply_decisions",
+           "content_words", "decide", "demote_older", "jaccard"]
