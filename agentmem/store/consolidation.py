@@ -16,7 +16,7 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN`` above the background.
 * **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
   memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
-  the other hits of the speaker as background, however few), the older one moves behind every other candidate;
+  the other candidates of the speaker as background, at least 3), the older one moves behind every other candidate;
   recall fetches ``DEMOTE`` extra candidates, so it usually leaves the ``k`` returned.
 
 The duplicate constants are round values chosen on the "tune" half of ``benchmarks/ku_scenarios.py``; the
@@ -218,8 +218,8 @@ class LocalConsolidator:
 
     def conflicts(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> set[tuple[str, str]]:
         """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
-        newer against the older (the other recalled rows of that speaker as background) reaches its ``conflict``
-        threshold; without the model, a text cosine of at least ``CONFLICT``."""
+        newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
+        on write) reaches its ``conflict`` threshold; without the model, a text cosine of at least ``CONFLICT``."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
@@ -231,8 +231,7 @@ class LocalConsolidator:
             if not older:
                 continue
             if self.pairs is not None:
-                scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same],
-                                           min_background=1)
+                scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same])
                 hit = [a for a, s in zip(same, scores) if a in older and s >= self.pairs.conflict]
             else:
                 hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
