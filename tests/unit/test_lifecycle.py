@@ -172,7 +172,7 @@ def test_a_schema_3_store_gains_the_lifecycle_columns(tmp_path: Path) -> None:
         assert mem.get(rec.id).status == "active" and mem.get(rec.id).version == 1
         assert mem.history(rec.id) == []
         assert mem.update(rec.id, text="I live in Paris.").version == 2
-        assert mem._store.catalog.get_info("schema_version") == "4"
+        assert int(mem._store.catalog.get_info("schema_version")) >= 4  # later migrations may follow
 
 
 _CHATTER = ["The weather was lovely this weekend.", "I need to buy more coffee filters.", "My sister visited yesterday."]
