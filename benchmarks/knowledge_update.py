@@ -133,7 +133,8 @@ def plot(result: dict, half: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     modes = result[half]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2 if "locomo" in result else 1, figsize=(10, 4), squeeze=False)
+    axes = axes[0]
     names = list(modes)
     for off, metric in ((-0.2, "top1_new"), (0.2, "stale_top3")):
         axes[0].bar([i + off for i in range(len(names))], [modes[m][metric] for m in names], 0.4, label=metric)
