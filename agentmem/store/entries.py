@@ -373,7 +373,8 @@ class EntryStore:
         """Mean cosine of the fused head's turns and their neighbours (:mod:`agentmem.store.context`)."""
         fused = fuse(cands.dense, cands.lexical, dense_weight=self.params.dense_weight)
         head = sorted(fused, key=lambda i: (-fused[i], i))[: self.params.context_depth]
-        missing = [i for i in head + sorted(neighbours(head, cands.places)) if i not in cands.dense]
+        # a head entry can be another's neighbour too: each id once (the index refuses duplicates)
+        missing = [i for i in dict.fromkeys([*head, *sorted(neighbours(head, cands.places))]) if i not in cands.dense]
         cosine = dict(cands.dense)
         if missing:  # lexical-only hits and neighbours outside the dense pool: one search restricted to them
             cosine.update(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), where=where, ids=missing))

@@ -11,7 +11,7 @@ import pytest
 from agentmem import AgentMemory
 from agentmem.store.catalog import Catalog, EntryRow, fts_query, lexical_table
 from agentmem.store.entries import Scope
-from agentmem.store.retrieval import DENSE_WEIGHT, fuse, session_boost, session_first_stage, spill_over
+from agentmem.store.retrieval import DENSE_WEIGHT, Candidates, fuse, session_boost, session_first_stage, spill_over
 from agentmem.store.vectors import Embedder
 
 
@@ -174,6 +174,19 @@ def test_context_cosines_score_a_turn_with_its_neighbours(mem_path: Path) -> Non
         assert cands.context[ids[1]] == pytest.approx((cosine[ids[0]] + cosine[ids[1]] + cosine[ids[2]]) / 3, abs=1e-5)
         # a turn at a session's edge averages over the one neighbour it has
         assert cands.context[ids[0]] == pytest.approx((cosine[ids[0]] + cosine[ids[1]]) / 2, abs=1e-5)
+        # a small pool: neighbours and lexical-only hits outside the dense pool get their cosine from the index
+        # (a head entry that is also another's neighbour is looked up once)
+        small, vec2 = store.candidates("which instrument did you pick? the cello", Scope("u"), pool=2, context=True)
+        cosine2 = dict(store.vectors.query(vec2, user_id="u", n=100))
+        assert len(small.dense) == 2 and small.context
+        for entry_id, value in small.context.items():
+            place = small.places[entry_id]
+            near = [entry_id, *place.before[:1], *place.after[:1]]
+            assert value == pytest.approx(sum(cosine2[i] for i in near) / len(near), abs=1e-5)
+        # lexical-only head entries that are also each other's neighbours: each looked up once
+        crafted = Candidates({ids[0]: cosine[ids[0]]}, {ids[1]: 2.0, ids[2]: 1.0}, store.catalog.turn_context(ids))
+        got = store._context(vec, Scope("u"), crafted, None)
+        assert got[ids[2]] == pytest.approx((cosine[ids[1]] + cosine[ids[2]]) / 2, abs=1e-5)
         plain, _ = store.candidates("what instrument does she play?", Scope("u"), pool=100)
         assert plain.context == {}  # off by default unless the params ask for it
         store.params = replace(store.params, context_weight=0.4)
