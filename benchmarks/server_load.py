@@ -115,7 +115,7 @@ def run_pool(clients: int, jobs: list, fn, make=None,
     """Run ``fn(conn, job)`` over jobs on ``clients`` threads, each with its own connection from ``make()``.
 
     The connections are built (and warmed by ``make``) before the clock starts and handed to the threads from a
-    queue: building an ``httpx.Client`` loads an SSL context (tens of ms of CPU), and timing it inside the first
+    queue: building an ``httpx.Client`` loads an SSL context (about 165 ms here), and timing it inside the first
     request of each thread put 16 of every 200 requests into the HTTP tail, which the in-process baseline (that
     has no connection to build) never pays. Each job's latency is ``fn`` alone. Jobs not started within
     ``budget_s`` are skipped and counted under ``err["not_run"]`` (the chat phase's time box).
