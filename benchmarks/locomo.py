@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -240,6 +241,7 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=None,
                     help="store directory (default: a temp dir); reused when it holds this data's ingest")
     ap.add_argument("--folds", type=int, default=0, help="cross-validate over conversations in this many folds")
+    ap.add_argument("--conversations", type=int, default=None, help="only the first N conversations (a quicker run)")
     ap.add_argument("--backend", choices=BACKENDS, default="embedded",
                     help="where the catalog / vectors live (servers started for the run, see benchmarks/_backends.py)")
     ap.add_argument("--consolidation", choices=["off", "local", "llm"], default="off",
@@ -247,11 +249,13 @@ def main() -> None:
                     "what 'local' costs on LoCoMo is measured in docs/lifecycle.md)")
     args = ap.parse_args()
 
-    conversations = json.loads(args.data.read_text())
+    conversations = json.loads(args.data.read_text())[: args.conversations]
     with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)  # a PostgreSQL server user must reach its data dir under it
         store = args.store or Path(tmp) / "locomo"
         manifest = store / "locomo-ids.json"
-        made_by = {"data": str(args.data.resolve()), "backend": args.backend, "consolidation": args.consolidation}
+        made_by = {"data": str(args.data.resolve()), "backend": args.backend, "consolidation": args.consolidation,
+                   "conversations": args.conversations}
         with backend_urls(args.backend, store.parent / f"{store.name}-servers", keep=args.store is not None) as urls, \
                 AgentMemory(store, kv_encoding="off", consolidation=args.consolidation, **urls) as mem:
             t0 = time.time()

@@ -122,10 +122,11 @@ def main() -> None:
             write_per_s, embed_per_s = ingest(mem, args, rng)
             lat = recall_latency(mem, args, rng)
             parts = breakdown(mem, args, rng)
-    ingest_rate = 1 / (1 / write_per_s + 1 / embed_per_s)
-    print(json.dumps({"backend": args.backend, "entries": args.entries, "ingest_per_s": round(ingest_rate, 1),
+    # a kept store that already held --entries wrote nothing this run: no write rate to report (null)
+    ingest_rate = None if write_per_s != write_per_s else round(1 / (1 / write_per_s + 1 / embed_per_s), 1)
+    print(json.dumps({"backend": args.backend, "entries": args.entries, "ingest_per_s": ingest_rate,
                       "p50_ms": round(statistics.median(lat), 1), "p95_ms": round(lat[int(0.95 * len(lat)) - 1], 1),
-                      "users": args.users, "write_per_s": round(write_per_s, 1), "embed_per_s": round(embed_per_s, 1),
+                      "users": args.users, "write_per_s": None if ingest_rate is None else round(write_per_s, 1), "embed_per_s": round(embed_per_s, 1),
                       "parts_p50_ms": parts}))
 
 
