@@ -47,7 +47,7 @@ from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
-        "temporal_boost": [0.0, 0.2], "session_first": [0.0, 0.3], "context_weight": [0.0, 0.2]}
+        "temporal_boost": [0.0, 0.2]}
 
 
 # what a manifest written before a field existed was made with
@@ -224,9 +224,8 @@ def gather_candidates(mem: AgentMemory, questions: list[Question], pool: int) ->
     convs = sorted({q.conv for q in questions})
     foreign_of = {c: convs[(i + 1) % len(convs)] for i, c in enumerate(convs)}
     for q in tqdm(questions, desc="candidates", unit="q", disable=None):
-        q.cands, vec = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool, context=True)
-        q.foreign, _ = store.candidates(q.text, Scope(f"locomo-{foreign_of[q.conv]}"), pool=pool, query_vector=vec,
-                                        context=True)
+        q.cands, vec = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)
+        q.foreign, _ = store.candidates(q.text, Scope(f"locomo-{foreign_of[q.conv]}"), pool=pool, query_vector=vec)
     rows: dict[str, Any] = {}
     for c in convs:
         ids = [i for page in store.catalog.iter_ids(store.catalog.scope_select(user_id=f"locomo-{c}")) for i in page]

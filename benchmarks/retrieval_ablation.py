@@ -219,7 +219,8 @@ def stored_vectors(store: Any, turns: dict[str, list[dict]]) -> dict[str, np.nda
     """Every turn's vector as the index holds it (the embedded memory line), in conversation order."""
     out = {}
     for cid, ts in turns.items():
-        got = store.vectors.get(f"locomo-{cid}", [t["id"] for t in ts])
+        # two turns merged by consolidation share one entry id: ask for each id once
+        got = store.vectors.get(f"locomo-{cid}", list(dict.fromkeys(t["id"] for t in ts)))
         out[cid] = np.stack([got[t["id"]] for t in ts])
     return out
 

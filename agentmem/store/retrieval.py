@@ -50,11 +50,12 @@ class RetrievalParams:
     temporal_boost: float = 0.2  # × (1 + b) for turns that carry a time expression, on "when ..." queries
     rerank_depth: int = 20  # how many of the best candidates the re-ranking step sees (at least 2k)
     # session first stage: the candidates of the `session_top` sessions whose candidates' fused scores sum highest
-    # gain `session_first` × that sum (scaled to [0, 1] over the pool's sessions); 0 = off
+    # gain `session_first` × that sum (scaled to [0, 1] over the pool's sessions); 0 = off (CV chose 0: no gain)
     session_first: float = 0.0
     session_top: int = 2
     # contextual dense evidence (agentmem.store.context): the mean cosine of a turn and its neighbours, min-max
-    # scaled over the head of `context_depth` fused candidates, added × `context_weight`; 0 = off
+    # scaled over the head of `context_depth` fused candidates, added × `context_weight`; 0 = off (measured: no
+    # gain over spillover, docs/retrieval.md)
     context_weight: float = 0.0
     context_depth: int = 50
 
