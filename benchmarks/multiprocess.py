@@ -30,6 +30,7 @@ import random
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,9 +81,13 @@ def worker(n: int, store: Path, urls: dict[str, str], start, seconds: float, log
                 ops += 1
             except Exception as exc:  # counted; the run goes on
                 errors += 1
-                print(f"worker {n}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        reopens = getattr(getattr(mem._store.vectors, "_handle", None), "reopens", 0)  # embedded Chroma only
-    (log_dir / f"w{n}.done").write_text(json.dumps({"ops": ops, "errors": errors, "reopens": reopens}))
+                where = " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in
+                                    reversed(traceback.extract_tb(exc.__traceback__)[-6:]))
+                print(f"worker {n}: {type(exc).__name__}: {exc} at {where}", file=sys.stderr, flush=True)
+        handle = getattr(mem._store.vectors, "_handle", None)  # embedded Chroma only
+        reopens, stale = getattr(handle, "reopens", 0), getattr(handle, "stale_reads", 0)
+    (log_dir / f"w{n}.done").write_text(json.dumps({"ops": ops, "errors": errors, "reopens": reopens,
+                                                     "stale_reads": stale}))
 
 
 class _Tails:
@@ -181,7 +186,8 @@ def run_phase(workers: int, seconds: float, urls: dict[str, str], base: Path) ->
     return {"ops": sum(d["ops"] for d in done), "errors": sum(d["errors"] for d in done), "writes": len(stored),
             "lost": lost, "duplicated": duplicated, "delays": vis["delays"], "lags": vis["lags"], "seconds": seconds,
             "answered": vis["answered"], "attempts": vis["attempts"],
-            "reopens": sum(d.get("reopens", 0) for d in done)}
+            "reopens": sum(d.get("reopens", 0) for d in done),
+            "stale_reads": sum(d.get("stale_reads", 0) for d in done)}
 
 
 def _p50(xs: list[float]) -> float | None:
@@ -229,7 +235,8 @@ def main() -> None:
           f"{len(multi['delays'])} visibility samples, p50 "
           f"{1000 * sorted(multi['delays'])[len(multi['delays']) // 2] if multi['delays'] else float('nan'):.0f} ms "
           f"(of which the observer's own polling lag: p50 {1000 * (_p50(multi['lags']) or float('nan')):.0f} ms); "
-          f"client re-opens by the workers: {single['reopens']} (1 worker), {multi['reopens']} ({args.workers})")
+          f"client re-opens by the workers: {single['reopens']} (1 worker), {multi['reopens']} ({args.workers}); "
+          f"reads retried on a stale index: {single['stale_reads'] + multi['stale_reads']}")
     print(json.dumps({
         "backend": args.backend, "workers": args.workers, "writes": single["writes"] + multi["writes"],
         "lost": single["lost"] + multi["lost"], "duplicated": single["duplicated"] + multi["duplicated"],

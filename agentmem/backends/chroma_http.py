@@ -49,6 +49,9 @@ class _ServerHandle:
     def mark_loaded(self, name: str) -> None:
         pass
 
+    def retry_stale(self, read: Any) -> Any:
+        return read()  # the server's index is never stale
+
     def record(self, op: str, name: str | None, ids: list[str], vectors: Any = None) -> None:
         pass  # no journal: nothing to keep current
 

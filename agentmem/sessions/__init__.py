@@ -12,6 +12,7 @@ See ``docs/sessions.md`` for the turn layout, the tiers and measured numbers.
 from agentmem.sessions.layout import ChatLayout
 from agentmem.sessions.manager import SessionManager
 from agentmem.sessions.session import Session, TurnResult
+from agentmem.sessions.slot import SessionSlot
 from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.ports.sessions import SessionTierStore
 from agentmem.sessions.tiers import LRUPolicy, MemoryBackend, Tier, TierBackend
@@ -23,6 +24,7 @@ __all__ = [
     "MemoryBackend",
     "Session",
     "SessionManager",
+    "SessionSlot",
     "SessionTierStore",
     "Tier",
     "TierBackend",

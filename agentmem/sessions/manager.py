@@ -135,8 +135,8 @@ class SessionManager:
             s = Session(self, session_id, user_id, key)
             stamp = self.store.last_used(key)
             if stamp is not None:
-                s._tier = "cold"
-                s._last_used = stamp
+                s.slot.tier = "cold"
+                s.slot.last_used = stamp
             self._register(s)
             return s
 
@@ -174,11 +174,11 @@ class SessionManager:
             raise InvalidInputError("offload to 'warm' or 'disk'")
         s = self.get(session_id, user_id=user_id)
         with s._lock:
-            if s._tier == "hot":
+            if s.slot.tier == "hot":
                 self._move_down(s, self.hot, to_cold=target == "cold")
-            if s._tier == "warm" and target == "cold":
+            if s.slot.tier == "warm" and target == "cold":
                 self._move_down(s, self.warm, to_cold=True)
-            return s._tier
+            return s.slot.tier
 
     def restore(self, session_id: str, *, user_id: str | None = None) -> dict[str, Any]:
         """Bring a session's KV back to the hot tier now.
@@ -192,7 +192,7 @@ class SessionManager:
             self._serve(s)
             source, seconds, evict = self._bring_hot(s, ctx)
             self._validate(s, ctx)
-            s._last_used = time.time()
+            s.slot.last_used = time.time()
             with self._lock:
                 if self.hot.backend.contains(s._key):
                     self.hot.policy.touch(s._key)
@@ -251,7 +251,7 @@ class SessionManager:
             if not s._lock.acquire(blocking=False):
                 continue  # busy: its next use sees the new epoch
             try:
-                if not s._busy and self._drop_kv(s):
+                if not s.slot.busy and self._drop_kv(s):
                     dropped += 1
             finally:
                 s._lock.release()
@@ -271,14 +271,14 @@ class SessionManager:
                 if not held:
                     continue
                 try:
-                    if s._busy or not self._keep_lease(s, early=True):
+                    if s.slot.busy or not self._keep_lease(s, early=True):
                         continue
-                    age = now - s._last_used
+                    age = now - s.slot.last_used
                     if ttl is not None and age > ttl:
                         if self._erase(s):
                             done["expired"] += 1
                         continue
-                    idle = age > idle_s and s._tier in ("hot", "warm")
+                    idle = age > idle_s and s.slot.tier in ("hot", "warm")
                 except Exception:
                     log.exception("session sweep failed for one session")
                     continue
@@ -331,9 +331,9 @@ class SessionManager:
         for s in sessions:
             with s._lock:
                 try:
-                    if s._tier == "hot":
+                    if s.slot.tier == "hot":
                         self._move_down(s, self.hot, to_cold=True)
-                    elif s._tier == "warm":
+                    elif s.slot.tier == "warm":
                         self._move_down(s, self.warm, to_cold=True)
                 except Exception:
                     log.exception("could not write a session to disk at close")
@@ -401,14 +401,14 @@ class SessionManager:
         return self._sealer.open_session(key, blob)
 
     def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
-        assert s._state is not None
-        blob = self._seal(s._key, self._dump(s._state, kv))
+        assert s.slot.state is not None
+        blob = self._seal(s._key, self._dump(s.slot.state, kv))
         if not self._keep_lease(s):
             return  # another worker serves it now: our copy was dropped, not written over theirs
-        put(self.store, s._key, blob, last_used=s._last_used)
-        s._disk_version = s._version
-        s._state = None  # the transcript now lives in the file
-        s._tier = "cold"
+        put(self.store, s._key, blob, last_used=s.slot.last_used)
+        s.slot.disk_version = s.slot.version
+        s.slot.state = None  # the transcript now lives in the file
+        s.slot.tier = "cold"
         self.cold.note_bytes()
         self._release(s)
 
@@ -418,27 +418,27 @@ class SessionManager:
         with self._lock:
             src.policy.remove(s._key)
             src.counters.offloads += 1
-        if kv is None or s._state is None:
-            s._tier = None
+        if kv is None or s.slot.state is None:
+            s.slot.tier = None
             return
         warm_kv = self._warm_copy(kv) if src is self.hot and not to_cold else None
         if warm_kv is not None:
             self._fit(self.warm, incoming=warm_kv.nbytes, exclude=s)
             self.warm.backend.put(s._key, warm_kv)
-            s._tier = "warm"
+            s.slot.tier = "warm"
             with self._lock:
                 self.warm.policy.touch(s._key)
-                if s._state.turns and s._disk_version != s._version:
+                if s.slot.state.turns and s.slot.disk_version != s.slot.version:
                     self._write_behind.add(s._key)  # the worker writes a clean disk copy ahead of need
             self.warm.note_bytes()
             self._wake.set()
             return
-        if not s._state.turns:  # an empty conversation: nothing worth a file
-            s._state, s._tier = None, None
+        if not s.slot.state.turns:  # an empty conversation: nothing worth a file
+            s.slot.state, s.slot.tier = None, None
             self._release(s)
             return
-        if s._disk_version == s._version and self.store.last_used(s._key) is not None:
-            s._state, s._tier = None, "cold"  # its clean copy is already on disk: nothing to write
+        if s.slot.disk_version == s.slot.version and self.store.last_used(s._key) is not None:
+            s.slot.state, s.slot.tier = None, "cold"  # its clean copy is already on disk: nothing to write
             with self._lock:
                 self.counts["clean_demotions"] += 1
             self._release(s)
@@ -453,34 +453,34 @@ class SessionManager:
         A ``send`` that arrives during the write therefore never waits for the disk.
         """
         with self._holds.hold(s) as held:
-            if not held or s._busy or s._tier not in ("hot", "warm") or s._state is None:
+            if not held or s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None:
                 return False
-            tier = self.hot if s._tier == "hot" else self.warm
+            tier = self.hot if s.slot.tier == "hot" else self.warm
             kv = tier.backend.get(s._key)
             if kv is None:
                 return False
-            if not s._state.turns:  # an empty conversation: nothing worth a file
+            if not s.slot.state.turns:  # an empty conversation: nothing worth a file
                 self._drop_kv(s)
-                s._state = None
+                s.slot.state = None
                 self._release(s)
                 return True
-            if s._disk_version == s._version and self.store.last_used(s._key) is not None:
+            if s.slot.disk_version == s.slot.version and self.store.last_used(s._key) is not None:
                 self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
                 return True
-            version, tier_name, last_used = s._version, s._tier, s._last_used
-            state = copy.deepcopy(s._state)
+            version, tier_name, last_used = s.slot.version, s.slot.tier, s.slot.last_used
+            state = copy.deepcopy(s.slot.state)
         staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
         published = False
         with self._holds.hold(s) as held:
-            if held and not s._busy and s._version == version and s._tier == tier_name and self._keep_lease(s):
+            if held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name and self._keep_lease(s):
                 self.store.publish(staged)
                 published = True
-                s._disk_version = version
+                s.slot.disk_version = version
                 tier.backend.pop(s._key)
                 with self._lock:
                     tier.policy.remove(s._key)
                     tier.counters.offloads += 1
-                s._state, s._tier = None, "cold"
+                s.slot.state, s.slot.tier = None, "cold"
                 self.cold.note_bytes()
                 self._release(s)
         if not published:
@@ -503,11 +503,11 @@ class SessionManager:
                     if excess <= 0:
                         break
                     s = self._by_key.get(key)
-                    if s is None or s._busy:
+                    if s is None or s.slot.busy:
                         continue
                     excess -= tier.backend.size(key)
-                    st = s._state
-                    if s._disk_version != s._version and st is not None and st.turns:
+                    st = s.slot.state
+                    if s.slot.disk_version != s.slot.version and st is not None and st.turns:
                         self._write_behind.add(key)
                         queued = True
         if queued:
@@ -521,19 +521,19 @@ class SessionManager:
         with self._holds.hold(s) as held:
             if not held:
                 return None
-            if s._busy or s._tier not in ("hot", "warm") or s._state is None or s._disk_version == s._version:
+            if s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None or s.slot.disk_version == s.slot.version:
                 return False
-            tier_name = s._tier
+            tier_name = s.slot.tier
             kv = (self.hot if tier_name == "hot" else self.warm).backend.get(s._key)
             if kv is None:
                 return False
-            version, last_used = s._version, s._last_used
-            state = copy.deepcopy(s._state)
+            version, last_used = s.slot.version, s.slot.last_used
+            state = copy.deepcopy(s.slot.state)
         staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
         with self._holds.hold(s) as held:
-            if held and not s._busy and s._version == version and s._tier in ("hot", "warm") and self._keep_lease(s):
+            if held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm") and self._keep_lease(s):
                 self.store.publish(staged)
-                s._disk_version = version
+                s.slot.disk_version = version
                 self.cold.note_bytes()
                 return True
         self.store.discard(staged)
@@ -582,37 +582,37 @@ class SessionManager:
         Returns the tier it came from, the seconds spent restoring it (reading, parsing, copying to the device)
         and the seconds spent first moving other sessions down to make room.
         """
-        if s._tier == "hot" and self.hot.backend.contains(s._key):
+        if s.slot.tier == "hot" and self.hot.backend.contains(s._key):
             self._bump(self.hot, "hits")
-            if s._disk_version is not None:  # its write-behind copy is about to go stale
+            if s.slot.disk_version is not None:  # its write-behind copy is about to go stale
                 self.store.delete(s._key)
-                s._disk_version = None
+                s.slot.disk_version = None
             return None, 0.0, 0.0
         t0 = time.perf_counter()
         self._bump(self.hot, "misses")
         source: Tier | None = None
         kv: SessionKV | None = None
-        if s._tier == "warm":
+        if s.slot.tier == "warm":
             self._bump(self.warm, "hits")
             kv = self.warm.backend.pop(s._key)
             with self._lock:
                 self.warm.policy.remove(s._key)
                 self._write_behind.discard(s._key)
-            if s._disk_version is not None:
+            if s.slot.disk_version is not None:
                 self.store.delete(s._key)  # a file exists only while it is current
             source = self.warm
         else:
             self._bump(self.warm, "misses")
-            if s._tier == "cold":
+            if s.slot.tier == "cold":
                 self._bump(self.cold, "hits")
                 source = self.cold
                 kv = self._read_cold(s, ctx)
             else:
                 self._bump(self.cold, "misses")
-        if s._state is None:
-            s._state = Transcript(s.session_id, s.user_id)
-        s._tier = None
-        s._disk_version = None
+        if s.slot.state is None:
+            s.slot.state = Transcript(s.session_id, s.user_id)
+        s.slot.tier = None
+        s.slot.disk_version = None
         if kv is None:
             return (source.name if source else None), time.perf_counter() - t0, 0.0
         capacity = kv.length + extra
@@ -621,7 +621,7 @@ class SessionManager:
         evict = time.perf_counter() - t_fit
         kv = kv.moved(ctx.device, capacity=capacity)
         self.hot.backend.put(s._key, kv)
-        s._tier = "hot"
+        s.slot.tier = "hot"
         with self._lock:
             self.hot.policy.touch(s._key)
         self.hot.note_bytes()
@@ -644,9 +644,9 @@ class SessionManager:
         except (BlobCorruptedError, EncryptionError) as exc:
             log.warning("session file %s unusable (%s); starting the conversation over", s._key, exc)
             self._count("corrupted", 1)
-            s._state = None
+            s.slot.state = None
             return None
-        s._state = transcript
+        s.slot.state = transcript
         key = transcript.key or {}
         if kv is not None and (
             key.get("fingerprint") != ctx.fingerprint
@@ -664,7 +664,7 @@ class SessionManager:
         """
         from agentmem.sessions.turn import retokenize
 
-        st = s._state
+        st = s.slot.state
         if st is None:
             return None
         want = ctx.validity_key(self._kb_version(), self._epoch)
@@ -692,23 +692,23 @@ class SessionManager:
                 had = True
             with self._lock:
                 tier.policy.remove(s._key)
-        if s._state is not None:
-            s._state.kv_len = 0
-        if s._tier in ("hot", "warm"):
-            s._tier = None
-            if s._disk_version is not None:
+        if s.slot.state is not None:
+            s.slot.state.kv_len = 0
+        if s.slot.tier in ("hot", "warm"):
+            s.slot.tier = None
+            if s.slot.disk_version is not None:
                 self.store.delete(s._key)
-        s._version += 1
-        s._disk_version = None
+        s.slot.version += 1
+        s.slot.disk_version = None
         return had
 
     def _erase(self, s: Session) -> bool:
         """Erase ``s`` from every tier and the registry; True if it held anything."""
-        had = s._state is not None or s._tier is not None
+        had = s.slot.state is not None or s.slot.tier is not None
         had = self.store.delete(s._key) or had  # the caller purges (overwrites) it
-        s._disk_version = None
+        s.slot.disk_version = None
         self._drop_kv(s)
-        s._state, s._tier = None, None
+        s.slot.state, s.slot.tier = None, None
         self._release(s)
         with self._lock:
             if self._sessions.get((s.user_id, s.session_id)) is s:
@@ -726,10 +726,10 @@ class SessionManager:
             if tier.bytes() + incoming <= tier.budget:
                 return
             # a session answering a turn is skipped; one the worker holds for a moment is waited for (holds.py)
-            if victim is None or victim is exclude or victim._busy or not self._holds.lock_victim(victim):
+            if victim is None or victim is exclude or victim.slot.busy or not self._holds.lock_victim(victim):
                 continue
             try:
-                if not victim._busy and victim._tier == tier.name:
+                if not victim.slot.busy and victim.slot.tier == tier.name:
                     self._move_down(victim, tier, to_cold=tier is self.warm)
             finally:
                 victim._lock.release()
@@ -746,43 +746,43 @@ class SessionManager:
         If the lease had lapsed, another worker may have served the session meanwhile: a newer cold copy than
         the one in memory wins (ours is dropped, and restored from the store by the turn).
         """
-        held = s._lease_until > time.monotonic()
+        held = s.slot.lease_until > time.monotonic()
         until = self.leases.take(s._key)
         if not held:
             stamp = self.store.last_used(s._key)
-            mine = s._state.last_used if s._state is not None else None
+            mine = s.slot.state.last_used if s.slot.state is not None else None
             if stamp is not None and (mine is None or stamp > mine + 1e-3):
                 self._forget_copy(s)
-                s._tier, s._last_used = "cold", stamp
-        s._lease_until = until
+                s.slot.tier, s.slot.last_used = "cold", stamp
+        s.slot.lease_until = until
 
     def _keep_lease(self, s: Session, *, early: bool = False) -> bool:
         """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost.
 
         ``early`` (the sweep): skip the store while more than two thirds of the lease are left.
         """
-        if s._lease_until <= 0:
+        if s.slot.lease_until <= 0:
             return True  # nothing in memory here that needs it
-        if early and s._lease_until - time.monotonic() > self.leases.ttl_s * 2 / 3:
+        if early and s.slot.lease_until - time.monotonic() > self.leases.ttl_s * 2 / 3:
             return True
         until = self.leases.renew(s._key)
         if until is not None:
-            s._lease_until = until
+            s.slot.lease_until = until
             return True
         log.warning("session %s: its lease went to another worker; dropping this worker's copy", s._key)
         self._forget_copy(s)
-        s._tier = "cold" if self.store.last_used(s._key) is not None else None
+        s.slot.tier = "cold" if self.store.last_used(s._key) is not None else None
         return False
 
     def _forget_copy(self, s: Session) -> None:
         """Drop this worker's in-memory copy of ``s``, leaving the store's copy alone."""
-        s._disk_version = None  # so _drop_kv does not delete the store's (another worker's) copy
+        s.slot.disk_version = None  # so _drop_kv does not delete the store's (another worker's) copy
         self._drop_kv(s)
-        s._state, s._tier, s._lease_until = None, None, 0.0
+        s.slot.state, s.slot.tier, s.slot.lease_until = None, None, 0.0
 
     def _release(self, s: Session) -> None:
-        if s._lease_until > 0:
-            s._lease_until = 0.0
+        if s.slot.lease_until > 0:
+            s.slot.lease_until = 0.0
             self.leases.release(s._key)
 
     def _run_worker(self) -> None:

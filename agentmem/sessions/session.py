@@ -30,6 +30,7 @@ from agentmem.kv.mount import assemble, plan_mount
 from agentmem.kv.rope import rerotate_keys
 from agentmem.kv.runner import Sampling, decode, next_token, prefill
 from agentmem.kv.streaming import text_callback
+from agentmem.sessions.slot import SessionSlot
 from agentmem.sessions.state import SessionKV, Transcript, Turn, load_session
 from agentmem.sessions.turn import load_entry, rebuild_kv, shift_history
 from agentmem.validation import check_generation, check_text
@@ -86,28 +87,22 @@ class Session:
         self._mgr = manager
         self._key = key
         self._lock = threading.RLock()
-        self._state: Transcript | None = None  # None while the session lives on disk (or has no turns yet)
-        self._tier: str | None = None
-        self._busy = False
-        self._last_used = time.time()
-        self._version = 0  # bumped by every send and reset: lets the worker write a snapshot without the lock
-        self._disk_version: int | None = None  # the version its file on disk holds (None: no current file)
-        self._lease_until = 0.0  # time.monotonic() until which this worker surely holds the session's lease
+        self.slot = SessionSlot(key)  # the manager's bookkeeping: tier, transcript, versions, lease (slot.py)
 
     def __repr__(self) -> str:
-        return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self._tier!r})"
+        return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self.slot.tier!r})"
 
     # -- inspection -------------------------------------------------------------------------------------
     @property
     def tier(self) -> str | None:
         """Where the working KV is now: ``"hot"``, ``"warm"``, ``"cold"``, or None (none cached)."""
-        return self._tier
+        return self.slot.tier
 
     def history(self) -> list[dict[str, str]]:
         """The turns still in the working cache, as chat messages (the user text as scanned)."""
         with self._lock:
-            st = self._state
-            if st is None and self._tier == "cold":
+            st = self.slot.state
+            if st is None and self.slot.tier == "cold":
                 blob = self._mgr.store.get(self._key)
                 st = load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0] if blob else None
             out: list[dict[str, str]] = []
@@ -118,7 +113,7 @@ class Session:
     @property
     def tokens(self) -> int:
         """History tokens in the working cache (0 while on disk)."""
-        st = self._state
+        st = self.slot.state
         return len(st.ids) if st else 0
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -128,10 +123,10 @@ class Session:
         with self._lock:
             mgr.store.delete(self._key)
             mgr.store.purge()
-            self._disk_version = None
+            self.slot.disk_version = None
             mgr._drop_kv(self)
-            self._state = Transcript(self.session_id, self.user_id)
-            self._tier = None
+            self.slot.state = Transcript(self.session_id, self.user_id)
+            self.slot.tier = None
             mgr._count("resets", 1)
 
     def end(self) -> bool:
@@ -202,21 +197,21 @@ class Session:
             if mode != "text":
                 ctx.require_kv()
             topic = getattr(mgr, "topic", None)  # agentmem/sessions/topic.py, set by the facade when configured
-            if commit and topic is not None and self._state is not None and self._state.turns and topic.switched(
-                    user_text, [t.user for t in self._state.turns]):
+            if commit and topic is not None and self.slot.state is not None and self.slot.state.turns and topic.switched(
+                    user_text, [t.user for t in self.slot.state.turns]):
                 self.reset()  # the old topic's working KV stops being mounted; its turns stay long-term memories
                 mgr._count("topic_switches", 1)
-            self._busy = True
+            self.slot.busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
                                     strict, sampling, tm, t0, entry_ids, on_text)
             finally:
-                self._busy = False
+                self.slot.busy = False
                 if mode == "kv" or commit:  # a baseline dry run only read the transcript
-                    self._version += 1
-                self._last_used = time.time()
-                if self._state is not None:
-                    self._state.last_used = self._last_used
+                    self.slot.version += 1
+                self.slot.last_used = time.time()
+                if self.slot.state is not None:
+                    self.slot.state.last_used = self.slot.last_used
                 with mgr._lock:
                     if mgr.hot.backend.contains(self._key):
                         mgr.hot.policy.touch(self._key)
@@ -248,7 +243,7 @@ class Session:
         else:
             extra = len(chat.content_ids(user_text)) + max_new_tokens + 64
             restored_from, _, tm["make_room"] = mgr._bring_hot(self, ctx, extra=extra)
-            st = self._state
+            st = self.slot.state
             assert st is not None
             rebuilt = mgr._validate(self, ctx)
         tm["restore"] = time.perf_counter() - t - tm["make_room"]
@@ -402,7 +397,7 @@ class Session:
             turn = Turn(user=user_text, reply=reply_text, start=start, end=len(st.ids), at=time.time())
             st.turns.append(turn)
             mgr._count("turns", 1)
-            self._tier = "hot"
+            self.slot.tier = "hot"
             mgr.hot.note_bytes()
             if remember:
                 t = time.perf_counter()
@@ -420,9 +415,9 @@ class Session:
     # -- helpers (caller holds the session lock) --------------------------------------------------------
     def _peek_transcript(self) -> Transcript:
         """The transcript without restoring anything (read from the file if the session is on disk)."""
-        if self._state is not None:
-            return self._state
-        if self._tier == "cold":
+        if self.slot.state is not None:
+            return self.slot.state
+        if self.slot.tier == "cold":
             blob = self._mgr.store.get(self._key)
             if blob is not None:
                 return load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0]
@@ -431,7 +426,7 @@ class Session:
     def _put_hot(self, kv: SessionKV) -> None:
         mgr = self._mgr
         mgr.hot.backend.put(self._key, kv)
-        self._tier = "hot"
+        self.slot.tier = "hot"
         with mgr._lock:
             mgr.hot.policy.touch(self._key)
         mgr.hot.note_bytes()

@@ -34,18 +34,22 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from agentmem.security.erase import secure_unlink
 
 __all__ = ["ChromaHandle", "Overlay"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _OVERLAY_LIMIT = 4096  # vectors of others' writes a reader scores exactly before it re-opens its client instead
 _ROTATE_BYTES = 16 << 20  # a writer starts the journal over past this size (behind readers then re-open)
@@ -76,6 +80,7 @@ class ChromaHandle:
         self.collections: dict[str, Any] = {}
         self.seen = -1  # the generation this client is current to (index + overlays)
         self.reopens = 0
+        self.stale_reads = 0  # reads Chroma failed on a stale index, retried after a re-open (retry_stale)
         self.overlays: dict[str, Overlay] = {}
         self.deleted_everywhere: set[str] = set()  # ids a recovery delete removed from every collection
         self.loaded: set[str] = set()  # collections whose index this client has in memory
@@ -205,6 +210,20 @@ class ChromaHandle:
         if self.deleted_everywhere:
             ov = Overlay(ov.added, ov.deleted | self.deleted_everywhere)
         return ov
+
+    def retry_stale(self, read: Callable[[], T]) -> T:
+        """Run ``read``; if Chroma fails it on an id its in-memory index lacks (a staleness the journal did not
+        describe), re-open the client and run it once more. Counted in ``stale_reads``."""
+        try:
+            return read()
+        except Exception as exc:
+            if "Error finding id" not in str(exc) or self._held:  # never re-open under a write in progress
+                raise
+            log.warning("embedded Chroma: a read met a stale index (%s); re-opening the client", exc)
+            with self.lock:
+                self.stale_reads += 1
+                self._close_client()  # the next fresh() opens a new client
+            return read()
 
     def mark_loaded(self, name: str) -> None:
         """A collection is being used by this client for the first time: its index is read from disk now, with

@@ -233,6 +233,9 @@ class VectorIndex:
 
     def get(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors of ``ids`` in ``user_id``'s collection (missing ids are left out)."""
+        return self._handle.retry_stale(lambda: self._get_once(user_id, ids))
+
+    def _get_once(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         with self._handle.reading() as client:
             col = self._collection(client, user_id, create=False)
             if col is None or not ids:
@@ -278,6 +281,10 @@ class VectorIndex:
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
               ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
         """Nearest entries of ``user_id`` as [(id, cosine similarity)], best first."""
+        return self._handle.retry_stale(lambda: self._query_once(vector, user_id, n, where, ids))
+
+    def _query_once(self, vector: np.ndarray, user_id: str, n: int, where: dict[str, Any] | None,
+                    ids: Sequence[str] | None) -> list[tuple[str, float]]:
         with self._handle.reading() as client:
             col = self._collection(client, user_id, create=False)
             if col is None:

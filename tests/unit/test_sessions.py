@@ -136,11 +136,11 @@ def test_dry_run_changes_nothing(engine, tmp_path):
     mgr, store = make(engine, tmp_path)
     chat = mgr.open("s1", user_id="u1")
     chat.send(MESSAGES[0], k=0, max_new_tokens=NEW)
-    before = (list(chat._state.ids), chat._state.kv_len, len(store.records))
+    before = (list(chat.slot.state.ids), chat.slot.state.kv_len, len(store.records))
     a = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW, commit=False)
     b = chat.send(MESSAGES[1], k=0, max_new_tokens=NEW, commit=False)
     assert a.token_ids == b.token_ids
-    assert (list(chat._state.ids), chat._state.kv_len, len(store.records)) == before
+    assert (list(chat.slot.state.ids), chat.slot.state.kv_len, len(store.records)) == before
     # a text-mode dry run reads the transcript from disk and restores nothing
     mgr.offload("s1", to="disk")
     counters = (mgr.stats()["cold"]["hits"], mgr.stats()["hot"]["misses"])
@@ -314,7 +314,7 @@ def test_kb_version_change_and_invalidate_rebuild_instead_of_mounting_stale_kv(e
     assert r.rebuilt == "knowledge-base version changed" and r.reused_tokens == 0
     assert r.prefilled_tokens == r.prompt_tokens - len(engine.layout.preamble_ids)
     assert r.token_ids == twin.send(MESSAGES[2], k=0, max_new_tokens=NEW).token_ids  # rebuilt from the turns
-    assert chat._state.key["kb"] == "v2"
+    assert chat.slot.state.key["kb"] == "v2"
     mgr.offload("s1", to="disk")
     assert mgr.invalidate("test") == 0  # nothing in memory; the file is stale by epoch
     r = chat.send(MESSAGES[3], k=0, max_new_tokens=NEW)
@@ -347,19 +347,19 @@ def test_capacity_evicts_oldest_turns_and_never_overflows_positions(engine, tmp_
     for i in range(4):
         r = chat.send(f"Message number {i} with some padding.", k=0, max_new_tokens=NEW)
         evicted += r.evicted_turns
-        assert len(chat._state.ids) <= limit and chat._state.kv_len <= len(chat._state.ids)
+        assert len(chat.slot.state.ids) <= limit and chat.slot.state.kv_len <= len(chat.slot.state.ids)
     assert evicted > 0 and mgr.stats()["evicted_turns"] == evicted
     assert chat.history()[-2]["content"].startswith("Message number 3")
     assert not chat.history()[0]["content"].startswith("Message number 0")
     # turns that left the working cache are retrievable again: they are no longer excluded
-    kept = chat._state.in_cache_records
+    kept = chat.slot.state.in_cache_records
     assert len(kept) < 2 * 4 and not {"r0", "r1"} & kept
     # the tiny model has 512 positions: a huge limit is clamped to the model's context
     mgr2, _ = make(engine, tmp_path / "b", session_max_tokens=100_000)
     chat2 = mgr2.open("s2", user_id="u1")
     for _ in range(4):
         chat2.send("x" * 170, k=0, max_new_tokens=NEW)
-        assert len(engine.layout.preamble_ids) + len(chat2._state.ids) <= engine.max_positions - engine.position_margin
+        assert len(engine.layout.preamble_ids) + len(chat2.slot.state.ids) <= engine.max_positions - engine.position_margin
     assert mgr2.stats()["evicted_turns"] > 0
     mgr.close()
     mgr2.close()
@@ -401,7 +401,7 @@ def test_secrets_are_scanned_before_anything_is_encoded(engine, tmp_path):
     chat.send("my password is hunter2", k=0, max_new_tokens=NEW)
     assert "hunter2" not in chat.history()[0]["content"]
     secret_ids = ChatLayout.from_prompt_layout(engine.layout).content_ids("hunter2")
-    ids = chat._state.ids
+    ids = chat.slot.state.ids
     assert not any(ids[i : i + len(secret_ids)] == secret_ids for i in range(len(ids)))
     assert all("hunter2" not in text for *_, text in store.records)
     mgr.offload("s1", to="disk")
@@ -456,7 +456,7 @@ def test_eight_threads_on_eight_sessions(engine, tmp_path):
     assert not errors
     assert mgr.stats()["turns"] == 8 * 2 + 2
     shared = mgr.get("shared")
-    turns = shared._state.turns if shared._state else None
+    turns = shared.slot.state.turns if shared.slot.state else None
     if turns is not None:
         assert [t.start for t in turns[1:]] == [t.end for t in turns[:-1]]
     mgr.close()
@@ -507,7 +507,7 @@ def test_other_templates_reuse_exactly_and_evict_correctly(tmp_path, template, l
             assert r.token_ids == reference_reply(other, history, message, NEW)
         history.append((message, r.token_ids))
     assert evicted > 0 and (rebuilt > 0 or chat_layout.openers_match)
-    st = chat._state
+    st = chat.slot.state
     assert st.ids[: len(chat_layout.first_open_ids)] == chat_layout.first_open_ids
     mgr.close()
 
