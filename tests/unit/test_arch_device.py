@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import _thread
 import logging
-import threading
 from pathlib import Path
 
 import pydantic
@@ -119,17 +118,23 @@ DOC = "Ann: I moved to Oslo in May 2021 and I teach chemistry at the old school 
 TINY = dict(samples=2, batch_size=2, question_tokens=4, answer_tokens=4, checkpoint_every=1)
 
 
-def test_an_interrupted_training_resumes_from_its_default_checkpoint(tmp_path: Path, caplog):
-    with AgentMemory(tmp_path / "s", model=tiny_causal_lm("llama")) as mem:
-        ckpts = tmp_path / "s" / "train"
+def test_an_interrupted_training_resumes_from_its_default_checkpoint(tmp_path: Path, caplog, monkeypatch):
+    from agentmem.train import cartridge
 
-        def interrupt_after_a_checkpoint() -> None:  # a real Ctrl-C, once some steps are on disk
-            while not (ckpts.exists() and any(ckpts.glob("*.ckpt"))):
-                threading.Event().wait(0.01)
-            threading.Event().wait(0.3)
+    saves = []
+
+    def save_then_ctrl_c_once(*args, **kwargs) -> None:
+        # A real Ctrl-C (SIGINT's KeyboardInterrupt in the main thread), sent right after the third checkpoint is on
+        # disk (step 20): tied to training progress, not to a timer a loaded machine can outrun.
+        cartridge_save(*args, **kwargs)
+        saves.append(1)
+        if len(saves) == 3:
             _thread.interrupt_main()
 
-        threading.Thread(target=interrupt_after_a_checkpoint, daemon=True).start()
+    cartridge_save = cartridge.save_state
+    monkeypatch.setattr(cartridge, "save_state", save_then_ctrl_c_once)
+    with AgentMemory(tmp_path / "s", model=tiny_causal_lm("llama")) as mem:
+        ckpts = tmp_path / "s" / "train"
         with pytest.raises(KeyboardInterrupt):
             mem.train(DOC, user_id="u", tokens=8, steps=400, progress=False, **TINY)
         assert len(list(ckpts.glob("*.ckpt"))) == 1
