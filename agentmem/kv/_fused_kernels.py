@@ -1,0 +1,215 @@
+"""The numba kernels behind :mod:`agentmem.kv.rope_kernel` (imported only on the first mount: numba is heavy).
+
+Why a module of their own: numba's on-disk cache (``cache=True``) only works for module-level functions. As
+closures built inside a function, every process compiled all three kernels again (~6 s on the dev VM, 12 s
+loaded) on its first mount of a quantized blob; at module level the compiled code is loaded from ``__pycache__``.
+``AGENTMEM_NUMBA_CACHE=0`` compiles in memory (for a read-only install, see ``rope_kernel._kernel``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba
+import numpy as np
+
+_CACHE = os.environ.get("AGENTMEM_NUMBA_CACHE", "1") != "0"
+
+
+
+@numba.njit(boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def block_base(b, offset, lead_sizes, lead_strides):  # pragma: no cover - compiled
+    # block index -> the storage offset of its [T, D] rows, through the output's leading sizes and strides
+    base = offset
+    rest = b
+    for j in range(lead_sizes.shape[0] - 1, -1, -1):
+        base += (rest % lead_sizes[j]) * lead_strides[j]
+        rest //= lead_sizes[j]
+    return base
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def rotate_row(dst, src, c, s, half, dim):  # pragma: no cover - compiled
+    for i in range(half):
+        x1 = src[i]
+        x2 = src[i + half]
+        dst[i] = x1 * c[i] - x2 * s[i]
+        dst[i + half] = x2 * c[i] + x1 * s[i]
+    for i in range(2 * half, dim):  # partial rotary: the tail dims carry no position
+        dst[i] = src[i]
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
+def rotate_rows(out, offset, lead_sizes, lead_strides, keys, cos2, sin):  # pragma: no cover - compiled
+    # out: the output's whole storage, 1-D; its [..., T, D] view starts at ``offset`` and has leading sizes and
+    # strides ``lead_*`` (rows of D contiguous floats). keys [B, T, D] C-contiguous, B = prod(lead_sizes).
+    # cos2 [T or 1, 2*half] (cos twice), sin [T or 1, half].
+    # Slicing rows (instead of indexing out[base + i]) lets LLVM vectorise: computed indices get a
+    # negative-index wraparound check per element.
+    blocks, tokens, dim = keys.shape
+    half = sin.shape[1]
+    per_token = sin.shape[0] > 1
+    for b in range(blocks):
+        base = block_base(b, offset, lead_sizes, lead_strides)
+        for t in range(tokens):
+            row = base + t * dim
+            dst = out[row : row + dim]
+            src = keys[b, t]
+            r = t if per_token else 0
+            rotate_row(dst, src, cos2[r], sin[r], half, dim)
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def unpack_row(row, src, bits):  # pragma: no cover - compiled
+    # Codes of one row as floats. Planar packing (quant._pack: element i at byte i % W, bit (i // W) * bits)
+    # keeps every loop a contiguous stream, and widening through int32 lets LLVM vectorise (uint8 arithmetic
+    # widens to int64, which it does not).
+    width = src.shape[0]
+    if bits == 8:
+        for i in range(width):
+            row[i] = np.float32(np.int32(src[i]))
+    elif bits == 4:
+        for j in range(width):
+            row[j] = np.float32(np.int32(src[j]) & 15)
+        for j in range(width):
+            row[width + j] = np.float32(np.int32(src[j]) >> 4)
+    elif bits == 2:
+        for k in range(4):
+            for j in range(width):
+                row[k * width + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+    elif width == 24:  # 3 bits, D = 64 (SmolLM2, Llama 3.2 1B): constant trip counts, so LLVM vectorises
+        for k in range(4):
+            for j in range(16):
+                row[k * 16 + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+        for k in range(8):
+            for j in range(8):
+                row[k * 8 + j] += np.float32(((np.int32(src[16 + j]) >> k) & 1) * 4)
+    else:  # 3 bits: a 2-bit plane (low bits, D/4 bytes) then a 1-bit plane (high bit, D/8 bytes)
+        lo = (width * 2) // 3
+        hi = width - lo
+        for k in range(4):
+            for j in range(lo):
+                row[k * lo + j] = np.float32((np.int32(src[j]) >> (2 * k)) & 3)
+        for k in range(8):
+            for j in range(hi):
+                row[k * hi + j] += np.float32(((np.int32(src[lo + j]) >> k) & 1) * 4)
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def fwht8(x0, x1, x2, x3, x4, x5, x6, x7):  # pragma: no cover - compiled
+    # H_8 (x0..x7), unnormalised, Sylvester order: three butterfly stages on registers
+    x0, x1, x2, x3, x4, x5, x6, x7 = x0 + x1, x0 - x1, x2 + x3, x2 - x3, x4 + x5, x4 - x5, x6 + x7, x6 - x7
+    x0, x1, x2, x3, x4, x5, x6, x7 = x0 + x2, x1 + x3, x0 - x2, x1 - x3, x4 + x6, x5 + x7, x4 - x6, x5 - x7
+    return x0 + x4, x1 + x5, x2 + x6, x3 + x7, x0 - x4, x1 - x5, x2 - x6, x3 - x7
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def hadamard_row(dst, row, tmp, dim):  # pragma: no cover - compiled
+    # dst = row @ quant.hadamard_matrix(dim): the row as an [a, b] matrix X (a*b = dim, a >= b), X <- H_a X,
+    # then Y = X^T, Y <- H_b Y, dst = Y / sqrt(dim).
+    if dim == 64:
+        # a = b = 8 with constant indices: the first pass runs 8 columns side by side (one SIMD vector),
+        # the second works on registers and writes the transposed result straight to dst.
+        for c in range(8):
+            (row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c], row[48 + c],
+             row[56 + c]) = fwht8(row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c],
+                                  row[48 + c], row[56 + c])
+        for r in range(8):
+            y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(row[8 * r], row[8 * r + 1], row[8 * r + 2], row[8 * r + 3],
+                                                   row[8 * r + 4], row[8 * r + 5], row[8 * r + 6], row[8 * r + 7])
+            dst[r] = y0 * np.float32(0.125)
+            dst[8 + r] = y1 * np.float32(0.125)
+            dst[16 + r] = y2 * np.float32(0.125)
+            dst[24 + r] = y3 * np.float32(0.125)
+            dst[32 + r] = y4 * np.float32(0.125)
+            dst[40 + r] = y5 * np.float32(0.125)
+            dst[48 + r] = y6 * np.float32(0.125)
+            dst[56 + r] = y7 * np.float32(0.125)
+        return
+    b = 1
+    while b * b < dim:
+        b *= 2
+    if b * b > dim:
+        b //= 2
+    a = dim // b
+    butterflies(row, a, b)
+    for r in range(a):
+        src = row[r * b : (r + 1) * b]
+        for c in range(b):
+            tmp[c * a + r] = src[c]
+    butterflies(tmp, b, a)
+    norm = np.float32(1.0 / np.sqrt(dim))
+    for i in range(dim):
+        dst[i] = tmp[i] * norm
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def butterflies(x, rows, width):  # pragma: no cover - compiled
+    # x as [rows, width]: x <- H_rows x (unnormalised Sylvester), whole rows at a time (sliced: vectorises)
+    h = 1
+    while h < rows:
+        for i in range(0, rows, 2 * h):
+            for j in range(i, i + h):
+                top = x[j * width : (j + 1) * width]
+                bot = x[(j + h) * width : (j + h + 1) * width]
+                for c in range(width):
+                    p = top[c]
+                    q = bot[c]
+                    top[c] = p + q
+                    bot[c] = p - q
+        h *= 2
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
+def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, cos2, sin, rotate):
+    # pragma: no cover - compiled. Keys: codes [B, T, W] uint8 -> floats (one scale/zero per channel, per
+    # ``group`` tokens: scale/zero [B, ceil(T / group), D]) -> rotated by cos2/sin (as in rotate_rows).
+    blocks, tokens, width = codes.shape
+    dim = (width * 8) // bits
+    half = sin.shape[1]
+    per_token = sin.shape[0] > 1
+    row = np.empty(dim, dtype=np.float32)
+    for b in range(blocks):
+        base = block_base(b, offset, lead_sizes, lead_strides)
+        for t in range(tokens):
+            unpack_row(row, codes[b, t], bits)
+            s = scale[b, t // group]
+            z = zero[b, t // group]
+            for i in range(dim):
+                row[i] = row[i] * s[i] + z[i]
+            at = base + t * dim
+            dst = out[at : at + dim]
+            if rotate:
+                r = t if per_token else 0
+                rotate_row(dst, row, cos2[r], sin[r], half, dim)
+            else:
+                for i in range(dim):
+                    dst[i] = row[i]
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
+def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, hadamard):
+    # pragma: no cover - compiled. Values: codes [B, T, W] uint8 -> floats, one scale/zero per token and
+    # ``group`` channels (scale/zero [B, T, ceil(D / group)]), then rotated back by a Hadamard transform when
+    # the codec rotated them before quantizing.
+    blocks, tokens, width = codes.shape
+    dim = (width * 8) // bits
+    groups = (dim + group - 1) // group
+    row = np.empty(dim, dtype=np.float32)
+    tmp = np.empty(dim, dtype=np.float32)
+    for b in range(blocks):
+        base = block_base(b, offset, lead_sizes, lead_strides)
+        for t in range(tokens):
+            unpack_row(row, codes[b, t], bits)
+            s = scale[b, t]
+            z = zero[b, t]
+            at = base + t * dim
+            dst = out[at : at + dim]
+            if hadamard:
+                for g in range(groups):
+                    sg = s[g]
+                    zg = z[g]
+                    for i in range(g * group, min((g + 1) * group, dim)):
+                        row[i] = row[i] * sg + zg
+                hadamard_row(dst, row, tmp, dim)
+                continue
+            for g in range(groups):
+                sg = s[g]
+                zg = z[g]
+                for i in range(g * group, min((g + 1) * group, dim)):
+                    dst[i] = row[i] * sg + zg
+
+
+__all__ = ["dequant_keys", "dequant_values", "rotate_rows"]
