@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import logging
+import signal
 from pathlib import Path
 
 import pydantic
@@ -118,7 +119,7 @@ DOC = "Ann: I moved to Oslo in May 2021 and I teach chemistry at the old school 
 TINY = dict(samples=2, batch_size=2, question_tokens=4, answer_tokens=4, checkpoint_every=1)
 
 
-def test_an_interrupted_training_resumes_from_its_default_checkpoint(tmp_path: Path, caplog, monkeypatch):
+def test_an_interrupted_training_resumes_from_its_default_checkpoint(tmp_path: Path, caplog, monkeypatch, request):
     from agentmem.train import cartridge
 
     saves = []
@@ -133,6 +134,9 @@ def test_an_interrupted_training_resumes_from_its_default_checkpoint(tmp_path: P
 
     cartridge_save = cartridge.save_state
     monkeypatch.setattr(cartridge, "save_state", save_then_ctrl_c_once)
+    # Ctrl-C must raise KeyboardInterrupt even if an earlier test (an in-process uvicorn) left its own SIGINT handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     with AgentMemory(tmp_path / "s", model=tiny_causal_lm("llama")) as mem:
         ckpts = tmp_path / "s" / "train"
         with pytest.raises(KeyboardInterrupt):
