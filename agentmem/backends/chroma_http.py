@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentmem.errors import InvalidInputError
+from agentmem.ports.vectors import SPACES
 from agentmem.store.chroma_sync import Overlay
 from agentmem.store.vectors import VectorIndex
 
@@ -77,14 +78,15 @@ class ChromaHttpIndex(VectorIndex):
 
 
     def erase_residue(self, user_ids: Sequence[str]) -> None:
-        """Drop each user's collection once it is empty (the server's files are the server's to compact)."""
+        """Drop each user's collections (every space) once empty (the server's files are the server's to compact)."""
         with self._handle.lock:
             for user in dict.fromkeys(user_ids):
-                name = self.collection_name(user)
-                col = self._collection(self._handle.client, user, create=False)
-                if col is not None and col.count() == 0:
-                    self._handle.collections.pop(name, None)
-                    self._handle.client.delete_collection(name)
+                for space in SPACES:
+                    name = self.collection_name(user, space)
+                    col = self._collection(self._handle.client, user, create=False, space=space)
+                    if col is not None and col.count() == 0:
+                        self._handle.collections.pop(name, None)
+                        self._handle.client.delete_collection(name)
 
 
 def build_vectors(url: str | None, ctx: Any) -> ChromaHttpIndex:

@@ -1,7 +1,8 @@
 """pgvector: entry vectors in the catalog's own PostgreSQL database (``vector_url="pgvector"``).
 
 One ``vectors`` table (id, user, scoping fields, ``vector(dim)``) with an HNSW index for cosine distance, created on
-the first write once the dimension is known. Because it shares the catalog's engine, :meth:`PgVectorIndex.add_in`
+the first write once the dimension is known; the same again per further space (``vectors_context``: turn context
+vectors, see :mod:`agentmem.ports.vectors`). Because it shares the catalog's engine, :meth:`PgVectorIndex.add_in`
 writes the vectors inside the catalog's insert transaction: row and vector commit together or not at all.
 Queries filter by user in SQL; pgvector's iterative index scan (0.8+) keeps filtered searches from coming back
 short, and a search that still comes back short (a user with a small share of the table, or pgvector < 0.8) is
@@ -15,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ProgrammingError
 
 from agentmem.errors import InvalidInputError
+from agentmem.ports.vectors import SPACES, check_space
 
 _FIELDS = {"kind", "session_id"}
 _ADVISORY_KEY = 0x616D7663  # "amvc": one creator of the table and its index
@@ -32,6 +35,16 @@ _ADVISORY_KEY = 0x616D7663  # "amvc": one creator of the table and its index
 def _literal(vec: np.ndarray) -> str:
     # tolist(): Python floats in one C call (per-element numpy scalars cost a third of a bulk write); exact for float32
     return "[" + ",".join(map(repr, np.asarray(vec, dtype=np.float32).ravel().tolist())) + "]"
+
+
+def table_of(space: str = "") -> str:
+    """The table holding ``space``'s vectors.
+
+    Example:
+        >>> table_of(""), table_of("context")
+        ('vectors', 'vectors_context')
+    """
+    return "vectors" + (f"_{check_space(space)}" if space else "")
 
 
 def where_sql(where: dict[str, Any] | None, params: dict[str, Any]) -> str:
@@ -68,36 +81,42 @@ class PgVectorIndex:
         self.engine = engine
         self.catalog = catalog  # set: add_in() may run inside this catalog's transactions
         self.keep_documents = keep_documents
-        self._ready = False
+        self._ready: set[str] = set()  # tables known to exist
         self._iterative: bool | None = None  # pgvector 0.8+ iterative index scans (None: not asked yet)
 
     # --- schema ----------------------------------------------------------------------------------
-    def _exists(self, conn: Connection) -> bool:
-        if not self._ready:
-            self._ready = bool(conn.execute(text("SELECT to_regclass('vectors') IS NOT NULL")).scalar())
-        return self._ready
+    def _exists(self, conn: Connection, table: str = "vectors") -> bool:
+        if table not in self._ready and conn.execute(text(f"SELECT to_regclass('{table}') IS NOT NULL")).scalar():
+            self._ready.add(table)
+        return table in self._ready
 
-    def _ensure(self, conn: Connection, dim: int) -> None:
-        if self._exists(conn):
+    def _ensure(self, conn: Connection, dim: int, table: str = "vectors") -> None:
+        if self._exists(conn, table):
             return
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         conn.execute(text(
-            f"CREATE TABLE IF NOT EXISTS vectors (id VARCHAR(36) PRIMARY KEY, user_id VARCHAR NOT NULL, "
+            f"CREATE TABLE IF NOT EXISTS {table} (id VARCHAR(36) PRIMARY KEY, user_id VARCHAR NOT NULL, "
             f"kind VARCHAR(16), session_id VARCHAR, document TEXT, embedding vector({int(dim)}) NOT NULL)"))
-        conn.execute(text("CREATE INDEX IF NOT EXISTS ix_vectors_user ON vectors (user_id)"))
-        conn.execute(text("CREATE INDEX IF NOT EXISTS ix_vectors_hnsw ON vectors USING hnsw (embedding vector_cosine_ops)"))
-        self._ready = True
+        conn.execute(text(f"CREATE INDEX IF NOT EXISTS ix_{table}_user ON {table} (user_id)"))
+        conn.execute(text(f"CREATE INDEX IF NOT EXISTS ix_{table}_hnsw ON {table} USING hnsw (embedding vector_cosine_ops)"))
+        self._ready.add(table)
+
+    def _tables(self, conn: Connection) -> list[str]:
+        """The tables of every space that exist."""
+        return [t for t in map(table_of, SPACES) if self._exists(conn, t)]
 
     # --- writes --------------------------------------------------------------------------------
     def add_in(self, conn: Any, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
-               metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
+               metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None, *,
+               space: str = "") -> None:
         """Upsert inside the caller's transaction (a SQLAlchemy connection or ORM session)."""
         if not len(ids):
             return
-        self._ensure(conn, int(vectors.shape[1]))
+        table = table_of(space)
+        self._ensure(conn, int(vectors.shape[1]), table)
         conn.execute(text(
-            "INSERT INTO vectors (id, user_id, kind, session_id, document, embedding) "
+            f"INSERT INTO {table} (id, user_id, kind, session_id, document, embedding) "
             "VALUES (:id, :u, :k, :s, :d, CAST(:e AS vector)) ON CONFLICT (id) DO UPDATE SET user_id = EXCLUDED.user_id, "
             "kind = EXCLUDED.kind, session_id = EXCLUDED.session_id, document = EXCLUDED.document, "
             "embedding = EXCLUDED.embedding"),
@@ -106,32 +125,43 @@ class PgVectorIndex:
              for n, (i, u, v, m) in enumerate(zip(ids, user_ids, vectors, metadatas))])
 
     def add(self, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
-            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
+            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None, *, space: str = "") -> None:
         with self.engine.begin() as conn:
-            self.add_in(conn, user_ids, ids, vectors, metadatas, documents)
+            self.add_in(conn, user_ids, ids, vectors, metadatas, documents, space=space)
+
+    def get(self, user_id: str, ids: Sequence[str], *, space: str = "") -> dict[str, np.ndarray]:
+        """The stored vectors of ``ids`` in ``user_id``'s ``space`` (missing ids are left out)."""
+        table = table_of(space)
+        with self.engine.connect() as conn:
+            if not ids or not self._exists(conn, table):
+                return {}
+            rows = conn.execute(text(f"SELECT id, embedding::text FROM {table} WHERE user_id = :u AND id = ANY(:ids)"),
+                                {"u": user_id, "ids": list(ids)}).all()
+        return {i: np.asarray(json.loads(v), dtype=np.float32) for i, v in rows}
 
     def delete(self, ids: Sequence[str], *, user_id: str | None = None) -> None:
         if not ids:
             return
         with self.engine.begin() as conn:
-            if not self._exists(conn):
-                return
             scope = "" if user_id is None else " AND user_id = :u"
-            for i in range(0, len(ids), 1000):
-                conn.execute(text(f"DELETE FROM vectors WHERE id IN :ids{scope}")
-                             .bindparams(bindparam("ids", expanding=True)), {"ids": list(ids[i:i + 1000]), "u": user_id})
+            for table in self._tables(conn):  # an entry's vectors in every space
+                for i in range(0, len(ids), 1000):
+                    conn.execute(text(f"DELETE FROM {table} WHERE id IN :ids{scope}")
+                                 .bindparams(bindparam("ids", expanding=True)),
+                                 {"ids": list(ids[i:i + 1000]), "u": user_id})
 
     # --- reads ---------------------------------------------------------------------------------
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
-              ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
+              ids: Sequence[str] | None = None, space: str = "") -> list[tuple[str, float]]:
         params: dict[str, Any] = {"u": user_id, "v": _literal(vector), "n": int(n)}
         clause = where_sql(where, params)
         if ids is not None:
             params["ids"] = list(ids)
             clause += " AND id = ANY(:ids)"
-        select = f"SELECT id, 1 - (embedding <=> CAST(:v AS vector)) FROM vectors WHERE user_id = :u AND {clause} "
+        table = table_of(space)
+        select = f"SELECT id, 1 - (embedding <=> CAST(:v AS vector)) FROM {table} WHERE user_id = :u AND {clause} "
         with self.engine.begin() as conn:
-            if not self._exists(conn):
+            if not self._exists(conn, table):
                 return []
             conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(int(n), 1000))}"))
             if self._iterative is not False:
@@ -152,23 +182,20 @@ class PgVectorIndex:
         # relaxed order: re-sort exactly (the scan may hand rows back slightly out of order)
         return sorted(((i, float(s)) for i, s in rows), key=lambda kv: -kv[1])
 
-    def _ids(self, where: str, params: dict[str, Any]) -> list[str]:
+    def _ids(self, tables: Sequence[str], where: str, params: dict[str, Any]) -> list[str]:
         with self.engine.connect() as conn:
-            if not self._exists(conn):
-                return []
-            return [r[0] for r in conn.execute(text(f"SELECT id FROM vectors{where}"), params)]
+            return [r[0] for t in tables if self._exists(conn, t)
+                    for r in conn.execute(text(f"SELECT id FROM {t}{where}"), params)]
 
-    def user_ids(self, user_id: str) -> list[str]:
-        return self._ids(" WHERE user_id = :u", {"u": user_id})
+    def user_ids(self, user_id: str, *, space: str = "") -> list[str]:
+        return self._ids([table_of(space)], " WHERE user_id = :u", {"u": user_id})
 
     def all_ids(self) -> list[str]:
-        return self._ids("", {})
+        return self._ids([table_of(s) for s in SPACES], "", {})
 
     def count(self) -> int:
         with self.engine.connect() as conn:
-            if not self._exists(conn):
-                return 0
-            return int(conn.execute(text("SELECT count(*) FROM vectors")).scalar_one())
+            return sum(int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()) for t in self._tables(conn))
 
     def erase_residue(self, user_ids: Sequence[str]) -> None:
         """Nothing beyond the delete: the catalog's ``scrub(vacuum=True)`` VACUUMs the ``vectors`` table too."""
@@ -188,4 +215,4 @@ def build_vectors(url: str | None, ctx: Any) -> PgVectorIndex:
                          keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
 
 
-__all__ = ["PgVectorIndex", "build_vectors", "where_sql"]
+__all__ = ["PgVectorIndex", "build_vectors", "table_of", "where_sql"]

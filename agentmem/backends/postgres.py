@@ -225,8 +225,7 @@ class PostgresCatalog(Catalog):
             return
         tables = ["entries", "entry_tags", "lexical_docs", "lexical_postings", "lexical_terms"]
         with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            if _has_vectors(conn):
-                tables.append("vectors")
+            tables += [t for t in ("vectors", "vectors_context") if _has_table(conn, t)]  # every vector space
             conn.execute(text("VACUUM " + ", ".join(tables)))
 
 
@@ -241,8 +240,8 @@ def _stats_of(docs: Iterable[Any]) -> dict[str, tuple[int, int, dict[str, int]]]
     return out
 
 
-def _has_vectors(conn: Any) -> bool:
-    return bool(conn.execute(text("SELECT to_regclass('vectors') IS NOT NULL")).scalar())
+def _has_table(conn: Any, table: str) -> bool:
+    return bool(conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": table}).scalar())
 
 
 def build_catalog(url: str | None, ctx: Any) -> PostgresCatalog:

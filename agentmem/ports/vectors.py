@@ -3,6 +3,11 @@
 Vectors are derived data: the catalog is the source of truth, and a vector without a committed or pending row is
 garbage. Every method is scoped by user so that no query can reach another user's vectors.
 
+An entry may have a vector in more than one *space*: ``""`` holds the entries' own vectors (the embedded memory
+line), :data:`CONTEXT_SPACE` a conversation turn's context vector (its own vector plus its predecessor's,
+normalised: :mod:`agentmem.store.context_vectors`). Spaces are separate namespaces (a collection or table each);
+``delete`` removes an id from every space, so erasing an entry erases all of its vectors.
+
 Example:
     >>> from agentmem.ports.vectors import VectorIndex
     >>> def nearest(index: VectorIndex, vec, user: str) -> list[str]:
@@ -16,6 +21,23 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from agentmem.errors import InvalidInputError
+
+CONTEXT_SPACE = "context"  # turn context vectors (agentmem.store.context_vectors)
+SPACES = ("", CONTEXT_SPACE)  # every space an index keeps: "" (the entries' own vectors) first
+
+
+def check_space(space: str) -> str:
+    """``space`` if it is one of :data:`SPACES`, else :class:`InvalidInputError` (backends put it in names).
+
+    Example:
+        >>> check_space("context")
+        'context'
+    """
+    if space not in SPACES:
+        raise InvalidInputError(f"space: expected one of {SPACES}, got {space!r}")
+    return space
+
 
 @runtime_checkable
 class VectorIndex(Protocol):
@@ -28,17 +50,22 @@ class VectorIndex(Protocol):
     """
 
     def add(self, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
-            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
-        """Upsert one vector per id (``user_ids[i]`` owns ``ids[i]``); re-adding an id replaces it."""
+            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None, *, space: str = "") -> None:
+        """Upsert one vector per id (``user_ids[i]`` owns ``ids[i]``) into ``space``; re-adding an id replaces it."""
+        ...
+
+    def get(self, user_id: str, ids: Sequence[str], *, space: str = "") -> dict[str, np.ndarray]:
+        """The stored vectors of ``ids`` in ``user_id``'s ``space`` (missing ids are left out)."""
         ...
 
     def delete(self, ids: Sequence[str], *, user_id: str | None = None) -> None:
-        """Remove ids from ``user_id``'s namespace (``None``: from every namespace). Missing ids are ignored."""
+        """Remove ids from ``user_id``'s namespace in every space (``None``: from every namespace). Missing ids
+        are ignored."""
         ...
 
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
-              ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
-        """The ``n`` nearest of ``user_id``'s vectors as ``[(id, cosine similarity)]``, best first.
+              ids: Sequence[str] | None = None, space: str = "") -> list[tuple[str, float]]:
+        """The ``n`` nearest of ``user_id``'s vectors in ``space`` as ``[(id, cosine similarity)]``, best first.
 
         ``ids`` restricts the search to those ids.
         """
@@ -49,16 +76,16 @@ class VectorIndex(Protocol):
         user's namespace, compact what still holds deleted rows)."""
         ...
 
-    def user_ids(self, user_id: str) -> list[str]:
-        """Every id stored for ``user_id`` (for checks and erasure)."""
+    def user_ids(self, user_id: str, *, space: str = "") -> list[str]:
+        """Every id stored for ``user_id`` in ``space`` (for checks and erasure)."""
         ...
 
     def all_ids(self) -> list[str]:
-        """Every id of every user (``verify()`` only: O(store))."""
+        """Every id of every user, in every space (``verify()`` only: O(store))."""
         ...
 
     def count(self) -> int:
-        """How many vectors the index holds in all."""
+        """How many vectors the index holds in all (every space)."""
         ...
 
     def close(self) -> None:
@@ -66,4 +93,4 @@ class VectorIndex(Protocol):
         ...
 
 
-__all__ = ["VectorIndex"]
+__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space"]

@@ -34,6 +34,8 @@ from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.context import context_cosines, neighbours
+from agentmem.store.context_vectors import ContextVectors
+from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.store.retrieval import Candidates, RetrievalParams, fuse, rank_scores
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
@@ -129,6 +131,7 @@ class EntryStore:
         self.lifecycle = Lifecycle(self.catalog)
         self.vectors = vectors if vectors is not None else factory.build_vectors(ctx)
         self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
+        self.contexts = ContextVectors(self.catalog, self.vectors)  # turn context vectors (second vector space)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = RetrievalParams()  # ranking constants (cross-validated defaults, docs/retrieval.md)
@@ -185,16 +188,29 @@ class EntryStore:
         has_blobs = any(e.blob is not None for e in entries)
         history = [e.history for e in entries if e.history is not None]
         with self._lock:
+            for user in {r.user_id for r in rows}:
+                self.contexts.backfill(user)  # a store written before context vectors: before the new turns
+            ctx_args, follow = self.contexts.for_new(
+                rows, {ids[i]: v for i, v in zip(indexed, vectors)} if vector_args is not None else {})
+
+            def in_transaction(s: Any) -> None:
+                add_in(s, *vector_args)
+                if ctx_args:
+                    add_in(s, *ctx_args, space=CONTEXT_SPACE)
+
             self.catalog.insert(rows, index_texts=index_texts, tags=[e.tags for e in entries],
                                 pending=has_blobs or add_in is None, history=history,
-                                **({"extra": lambda s: add_in(s, *vector_args)} if add_in and vector_args else {}))
+                                **({"extra": in_transaction} if add_in and vector_args else {}))
             if add_in is not None and not has_blobs:
+                self.contexts.refresh(follow)
                 return  # row and vector committed together: nothing is in flight
             staged: list[str] = []
             try:
                 staged = [self.blobs.stage(e.row.id, self._seal(e.row.id, e.blob)) for e in entries if e.blob is not None]
                 if add_in is None and vector_args is not None:
                     self.vectors.add(*vector_args)
+                    if ctx_args:
+                        self.vectors.add(*ctx_args, space=CONTEXT_SPACE)
                 for token in staged:
                     self.blobs.publish(token)
                 staged = []
@@ -202,6 +218,7 @@ class EntryStore:
             except BaseException:
                 self._roll_back(rows, staged)
                 raise
+            self.contexts.refresh(follow)  # a committed turn that now follows a new one
         for r in rows:  # the caller's row objects describe committed entries
             r.write_state = r.write_since = None
 
@@ -247,6 +264,7 @@ class EntryStore:
                 except BaseException:
                     self._restore_vector(row, old_vector)
                     raise
+                self._refresh_context([row])
             except BaseException:
                 if token is not None:
                     self.blobs.discard(token)
@@ -264,6 +282,11 @@ class EntryStore:
             self.vectors.add([row.user_id], [row.id], old[row.id][None, :], [_vector_metadata(row)], None)
         else:
             self.vectors.delete([row.id], user_id=row.user_id)
+        self._refresh_context([row])
+
+    def _refresh_context(self, rows: Sequence[EntryRow]) -> None:
+        """Recompute the context vectors of turns whose own vector changed, and of the turns after them."""
+        self.contexts.refresh([*((r.user_id, r.id) for r in rows), *self.contexts.successors(rows)])
 
     def attach_blob(self, entry_id: str, blob: bytes, *, expect_version: int | None = None, **kv_fields: Any) -> bool:
         """Attach (or replace) an entry's KV blob; False if the entry no longer exists or, with
@@ -294,13 +317,16 @@ class EntryStore:
         return deleted
 
     def _erase(self, rows: Sequence[EntryRow]) -> None:
-        """Erase the vectors and blobs of rows marked in flight, then the rows."""
+        """Erase the vectors (every space) and blobs of rows marked in flight, then the rows; then the context
+        vectors of the turns that followed them are rebuilt without the erased turns' words."""
+        after = self.contexts.successors(rows)
         for user in {r.user_id for r in rows}:
             self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
         for row in rows:
             if row.kv_path:
                 self.blobs.delete(row.id)
         self.catalog.delete([r.id for r in rows])
+        self.contexts.refresh(after)
 
     # --- reads ---------------------------------------------------------------------------------
     def scope_ids(self, *, user_id: str | None = None, session_id: str | None = None, tags: Sequence[str] | None = None,
@@ -363,8 +389,13 @@ class EntryStore:
             lexical = {i: s for i, s in lexical.items() if i in admitted}
         where = chroma_where(session_id=scope.session_id, kind=list(scope.kinds) if scope.kinds else None)
         dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
-        places = self.catalog.turn_context(list(dense.keys() | lexical.keys()))
-        cands = Candidates(dense, lexical, places)
+        turn_context: dict[str, float] = {}
+        if self.params.context_vector_weight > 0 and self.contexts.enabled and (not scope.kinds or "turn" in scope.kinds):
+            # turn context vectors (agentmem.store.context_vectors): one more search, in their own space
+            turn_context = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids,
+                                                   space=CONTEXT_SPACE))
+        places = self.catalog.turn_context(list(dense.keys() | lexical.keys() | turn_context.keys()))
+        cands = Candidates(dense, lexical, places, turn_context=turn_context)
         if self.params.context_weight > 0 if context is None else context:
             cands.context = self._context(vec, scope, cands, where)
         return cands, vec

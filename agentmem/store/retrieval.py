@@ -32,6 +32,12 @@ from typing import Protocol
 DENSE_WEIGHT = 0.35  # BM25 leads (cross-validated: chosen by all 5 folds over 0.5)
 SPILLOVER = 0.25  # share of a turn's score passed to its neighbours (squared for the turns two away)
 SESSION_WEIGHT = 0.5  # how much the best score of a candidate's session adds to its own
+# Turn context vectors (agentmem.store.context_vectors: normalise(turn + previous turn)), their cosines min-max
+# scaled over their own pool of candidate_pool and added × this to the fused score. Chosen by 5-fold
+# cross-validation over LoCoMo conversations from {0, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5}: all five folds chose
+# 0.2 (held-out recall@5 / @10 0.710 / 0.795 → 0.719 / 0.801, benchmarks/retrieval_ablation.py), and again
+# inside benchmarks/locomo.py's grid (docs/retrieval.md).
+CONTEXT_VECTOR_WEIGHT = 0.2
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,8 @@ class RetrievalParams:
     # gain over spillover, docs/retrieval.md)
     context_weight: float = 0.0
     context_depth: int = 50
+    # turn context vectors (a second vector per turn, searched beside the first): see CONTEXT_VECTOR_WEIGHT
+    context_vector_weight: float = CONTEXT_VECTOR_WEIGHT
 
 
 class Placement(Protocol):
@@ -80,6 +88,7 @@ class Candidates:
     lexical: dict[str, float]
     places: Mapping[str, Placement] = field(default_factory=dict)
     context: dict[str, float] = field(default_factory=dict)  # mean cosine with the session neighbours (head only)
+    turn_context: dict[str, float] = field(default_factory=dict)  # cosine of the turns' context vectors
 
     @property
     def best_dense(self) -> float:
@@ -107,6 +116,11 @@ def fuse(dense: Mapping[str, float], lexical: Mapping[str, float], *, dense_weig
         i: dense_weight * scaled_dense.get(i, 0.0) + (1 - dense_weight) * scaled_lex.get(i, 0.0)
         for i in scaled_dense.keys() | scaled_lex.keys()
     }
+
+
+def _min_max(scores: Mapping[str, float]) -> dict[str, float]:
+    lo, hi = min(scores.values()), max(scores.values())
+    return {i: (s - lo) / (hi - lo) if hi > lo else 1.0 for i, s in scores.items()}
 
 
 def spill_over(scores: Mapping[str, float], places: Mapping[str, Placement], *, share: float = SPILLOVER) -> dict[str, float]:
@@ -186,6 +200,9 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
         [('a', 1.0), ('b', 0.0)]
     """
     fused = fuse(cands.dense, cands.lexical, dense_weight=params.dense_weight)
+    if params.context_vector_weight and cands.turn_context:
+        for entry_id, c in _min_max(cands.turn_context).items():
+            fused[entry_id] = fused.get(entry_id, 0.0) + params.context_vector_weight * c
     if params.context_weight and cands.context:
         lo, hi = min(cands.context.values()), max(cands.context.values())
         for entry_id, c in cands.context.items():
@@ -202,5 +219,5 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
     return session_boost(fused, sessions, weight=params.session_weight)
 
 
-__all__ = ["DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "fuse",
+__all__ = ["CONTEXT_VECTOR_WEIGHT", "DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "fuse",
            "rank_scores", "session_boost", "session_first_stage", "spill_over"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from agentmem.ports.vectors import SPACES, check_space
 from agentmem.security.chroma_erase import (
     erase_collection_residue, has_rebuilds, recover_rebuilds, scrub_freed_memory,
 )
@@ -191,12 +192,17 @@ class VectorIndex:
                 self._handle.collections.clear()
 
     @staticmethod
-    def collection_name(user_id: str) -> str:
+    def collection_name(user_id: str, space: str = "") -> str:
+        """The user's collection in ``space`` ("": the entries' own vectors; ``"context"``: turn context vectors)."""
         # Chroma names allow [a-zA-Z0-9._-], 3-63 chars: hash the user id (which is not stored in the name)
-        return "u-" + hashlib.sha256(user_id.encode()).hexdigest()[:40]
+        return "u-" + hashlib.sha256(user_id.encode()).hexdigest()[:40] + (f"-{check_space(space)}" if space else "")
 
-    def _collection(self, client: Any, user_id: str, *, create: bool) -> Any:
-        name = self.collection_name(user_id)
+    def _names(self, user_id: str) -> list[str]:
+        """The user's collections in every space (an entry's vectors are erased from all of them)."""
+        return [self.collection_name(user_id, s) for s in SPACES]
+
+    def _collection(self, client: Any, user_id: str, *, create: bool, space: str = "") -> Any:
+        name = self.collection_name(user_id, space)
         cols = self._handle.collections
         col = cols.get(name)
         if col is None:
@@ -219,25 +225,25 @@ class VectorIndex:
         return cols
 
     def add(self, user_ids: Sequence[str], ids: Sequence[str], vectors: np.ndarray,
-            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None) -> None:
-        """Upsert vectors, each into its user's collection."""
+            metadatas: Sequence[dict[str, Any]], documents: Sequence[str] | None = None, *, space: str = "") -> None:
+        """Upsert vectors, each into its user's collection of ``space``."""
         users = list(dict.fromkeys(user_ids))
-        with self._handle.writing([self.collection_name(u) for u in users]) as client:
+        with self._handle.writing([self.collection_name(u, space) for u in users]) as client:
             for user in users:
                 rows = [i for i, u in enumerate(user_ids) if u == user]
-                self._collection(client, user, create=True).upsert(
+                self._collection(client, user, create=True, space=space).upsert(
                     ids=[ids[i] for i in rows], embeddings=vectors[rows], metadatas=[metadatas[i] for i in rows],
                     documents=[documents[i] for i in rows] if (documents is not None and self.keep_documents) else None,
                 )
-                self._handle.record("a", self.collection_name(user), [ids[i] for i in rows], vectors[rows])
+                self._handle.record("a", self.collection_name(user, space), [ids[i] for i in rows], vectors[rows])
 
-    def get(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored vectors of ``ids`` in ``user_id``'s collection (missing ids are left out)."""
-        return self._handle.retry_stale(lambda: self._get_once(user_id, ids))
+    def get(self, user_id: str, ids: Sequence[str], *, space: str = "") -> dict[str, np.ndarray]:
+        """Stored vectors of ``ids`` in ``user_id``'s collection of ``space`` (missing ids are left out)."""
+        return self._handle.retry_stale(lambda: self._get_once(user_id, ids, space))
 
-    def _get_once(self, user_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+    def _get_once(self, user_id: str, ids: Sequence[str], space: str) -> dict[str, np.ndarray]:
         with self._handle.reading() as client:
-            col = self._collection(client, user_id, create=False)
+            col = self._collection(client, user_id, create=False, space=space)
             if col is None or not ids:
                 return {}
             ov = self._handle.overlay(col.name)
@@ -250,25 +256,27 @@ class VectorIndex:
         return out
 
     def delete(self, ids: Sequence[str], *, user_id: str | None = None) -> None:
-        """Delete ids from one user's collection, or (``user_id=None``, for recovery) from every collection."""
+        """Delete ids from one user's collections (every space), or (``user_id=None``, for recovery) from every
+        collection."""
         if not ids:
             return
-        names = [self.collection_name(user_id)] if user_id is not None else None
+        names = self._names(user_id) if user_id is not None else None
         with self._handle.writing(names) as client:
-            cols = [self._collection(client, user_id, create=False)] if user_id is not None \
-                else self._all_collections(client)
+            cols = [self._collection(client, user_id, create=False, space=s) for s in SPACES] \
+                if user_id is not None else self._all_collections(client)
             for col in cols:
                 if col is None:
                     continue
                 for i in range(0, len(ids), 1000):
                     col.delete(ids=list(ids[i : i + 1000]))
-            self._handle.record("d", names[0] if names else None, list(ids))
+            for name in names or [None]:
+                self._handle.record("d", name, list(ids))
 
     def erase_residue(self, user_ids: Sequence[str]) -> None:
         """After a delete, make the erased vectors leave Chroma's files: a user's emptied collection is dropped,
         a collection with live vectors left is rebuilt, the old segment files are wiped and chroma.sqlite3 is
         vacuumed (:mod:`agentmem.security.chroma_erase`). Other processes re-open on the generation bump."""
-        names = [self.collection_name(u) for u in dict.fromkeys(user_ids)]
+        names = [n for u in dict.fromkeys(user_ids) for n in self._names(u)]
         # the journal holds the erased vectors and ids: it is overwritten, and every other process re-opens
         with self._handle.writing(names, everyone_reopens=True) as client:
             cols = self._handle.collections
@@ -279,14 +287,14 @@ class VectorIndex:
                     cols[name] = col
 
     def query(self, vector: np.ndarray, *, user_id: str, n: int, where: dict[str, Any] | None = None,
-              ids: Sequence[str] | None = None) -> list[tuple[str, float]]:
-        """Nearest entries of ``user_id`` as [(id, cosine similarity)], best first."""
-        return self._handle.retry_stale(lambda: self._query_once(vector, user_id, n, where, ids))
+              ids: Sequence[str] | None = None, space: str = "") -> list[tuple[str, float]]:
+        """Nearest entries of ``user_id`` in ``space`` as [(id, cosine similarity)], best first."""
+        return self._handle.retry_stale(lambda: self._query_once(vector, user_id, n, where, ids, space))
 
     def _query_once(self, vector: np.ndarray, user_id: str, n: int, where: dict[str, Any] | None,
-                    ids: Sequence[str] | None) -> list[tuple[str, float]]:
+                    ids: Sequence[str] | None, space: str = "") -> list[tuple[str, float]]:
         with self._handle.reading() as client:
-            col = self._collection(client, user_id, create=False)
+            col = self._collection(client, user_id, create=False, space=space)
             if col is None:
                 return []
             ov = self._handle.overlay(col.name)
@@ -323,14 +331,14 @@ class VectorIndex:
             out.extend(page)
             offset += len(page)
 
-    def user_ids(self, user_id: str) -> list[str]:
-        """Every id in ``user_id``'s collection."""
+    def user_ids(self, user_id: str, *, space: str = "") -> list[str]:
+        """Every id in ``user_id``'s collection of ``space``."""
         with self._handle.reading() as client:
-            col = self._collection(client, user_id, create=False)
+            col = self._collection(client, user_id, create=False, space=space)
             return [] if col is None else self._ids_of(col)
 
     def all_ids(self) -> list[str]:
-        """Every id of every collection (checks only: O(store))."""
+        """Every id of every collection, every space (checks only: O(store))."""
         with self._handle.reading() as client:
             return [i for col in self._all_collections(client) for i in self._ids_of(col)]
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agentmem.errors import InvalidInputError
 from agentmem.ports import VectorIndex
+from agentmem.ports.vectors import CONTEXT_SPACE
 
 BACKENDS = ["chroma", "pgvector", "chroma-http"]
 DIM = 16
@@ -116,3 +118,36 @@ def test_a_small_user_among_many_rows_gets_its_exact_neighbours(index: VectorInd
     query = small[3] + 0.5 * big[0]
     expected = [f"s{i}" for i in np.argsort(-(small @ query))[:10]]
     assert [i for i, _ in index.query(query, user_id="small", n=10)] == expected
+
+
+def test_context_space_is_a_separate_namespace_erased_with_the_entry(index: VectorIndex) -> None:
+    # turn context vectors live beside the entries' own vectors, under the same ids (agentmem.store.context_vectors)
+    vecs = _fill(index)
+    ctx = _unit(np.random.default_rng(2), 5)
+    index.add(["u"] * 5, [f"e{i}" for i in range(5)], ctx, [{"kind": "turn", "session_id": "s0"}] * 5,
+              space=CONTEXT_SPACE)
+    index.add(["v"], ["other"], ctx[:1], [{"kind": "turn"}], space=CONTEXT_SPACE)
+    hits = index.query(ctx[3], user_id="u", n=10, space=CONTEXT_SPACE)
+    assert [i for i, _ in hits] == [f"e{i}" for i in np.argsort(-(ctx @ ctx[3]))]  # only the context space
+    assert hits[0][1] == pytest.approx(1.0, abs=1e-4)
+    own = index.query(vecs[3], user_id="u", n=1)  # the entries' own space is unchanged
+    assert own[0][0] == "e3" and own[0][1] == pytest.approx(1.0, abs=1e-4)
+    assert sorted(index.user_ids("u", space=CONTEXT_SPACE)) == [f"e{i}" for i in range(5)]
+    assert len(index.user_ids("u")) == 30 and index.user_ids("v", space=CONTEXT_SPACE) == ["other"]
+    got = index.get("u", ["e2", "e29", "missing"], space=CONTEXT_SPACE)
+    assert sorted(got) == ["e2"] and np.allclose(got["e2"], ctx[2], atol=1e-5)
+    assert np.allclose(index.get("u", ["e2"])["e2"], vecs[2], atol=1e-5)
+    assert index.count() == 36
+    assert {i for i, _ in index.query(ctx[0], user_id="u", n=10, where={"session_id": "s0"},
+                                      ids=["e1", "e2", "e9"], space=CONTEXT_SPACE)} == {"e1", "e2"}
+    index.delete(["e1"], user_id="u")  # an entry's vectors go from every space
+    assert "e1" not in index.user_ids("u", space=CONTEXT_SPACE) and "e1" not in index.user_ids("u")
+    index.delete([f"e{i}" for i in range(30)], user_id="u")
+    index.erase_residue(["u"])
+    assert index.query(ctx[0], user_id="u", n=5, space=CONTEXT_SPACE) == [] and index.user_ids("u") == []
+    assert [i for i, _ in index.query(ctx[0], user_id="v", n=5, space=CONTEXT_SPACE)] == ["other"]
+
+
+def test_an_unknown_space_is_refused(index: VectorIndex) -> None:
+    with pytest.raises(InvalidInputError, match="space"):
+        index.add(["u"], ["e0"], _unit(np.random.default_rng(0), 1), [{"kind": "turn"}], space="x; DROP TABLE")
