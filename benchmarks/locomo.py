@@ -48,7 +48,7 @@ from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
-        "temporal_boost": [0.0, 0.2]}
+        "temporal_boost": [0.0, 0.2], "context_vector_weight": [0.0, 0.2, 0.35]}
 
 
 # what a manifest written before a field existed was made with

@@ -6,8 +6,10 @@ Fills one user's store with N short memories (in batches), then times ``recall``
 included (query embedding, both retrievers, fusion, the head's re-ranking, calibration, loading rows). Side by
 side in the same run, interleaved query by query, the same recall without the head re-ranking step (the ranking
 as before it existed: ``RetrievalParams(speaker_boost=0, temporal_boost=0, rerank_depth=10)``), so the ratio
-shows what re-ranking costs on this machine whatever its load.
-Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...}
+shows what re-ranking costs on this machine whatever its load; and, the same way, recall without the turn
+context vector search (``context_vector_weight=0``: one vector search fewer), for what that search costs.
+Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
+"no_context_p95_ms": ..., "context_p95_ratio": ...}
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from agentmem import AgentMemory
+from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.store.retrieval import RetrievalParams
 
 SUBJECTS = ["my sister", "the dog", "our landlord", "my manager", "the dentist", "grandma", "the neighbour", "Tom",
@@ -57,9 +61,10 @@ def main() -> None:
             mem.recall(q, user_id="u", k=args.k)
         store = mem._store  # the comparison swaps the store's ranking constants (no public knob for them)
         default, plain = store.params, RetrievalParams(speaker_boost=0.0, temporal_boost=0.0, rerank_depth=10)
-        times: dict[str, list[float]] = {"default": [], "no_rerank": []}
+        no_context = replace(default, context_vector_weight=0.0)
+        times: dict[str, list[float]] = {"default": [], "no_rerank": [], "no_context": []}
         for q in tqdm(queries, desc="recall", disable=None):
-            for name, params in (("default", default), ("no_rerank", plain)):
+            for name, params in (("default", default), ("no_rerank", plain), ("no_context", no_context)):
                 store.params = params
                 t = time.perf_counter()
                 mem.recall(q, user_id="u", k=args.k)
@@ -77,6 +82,10 @@ def main() -> None:
         "no_rerank_p50_ms": round(statistics.median(times["no_rerank"]), 2),
         "no_rerank_p95_ms": round(p95["no_rerank"], 2),
         "p95_ratio": round(p95["default"] / p95["no_rerank"], 3),
+        "no_context_p50_ms": round(statistics.median(times["no_context"]), 2),
+        "no_context_p95_ms": round(p95["no_context"], 2),
+        "context_p95_ratio": round(p95["default"] / p95["no_context"], 3),
+        "context_vectors": len(store.vectors.user_ids("u", space=CONTEXT_SPACE)),
     }
     print(json.dumps(result), flush=True)
 

@@ -164,6 +164,10 @@ def rank(q: locomo.Question, rows: dict, p: RetrievalParams, k: int, extra: dict
          w: float, *, places: dict) -> list[str]:
     """The shipped ranking with ``w`` × an extra turn-level score added to the fused score."""
     fused = fuse(q.cands.dense, q.cands.lexical, dense_weight=p.dense_weight)
+    if p.context_vector_weight and q.cands.turn_context:  # the shipped turn context vectors (their own search)
+        lo, hi = min(q.cands.turn_context.values()), max(q.cands.turn_context.values())
+        for i, c in q.cands.turn_context.items():
+            fused[i] = fused.get(i, 0.0) + p.context_vector_weight * ((c - lo) / (hi - lo) if hi > lo else 1.0)
     if extra and w:
         for i, s in extra.items():
             fused[i] = fused.get(i, 0.0) + w * s
@@ -253,7 +257,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--pool", type=int, default=100)
     ap.add_argument("--signals", nargs="+", default=["shipped", "ctxmean", "sess", "smol", "ctx"],
-                    help="shipped ctxmean sess smol ctx latency")
+                    help="shipped ctxmean sess smol ctx bm25ctx latency")
     ap.add_argument("--consolidation", choices=["off", "local"], default="off")
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
@@ -268,6 +272,8 @@ def main() -> None:
             id_maps = locomo.load_conversations(mem, conversations)
             manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
         questions = locomo.questions_of(conversations, id_maps)
+        for cid in id_maps:  # a store ingested before turn context vectors: give them theirs
+            mem._store.contexts.backfill(f"locomo-{cid}")
         rows = locomo.gather_candidates(mem, questions, args.pool)
         store = mem._store
         places = store.catalog.turn_context(list(rows))
@@ -280,6 +286,10 @@ def main() -> None:
         base = [recalls(q, rank(q, rows, p, max(ks), None, 0.0, places=places), ks) for q in questions]
         result: dict[str, Any] = {"baseline": summary(questions, base, ks)}
         print("baseline", result["baseline"], flush=True)
+        p0 = replace(p, context_vector_weight=0.0)
+        result["baseline_no_context_vectors"] = summary(questions, [
+            recalls(q, rank(q, rows, p0, max(ks), None, 0.0, places=places), ks) for q in questions], ks)
+        print("baseline_no_context_vectors", result["baseline_no_context_vectors"], flush=True)
 
         def dense_signal(name: str, tvecs: dict[str, np.ndarray], qvecs: np.ndarray) -> None:
             """Alone and fused, for a turn-level vector signal (tvecs per conversation, qvecs per question)."""
@@ -402,6 +412,16 @@ def main() -> None:
                 key = f"sess_poolsum_inpool_top{topn}"
                 result[key] = evaluate(key, questions, rows, ks, inpool.get, places)
                 print(key, result[key], flush=True)
+        if "bm25ctx" in args.signals:  # on top of the shipped context vectors: do the two add up?
+            extra: dict[int, dict[str, float]] = {}
+            for cid, js in qs_of.items():
+                docs = contextual_lines(turns[cid], True)
+                pseudo = [dict(session=t["id"], text=d) for t, d in zip(turns[cid], docs)]  # one doc per turn
+                for j, sc in zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])):
+                    best = max(sc.values(), default=0.0)
+                    extra[j] = {i: v / best for i, v in sorted(sc.items(), key=lambda kv: -kv[1])[:args.pool]}
+            result["ctxvec_plus_bm25_both"] = evaluate("ctxvec_plus_bm25_both", questions, rows, ks, extra.get, places)
+            print("ctxvec_plus_bm25_both", result["ctxvec_plus_bm25_both"], flush=True)
         if "ctx" in args.signals:
             t0 = time.time()
             qv = store.embedder.encode(qtexts)
