@@ -248,7 +248,8 @@ class VectorIndex:
                 return {}
             ov = self._handle.overlay(col.name)
             # others' new vectors are not in this client's index (Chroma fails a get of those): the journal has them
-            theirs = col.get(ids=[i for i in ids if i in ov.added], include=[])["ids"] if ov.added else []
+            added = [i for i in ids if i in ov.added]
+            theirs = col.get(ids=added, include=[])["ids"] if added else []  # Chroma refuses an empty id list
             mine = [i for i in ids if i not in ov.added and i not in ov.deleted]
             res = col.get(ids=mine, include=["embeddings"]) if mine else {"ids": [], "embeddings": []}
         out = {i: np.asarray(v, dtype=np.float32) for i, v in zip(res["ids"], res["embeddings"])}
