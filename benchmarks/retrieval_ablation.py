@@ -144,6 +144,19 @@ def bm25_sessions(turns: list[dict], queries: list[str]) -> list[dict[str, float
     return out
 
 
+def bm25_context(turns: dict[str, list[dict]], qs_of: dict[str, list[int]], qtexts: list[str], pool: int, *,
+                 both: bool) -> dict[int, dict[str, float]]:
+    """Per question: BM25 over each turn with its previous (and next) turn, the top ``pool`` scaled by the best."""
+    extra: dict[int, dict[str, float]] = {}
+    for cid, js in qs_of.items():
+        docs = contextual_lines(turns[cid], both)
+        pseudo = [dict(session=t["id"], text=d) for t, d in zip(turns[cid], docs)]  # one doc per turn
+        for j, sc in zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])):
+            best = max(sc.values(), default=0.0)
+            extra[j] = {i: v / best for i, v in sorted(sc.items(), key=lambda kv: -kv[1])[:pool]}
+    return extra
+
+
 def normed(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-9)
 
@@ -413,13 +426,7 @@ def main() -> None:
                 result[key] = evaluate(key, questions, rows, ks, inpool.get, places)
                 print(key, result[key], flush=True)
         if "bm25ctx" in args.signals:  # on top of the shipped context vectors: do the two add up?
-            extra: dict[int, dict[str, float]] = {}
-            for cid, js in qs_of.items():
-                docs = contextual_lines(turns[cid], True)
-                pseudo = [dict(session=t["id"], text=d) for t, d in zip(turns[cid], docs)]  # one doc per turn
-                for j, sc in zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])):
-                    best = max(sc.values(), default=0.0)
-                    extra[j] = {i: v / best for i, v in sorted(sc.items(), key=lambda kv: -kv[1])[:args.pool]}
+            extra = bm25_context(turns, qs_of, qtexts, args.pool, both=True)
             result["ctxvec_plus_bm25_both"] = evaluate("ctxvec_plus_bm25_both", questions, rows, ks, extra.get, places)
             print("ctxvec_plus_bm25_both", result["ctxvec_plus_bm25_both"], flush=True)
         if "ctx" in args.signals:
@@ -430,13 +437,7 @@ def main() -> None:
                 dense_signal(name, tv, qv)
             print("ctx s", round(time.time() - t0, 1), flush=True)
             for name, both in (("ctx_bm25_both", True),):
-                extra: dict[int, dict[str, float]] = {}
-                for cid, js in qs_of.items():
-                    docs = contextual_lines(turns[cid], both)
-                    pseudo = [dict(session=t["id"], text=d) for t, d in zip(turns[cid], docs)]  # one doc per turn
-                    for j, sc in zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])):
-                        best = max(sc.values(), default=0.0)
-                        extra[j] = {i: v / best for i, v in sorted(sc.items(), key=lambda kv: -kv[1])[:args.pool]}
+                extra = bm25_context(turns, qs_of, qtexts, args.pool, both=both)
                 result[name] = evaluate(name, questions, rows, ks, extra.get, places)
                 print(name, result[name], flush=True)
     print(json.dumps(result), flush=True)
