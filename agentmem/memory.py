@@ -25,7 +25,7 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.memory_kv import KVBankMethods
 from agentmem.store.entries import EntryStore, NewEntry, Scope
-from agentmem.store.consolidation import DEMOTE, LocalConsolidator, apply_decisions, demote_older
+from agentmem.store.consolidation import DEMOTE, LocalConsolidator, apply_decisions, demote_older, pack_vector
 from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
@@ -165,6 +165,8 @@ class AgentMemory(KVBankMethods):
         if kept and self._bank.should_encode(encode):
             for entry, (blob, fields) in zip(kept, self._bank.encode_blobs([e.embed_text for e in kept])):
                 entry.attach_kv(blob, fields)
+        if text_vectors is not None:
+            self._consolidator.attach_vectors([e.row for e in kept], text_vectors[keep])
         self._store.add(kept, None if vectors is None else vectors[keep])
         if decisions is not None and texts is not None:
             self._consolidator.remember_vectors([e.row for e in kept], text_vectors[keep])
@@ -302,7 +304,10 @@ class AgentMemory(KVBankMethods):
         fields: dict[str, Any] = dict(
             text=self._sealer.seal_text(row.id, "text", text), memory_text=self._sealer.seal_text(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
+            text_vector=None,  # the old text's; recomputed below when consolidation compares texts
         )
+        if self.config.consolidation != "off":
+            fields["text_vector"] = pack_vector(self._consolidator.text_vectors([text])[0])
         if meta is not None:
             fields["metadata_json"] = meta
         if ttl_s is not None or clear_ttl:

@@ -60,6 +60,8 @@ def ingest(mem: Any, args: argparse.Namespace, rng: random.Random) -> tuple[floa
         entries = [mem._new_entry(f"{sample[j]} (note {written + k})", user_id=f"user{(written + k) % args.users}",
                                   session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None,
                                   ttl=None, metadata=None) for k, j in enumerate(idx)]
+        # as remember() with consolidation does: each row carries its text's unit vector (recall's conflict check)
+        mem._consolidator.attach_vectors([e.row for e in entries], vecs)
         t0 = time.perf_counter()
         store.add(entries, vectors=vecs.astype(np.float32))
         write_s += time.perf_counter() - t0

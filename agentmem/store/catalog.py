@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
-    JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, create_engine, delete, event, func, select, text,
-    update,
+    JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, create_engine, delete, event, func,
+    select, text, update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
@@ -77,6 +77,8 @@ class EntryRow(Base):
     seen_count: Mapped[int] = mapped_column(Integer, default=1)
     last_seen_at: Mapped[float | None] = mapped_column(Float, default=None)
     indexed: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored but not embedded (LangGraph index=False)
+    # schema 6: the unit vector of the plain text (float16 bytes), set by consolidation at write; None = not computed
+    text_vector: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
 
     __table_args__ = (
         Index("ix_entries_session_created", "session_id", "created_at"),

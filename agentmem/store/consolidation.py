@@ -159,6 +159,13 @@ class LocalConsolidator:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
 
+    @staticmethod
+    def attach_vectors(rows: Sequence[EntryRow], unit: np.ndarray) -> None:
+        """Store each row's unit text vector on the row itself (float16, written with it), so a recall's conflict
+        check in any process reads it instead of re-embedding the text (``update`` replaces it with the text)."""
+        for row, vec in zip(rows, unit):
+            row.text_vector = pack_vector(vec)
+
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         vecs = np.asarray(self._embed(list(texts)), dtype=np.float32)
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
@@ -207,7 +214,8 @@ class LocalConsolidator:
     def _vectors_of(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> list[np.ndarray]:
         """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""
         with self._lock:
-            cached = [self._cache.get((r.id, r.version or 1)) for r in rows]
+            cached = [unpack_vector(r.text_vector) if r.text_vector else self._cache.get((r.id, r.version or 1))
+                      for r in rows]
         missing = [i for i, v in enumerate(cached) if v is None]
         if missing:
             fresh = self.text_vectors([texts[i] for i in missing])
@@ -237,6 +245,21 @@ class LocalConsolidator:
                 hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
             out.update((rows[a].id, row.id) for a in hit)
         return out
+
+
+def pack_vector(vec: np.ndarray) -> bytes:
+    """A unit vector as the float16 bytes stored in ``EntryRow.text_vector`` (cosines keep ~3 decimals).
+
+    >>> [round(float(x), 3) for x in unpack_vector(pack_vector(np.array([0.6, 0.8], dtype=np.float32)))]
+    [0.6, 0.8]
+    """
+    return np.asarray(vec, dtype=np.float16).tobytes()
+
+
+def unpack_vector(blob: bytes) -> np.ndarray:
+    """The float32 unit vector of :func:`pack_vector`'s bytes (re-normalised after the float16 rounding)."""
+    vec = np.frombuffer(blob, dtype=np.float16).astype(np.float32)
+    return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
 
 def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]]) -> list[T]:

@@ -141,12 +141,20 @@ def _pg_postings(conn: Connection) -> None:
         conn.execute(text(ddl))
 
 
+def _text_vectors(conn: Connection) -> None:
+    """Each entry's unit text vector (float16), written by consolidation, so recall's conflict check reads it with
+    the row instead of re-embedding every recalled text in each new process (NULL: not computed yet)."""
+    blob = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
+    conn.execute(text(f"ALTER TABLE entries ADD COLUMN text_vector {blob}"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline: entries, tags, store info (and SQLite's shared FTS5 index)", _baseline),
     Migration(2, "SQLite: one FTS5 table per user", _per_user_lexical),
     Migration(3, "write state on rows (pending adds/deletes, staged blobs) and a change counter", _write_state),
     Migration(4, "lifecycle: versions, superseded / merged entries, unindexed entries, entry history", _lifecycle),
     Migration(5, "PostgreSQL: BM25 postings (user, term, entry) with tf and token-count lengths", _pg_postings),
+    Migration(6, "text vectors on rows (float16, for consolidation's conflict check)", _text_vectors),
 )
 SCHEMA_VERSION = latest_version(MIGRATIONS)
 
