@@ -214,15 +214,17 @@ class KVBank:
             # No usable blob: encode now and store it, so the next mount is a plain load ("hot update").
             entry = engine.encode(memory.text)
             self.stats.counts["encoded_on_mount"] += 1
+            blob = engine.to_bytes(entry)
             # attach_blob stores nothing when the entry was forgotten meanwhile: say which happened
             # expect_version: if the entry was updated meanwhile, this KV is of the old text and is not stored
-            if self.store.attach_blob(row.id, engine.to_bytes(entry), expect_version=row.version,
-                                      **self._kv_fields(entry.num_tokens)):
+            if self.store.attach_blob(row.id, blob, expect_version=row.version, **self._kv_fields(entry.num_tokens)):
                 memory.load_fallback = f"{reason}: encoded from text and stored again"
             else:
                 memory.load_fallback = (f"{reason}: encoded from text; not stored (the entry was forgotten or "
                                         "updated meanwhile)")
-            return entry
+            # mount what was stored (with a lossy codec, not the fresh full-precision KV), so this first mount
+            # answers exactly as every later one that loads the blob
+            return engine.from_bytes(blob)
 
         return load
 

@@ -99,3 +99,24 @@ def test_encode_pending_encodes_only_one_users_entries_without_kv(tmp_path: Path
         rows = {r.id: r for r in mem._store.catalog.get([*mine, theirs])}
         assert all(rows[i].kv_path for i in mine) and not rows[theirs].kv_path
         assert mem.encode_pending(user_id="u", progress=False) == 0  # nothing left without KV
+
+
+def test_the_first_mount_of_a_lossy_codec_is_what_every_later_mount_loads(tmp_path: Path, tiny_pair) -> None:
+    """Encoding at mount time (no stored KV yet) mounts the stored, quantized blob, not the fresh float KV: the
+    first answer and every later one see the same keys and values (a stream and a generate agree)."""
+    import torch
+
+    with AgentMemory(tmp_path / "s", model=tiny_pair, kv_codec="int8") as mem:
+        rec = mem.remember("the spare key is under the blue flowerpot", user_id="u")  # model not loaded: no KV
+        assert mem._store.catalog.get([rec.id])[0].kv_path is None
+
+        def mount_once():
+            row = mem._store.catalog.get([rec.id])[0]
+            (memory,), _ = mem._bank.memories([row], [row.memory_text], strict=False)
+            return memory.load_kv(), memory.load_fallback
+
+        first, reason = mount_once()
+        assert reason is not None and "stored again" in reason
+        later, again = mount_once()
+        assert again is None  # loaded from the blob the first mount stored
+        assert torch.equal(first.keys, later.keys) and torch.equal(first.values, later.values)
