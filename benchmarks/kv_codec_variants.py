@@ -38,24 +38,47 @@ from agentmem.kv import FixConfig, KVEngine, MemoryItem, load_model, rotary_inv_
 from agentmem.kv.quant import hadamard_matrix  # noqa: E402
 
 
-def fake_quant(x: torch.Tensor, bits: int, dim: int, group: int, symmetric: bool = False) -> torch.Tensor:
+CLIP_GRID = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6)
+
+
+def _qdq(part: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor, levels: int) -> torch.Tensor:
+    return torch.clamp(torch.round((part - lo) / scale), 0, levels) * scale + lo
+
+
+FINE_GRID = tuple(round(1.0 - 0.025 * i, 3) for i in range(23))  # 1.0 ... 0.45
+
+
+def fake_quant(x: torch.Tensor, bits: int, dim: int, group: int, symmetric: bool = False,
+               clip: bool = False, grid: tuple = CLIP_GRID) -> torch.Tensor:
     """Min/max asymmetric quantization of ``x`` [L, H, T, D] along ``dim`` (2: per channel over tokens, 3: per
     token over channels) in groups of ``group``, scales/zeros rounded to fp16 as stored. ``symmetric``: one scale,
-    the zero point fixed at the middle of the range (-absmax)."""
+    the zero point fixed at the middle of the range (-absmax). ``clip``: each group's range shrunk by the factor of
+    ``CLIP_GRID`` with the least squared error on that group (an encode-time search; the stored format is the same)."""
     levels = (1 << bits) - 1
     n = x.shape[dim]
     out = torch.empty_like(x)
     for s in range(0, n, group):
         part = x.narrow(dim, s, min(group, n - s))
-        if symmetric:
-            amax = part.abs().amax(dim=dim, keepdim=True)
-            scale = (2 * amax / levels).half().float()
-            lo = -scale * levels / 2
-        else:
-            lo = part.amin(dim=dim, keepdim=True).half().float()
-            scale = ((part.amax(dim=dim, keepdim=True) - lo) / levels).half().float()
-        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        out.narrow(dim, s, part.shape[dim]).copy_(torch.clamp(torch.round((part - lo) / scale), 0, levels) * scale + lo)
+        best, best_err = None, None
+        for c in grid if clip else (1.0,):
+            if symmetric:
+                amax = part.abs().amax(dim=dim, keepdim=True) * c
+                scale = (2 * amax / levels).half().float()
+                lo = -scale * levels / 2
+            else:
+                hi, lo0 = part.amax(dim=dim, keepdim=True), part.amin(dim=dim, keepdim=True)
+                mid, half = (hi + lo0) / 2, (hi - lo0) / 2 * c
+                lo = (mid - half).half().float()
+                scale = ((mid + half - lo) / levels).half().float()
+            scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+            rec = _qdq(part, lo, scale, levels)
+            if best is None:
+                best, best_err = rec, ((rec - part) ** 2).sum(dim=dim, keepdim=True)
+                continue
+            err = ((rec - part) ** 2).sum(dim=dim, keepdim=True)
+            better = err < best_err
+            best, best_err = torch.where(better, rec, best), torch.where(better, err, best_err)
+        out.narrow(dim, s, part.shape[dim]).copy_(best)
     return out
 
 
@@ -78,9 +101,14 @@ class Variant:
     pre_rope: bool = False  # keys quantized before RoPE
     sink: int = 0  # first tokens of the entry kept in float
     sym_values: bool = False  # values: one fp16 scale per token (no zero point)
+    clip_values: bool = False  # values: per-token range clipped by an MSE search (CLIP_GRID)
+    clip_keys: bool = False  # keys: per-channel range clipped likewise
+    layer_bits: tuple = ()  # ((layer, kb, vb), ...): those layers at other bit widths
+    fine: bool = False  # the clip search over FINE_GRID instead of CLIP_GRID
 
-    def bits_per_element(self, tokens: int = 45, dim: int = 64) -> float:
-        """Stored bits per element on an entry of ``tokens`` tokens (codes + fp16 scale and zero point)."""
+    def bits_per_element(self, tokens: int = 60, dim: int = 64, layers: int = 30) -> float:
+        """Stored bits per element on an entry of ``tokens`` tokens (codes + fp16 scale and zero point; LoCoMo's
+        turns average 60 tokens), without the blob header and token ids (~0.05 bits)."""
         kg = tokens if self.key_group == 0 else self.key_group
         if self.had_keys:
             key_over = 32 / dim
@@ -88,26 +116,48 @@ class Variant:
             key_over = 32 * math.ceil(tokens / kg) / tokens
         val_over = (16 if self.sym_values else 32) / dim
         quant = (tokens - self.sink) / tokens
-        return (quant * (self.kb + key_over + self.vb + val_over) + (1 - quant) * 32) / 2
+        over = dict((layer, (kb, vb)) for layer, kb, vb in self.layer_bits)
+        codes = sum(sum(over.get(i, (self.kb, self.vb))) for i in range(layers)) / layers
+        return (quant * (codes + key_over + val_over) + (1 - quant) * 32) / 2
+
+    def bytes_per_token(self, tokens: int = 60) -> float:
+        """SmolLM2 (30 x 3 x 64 x 2 elements per token), header (~1.4 KB per blob) and token ids included."""
+        return self.bits_per_element(tokens) / 8 * 11520 + 1400 / tokens + 8
 
     def apply(self, keys: torch.Tensor, values: torch.Tensor, offset: int, inv_freq: torch.Tensor):
+        if not self.layer_bits:
+            return self._apply(keys, values, offset, inv_freq, self.kb, self.vb)
+        kq, vq = self._apply(keys, values, offset, inv_freq, self.kb, self.vb)
+        for layer, kb, vb in self.layer_bits:
+            k1, v1 = self._apply(keys[layer : layer + 1], values[layer : layer + 1], offset, inv_freq, kb, vb)
+            kq[layer], vq[layer] = k1[0], v1[0]
+        return kq, vq
+
+    def _apply(self, keys, values, offset, inv_freq, kb: int, vb: int):
         k, v = keys.float(), values.float()
         T, D = k.shape[2], k.shape[3]
         pos = torch.arange(offset, offset + T)
-        if self.pre_rope:
-            k = rope_rotate(k, pos, inv_freq, -1.0)
-        if self.had_keys:
-            h = hadamard_matrix(D)
-            kq = fake_quant(k @ h.T, self.kb, 3, D) @ h
+        if kb >= 16:
+            kq = k.clone()
         else:
-            kq = fake_quant(k, self.kb, 2, T if self.key_group == 0 else self.key_group)
-        if self.pre_rope:
-            kq = rope_rotate(kq, pos, inv_freq, 1.0)
-        if self.had_values:
+            if self.pre_rope:
+                k = rope_rotate(k, pos, inv_freq, -1.0)
+            if self.had_keys:
+                h = hadamard_matrix(D)
+                kq = fake_quant(k @ h.T, kb, 3, D, clip=self.clip_keys) @ h
+            else:
+                kq = fake_quant(k, kb, 2, T if self.key_group == 0 else self.key_group, clip=self.clip_keys,
+                                grid=FINE_GRID if self.fine else CLIP_GRID)
+            if self.pre_rope:
+                kq = rope_rotate(kq, pos, inv_freq, 1.0)
+        if vb >= 16:
+            vq = v.clone()
+        elif self.had_values:
             h = hadamard_matrix(D)  # the stored codecs' rotation (value_transform="hadamard")
-            vq = fake_quant(v @ h.T, self.vb, 3, D, self.sym_values) @ h
+            vq = fake_quant(v @ h.T, vb, 3, D, self.sym_values, self.clip_values,
+                            FINE_GRID if self.fine else CLIP_GRID) @ h
         else:
-            vq = fake_quant(v, self.vb, 3, D, self.sym_values)
+            vq = fake_quant(v, vb, 3, D, self.sym_values, self.clip_values)
         if self.sink:
             kq[:, :, : self.sink], vq[:, :, : self.sink] = keys[:, :, : self.sink], values[:, :, : self.sink]
         return kq, vq
@@ -115,17 +165,40 @@ class Variant:
 
 VARIANTS = {
     "int4": Variant(4, 4),
-    "int4_kg_entry": Variant(4, 4, key_group=128),
-    "int4_hv": Variant(4, 4, key_group=128, had_values=True),
-    "int4_prerope": Variant(4, 4, key_group=128, pre_rope=True),
-    "int4_sink2": Variant(4, 4, key_group=128, sink=2),
-    "k4v3": Variant(4, 3, key_group=128),
-    "k4v3_hv": Variant(4, 3, key_group=128, had_values=True),
-    "k4v3_hvs": Variant(4, 3, key_group=128, had_values=True, sym_values=True),
-    "k3v4": Variant(3, 4, key_group=128),
-    "k3v4_prerope": Variant(3, 4, key_group=128, pre_rope=True),
-    "k3v3_hv": Variant(3, 3, key_group=128, had_values=True),
-    "k4v2_hv": Variant(4, 2, key_group=128, had_values=True),
+    "int4_kg_entry": Variant(4, 4, key_group=0),
+    "int4_hv": Variant(4, 4, key_group=0, had_values=True),
+    "int4_prerope": Variant(4, 4, key_group=0, pre_rope=True),
+    "int4_hv_prerope": Variant(4, 4, key_group=0, had_values=True, pre_rope=True),
+    "int4_sink2": Variant(4, 4, key_group=0, sink=2),
+    # which side loses fidelity: exact values / exact keys
+    "k4v16": Variant(4, 16, key_group=0),
+    "k4v16_prerope": Variant(4, 16, key_group=0, pre_rope=True),
+    "k4v16_clipk": Variant(4, 16, key_group=0, clip_keys=True),
+    "k16v3_hv": Variant(16, 3, key_group=0, had_values=True),
+    "k16v3_hvs_clip": Variant(16, 3, key_group=0, had_values=True, sym_values=True, clip_values=True),
+    "k4v3": Variant(4, 3, key_group=0),
+    "k4v3_hv": Variant(4, 3, key_group=0, had_values=True),
+    "k4v3_hvs": Variant(4, 3, key_group=0, had_values=True, sym_values=True),
+    "k4v3_hvs_clip": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True),
+    "k4v3_hvs_clip_prerope": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                     pre_rope=True),
+    "k4v3_hvs_clip_clipk": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                   clip_keys=True),
+    "k4v3_hv_clip_clipk": Variant(4, 3, key_group=0, had_values=True, clip_values=True, clip_keys=True),
+    "k4v3_hvs_clipk": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_keys=True),
+    "k4v3_hvs_clip_clipk_prerope": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                           clip_keys=True, pre_rope=True),
+    "k4v3_hvs_clip_clipk_fine": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                        clip_keys=True, fine=True),
+    "k4v3_hvs_clip_clipk_l01": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                       clip_keys=True, layer_bits=((0, 16, 16), (1, 16, 16))),
+    "int4_hvs_clip_clipk": Variant(4, 4, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                   clip_keys=True),
+    "k4v2_hv_clip_clipk": Variant(4, 2, key_group=0, had_values=True, clip_values=True, clip_keys=True),
+    "k3v4": Variant(3, 4, key_group=0),
+    "k3v4_prerope": Variant(3, 4, key_group=0, pre_rope=True),
+    "k3v3_hv": Variant(3, 3, key_group=0, had_values=True),
+    "k4v2_hv": Variant(4, 2, key_group=0, had_values=True),
 }
 
 
@@ -181,7 +254,9 @@ def main() -> None:
             print(f"q {qi + 1}/{len(questions)} {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
     out = {}
     for name in names:
-        row = {"bits_per_element_45tok": round(VARIANTS[name].bits_per_element(), 3) if name in VARIANTS else 32.0}
+        v = VARIANTS.get(name)
+        row = {"bits_per_element_60tok": round(v.bits_per_element(), 3) if v else 32.0,
+               "bytes_per_token_60tok": round(v.bytes_per_token()) if v else 46080 + 1400 / 60 + 8}
         for mode in engines:
             row[f"kl_{mode}"] = round(statistics.mean(kl[name, mode]), 5)
             row[f"kl_{mode}_vs_fp32"] = round(statistics.mean(kl[name, mode]) / statistics.mean(kl["float32", mode]), 3)

@@ -70,6 +70,11 @@ _CHECKSUM = "xxh3_64"
 _QUANT_TENSORS = ("keys", "key_scales", "key_zeros", "values", "value_scales", "value_zeros")
 
 
+def _quant_tensors(codec: Codec) -> tuple[str, ...]:
+    """The tensors a blob of integer ``codec`` holds (symmetric values: no zero points, they are implied)."""
+    return tuple(n for n in _QUANT_TENSORS if not (n == "value_zeros" and codec.value_symmetric))
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -100,15 +105,7 @@ def _payload(entry: EncodedEntry, codec: Codec) -> dict[str, torch.Tensor]:
     packed = entry.packed if isinstance(entry, QuantizedEntry) and entry.packed.codec == codec else None
     if packed is None:  # (re-storing a decoded entry in its own codec reuses its codes: no drift)
         packed = quantize_kv(entry.keys, entry.values, codec)
-    half = torch.float16  # scales are float32 while mounted; stored as the fp16 they were rounded to
-    return {
-        "keys": packed.key_codes.cpu().contiguous(),
-        "key_scales": packed.key_scales.to("cpu", half).contiguous(),
-        "key_zeros": packed.key_zeros.to("cpu", half).contiguous(),
-        "values": packed.value_codes.cpu().contiguous(),
-        "value_scales": packed.value_scales.to("cpu", half).contiguous(),
-        "value_zeros": packed.value_zeros.to("cpu", half).contiguous(),
-    }
+    return packed.stored()  # scales are float32 while mounted; stored as the fp16 they were rounded to
 
 
 def encode_entry(
@@ -272,8 +269,8 @@ def _expected_shapes(codec: Codec, want: tuple[int, int, int, int]) -> dict[str,
         "keys": ((num_layers, heads, tokens, key_width), u8),
         "values": ((num_layers, heads, tokens, value_width), u8),
         "key_scales": (key_scales, f16), "key_zeros": (key_scales, f16),
-        "value_scales": (value_scales, f16), "value_zeros": (value_scales, f16),
-    }
+        "value_scales": (value_scales, f16),
+    } | ({} if codec.value_symmetric else {"value_zeros": (value_scales, f16)})
 
 
 def decode_entry(
@@ -307,7 +304,7 @@ def decode_entry(
         offset = int(meta["offset"])
     except (KeyError, TypeError, ValueError) as exc:
         raise BlobCorruptedError("KV blob metadata lacks the encoding offset") from exc
-    names = ("keys", "values") if not codec.quantized else _QUANT_TENSORS
+    names = ("keys", "values") if not codec.quantized else _quant_tensors(codec)
     located = {name: _locate(view, specs, name, data_start) for name in (*names, "token_ids")}
     if set(specs) != set(located):
         raise BlobCorruptedError("KV blob holds tensors its codec does not name")
@@ -332,11 +329,8 @@ def decode_entry(
     common = dict(token_ids=token_ids, offset=offset, fingerprint=expected.digest,
                   preamble_digest=str(meta.get("preamble_digest", "")))
     if codec.quantized:
-        packed = PackedKV(
-            codec=codec, key_codes=tensors["keys"], value_codes=tensors["values"], head_dim=expected.head_dim,
-            # scales are small (1/32 of the codes or less): widened once here so the mount kernel reads float32
-            **{name: tensors[name].float() for name in ("key_scales", "key_zeros", "value_scales", "value_zeros")},
-        )
+        # scales are small (1/32 of the codes or less): widened once here so the mount kernel reads float32
+        packed = PackedKV.from_stored(codec, tensors, expected.head_dim)
         target = model_dtype if dtype in (None, KEEP_STORAGE_DTYPE) else dtype
         return QuantizedEntry(packed=packed, dtype=target, **common)
     keys, values = tensors["keys"], tensors["values"]

@@ -51,6 +51,7 @@ __all__ = [
     "codec_for",
     "dequantize_kv",
     "hadamard_matrix",
+    "implied_zero",
     "packed_width",
     "place_packed",
     "quantize_kv",
@@ -83,6 +84,12 @@ class Codec:
     key_group: int = 32
     value_group: int = 64
     value_transform: str | None = None  # "hadamard": values rotated (orthonormal Hadamard) before quantization
+    # Values quantized symmetrically: one fp16 scale per group, the zero point implied (-scale * levels / 2), so
+    # it is not stored. After a Hadamard rotation a value row is centred near zero, so this costs little range.
+    value_symmetric: bool = False
+    # Each group's range is shrunk by the factor of CLIP_GRID with the least squared error on that group (clipping
+    # a few extreme elements buys every other element a finer step). Encode-time only; decoding is the same.
+    clip: bool = False
 
     @property
     def quantized(self) -> bool:
@@ -99,6 +106,9 @@ class Codec:
                "key_group": self.key_group, "value_group": self.value_group}
         if self.value_transform is not None:  # absent in the headers of every codec that predates it
             out["value_transform"] = self.value_transform
+        for flag in ("value_symmetric", "clip"):  # likewise: present only when set
+            if getattr(self, flag):
+                out[flag] = True
         return out
 
     @classmethod
@@ -111,9 +121,12 @@ class Codec:
         try:
             codec = cls(name=data["name"], key_bits=int(data["key_bits"]), value_bits=int(data["value_bits"]),
                         key_group=int(data["key_group"]), value_group=int(data["value_group"]),
-                        value_transform=data.get("value_transform"))
+                        value_transform=data.get("value_transform"),
+                        value_symmetric=data.get("value_symmetric", False), clip=data.get("clip", False))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError("codec parameters are missing or not integers") from exc
+        if not isinstance(codec.value_symmetric, bool) or not isinstance(codec.clip, bool):
+            raise ValueError("codec value_symmetric and clip must be booleans")
         if codec.key_bits not in BIT_WIDTHS or codec.value_bits not in BIT_WIDTHS:
             raise ValueError(f"codec bit widths must be one of {BIT_WIDTHS}")
         if codec.value_transform not in (None, "hadamard"):
@@ -129,7 +142,8 @@ class Codec:
             return heads * head_dim * 2 * self.float_dtype.itemsize
         codes = heads * head_dim * (self.key_bits + self.value_bits) / 8
         key_scales = heads * head_dim * 4 / self.key_group  # fp16 scale + zero per channel, per group of tokens
-        value_scales = heads * math.ceil(head_dim / min(self.value_group, head_dim)) * 4
+        per_scale = 2 if self.value_symmetric else 4  # fp16 scale (+ zero point)
+        value_scales = heads * math.ceil(head_dim / min(self.value_group, head_dim)) * per_scale
         return codes + key_scales + value_scales
 
 
@@ -144,6 +158,9 @@ CODECS: dict[str, Codec] = {name: Codec(name) for name in FLOAT_CODECS} | {
     "k4v3h": Codec("k4v3h", 4, 3, key_group=64, value_transform="hadamard"),
     "k3v3h": Codec("k3v3h", 3, 3, key_group=64, value_transform="hadamard"),
     "k4v2h": Codec("k4v2h", 4, 2, key_group=64, value_transform="hadamard"),
+    # One key scale group per 128 tokens (a whole turn), values rotated and symmetric (one fp16 scale per token),
+    # every range chosen by the clip search.
+    "k4v3hs": Codec("k4v3hs", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True),
 }
 
 
@@ -168,7 +185,8 @@ class PackedKV:
 
     Key scales/zeros are ``[L, H, ceil(T / key_group), D]`` (per channel, per group of tokens); value
     scales/zeros ``[L, H, T, ceil(D / value_group)]`` (per token, per group of channels). Scales may be float16
-    (as stored) or float32 (as the mount kernel reads them).
+    (as stored) or float32 (as the mount kernel reads them). ``value_zeros`` is ``None`` for a codec with
+    ``value_symmetric`` (implied by the scales: :meth:`value_offsets`).
     """
 
     codec: Codec
@@ -177,8 +195,42 @@ class PackedKV:
     key_zeros: torch.Tensor
     value_codes: torch.Tensor
     value_scales: torch.Tensor
-    value_zeros: torch.Tensor
+    value_zeros: torch.Tensor | None
     head_dim: int
+
+    def value_offsets(self) -> torch.Tensor:
+        """The value zero points as float32, stored or implied (symmetric codes)."""
+        if self.value_zeros is None:
+            return implied_zero(self.value_scales, self.codec.value_bits)
+        return self.value_zeros.float()
+
+    def stored(self) -> dict[str, torch.Tensor]:
+        """The tensors a blob stores, by name (scales as float16; no ``value_zeros`` when they are implied).
+
+        Example:
+            >>> sorted(quantize_kv(k, v, CODECS["int4"]).stored())[:2]
+            ['key_scales', 'key_zeros']
+        """
+        half = torch.float16
+        out = {"keys": self.key_codes.cpu().contiguous(), "values": self.value_codes.cpu().contiguous(),
+               "key_scales": self.key_scales.to("cpu", half).contiguous(),
+               "key_zeros": self.key_zeros.to("cpu", half).contiguous(),
+               "value_scales": self.value_scales.to("cpu", half).contiguous()}
+        if self.value_zeros is not None:
+            out["value_zeros"] = self.value_zeros.to("cpu", half).contiguous()
+        return out
+
+    @classmethod
+    def from_stored(cls, codec: Codec, tensors: dict[str, torch.Tensor], head_dim: int) -> PackedKV:
+        """The inverse of :meth:`stored`; scales widened to float32 once (the mount kernel reads float32).
+
+        Example:
+            >>> again = PackedKV.from_stored(packed.codec, packed.stored(), packed.head_dim)
+        """
+        zeros = None if codec.value_symmetric else tensors["value_zeros"]  # KeyError: a blob missing them
+        return cls(codec=codec, key_codes=tensors["keys"], value_codes=tensors["values"], head_dim=head_dim,
+                   key_scales=tensors["key_scales"].float(), key_zeros=tensors["key_zeros"].float(),
+                   value_scales=tensors["value_scales"].float(), value_zeros=None if zeros is None else zeros.float())
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -231,15 +283,61 @@ def _unpack(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     return torch.cat([(packed >> (bits * j)) & mask for j in range(per)], dim=-1)
 
 
-def _minmax_quantize(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, bits: int, expand):
-    """Codes, fp16 scales and fp16 zeros for ``x`` given each group's min/max (``expand`` broadcasts them to x)."""
+# Range factors the clip search tries (1.0: plain min/max); fixed before any measurement, as GPTQ/AWQ-style grids.
+CLIP_GRID = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6)
+
+
+def implied_zero(scale: torch.Tensor, bits: int) -> torch.Tensor:
+    """The zero point of symmetric codes: the middle of the code range (float32, as the mount reads it).
+
+    Example:
+        >>> implied_zero(torch.tensor([0.5]), 3)
+        tensor([-1.7500])
+    """
+    return scale.float() * (-((1 << bits) - 1) / 2)
+
+
+def _group_ranges(xg: torch.Tensor, dim: int, bits: int, symmetric: bool, clip: bool, real: int | None = None):
+    """fp16 scales and float32 zero points (one per group, ``dim`` reduced) for the groups of ``xg``: min/max,
+    or with ``clip`` the shrunk range of :data:`CLIP_GRID` that reconstructs each group with the least error.
+    ``real``: only the first ``real`` elements of the flattened group axes count in that error (the rest is
+    padding of the last group)."""
     levels = (1 << bits) - 1
-    zero = lo.to(torch.float16)
-    scale = ((hi - zero.float()) / levels).to(torch.float16)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant group: every code 0, exact
+    hi, lo = xg.amax(dim=dim, keepdim=True), xg.amin(dim=dim, keepdim=True)
+    amax, mid, half = torch.maximum(hi, -lo), (hi + lo) / 2, (hi - lo) / 2
+    best = None
+    for c in CLIP_GRID if clip else (1.0,):
+        if symmetric:
+            scale = (2 * c * amax / levels).to(torch.float16)
+            # An all-zero group: the smallest fp16 step. Symmetric codes have no exact 0 (mid-rise, the better
+            # grid for rotated rows), so it comes back as +-2**-25.
+            scale = torch.where(scale > 0, scale, torch.full_like(scale, 2.0 ** -24))
+            zero = implied_zero(scale, bits)
+        else:  # (c = 1: exactly the min/max of every earlier release, so re-encoding reproduces its codes)
+            zero = (lo if c == 1.0 else mid - c * half).to(torch.float16).float()
+            scale = (((hi if c == 1.0 else mid + c * half) - zero) / levels).to(torch.float16)
+            scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant group: every code 0, exact
+        if not clip:
+            return scale.squeeze(dim), zero.squeeze(dim)
+        s = scale.float()
+        sq = (torch.clamp(torch.round((xg - zero) / s), 0, levels) * s + zero - xg) ** 2
+        if real is not None:  # padding repeats the last element: it must not weigh in
+            keep = (torch.arange(xg.shape[dim - 1] * xg.shape[dim]) < real).view(xg.shape[dim - 1], xg.shape[dim])
+            sq = sq * keep.view(*keep.shape, *([1] * (xg.dim() - dim - 1))).to(sq.dtype)
+        err = sq.sum(dim, keepdim=True)
+        if best is None:
+            best = [err, scale, zero]
+            continue
+        better = err < best[0]
+        best = [torch.where(better, err, best[0]), torch.where(better, scale, best[1]),
+                torch.where(better, zero, best[2])]
+    return best[1].squeeze(dim), best[2].squeeze(dim)
+
+
+def _codes(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int, expand) -> torch.Tensor:
+    """uint8 codes of ``x`` given each group's scale and zero (``expand`` broadcasts them to x)."""
     s, z = expand(scale.float()), expand(zero.float())
-    codes = torch.clamp(torch.round((x - z) / s), 0, levels).to(torch.uint8)
-    return codes, scale, zero
+    return torch.clamp(torch.round((x - z) / s), 0, (1 << bits) - 1).to(torch.uint8)
 
 
 def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> PackedKV:
@@ -265,30 +363,29 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
         v = v @ hadamard_matrix(dim).T
     kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
     pad = groups * kg - tokens
-    # Keys: min/max over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
+    # Keys: ranges over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
     kp = torch.cat([k, k[:, :, -1:].expand(-1, -1, pad, -1)], dim=2) if pad and tokens else k
-    kp = kp.reshape(num_layers, heads, groups, kg, dim)
-    key_codes, key_scales, key_zeros = _minmax_quantize(
-        k, kp.amin(dim=3), kp.amax(dim=3), codec.key_bits,
-        lambda t: t.repeat_interleave(kg, dim=2)[:, :, :tokens],
-    )
+    key_scales, key_zeros = _group_ranges(kp.reshape(num_layers, heads, groups, kg, dim), 3, codec.key_bits,
+                                          False, codec.clip, real=tokens)
+    key_codes = _codes(k, key_scales, key_zeros, codec.key_bits,
+                       lambda t: t.repeat_interleave(kg, dim=2)[:, :, :tokens])
     vg = min(codec.value_group, dim)
     vgroups = math.ceil(dim / vg)
     vpad = vgroups * vg - dim
     vp = torch.cat([v, v[..., -1:].expand(-1, -1, -1, vpad)], dim=3) if vpad else v
-    vp = vp.reshape(num_layers, heads, tokens, vgroups, vg)
-    value_codes, value_scales, value_zeros = _minmax_quantize(
-        v, vp.amin(dim=4), vp.amax(dim=4), codec.value_bits,
-        lambda t: t.repeat_interleave(vg, dim=3)[..., :dim],
-    )
+    value_scales, value_zeros = _group_ranges(vp.reshape(num_layers, heads, tokens, vgroups, vg), 4,
+                                              codec.value_bits, codec.value_symmetric, codec.clip, real=dim)
+    value_codes = _codes(v, value_scales, value_zeros, codec.value_bits,
+                         lambda t: t.repeat_interleave(vg, dim=3)[..., :dim])
+    value_zeros = None if codec.value_symmetric else value_zeros.to(torch.float16).contiguous()
     return PackedKV(
         codec=codec,
         key_codes=_pack(key_codes, codec.key_bits),
         key_scales=key_scales.contiguous(),
-        key_zeros=key_zeros.contiguous(),
+        key_zeros=key_zeros.to(torch.float16).contiguous(),
         value_codes=_pack(value_codes, codec.value_bits),
         value_scales=value_scales.contiguous(),
-        value_zeros=value_zeros.contiguous(),
+        value_zeros=value_zeros,
         head_dim=dim,
     )
 
@@ -310,7 +407,7 @@ def dequantize_kv(
     vc = _unpack(packed.value_codes.to(device), packed.codec.value_bits, dim).float()
     vg = packed.value_group
     vs = packed.value_scales.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
-    vz = packed.value_zeros.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
+    vz = packed.value_offsets().to(device).repeat_interleave(vg, dim=3)[..., :dim]
     values = torch.addcmul(vz, vc, vs)
     if packed.codec.value_transform == "hadamard":
         values = values @ hadamard_matrix(dim, device=values.device)  # orthonormal: M.T's inverse
@@ -383,7 +480,7 @@ def place_packed(
         dequant_into(dst_keys, packed.key_codes, codec.key_bits, packed.key_scales.float(), packed.key_zeros.float(),
                      token_group=codec.key_group, channel_group=1, cos2=cos2, sin=sin)
         dequant_into(dst_values, packed.value_codes, codec.value_bits, packed.value_scales.float(),
-                     packed.value_zeros.float(), token_group=1, channel_group=packed.value_group,
+                     packed.value_offsets(), token_group=1, channel_group=packed.value_group,
                      hadamard=codec.value_transform == "hadamard")
         return
     keys, values = dequantize_kv(packed, dtype=dst_keys.dtype, device=dst_keys.device)

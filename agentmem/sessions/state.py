@@ -167,7 +167,7 @@ class PackedSessionKV:
     def nbytes(self) -> int:
         p = self.packed
         return sum(t.numel() * t.element_size() for t in (
-            p.key_codes, p.value_codes, *(getattr(p, n) for n in _QUANT)))
+            p.key_codes, p.value_codes, *(getattr(p, n) for n in _QUANT)) if t is not None)
 
     @property
     def float_bytes_per_token(self) -> int:
@@ -210,8 +210,7 @@ def dump_session(
     if packed is not None or (kv is not None and kv.length > 0 and spec is not None and spec.quantized):
         if packed is None:  # [L, 1, H, T, D] -> per-layer [L, H, T, D]
             packed = quantize_kv(kv.keys[:, 0, :, : kv.length], kv.values[:, 0, :, : kv.length], spec)
-        tensors.update(keys=packed.key_codes, values=packed.value_codes,
-                       **{n: getattr(packed, n).to(torch.float16).contiguous() for n in _QUANT})
+        tensors.update(packed.stored())
         dtype = kv.dtype if isinstance(kv, PackedSessionKV) else kv.keys.dtype
         info.update(kv_codec=spec.to_dict(), kv_dtype=str(dtype).removeprefix("torch."))
     elif kv is not None and kv.length > 0:
@@ -226,8 +225,7 @@ def dump_session(
 def _dequantized(info: dict[str, Any], tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     codec = Codec.from_dict(info["kv_codec"])
     codes = tensors["keys"]
-    packed = PackedKV(codec=codec, key_codes=codes, value_codes=tensors["values"],
-                      head_dim=codes.shape[-1] * 8 // codec.key_bits, **{n: tensors[n] for n in _QUANT})
+    packed = PackedKV.from_stored(codec, tensors, head_dim=codes.shape[-1] * 8 // codec.key_bits)
     dtype = getattr(torch, str(info.get("kv_dtype", "float32")))
     keys, values = dequantize_kv(packed, dtype=dtype)
     return keys.unsqueeze(1), values.unsqueeze(1)
@@ -244,7 +242,9 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
         transcript = Transcript.from_meta(info["transcript"], ids)
         quantized = "kv_codec" in info
         names = ("keys", "values", *(_QUANT if quantized else ()))
-        tensors = {name: _view(blob, start, header[name]) for name in names if with_kv and info.get("has_kv")}
+        # (a codec with symmetric values stores no value zero points: they are implied by the scales)
+        tensors = {name: _view(blob, start, header[name]) for name in names
+                   if with_kv and info.get("has_kv") and (name != "value_zeros" or name in header)}
         if tensors and quantized:
             keys, values = _dequantized(info, tensors)
             tensors = {"keys": keys, "values": values}

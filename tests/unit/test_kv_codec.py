@@ -177,7 +177,7 @@ def test_format_1_blobs_written_before_codecs_stay_readable(engine, dtype):
     assert out.mounted == ["m"] and out.fallbacks == []
 
 
-@pytest.mark.parametrize("name", ["float32", "bfloat16", "int8", "int4", "int2", "k4v3h"])
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "int8", "int4", "int2", "k4v3h", "k4v3hs"])
 @pytest.mark.parametrize("damage", ["nan", "huge", "zeros", "one_bit"])
 def test_damaged_tensor_bytes_fail_the_checksum(engine, entry, name, damage):
     blob = bytearray(encode_entry(entry, engine.fingerprint, codec=name))
