@@ -320,7 +320,7 @@ def _group_ranges(xg: torch.Tensor, dim: int, bits: int, symmetric: bool, clip: 
         if not clip:
             return scale.squeeze(dim), zero.squeeze(dim)
         s = scale.float()
-        sq = (torch.clamp(torch.round((xg - zero) / s), 0, levels) * s + zero - xg) ** 2
+        sq = torch.round((xg - zero) / s).clamp_(0, levels).mul_(s).add_(zero).sub_(xg).square_()
         if real is not None:  # padding repeats the last element: it must not weigh in
             keep = (torch.arange(xg.shape[dim - 1] * xg.shape[dim]) < real).view(xg.shape[dim - 1], xg.shape[dim])
             sq = sq * keep.view(*keep.shape, *([1] * (xg.dim() - dim - 1))).to(sq.dtype)
@@ -364,9 +364,10 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
     kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
     pad = groups * kg - tokens
     # Keys: ranges over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
-    kp = torch.cat([k, k[:, :, -1:].expand(-1, -1, pad, -1)], dim=2) if pad and tokens else k
-    key_scales, key_zeros = _group_ranges(kp.reshape(num_layers, heads, groups, kg, dim), 3, codec.key_bits,
-                                          False, codec.clip, real=tokens)
+    # (One group, the usual case: no padding at all, so the clip search does no work on it.)
+    kp = torch.cat([k, k[:, :, -1:].expand(-1, -1, pad, -1)], dim=2) if pad and groups > 1 else k
+    key_scales, key_zeros = _group_ranges(kp.reshape(num_layers, heads, groups, -1, dim), 3, codec.key_bits,
+                                          False, codec.clip, real=tokens if kp is not k else None)
     key_codes = _codes(k, key_scales, key_zeros, codec.key_bits,
                        lambda t: t.repeat_interleave(kg, dim=2)[:, :, :tokens])
     vg = min(codec.value_group, dim)
