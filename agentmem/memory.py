@@ -366,7 +366,8 @@ class AgentMemory(KVBankMethods):
 
         ``Hit.score`` is a calibrated relevance in [0, 1] (the estimated probability that the memory is relevant,
         comparable across queries: docs/retrieval.md); ``min_score`` drops hits below it. ``Hit.scores`` keeps
-        the parts: ``dense`` (cosine similarity), ``lexical`` (BM25) and ``rank`` (the fused ranking score).
+        the parts: ``dense`` (cosine similarity), ``lexical`` (BM25), ``context`` (the cosine of a turn's context
+        vector) and ``rank`` (the fused ranking score).
         Never returns another user's entries, nor expired ones (even before a sweep). Entries a newer memory
         superseded (or consolidation retracted) are left out unless ``include_superseded``; knowledge entries
         are those of the stable knowledge version (and unversioned ones).

@@ -242,6 +242,36 @@ def stored_vectors(store: Any, turns: dict[str, list[dict]]) -> dict[str, np.nda
     return out
 
 
+def second_round(store: Any, questions: list[locomo.Question], rows: dict, turns: dict[str, list[dict]],
+                 qs_of: dict[str, list[int]], qtexts: list[str], places: dict, ks: list[int]) -> dict[str, Any]:
+    """Multi-hop: a second round seeded by the first round's sessions. Every turn of the sessions of the shipped
+    ranking's top 10 (the best ``top`` of them) is scored against the query — dense and BM25 fused as in round one,
+    scaled within those sessions — including the turns neither retriever's pool of 100 held; added × w (CV)."""
+    p, out = RetrievalParams(), {}
+    qv = store.embedder.encode(qtexts)
+    own = stored_vectors(store, turns)
+    lexical: dict[int, dict[str, float]] = {}
+    for cid, js in qs_of.items():
+        pseudo = [dict(session=t["id"], text=t["line"]) for t in turns[cid]]  # one BM25 doc per turn
+        lexical.update(zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])))
+    first = {j: rank(q, rows, p, 10, None, 0.0, places=places) for j, q in enumerate(questions)}
+    for top_n in (1, 2, 3):
+        extra: dict[int, dict[str, float]] = {}
+        for cid, js in qs_of.items():
+            ids = [t["id"] for t in turns[cid]]
+            for j in js:
+                seeds = list(dict.fromkeys(rows[i].session_id for i in first[j]))[:top_n]
+                members = [k for k, t in enumerate(turns[cid]) if t["session"] in seeds]
+                cos = qv[j] @ own[cid][members].T
+                extra[j] = fuse({ids[k]: float(c) for k, c in zip(members, cos)},
+                                {ids[k]: lexical[j][ids[k]] for k in members if ids[k] in lexical[j]},
+                                dense_weight=p.dense_weight)
+        key = f"second_round_sessions_top{top_n}"
+        out[key] = evaluate(key, questions, rows, ks, extra.get, places)
+        print(key, out[key], flush=True)
+    return out
+
+
 def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks: list[int]) -> dict[str, Any]:
     """The library's own opt-in options through its own ranking (``locomo.ranking``): the query-time context
     (``EntryStore._context``) and the session first stage, each weight chosen by CV."""
@@ -270,7 +300,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--pool", type=int, default=100)
     ap.add_argument("--signals", nargs="+", default=["shipped", "ctxmean", "sess", "smol", "ctx"],
-                    help="shipped ctxmean sess smol ctx bm25ctx latency")
+                    help="shipped ctxmean sess smol ctx bm25ctx sess2 latency")
     ap.add_argument("--consolidation", choices=["off", "local"], default="off")
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
@@ -425,6 +455,8 @@ def main() -> None:
                 key = f"sess_poolsum_inpool_top{topn}"
                 result[key] = evaluate(key, questions, rows, ks, inpool.get, places)
                 print(key, result[key], flush=True)
+        if "sess2" in args.signals:
+            result.update(second_round(store, questions, rows, turns, qs_of, qtexts, places, ks))
         if "bm25ctx" in args.signals:  # on top of the shipped context vectors: do the two add up?
             extra = bm25_context(turns, qs_of, qtexts, args.pool, both=True)
             result["ctxvec_plus_bm25_both"] = evaluate("ctxvec_plus_bm25_both", questions, rows, ks, extra.get, places)

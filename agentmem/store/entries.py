@@ -465,6 +465,8 @@ class EntryStore:
                 parts["dense"] = cosine[entry_id]
             if entry_id in cands.lexical:
                 parts["lexical"] = cands.lexical[entry_id]
+            if entry_id in cands.turn_context:
+                parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
             calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
             out.append(ScoredRow(by_id[entry_id], calibrated, parts))
         return out

@@ -133,7 +133,9 @@ def test_recall_fuses_the_context_search(mem: AgentMemory) -> None:
     without = rank_scores(cands, RetrievalParams(context_vector_weight=0.0))
     best = max(cands.turn_context, key=cands.turn_context.get)
     assert with_ctx[best] > without[best]
-    assert [h.id for h in mem.recall("Did they swim in the lake?", user_id="u", k=4)]
+    hits = mem.recall("Did they swim in the lake?", user_id="u", k=4)
+    assert {h.id for h in hits} == set(ids)
+    assert all(h.scores["context"] == pytest.approx(cands.turn_context[h.id], abs=1e-5) for h in hits)
 
 
 def test_rank_scores_adds_the_scaled_context_cosine() -> None:
