@@ -272,6 +272,57 @@ def second_round(store: Any, questions: list[locomo.Question], rows: dict, turns
     return out
 
 
+def more_rounds(store: Any, questions: list[locomo.Question], rows: dict, turns: dict[str, list[dict]],
+                qs_of: dict[str, list[int]], qtexts: list[str], places: dict, ks: list[int],
+                signals: list[str]) -> dict[str, Any]:
+    """On top of the shipped ranking (context vectors included), each × w chosen by CV:
+
+    - ``speaker2``: a question naming one speaker gets a second round over *all* of that speaker's turns (dense and
+      BM25 fused as in round one, scaled within them), so the speaker's turns outside both pools can enter;
+    - ``ctxnext``: the other half of the context, a turn's vector plus its *next* turn's (normalised), fused like
+      the shipped previous-turn context vector.
+    """
+    from agentmem.store.rerank import named_speakers
+
+    p, out = RetrievalParams(), {}
+    qv = store.embedder.encode(qtexts)
+    own = stored_vectors(store, turns)
+    if "speaker2" in signals:
+        lexical: dict[int, dict[str, float]] = {}
+        for cid, js in qs_of.items():
+            pseudo = [dict(session=t["id"], text=t["line"]) for t in turns[cid]]
+            lexical.update(zip(js, bm25_sessions(pseudo, [qtexts[j] for j in js])))
+        extra: dict[int, dict[str, float]] = {}
+        for cid, js in qs_of.items():
+            ids = [t["id"] for t in turns[cid]]
+            speakers = {t["speaker"] for t in turns[cid]}
+            for j in js:
+                named = named_speakers(qtexts[j], speakers)
+                if len(named) != 1:
+                    continue
+                members = [k for k, t in enumerate(turns[cid]) if t["speaker"] in named]
+                cos = qv[j] @ own[cid][members].T
+                extra[j] = fuse({ids[k]: float(c) for k, c in zip(members, cos)},
+                                {ids[k]: lexical[j][ids[k]] for k in members if ids[k] in lexical[j]},
+                                dense_weight=p.dense_weight)
+        out["second_round_speaker"] = evaluate("second_round_speaker", questions, rows, ks, extra.get, places)
+        print("second_round_speaker", out["second_round_speaker"], flush=True)
+    if "ctxnext" in signals:
+        extra = {}
+        for cid, js in qs_of.items():
+            ts, v = turns[cid], own[cid].copy()
+            for i in range(len(ts) - 1):
+                if ts[i + 1]["session"] == ts[i]["session"]:
+                    v[i] += own[cid][i + 1]
+            v = normed(v)
+            ids = [t["id"] for t in ts]
+            for j in js:
+                extra[j] = scaled(top(qv[j] @ v.T, ids, 100))
+        out["ctx_next_on_top"] = evaluate("ctx_next_on_top", questions, rows, ks, extra.get, places)
+        print("ctx_next_on_top", out["ctx_next_on_top"], flush=True)
+    return out
+
+
 def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks: list[int]) -> dict[str, Any]:
     """The library's own opt-in options through its own ranking (``locomo.ranking``): the query-time context
     (``EntryStore._context``) and the session first stage, each weight chosen by CV."""
@@ -300,7 +351,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--pool", type=int, default=100)
     ap.add_argument("--signals", nargs="+", default=["shipped", "ctxmean", "sess", "smol", "ctx"],
-                    help="shipped ctxmean sess smol ctx bm25ctx sess2 latency")
+                    help="shipped ctxmean sess smol ctx bm25ctx sess2 speaker2 ctxnext latency")
     ap.add_argument("--consolidation", choices=["off", "local"], default="off")
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
@@ -455,6 +506,8 @@ def main() -> None:
                 key = f"sess_poolsum_inpool_top{topn}"
                 result[key] = evaluate(key, questions, rows, ks, inpool.get, places)
                 print(key, result[key], flush=True)
+        if "speaker2" in args.signals or "ctxnext" in args.signals:
+            result.update(more_rounds(store, questions, rows, turns, qs_of, qtexts, places, ks, args.signals))
         if "sess2" in args.signals:
             result.update(second_round(store, questions, rows, turns, qs_of, qtexts, places, ks))
         if "bm25ctx" in args.signals:  # on top of the shipped context vectors: do the two add up?
