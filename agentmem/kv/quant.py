@@ -20,10 +20,14 @@ Stored sizes for SmolLM2-135M (30 layers x 3 KV heads x 64 dims; fp32 = 46,080 B
     k4v3h   4         3 (rotated)  5,040 +   720 =  5,760        8.0x
     k3v3h   3         3 (rotated)  4,320 +   720 =  5,040        9.1x
     k4v2h   4         2 (rotated)  4,320 +   720 =  5,040        9.1x
+    k4v3hs  4         3 (rot., sym) 5,040 +   360 =  5,400        8.5x   (keys per 128 tokens, ranges clipped)
 
 3-bit codes are a 2-bit plane then a 1-bit plane (``W = 3 * head_dim / 8``). ``value_transform="hadamard"``
 rotates value rows by :func:`hadamard_matrix` before quantizing (spreading outlier channels over the row, so the
-per-token range shrinks); the mount kernel rotates them back while writing them.
+per-token range shrinks); the mount kernel rotates them back while writing them. ``value_symmetric`` stores one
+scale per value group and no zero point (implied: the middle of the code range). ``clip`` picks each group's range
+by an encode-time search (:data:`CLIP_GRID`); a 60-token SmolLM2 turn pays one 128-token key group, so ``k4v3hs``
+stores 5,635 B/token there (8.2x fewer than fp32).
 
 Example:
     >>> packed = quantize_kv(keys, values, CODECS["int4"])

@@ -85,6 +85,7 @@ def test_smollm2_sizes_match_the_docstring_table():
     size = {n: CODECS[n].bytes_per_token(num_layers=30, kv_heads=3, head_dim=64) for n in CODECS}
     assert size["float32"] == 46080 and size["int4"] == 6840 and size["k4v2"] == 5400 and size["int2"] == 3960
     assert size["int4h"] == 6480 and size["k4v3h"] == 5760 and size["k3v3h"] == size["k4v2h"] == 5040
+    assert size["k4v3hs"] == 5400 and size["k4v3hs"] < size["float32"] / 8
 
 
 def test_a_constant_group_is_exact_and_short_entries_work():
@@ -106,7 +107,9 @@ def test_head_dim_must_fit_the_packing():
 @pytest.mark.parametrize("bad", [{"name": "x"}, {"name": "int4", "key_bits": 5, "value_bits": 4, "key_group": 32,
                                                  "value_group": 64},
                                  {"name": "int4", "key_bits": 4, "value_bits": 4, "key_group": 32, "value_group": 64,
-                                  "value_transform": "fft"}, {"name": "int4", "key_bits": "a"}, None])
+                                  "value_transform": "fft"}, {"name": "int4", "key_bits": "a"}, None,
+                                 {"name": "k4v3hs", "key_bits": 4, "value_bits": 3, "key_group": 128, "value_group": 64,
+                                  "value_symmetric": "yes"}])
 def test_codec_headers_are_validated(bad):
     with pytest.raises(ValueError):
         Codec.from_dict(bad)
