@@ -1,7 +1,8 @@
 """Stored-KV codecs side by side: size, fidelity to text mode, time to first token, and a whole conversation's store.
 
 For every codec (``float32`` ``float16`` ``bfloat16`` ``int8`` ``int4`` ``k4v2`` ``int2`` and the Hadamard-value codecs
-``int4h`` ``k4v3h`` ``k3v3h`` ``k4v2h``, see agentmem/kv/quant.py), in one run:
+``int4h`` ``k4v3h`` ``k3v3h`` ``k4v2h``, and ``k4v3hs``: symmetric values, clipped ranges; see agentmem/kv/quant.py),
+in one run:
 
 * **size**: ``bytes_per_token`` of the blobs of every turn of one LoCoMo conversation (headers included, each turn one
   entry as the store keeps them), ``ratio_vs_fp32``, and ``store_bytes``: that conversation's whole store (SQLite +
@@ -45,7 +46,7 @@ import ttft  # noqa: E402
 
 from agentmem.kv import FixConfig, KVEngine, MemoryItem, codec, load_model, quant  # noqa: E402
 
-CODECS = list(quant.CODECS)  # float32 float16 bfloat16 int8 int4 k4v2 int2 int4h k4v3h k3v3h k4v2h
+CODECS = list(quant.CODECS)  # float32 float16 bfloat16 int8 int4 k4v2 int2 int4h k4v3h k3v3h k4v2h k4v3hs
 GOALS = {"ratio_vs_fp32": 8.0, "kl_fix_vs_fp32": 1.10, "nll_vs_fp32": 0.01}
 
 

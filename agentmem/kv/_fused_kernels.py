@@ -197,6 +197,17 @@ def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, ze
             z = zero[b, t]
             at = base + t * dim
             dst = out[at : at + dim]
+            if groups == 1:  # one scale per row (every registered codec): a flat loop that LLVM vectorises
+                sg = s[0]
+                zg = z[0]
+                if hadamard:
+                    for i in range(dim):
+                        row[i] = row[i] * sg + zg
+                    hadamard_row(dst, row, tmp, dim)
+                else:
+                    for i in range(dim):
+                        dst[i] = row[i] * sg + zg
+                continue
             if hadamard:
                 for g in range(groups):
                     sg = s[g]

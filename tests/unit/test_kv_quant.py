@@ -232,3 +232,17 @@ def test_symmetric_values_store_no_zero_points_and_decode_through_blob_and_sessi
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     with pytest.raises(KeyError):  # an asymmetric codec never falls back to implied zero points
         PackedKV.from_stored(CODECS["int4h"], packed.stored(), 64)
+
+
+@pytest.mark.parametrize("transform", [None, "hadamard"])
+def test_the_kernel_handles_several_value_groups_per_row(transform):
+    # Every registered codec has one value group per row (the kernel's flat loop); the general path stays exact.
+    if rope_kernel._kernel(2) is None:
+        pytest.fail("numba kernel unavailable")
+    keys, values = _kv(tokens=9)
+    packed = quantize_kv(keys, values, Codec("t", 4, 4, value_group=16, value_transform=transform))
+    assert packed.value_scales.shape[-1] == 4
+    out = torch.empty(3, 2, 9, 64)
+    rope_kernel.dequant_into(out, packed.value_codes, 4, packed.value_scales.float(), packed.value_offsets(),
+                             token_group=1, channel_group=16, hadamard=transform == "hadamard")
+    torch.testing.assert_close(out, dequantize_kv(packed)[1], rtol=1e-5, atol=1e-5)
