@@ -69,8 +69,9 @@ class MemoryConfig(BaseModel):
         default="int8",
         description="How memory KV blobs are stored: a float dtype, or integer codes (keys per channel, values per "
         "token, KIVI's layout) dequantized while mounting. int8: chosen by benchmarks/kv_compression.py (3.6x fewer "
-        "bytes than float32 at its fidelity and TTFT, docs/kv-compression.md). Blobs of every codec stay readable "
-        "whatever this is set to.",
+        "bytes than float32 at its fidelity and TTFT, docs/kv-compression.md). k4v3hs: 8.2x fewer bytes, gold NLL "
+        "within 1% of float32's, KL 1.14x float32's (opt-in). Blobs of every codec stay readable whatever this is set "
+        "to.",
     )
     kv_dtype: KvDtype = Field(
         default="float32", description="Deprecated alias: setting it (without kv_codec) sets kv_codec to it."
