@@ -140,6 +140,16 @@ class MemoryConfig(BaseModel):
         "and supersedes what a newer statement replaces, from embedding, lexical, time and speaker signals only; "
         "'llm' asks a chat model (ADD/UPDATE/DELETE/NOOP) on a background worker; 'off' stores everything.",
     )
+    recall_follows_versions: bool = Field(
+        default=True,
+        description="With consolidation on, a superseded entry that recall finds hands its place in the ranking to "
+        "the active entry that replaced it (the old wording often matches the question best); False = superseded "
+        "entries are simply left out.")
+    recall_conflict_demotion: bool = Field(
+        default=True,
+        description="With consolidation on, of two recalled memories of one speaker that conflict (pairwise "
+        "supersession model), the older ranks behind the other candidates (recall fetches a few extra). False = "
+        "recall keeps the store's ranking (the ablation of benchmarks/knowledge_update.py).")
     unmounted_roles: tuple[str, ...] = Field(
         default=("assistant",),
         description="Roles whose turns are stored and recallable but not mounted by generate() or sessions "

@@ -21,12 +21,10 @@ Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "locomo": {...
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -85,17 +83,9 @@ def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
             "stale_top3_assistant_not_mounted": round(without / len(items), 3)}
 
 
-@contextlib.contextmanager
-def without_recall_demotion() -> Iterator[None]:
-    """Ablation: recall as if the conflict demotion did not exist (no extra candidates, no reordering)."""
-    import agentmem.memory as facade
-
-    saved = facade.DEMOTE, facade.demote_older
-    facade.DEMOTE, facade.demote_older = 0, lambda items, **_: list(items)
-    try:
-        yield
-    finally:
-        facade.DEMOTE, facade.demote_older = saved
+# ablations of recall's consolidation steps, through the public config (agentmem/store/consolidation_recall.py)
+ABLATIONS = {"without_recall_demotion": {"recall_conflict_demotion": False},
+             "without_version_following": {"recall_follows_versions": False}}
 
 
 def locomo_recall(path: Path, consolidation: str, store: Path, ks: tuple[int, ...] = (5, 10)) -> dict[str, float]:
@@ -106,12 +96,12 @@ def locomo_recall(path: Path, consolidation: str, store: Path, ks: tuple[int, ..
     with AgentMemory(store, consolidation=consolidation) as mem:
         questions = questions_of(conversations, load_conversations(mem, conversations))
         out = end_to_end(mem, questions, list(ks))
-        lifecycle = mem.stats()["lifecycle"]
-        if consolidation != "off":  # ablation on the same store: recall without the conflict demotion
-            with without_recall_demotion():
+        out.update({k: v for k, v in mem.stats()["lifecycle"].items() if k in ("merged", "superseded")})
+    if consolidation != "off":  # ablations on the same store, reopened with one recall step switched off
+        for name, switch in ABLATIONS.items():
+            with AgentMemory(store, consolidation=consolidation, **switch) as mem:
                 plain = end_to_end(mem, questions, list(ks))
-            out["without_recall_demotion"] = {k: plain[k] for k in plain if k.startswith("recall@") and "_by_" not in k}
-    out.update({k: v for k, v in lifecycle.items() if k in ("merged", "superseded")})
+            out[name] = {k: plain[k] for k in plain if k.startswith("recall@") and "_by_" not in k}
     return out
 
 
@@ -173,8 +163,8 @@ def main() -> None:
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
     ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
-    ap.add_argument("--ablate-demotion", action="store_true",
-                    help="also run the local scenarios with recall's conflict demotion off")
+    ap.add_argument("--ablate", action="store_true",
+                    help="also run the local scenarios with each of recall's consolidation steps switched off")
     ap.add_argument("--no-scenarios", action="store_true",
                     help="skip the off/local scenario runs (e.g. to run only the heavy parts under a lock)")
     args = ap.parse_args()
@@ -188,10 +178,10 @@ def main() -> None:
             with AgentMemory(root / f"ku-{mode}", consolidation=mode) as mem:
                 per_mode[mode] = run_scenarios(mem, items, mode)
             print(mode, per_mode[mode], file=sys.stderr, flush=True)
-        if args.ablate_demotion:
-            with without_recall_demotion(), AgentMemory(root / "ku-local-nodemote", consolidation="local") as mem:
-                per_mode["local_without_recall_demotion"] = run_scenarios(mem, items, "local")
-            print("local without demotion", per_mode["local_without_recall_demotion"], file=sys.stderr, flush=True)
+        for name, switch in ABLATIONS.items() if args.ablate else ():
+            with AgentMemory(root / f"ku-local-{name}", consolidation="local", **switch) as mem:
+                per_mode[f"local_{name}"] = run_scenarios(mem, items, "local")
+            print(f"local {name}", per_mode[f"local_{name}"], file=sys.stderr, flush=True)
         if args.llm_n:
             with AgentMemory(root / "ku-llm", consolidation="llm") as mem:
                 per_mode["llm"] = run_scenarios(mem, items[: args.llm_n], "llm")

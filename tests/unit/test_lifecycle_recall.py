@@ -1,0 +1,87 @@
+"""Recall-time consolidation: a superseded hit stands for the entry that replaced it; the public switches of both
+recall steps (agentmem/store/consolidation_recall.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agentmem import AgentMemory
+from agentmem.store.entries import Scope
+from agentmem.store.lifecycle import DELETED, SUPERSEDED, HistoryEvent
+
+QUERY = "What is my favorite food?"
+
+
+def _supersede(mem: AgentMemory, old_id: str, new_id: str | None, status: str = SUPERSEDED) -> None:
+    """Mark ``old_id`` replaced (or retracted) the way consolidation does, whatever the pairwise model says."""
+    event = HistoryEvent(old_id, 1, "supersede" if new_id else "delete", "", time.time(), "test", related_id=new_id)
+    assert mem._store.lifecycle.set_status(old_id, status, event, superseded_by=new_id)
+
+
+def _food(mem: AgentMemory) -> tuple[str, str, str]:
+    """An old statement in the question's wording, a look-alike that matches it too, an update worded otherwise."""
+    old = mem.remember("My favorite food is sushi.", user_id="u1", role="user").id
+    for text in ("The weather was lovely this weekend.", "I need to buy more coffee filters.",
+                 "My husband's favorite food is falafel.", "The train was delayed this morning."):
+        mem.remember(text, user_id="u1", role="user")
+    new = mem.remember("risotto is my favourite food now.", user_id="u1", role="user").id
+    alike = next(r.id for r in mem.list(user_id="u1") if "husband" in r.text)
+    return old, alike, new
+
+
+def test_a_superseded_hit_hands_its_place_to_its_successor(tmp_path: Path) -> None:
+    for follow in (True, False):
+        with AgentMemory(tmp_path / f"s{follow}", recall_follows_versions=follow,
+                         recall_conflict_demotion=False) as mem:
+            old, alike, new = _food(mem)
+            if mem.get(old).status != SUPERSEDED:
+                _supersede(mem, old, new)
+            raw = [s.row.id for s in mem._store.search(QUERY, Scope("u1", include_superseded=True), k=6)]
+            assert raw.index(old) < raw.index(alike) < raw.index(new)  # the wording ranks the stale one first
+            hits = [h.id for h in mem.recall(QUERY, user_id="u1", k=3)]
+            assert old not in hits
+            if follow:  # the update takes the old statement's place, once
+                assert hits[0] == new and hits.count(new) == 1 and hits[1] == alike
+            else:
+                assert hits.index(alike) < hits.index(new)
+            # asked for the superseded ones, recall shows them as they are
+            shown = [h.id for h in mem.recall(QUERY, user_id="u1", k=6, include_superseded=True)]
+            assert old in shown and shown.index(old) < shown.index(new)
+
+
+def test_a_chain_of_updates_leads_to_the_current_version_and_retracted_ones_are_dropped(mem: AgentMemory) -> None:
+    a = mem.remember("My favorite food is sushi.", user_id="u1").id
+    mem.remember("The weather was lovely this weekend.", user_id="u1")
+    b = mem.remember("Pizza margherita, honestly.", user_id="u1").id
+    c = mem.remember("Lately I mostly crave ramen.", user_id="u1").id
+    for old, new in ((a, b), (b, c)):
+        if mem.get(old).status != SUPERSEDED:
+            _supersede(mem, old, new)
+    hits = [h.id for h in mem.recall(QUERY, user_id="u1", k=2)]
+    assert hits[0] == c and a not in hits and b not in hits
+    _supersede(mem, c, None, DELETED)  # the current version retracted: nothing stands for the chain
+    assert {a, b, c}.isdisjoint(h.id for h in mem.recall(QUERY, user_id="u1", k=3))
+
+
+def test_a_successor_outside_the_recall_scope_is_not_returned(mem: AgentMemory) -> None:
+    old = mem.remember("My favorite food is sushi.", user_id="u1", tags=["food"]).id
+    new = mem.remember("risotto is my favourite food now.", user_id="u1").id  # not tagged "food"
+    if mem.get(old).status != SUPERSEDED:
+        _supersede(mem, old, new)
+    assert [h.id for h in mem.recall(QUERY, user_id="u1", k=2, tags=["food"])] == []
+    assert new in [h.id for h in mem.recall(QUERY, user_id="u1", k=2)]
+
+
+def test_recall_conflict_demotion_is_a_public_switch(tmp_path: Path) -> None:
+    texts = ("I live in Lyon.", "The weather was lovely this weekend.", "Actually I moved to Paris last month.")
+    for demote in (True, False):
+        with AgentMemory(tmp_path / f"s{demote}", recall_conflict_demotion=demote) as mem:
+            lyon, _, paris = (mem.remember(t, user_id="u1").id for t in texts)
+            raw = [s.row.id for s in mem._store.search("where do I live?", Scope("u1"), k=3)]
+            hits = [h.id for h in mem.recall("where do I live?", user_id="u1", k=3)]
+            assert raw.index(lyon) < raw.index(paris)  # the store ranks the old wording first
+            if demote:  # on (the default): the newer statement first
+                assert hits[0] == paris and hits.index(paris) < hits.index(lyon)
+            else:  # off: the store's ranking, untouched
+                assert hits == raw
