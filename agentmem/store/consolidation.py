@@ -283,7 +283,9 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
     """
     order = list(items)
     pos = {ident(i): n for n, i in enumerate(order)}
-    for older, newer in sorted(conflicts, key=lambda p: pos.get(p[0], len(pos))):
+    # pairs in rank order (older, then newer): of several newer items in conflict with one older, the best ranked
+    # moves first and stays ahead of the others
+    for older, newer in sorted(conflicts, key=lambda p: (pos.get(p[0], len(pos)), pos.get(p[1], len(pos)))):
         at = [ident(i) for i in order]
         if older in at and newer in at and at.index(older) < at.index(newer):
             order.insert(at.index(older), order.pop(at.index(newer)))
