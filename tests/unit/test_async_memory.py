@@ -58,12 +58,31 @@ def test_generate_does_not_block_the_event_loop(tmp_path: Path):
     assert hits and hits[0].text == "Ann keeps bees on the roof."
 
 
+class LettersOnly:
+    """A logits processor that lets the random model pick only ASCII letters: its free choice is often a lone
+    UTF-8 byte, which the text stream rightly holds back until the character completes (one piece at the end)."""
+
+    def __init__(self, tokenizer) -> None:
+        vocab = len(tokenizer)
+        self.allowed = torch.tensor([i for i in range(vocab) if (s := tokenizer.decode([i])).isascii()
+                                     and s.strip().isalpha()])
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        masked = torch.full_like(scores, float("-inf"))
+        masked[..., self.allowed] = scores[..., self.allowed]
+        return masked
+
+
 def test_stream_and_sessions_are_async_too(tmp_path: Path):
+    model, tokenizer = tiny_causal_lm("llama")
+    letters = LettersOnly(tokenizer)
+
     async def main() -> tuple[list[str], object, list[str], object]:
-        async with AsyncAgentMemory(tmp_path / "s", model=tiny_causal_lm("llama")) as mem:
+        async with AsyncAgentMemory(tmp_path / "s", model=(model, tokenizer)) as mem:
             await mem.remember("Ann keeps bees on the roof.", user_id="u")
-            pieces = [p async for p in mem.stream("Who keeps bees?", user_id="u", max_new_tokens=8)]
-            whole = await mem.generate("Who keeps bees?", user_id="u", max_new_tokens=8)
+            pieces = [p async for p in mem.stream("Who keeps bees?", user_id="u", max_new_tokens=8,
+                                                  logits_processor=letters)]
+            whole = await mem.generate("Who keeps bees?", user_id="u", max_new_tokens=8, logits_processor=letters)
             chat = await mem.session("s2", user_id="u")
             streamed = [p async for p in chat.stream("Tell me about the bees.", k=1, max_new_tokens=6)]
             turn = await chat.send("And the roof?", k=1, max_new_tokens=6)
