@@ -11,7 +11,9 @@ store. Reported per mode ("off", "local", and "llm" with the local model on a sm
   wrongly superseded.
 
 Then what mounting assistant turns costs (``roles``), LoCoMo recall@5/@10 with consolidation "local" vs "off"
-(``--locomo``), and ``remember()`` p95 latency with vs without consolidation, measured side by side (alternating).
+(``--locomo``; on the "local" store also with each of recall's consolidation steps switched off through
+``MemoryConfig``: ``without_recall_demotion``, ``without_version_following``; ``--ablate`` does the same for the
+scenarios), and ``remember()`` p95 latency with vs without consolidation, measured side by side (alternating).
 
     python benchmarks/knowledge_update.py --half test --n 200 --locomo ../shared/data/locomo/locomo_dev5.json
 

@@ -85,3 +85,18 @@ def test_recall_conflict_demotion_is_a_public_switch(tmp_path: Path) -> None:
                 assert hits[0] == paris and hits.index(paris) < hits.index(lyon)
             else:  # off: the store's ranking, untouched
                 assert hits == raw
+
+
+def test_turns_of_one_session_are_not_settled_as_conflicts_at_recall(tmp_path: Path) -> None:
+    texts = ("I live in Lyon.", "The weather was lovely this weekend.", "Actually I moved to Paris last month.")
+    for sessions in (("s1", "s1", "s1"), ("s1", "s1", "s2")):
+        with AgentMemory(tmp_path / "-".join(sessions)) as mem:
+            lyon, _, paris = (mem.remember(t, user_id="u1", session_id=s).id for t, s in zip(texts, sessions))
+            assert mem.get(lyon).status == "active"
+            raw = [s.row.id for s in mem._store.search("where do I live?", Scope("u1"), k=3)]
+            hits = [h.id for h in mem.recall("where do I live?", user_id="u1", k=3)]
+            assert raw.index(lyon) < raw.index(paris)
+            if sessions[0] == sessions[2]:  # one session: an elaboration, not a change; the store's ranking stands
+                assert hits == raw
+            else:  # a later session restates the fact: the newer first
+                assert hits[0] == paris
