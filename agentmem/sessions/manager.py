@@ -286,7 +286,7 @@ class SessionManager:
                 try:
                     moved = self._offload_idle(s)
                     done["idle_offloads"] += moved
-                    self._count("idle_offloads", moved)  # now: whoever sees the session cold sees the count
+                    self._count("idle_offloads", moved)  # now, not at the sweep's end (just after the tier change)
                 except Exception:
                     log.exception("idle offload failed for one session")
         if ttl is not None:  # files of sessions no process has opened since a restart
