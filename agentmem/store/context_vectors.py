@@ -71,7 +71,8 @@ class ContextVectors:
 
     Example:
         >>> ctx = ContextVectors(store.catalog, store.vectors)                    # doctest: +SKIP
-        >>> ctx.refresh("u1", ["3f1c…"])                                          # doctest: +SKIP
+        >>> ctx.refresh([("u1", "3f1c…")])                                        # doctest: +SKIP
+        1
     """
 
     def __init__(self, catalog: Any, vectors: Any) -> None:
@@ -103,20 +104,13 @@ class ContextVectors:
                 out.update({i: (s, m) for i, s, m in conn.execute(stmt)})
         return out
 
-    def _last_before(self, user_id: str, session_id: str, created_at: float) -> str | None:
-        """The latest committed turn of a session created before ``created_at`` (a new turn's predecessor)."""
+    def _edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
+        """The latest committed turn of a session created before ``created_at`` (a new turn's predecessor), or,
+        ``after``, the first one created after it."""
+        when = EntryRow.created_at > created_at if after else EntryRow.created_at < created_at
         stmt = (select(EntryRow.id).where(EntryRow.user_id == user_id, EntryRow.session_id == session_id,
-                                          EntryRow.kind == "turn", EntryRow.write_state.is_(None),
-                                          EntryRow.created_at < created_at)
-                .order_by(EntryRow.created_at.desc()).limit(1))
-        with self.catalog.engine.connect() as conn:
-            return conn.execute(stmt).scalar()
-
-    def _first_after(self, user_id: str, session_id: str, created_at: float) -> str | None:
-        stmt = (select(EntryRow.id).where(EntryRow.user_id == user_id, EntryRow.session_id == session_id,
-                                          EntryRow.kind == "turn", EntryRow.write_state.is_(None),
-                                          EntryRow.created_at > created_at)
-                .order_by(EntryRow.created_at.asc()).limit(1))
+                                          EntryRow.kind == "turn", EntryRow.write_state.is_(None), when)
+                .order_by(EntryRow.created_at.asc() if after else EntryRow.created_at.desc()).limit(1))
         with self.catalog.engine.connect() as conn:
             return conn.execute(stmt).scalar()
 
@@ -137,7 +131,7 @@ class ContextVectors:
         users, ids, vecs, metas, follow = [], [], [], [], []
         for (user, session), turns in groups.items():
             turns.sort(key=lambda r: r.created_at)
-            before = self._last_before(user, session, turns[0].created_at)
+            before = self._edge(user, session, turns[0].created_at, after=False)
             prev = self.vectors.get(user, [before]).get(before) if before is not None else None
             for row in turns:
                 own = vectors.get(row.id)
@@ -145,7 +139,7 @@ class ContextVectors:
                     users.append(user), ids.append(row.id), metas.append(_metadata(session))
                     vecs.append(context_vector(own, prev))
                 prev = own
-            after = self._first_after(user, session, turns[-1].created_at)
+            after = self._edge(user, session, turns[-1].created_at, after=True)
             if after is not None:
                 follow.append((user, after))
         return ((users, ids, np.stack(vecs), metas) if ids else ()), follow

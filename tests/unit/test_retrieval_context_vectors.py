@@ -91,12 +91,17 @@ def test_erased_turns_context_leaves_no_bytes_on_disk(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with AgentMemory(root, kv_encoding="off", consolidation="off") as mem:
         ids = _talk(mem)
-        stale = _ctx(mem, [ids[2]])[ids[2]]  # carries ids[1]'s words
-        marker = [np.asarray(stale, dtype=np.float32)[:8].tobytes()]
-        assert scan_tree_for_markers(root, marker)  # it did reach Chroma's files
+        stale = _windows(_ctx(mem, [ids[2]])[ids[2]])  # carries ids[1]'s words
+        assert scan_tree_for_markers(root, stale)  # it did reach Chroma's files
         assert mem.forget(ids[1]) == 1
-        assert scan_tree_for_markers(root, marker) == {}
-        assert scan_tree_for_markers(root, [np.asarray(_own(mem, [ids[2]])[ids[2]], np.float32)[:8].tobytes()])
+        assert scan_tree_for_markers(root, stale) == {}
+        assert scan_tree_for_markers(root, _windows(_own(mem, [ids[2]])[ids[2]]))  # the live vector is still there
+
+
+def _windows(vec: np.ndarray) -> list[bytes]:
+    """32-byte slices of a vector's float32 bytes: one of them lies inside a file page wherever the vector is cut."""
+    raw = np.asarray(vec, dtype=np.float32).tobytes()
+    return [raw[i:i + 32] for i in range(0, len(raw) - 32, 128)]
 
 
 def test_a_store_written_before_context_vectors_recalls_and_is_back_filled(tmp_path: Path) -> None:
