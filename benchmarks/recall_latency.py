@@ -70,6 +70,7 @@ def main() -> None:
                 mem.recall(q, user_id="u", k=args.k)
                 times[name].append(1000 * (time.perf_counter() - t))
         store.params = default
+        context_vectors = len(store.vectors.user_ids("u", space=CONTEXT_SPACE))  # while the store is open
     for v in times.values():
         v.sort()
     p95 = {name: v[int(0.95 * (len(v) - 1))] for name, v in times.items()}
@@ -85,7 +86,7 @@ def main() -> None:
         "no_context_p50_ms": round(statistics.median(times["no_context"]), 2),
         "no_context_p95_ms": round(p95["no_context"], 2),
         "context_p95_ratio": round(p95["default"] / p95["no_context"], 3),
-        "context_vectors": len(store.vectors.user_ids("u", space=CONTEXT_SPACE)),
+        "context_vectors": context_vectors,
     }
     print(json.dumps(result), flush=True)
 
