@@ -417,11 +417,11 @@ class AgentMemory(KVBankMethods):
     def _versions_followed(self, query: str, scope: Scope, want: int, min_score: float | None) -> list[Any]:
         """Search with superseded entries admitted, each standing for the entry that replaced it
         (:func:`follow_versions`); when that leaves fewer than ``want``, once more with twice as many."""
-        wide, now = dataclasses.replace(scope, include_superseded=True), time.time()
-        found = self._store.search(query, wide, k=want, min_score=min_score)
+        wide, now, memo = dataclasses.replace(scope, include_superseded=True), time.time(), {}
+        found = self._store.search(query, wide, k=want, min_score=min_score, memo=memo)
         out = follow_versions(found, self._store.catalog.get, lambda r: scope.admits(r, now))
-        if len(out) < want <= len(found):  # superseded hits took places: fetch more
-            out = follow_versions(self._store.search(query, wide, k=2 * want, min_score=min_score),
+        if len(out) < want <= len(found):  # superseded hits took places: rank the same candidates deeper
+            out = follow_versions(self._store.search(query, wide, k=2 * want, min_score=min_score, memo=memo),
                                   self._store.catalog.get, lambda r: scope.admits(r, now))
         return out
 
