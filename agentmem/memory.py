@@ -171,7 +171,6 @@ class AgentMemory(KVBankMethods):
             self._consolidator.attach_vectors([e.row for e in kept], text_vectors[keep])
         self._store.add(kept, None if vectors is None else vectors[keep])
         if decisions is not None and texts is not None:
-            self._consolidator.remember_vectors([e.row for e in kept], text_vectors[keep])
             counts = apply_decisions(
                 self._store.lifecycle, self._store.catalog.get, [e.row for e in entries], texts, decisions,
                 seal=lambda i, t: self._sealer.seal_text(i, "history", t),

@@ -155,7 +155,7 @@ class LocalConsolidator:
         self._lock = threading.Lock()
 
     def remember_vectors(self, rows: Sequence[EntryRow], unit: np.ndarray) -> None:
-        """Cache the text vectors of rows just stored."""
+        """Cache the text vectors of stored rows that carry none (written before schema 6 or without consolidation)."""
         with self._lock:
             for row, vec in zip(rows, unit):
                 self._cache[(row.id, row.version or 1)] = vec
@@ -175,8 +175,8 @@ class LocalConsolidator:
 
     def plan(self, rows: Sequence[EntryRow], texts: Sequence[str], vectors: np.ndarray,
              now: float) -> tuple[list[Decision], np.ndarray]:
-        """One decision per new row (aligned with ``rows``) and the rows' text vectors (pass the stored ones to
-        :meth:`remember_vectors`); ``texts`` are their plain texts, ``vectors`` their memory-line vectors."""
+        """One decision per new row (aligned with ``rows``) and the rows' text vectors (give the kept ones to
+        :meth:`attach_vectors`, so they are written with the rows); ``texts`` are their plain texts, ``vectors`` their memory-line vectors."""
         lines = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         unit = self.text_vectors(texts)
         words = [content_words(t) for t in texts]
