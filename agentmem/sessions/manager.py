@@ -10,11 +10,14 @@
 
 Locks: each session has its own (a second ``send`` on one session waits its turn); the manager lock only guards
 bookkeeping and is never held across a model call or a disk write; the engine's lock serialises model calls.
+
+What the manager keeps per session is the public :class:`~agentmem.sessions.slot.SessionSlot` (``session.slot``);
+the manager's own parts are mixins, one job each: :mod:`~agentmem.sessions.moves` (tier movement),
+:mod:`~agentmem.sessions.worker` (idle offload, TTL, write-behind), :mod:`~agentmem.sessions.leasing` (leases).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import hmac
 import logging
@@ -26,25 +29,27 @@ from pathlib import Path
 from typing import Any
 
 from agentmem.backends.file_sessions import FileSessionStore
-from agentmem.errors import BlobCorruptedError, EncryptionError, InvalidInputError, NotFoundError
+from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.kv.mount import Workspace
-from agentmem.ports.sessions import SessionTierStore, put
+from agentmem.ports.sessions import SessionTierStore
 from agentmem.security.sealer import Sealer
 from agentmem.sessions.holds import WorkerHolds
+from agentmem.sessions.leasing import Leasing
+from agentmem.sessions.moves import TierMoves
 from agentmem.sessions.session import Session
 from agentmem.sessions.shared import Leases, load_epoch, new_epoch, worker_id
-from agentmem.sessions.state import PackedSessionKV, SessionKV, Transcript, dump_session, load_session
+from agentmem.sessions.state import SessionKV, Transcript, load_session
 from agentmem.sessions.tiers import MemoryBackend, Tier
 from agentmem.sessions.turn import EngineContext
+from agentmem.sessions.worker import Background
 
 __all__ = ["SessionManager"]
 
 log = logging.getLogger(__name__)
 _EPOCH_FILE = "epoch"
-_SLACK_TOKENS = 128  # spare room a restored session gets for its next turn
 
 
-class SessionManager:
+class SessionManager(TierMoves, Background, Leasing):
     """Owns every session's working KV across the hot / warm / cold tiers (see the module docstring).
 
     Args:
@@ -82,10 +87,10 @@ class SessionManager:
         if history_kv not in ("clean", "as_generated"):
             raise InvalidInputError("history_kv must be 'clean' or 'as_generated'")
         self._engine_fn = engine
-        self._retrieve = retrieve
-        self._remember_turn = remember_turn
-        self._scan = scan
-        self._kb_version = kb_version
+        self.retrieve = retrieve
+        self.remember_turn = remember_turn
+        self.scan = scan
+        self.kb_version = kb_version
         self.root = Path(root)
         self.config = config
         self._cipher = cipher
@@ -100,8 +105,8 @@ class SessionManager:
         self.warm = Tier(MemoryBackend("warm", device="cpu"), config.session_warm_bytes)
         self.store: SessionTierStore = cold_store if cold_store is not None else FileSessionStore(self.root)
         self.cold = Tier(self.store, None)
-        self._workspace = Workspace()
-        self._workspace_peak = 0
+        self.workspace = Workspace()
+        self.workspace_peak = 0
         self.counts: Counter[str] = Counter()
         self.owner = worker_id()  # whose leases these are (several managers may share one cold store)
         self.leases = Leases(self.store, self.owner, ttl_s=config.session_lease_seconds,
@@ -124,7 +129,7 @@ class SessionManager:
     # -- public API -------------------------------------------------------------------------------------
     def open(self, session_id: str, *, user_id: str) -> Session:
         """The session with that id (created if new; restored lazily from disk on its first ``send``)."""
-        self._check_open()
+        self.check_open()
         if not session_id or not user_id:
             raise InvalidInputError("open needs a session_id and a user_id")
         with self._lock:
@@ -137,7 +142,7 @@ class SessionManager:
             if stamp is not None:
                 s.slot.tier = "cold"
                 s.slot.last_used = stamp
-            self._register(s)
+            self.register(s)
             return s
 
     def get(self, session_id: str, *, user_id: str | None = None) -> Session:
@@ -173,7 +178,7 @@ class SessionManager:
         if target is None:
             raise InvalidInputError("offload to 'warm' or 'disk'")
         s = self.get(session_id, user_id=user_id)
-        with s._lock:
+        with s.slot.lock:
             if s.slot.tier == "hot":
                 self._move_down(s, self.hot, to_cold=target == "cold")
             if s.slot.tier == "warm" and target == "cold":
@@ -188,15 +193,15 @@ class SessionManager:
         """
         s = self.get(session_id, user_id=user_id)
         ctx = self.context()
-        with s._lock:
-            self._serve(s)
-            source, seconds, evict = self._bring_hot(s, ctx)
-            self._validate(s, ctx)
+        with s.slot.lock:
+            self.serve(s)
+            source, seconds, evict = self.bring_hot(s, ctx)
+            self.validate(s, ctx)
             s.slot.last_used = time.time()
             with self._lock:
-                if self.hot.backend.contains(s._key):
-                    self.hot.policy.touch(s._key)
-        self._fit(self.hot)
+                if self.hot.backend.contains(s.slot.key):
+                    self.hot.policy.touch(s.slot.key)
+        self.fit(self.hot)
         return {"from": source, "seconds": seconds, "make_room_seconds": evict}
 
     def end(self, session_id: str, *, user_id: str | None = None) -> bool:
@@ -213,7 +218,7 @@ class SessionManager:
                     if sid == session_id and (user_id is None or uid == user_id)]
         n = 0
         for s in mine:
-            with s._lock:
+            with s.slot.lock:
                 n += self._erase(s)
         if user_id is not None:  # sessions no process has opened since a restart
             n += self.store.delete(self._key_for(user_id, session_id))
@@ -222,7 +227,7 @@ class SessionManager:
             n += sum(self.store.delete(k) for k in self.store.keys() if k.split("/", 1)[1] == name)
         self.store.purge()
         if n:
-            self._count("ended", 1)
+            self.count("ended", 1)
         return n > 0
 
     def end_user(self, user_id: str) -> int:
@@ -231,11 +236,11 @@ class SessionManager:
             mine = [s for s in self._sessions.values() if s.user_id == user_id]
         n = 0
         for s in mine:
-            with s._lock:
+            with s.slot.lock:
                 n += self._erase(s)
         n += sum(self.store.delete(k) for k in self.store.keys(self._hash("u", user_id)))
         self.store.purge()
-        self._count("ended", n)
+        self.count("ended", n)
         return n
 
     def invalidate(self, reason: str = "invalidated") -> int:
@@ -248,58 +253,17 @@ class SessionManager:
             sessions = list(self._sessions.values())
         dropped = 0
         for s in sessions:
-            if not s._lock.acquire(blocking=False):
+            if not s.slot.lock.acquire(blocking=False):
                 continue  # busy: its next use sees the new epoch
             try:
-                if not s.slot.busy and self._drop_kv(s):
+                if not s.slot.busy and self.drop_kv(s):
                     dropped += 1
             finally:
-                s._lock.release()
-        self._count("invalidations", 1)
+                s.slot.lock.release()
+        self.count("invalidations", 1)
         log.info("session KV invalidated (%s): %d sessions dropped from memory", reason, dropped)
         return dropped
 
-    def sweep(self) -> dict[str, int]:
-        """One pass of the background worker: offload idle sessions to disk, erase expired ones."""
-        now = time.time()
-        idle_s, ttl = self.config.session_idle_seconds, self.config.session_ttl_seconds
-        done = Counter()
-        with self._lock:
-            sessions = list(self._sessions.values())
-        for s in sessions:
-            with self._holds.hold(s) as held:
-                if not held:
-                    continue
-                try:
-                    if s.slot.busy or not self._keep_lease(s, early=True):
-                        continue
-                    age = now - s.slot.last_used
-                    if ttl is not None and age > ttl:
-                        if self._erase(s):
-                            done["expired"] += 1
-                        continue
-                    idle = age > idle_s and s.slot.tier in ("hot", "warm")
-                except Exception:
-                    log.exception("session sweep failed for one session")
-                    continue
-            if idle:
-                try:
-                    moved = self._offload_idle(s)
-                    done["idle_offloads"] += moved
-                    self._count("idle_offloads", moved)  # now, not at the sweep's end (just after the tier change)
-                except Exception:
-                    log.exception("idle offload failed for one session")
-        if ttl is not None:  # files of sessions no process has opened since a restart
-            with self._lock:
-                known = set(self._by_key)
-            for key in self.store.keys():
-                stamp = self.store.last_used(key)
-                if key not in known and stamp is not None and now - stamp > ttl and self.store.delete(key):
-                    done["expired"] += 1
-        self.store.purge()
-        with self._lock:
-            self.counts.update({k: v for k, v in done.items() if k != "idle_offloads"})
-        return dict(done)
 
     def stats(self) -> dict[str, Any]:
         """Per tier: sessions, bytes, budget, peak, hits, misses, offloads, restores, restore latency."""
@@ -310,7 +274,7 @@ class SessionManager:
             **tiers,
             "restore_latency_s": {"warm": tiers["warm"]["restore_latency_s"], "cold": tiers["cold"]["restore_latency_s"]},
             "sessions": registered,
-            "workspace_bytes": self._workspace_peak,
+            "workspace_bytes": self.workspace_peak,
             "history_kv": self.history_kv,
             **{k: self.counts.get(k, 0) for k in (
                 "turns", "rebuilds", "invalidations", "invalidated_sessions", "evicted_turns", "idle_offloads",
@@ -329,7 +293,7 @@ class SessionManager:
         with self._lock:
             sessions = list(self._sessions.values())
         for s in sessions:
-            with s._lock:
+            with s.slot.lock:
                 try:
                     if s.slot.tier == "hot":
                         self._move_down(s, self.hot, to_cold=True)
@@ -338,7 +302,7 @@ class SessionManager:
                 except Exception:
                     log.exception("could not write a session to disk at close")
         self.store.purge()
-        self._workspace.release()
+        self.workspace.release()
         self._closed = True
 
     def __enter__(self) -> SessionManager:
@@ -356,7 +320,7 @@ class SessionManager:
                 self.hot.backend.device = self._ctx.device
             return self._ctx
 
-    def _limit(self, ctx: EngineContext) -> int:
+    def limit(self, ctx: EngineContext) -> int:
         """Most conversation tokens (history + new message + reply) a session may hold."""
         return max(1, min(int(self.config.session_max_tokens), ctx.max_positions - ctx.margin - ctx.preamble_len))
 
@@ -368,7 +332,7 @@ class SessionManager:
     def _key_for(self, user_id: str, session_id: str) -> str:
         return f"{self._hash('u', user_id)}/{self._hash('s', session_id)}"
 
-    def _register(self, s: Session) -> None:
+    def register(self, s: Session) -> None:
         with self._lock:
             current = self._sessions.get((s.user_id, s.session_id))
             if current is not None and current is not s:
@@ -376,9 +340,9 @@ class SessionManager:
                     f"session {s.session_id!r} was ended and reopened through another handle; use that one"
                 )
             self._sessions[(s.user_id, s.session_id)] = s
-            self._by_key[s._key] = s
+            self._by_key[s.slot.key] = s
 
-    def _count(self, name: str, n: int = 1) -> None:
+    def count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.counts[name] += n
 
@@ -386,418 +350,68 @@ class SessionManager:
         with self._lock:
             setattr(tier.counters, field, getattr(tier.counters, field) + 1)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise InvalidInputError("this session manager is closed")
 
-    # -- tier moves (caller holds the session's lock) ---------------------------------------------------
-    def _dump(self, state: Transcript, kv: SessionKV | None) -> bytes:
-        return dump_session(state, kv, codec=self.config.session_kv_codec)  # cold files: maybe an integer codec
+    # -- what a Session asks of its manager (caller holds the session's lock) ---------------------------
+    def validity_key(self, ctx: EngineContext) -> dict[str, Any]:
+        """The key KV built now is valid under: model, preamble, knowledge-base version, shared epoch."""
+        return ctx.validity_key(self.kb_version(), self._epoch)
 
-    def _seal(self, key: str, data: bytes) -> bytes:
-        return self._sealer.seal_session(key, data)
+    def read_transcript(self, s: Session) -> Transcript | None:
+        """``s``'s transcript without restoring anything: in memory, else read from its cold file (no KV)."""
+        if s.slot.state is not None:
+            return s.slot.state
+        if s.slot.tier != "cold":
+            return None
+        blob = self.store.get(s.slot.key)
+        return load_session(self._unseal(s.slot.key, blob), with_kv=False)[0] if blob is not None else None
 
-    def _unseal(self, key: str, blob: bytes) -> bytes:
-        return self._sealer.open_session(key, blob)
+    def hot_kv(self, s: Session) -> SessionKV | None:
+        """``s``'s working KV if it is in the hot tier."""
+        return self.hot.backend.get(s.slot.key)
 
-    def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
-        assert s.slot.state is not None
-        blob = self._seal(s._key, self._dump(s.slot.state, kv))
-        if not self._keep_lease(s):
-            return  # another worker serves it now: our copy was dropped, not written over theirs
-        put(self.store, s._key, blob, last_used=s.slot.last_used)
-        s.slot.disk_version = s.slot.version
-        s.slot.state = None  # the transcript now lives in the file
-        s.slot.tier = "cold"
-        self.cold.note_bytes()
-        self._release(s)
-
-    def _move_down(self, s: Session, src: Tier, *, to_cold: bool) -> None:
-        """Move ``s`` from ``src`` (hot or warm) to warm, or to cold when ``to_cold`` or warm cannot take it."""
-        kv = src.backend.pop(s._key)
-        with self._lock:
-            src.policy.remove(s._key)
-            src.counters.offloads += 1
-        if kv is None or s.slot.state is None:
-            s.slot.tier = None
-            return
-        warm_kv = self._warm_copy(kv) if src is self.hot and not to_cold else None
-        if warm_kv is not None:
-            self._fit(self.warm, incoming=warm_kv.nbytes, exclude=s)
-            self.warm.backend.put(s._key, warm_kv)
-            s.slot.tier = "warm"
-            with self._lock:
-                self.warm.policy.touch(s._key)
-                if s.slot.state.turns and s.slot.disk_version != s.slot.version:
-                    self._write_behind.add(s._key)  # the worker writes a clean disk copy ahead of need
-            self.warm.note_bytes()
-            self._wake.set()
-            return
-        if not s.slot.state.turns:  # an empty conversation: nothing worth a file
-            s.slot.state, s.slot.tier = None, None
-            self._release(s)
-            return
-        if s.slot.disk_version == s.slot.version and self.store.last_used(s._key) is not None:
-            s.slot.state, s.slot.tier = None, "cold"  # its clean copy is already on disk: nothing to write
-            with self._lock:
-                self.counts["clean_demotions"] += 1
-            self._release(s)
-            return
-        self._write_cold(s, kv)
-
-    def _offload_idle(self, s: Session) -> bool:
-        """Move an idle session to disk without holding its lock across the serialisation and the write.
-
-        Snapshot under the lock, write a staged file without it, then publish the file and drop the in-memory
-        KV only if nothing touched the session meanwhile (same version and tier); otherwise discard the file.
-        A ``send`` that arrives during the write therefore never waits for the disk.
-        """
-        with self._holds.hold(s) as held:
-            if not held or s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None:
-                return False
-            tier = self.hot if s.slot.tier == "hot" else self.warm
-            kv = tier.backend.get(s._key)
-            if kv is None:
-                return False
-            if not s.slot.state.turns:  # an empty conversation: nothing worth a file
-                self._drop_kv(s)
-                s.slot.state = None
-                self._release(s)
-                return True
-            if s.slot.disk_version == s.slot.version and self.store.last_used(s._key) is not None:
-                self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
-                return True
-            version, tier_name, last_used = s.slot.version, s.slot.tier, s.slot.last_used
-            state = copy.deepcopy(s.slot.state)
-        staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
-        published = False
-        with self._holds.hold(s) as held:
-            if held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name and self._keep_lease(s):
-                self.store.publish(staged)
-                published = True
-                s.slot.disk_version = version
-                tier.backend.pop(s._key)
-                with self._lock:
-                    tier.policy.remove(s._key)
-                    tier.counters.offloads += 1
-                s.slot.state, s.slot.tier = None, "cold"
-                self.cold.note_bytes()
-                self._release(s)
-        if not published:
-            self.store.discard(staged)
-        return published
-
-    def _queue_likely_victims(self) -> None:
-        """Write-behind watermark: queue clean disk copies of the sessions each tier would move down next.
-
-        For every tier above half its budget, its least recently used sessions covering the excess get a copy
-        written in the background; moving one of them to disk later is then free (no write on a ``send``'s path).
-        """
-        queued = False
-        with self._lock:
-            for tier in (self.hot, self.warm):
-                if not tier.budget:
-                    continue
-                excess = tier.bytes() - tier.budget // 2
-                for key in tier.policy.victims():
-                    if excess <= 0:
-                        break
-                    s = self._by_key.get(key)
-                    if s is None or s.slot.busy:
-                        continue
-                    excess -= tier.backend.size(key)
-                    st = s.slot.state
-                    if s.slot.disk_version != s.slot.version and st is not None and st.turns:
-                        self._write_behind.add(key)
-                        queued = True
-        if queued:
-            self._wake.set()
-
-    def _write_clean_copy(self, s: Session) -> bool | None:
-        """Write-behind: put a current copy of a hot or warm session on disk, keeping it in memory; lock-free write.
-
-        True: written. False: not needed (or the session changed meanwhile). None: the session was busy; retry.
-        """
-        with self._holds.hold(s) as held:
-            if not held:
-                return None
-            if s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None or s.slot.disk_version == s.slot.version:
-                return False
-            tier_name = s.slot.tier
-            kv = (self.hot if tier_name == "hot" else self.warm).backend.get(s._key)
-            if kv is None:
-                return False
-            version, last_used = s.slot.version, s.slot.last_used
-            state = copy.deepcopy(s.slot.state)
-        staged = self.store.stage(s._key, self._seal(s._key, self._dump(state, kv)), last_used=last_used)
-        with self._holds.hold(s) as held:
-            if held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm") and self._keep_lease(s):
-                self.store.publish(staged)
-                s.slot.disk_version = version
-                self.cold.note_bytes()
-                return True
-        self.store.discard(staged)
-        return False
-
-    def _drain_write_behind(self) -> int:
-        with self._lock:
-            keys, self._write_behind = list(self._write_behind), set()
-            sessions = [self._by_key.get(k) for k in keys]
-        done = 0
-        for key, s in zip(keys, sessions):
-            if s is not None and not self._stop.is_set():
-                try:
-                    result = self._write_clean_copy(s)
-                except Exception:
-                    log.exception("write-behind failed for one session")
-                    continue
-                if result is None:
-                    with self._lock:
-                        self._write_behind.add(key)  # busy right now: try again shortly
-                done += bool(result)
-        if done:
-            self._count("clean_copies", done)
-        return done
-
-    def _warm_copy(self, kv: SessionKV) -> SessionKV | PackedSessionKV | None:
-        """``kv`` as the warm tier keeps it (compacted; codes if ``session_warm_kv_codec``), None if it cannot fit."""
-        budget = self.warm.budget or 0
-        if self.config.session_warm_kv_codec is None:
-            return kv.moved("cpu") if kv.length * self._bytes_per_token(kv) <= budget else None
-        packed = PackedSessionKV.pack(kv, self.config.session_warm_kv_codec)  # (codec parts: helper compression)
-        return packed if packed.nbytes <= budget else None
-
-    @staticmethod
-    def _bytes_per_token(kv: SessionKV | PackedSessionKV) -> int:
-        """Bytes per token of ``kv`` once hot (a warm copy in codes is dequantized to the model's dtype)."""
-        if isinstance(kv, PackedSessionKV):
-            return kv.float_bytes_per_token
-        return kv.nbytes // max(1, kv.capacity)
-
-    def _bring_hot(
-        self, s: Session, ctx: EngineContext, extra: int = _SLACK_TOKENS
-    ) -> tuple[str | None, float, float]:
-        """Restore ``s``'s KV (and transcript) to the hot tier; count hits and misses on the way down.
-
-        Returns the tier it came from, the seconds spent restoring it (reading, parsing, copying to the device)
-        and the seconds spent first moving other sessions down to make room.
-        """
-        if s.slot.tier == "hot" and self.hot.backend.contains(s._key):
-            self._bump(self.hot, "hits")
-            if s.slot.disk_version is not None:  # its write-behind copy is about to go stale
-                self.store.delete(s._key)
-                s.slot.disk_version = None
-            return None, 0.0, 0.0
-        t0 = time.perf_counter()
-        self._bump(self.hot, "misses")
-        source: Tier | None = None
-        kv: SessionKV | None = None
-        if s.slot.tier == "warm":
-            self._bump(self.warm, "hits")
-            kv = self.warm.backend.pop(s._key)
-            with self._lock:
-                self.warm.policy.remove(s._key)
-                self._write_behind.discard(s._key)
-            if s.slot.disk_version is not None:
-                self.store.delete(s._key)  # a file exists only while it is current
-            source = self.warm
-        else:
-            self._bump(self.warm, "misses")
-            if s.slot.tier == "cold":
-                self._bump(self.cold, "hits")
-                source = self.cold
-                kv = self._read_cold(s, ctx)
-            else:
-                self._bump(self.cold, "misses")
-        if s.slot.state is None:
-            s.slot.state = Transcript(s.session_id, s.user_id)
-        s.slot.tier = None
-        s.slot.disk_version = None
-        if kv is None:
-            return (source.name if source else None), time.perf_counter() - t0, 0.0
-        capacity = kv.length + extra
-        t_fit = time.perf_counter()
-        self._fit(self.hot, incoming=capacity * self._bytes_per_token(kv), exclude=s)
-        evict = time.perf_counter() - t_fit
-        kv = kv.moved(ctx.device, capacity=capacity)
-        self.hot.backend.put(s._key, kv)
+    def put_hot(self, s: Session, kv: SessionKV) -> None:
+        """Make ``kv`` ``s``'s working KV in the hot tier (most recently used)."""
+        self.hot.backend.put(s.slot.key, kv)
         s.slot.tier = "hot"
         with self._lock:
-            self.hot.policy.touch(s._key)
+            self.hot.policy.touch(s.slot.key)
         self.hot.note_bytes()
-        seconds = time.perf_counter() - t0 - evict
-        assert source is not None
-        with self._lock:
-            source.counters.restores += 1
-            source.counters.restore_seconds.append(seconds)
-        return source.name, seconds, evict
 
-    def _read_cold(self, s: Session, ctx: EngineContext) -> SessionKV | None:
-        blob = self.store.get(s._key)
-        if blob is None:
-            return None
-        self.store.delete(s._key)  # a file exists only while it is current (purged later, off this path)
-        try:
-            transcript, kv = load_session(self._unseal(s._key, blob))
-            if transcript.session_id != s.session_id or transcript.user_id != s.user_id:
-                raise BlobCorruptedError("session file belongs to another session")
-        except (BlobCorruptedError, EncryptionError) as exc:
-            log.warning("session file %s unusable (%s); starting the conversation over", s._key, exc)
-            self._count("corrupted", 1)
-            s.slot.state = None
-            return None
-        s.slot.state = transcript
-        key = transcript.key or {}
-        if kv is not None and (
-            key.get("fingerprint") != ctx.fingerprint
-            or tuple(kv.keys.shape[:3]) != tuple(ctx.pre_k.shape[:3])
-            or kv.keys.shape[4] != ctx.pre_k.shape[4]
-            or kv.keys.dtype != ctx.dtype
-        ):
-            kv = None  # made by another model: rebuilt from the turns by _validate / the next send
-        return kv
+    def note_workspace(self, nbytes: int) -> None:
+        """Record the workspace's high-water mark (``stats()["workspace_bytes"]``)."""
+        self.workspace_peak = max(self.workspace_peak, nbytes)
 
-    def _validate(self, s: Session, ctx: EngineContext) -> str | None:
-        """Drop ``s``'s KV if it was built under another model, preamble, kb version or epoch; say why.
+    def reset_session(self, s: Session) -> None:
+        """Drop ``s``'s working KV and turns from every tier; it starts over with an empty transcript."""
+        self.store.delete(s.slot.key)
+        self.store.purge()
+        s.slot.disk_version = None
+        self.drop_kv(s)
+        s.slot.state = Transcript(s.session_id, s.user_id)
+        s.slot.tier = None
+        self.count("resets", 1)
 
-        Returns None when the cached KV can be used as is (or there is no history to encode).
-        """
-        from agentmem.sessions.turn import retokenize
-
-        st = s.slot.state
-        if st is None:
-            return None
-        want = ctx.validity_key(self._kb_version(), self._epoch)
-        have = st.key
-        if have is not None and have != want:
-            changed = next(name for name in ("fingerprint", "preamble", "kb", "epoch") if have.get(name) != want[name])
-            reason = {"fingerprint": "model changed", "preamble": "preamble changed",
-                      "kb": "knowledge-base version changed", "epoch": "invalidated"}[changed]
-            self._count("invalidated_sessions", 1)
-            if changed in ("fingerprint", "preamble"):
-                retokenize(ctx, st)  # another tokenizer or template may split the texts differently
-            self._drop_kv(s)
-            st.key = None
-            return reason if st.ids else None
-        if not self.hot.backend.contains(s._key):
-            st.kv_len = 0
-            return "no cached KV" if st.ids else None
-        return None
-
-    def _drop_kv(self, s: Session) -> bool:
-        """Forget ``s``'s KV in memory (its transcript and validity key stay); True if there was any."""
-        had = False
-        for tier in (self.hot, self.warm):
-            if tier.backend.pop(s._key) is not None:
-                had = True
-            with self._lock:
-                tier.policy.remove(s._key)
+    def end_turn(self, s: Session, *, changed: bool) -> None:
+        """After a turn (even a failed one): not busy, a new version if it ``changed`` the session, used now."""
+        s.slot.busy = False
+        if changed:
+            s.slot.version += 1
+        s.slot.last_used = time.time()
         if s.slot.state is not None:
-            s.slot.state.kv_len = 0
-        if s.slot.tier in ("hot", "warm"):
-            s.slot.tier = None
-            if s.slot.disk_version is not None:
-                self.store.delete(s._key)
-        s.slot.version += 1
-        s.slot.disk_version = None
-        return had
-
-    def _erase(self, s: Session) -> bool:
-        """Erase ``s`` from every tier and the registry; True if it held anything."""
-        had = s.slot.state is not None or s.slot.tier is not None
-        had = self.store.delete(s._key) or had  # the caller purges (overwrites) it
-        s.slot.disk_version = None
-        self._drop_kv(s)
-        s.slot.state, s.slot.tier = None, None
-        self._release(s)
+            s.slot.state.last_used = s.slot.last_used
         with self._lock:
-            if self._sessions.get((s.user_id, s.session_id)) is s:
-                del self._sessions[(s.user_id, s.session_id)]
-            self._by_key.pop(s._key, None)
-        return had
+            if self.hot.backend.contains(s.slot.key):
+                self.hot.policy.touch(s.slot.key)
 
-    def _fit(self, tier: Tier, *, incoming: int = 0, exclude: Session | None = None) -> None:
-        """Move least recently used sessions out of ``tier`` until ``incoming`` more bytes fit its budget."""
-        if tier.budget is None:
-            return
-        with self._lock:
-            order = [self._by_key.get(k) for k in tier.policy.victims()]
-        for victim in order:
-            if tier.bytes() + incoming <= tier.budget:
-                return
-            # a session answering a turn is skipped; one the worker holds for a moment is waited for (holds.py)
-            if victim is None or victim is exclude or victim.slot.busy or not self._holds.lock_victim(victim):
-                continue
-            try:
-                if not victim.slot.busy and victim.slot.tier == tier.name:
-                    self._move_down(victim, tier, to_cold=tier is self.warm)
-            finally:
-                victim._lock.release()
+    def settle(self) -> None:
+        """Keep the tiers within budget after a turn, and let the worker write ahead what would move down next.
 
-    # -- leases and the shared epoch (see agentmem.sessions.shared) ---------------------------------
-    @property
-    def _epoch(self) -> str:
-        """The current epoch, read from the store each time: another worker's invalidation counts here too."""
-        return load_epoch(self.store)
-
-    def _serve(self, s: Session) -> None:
-        """Hold ``s``'s lease before serving it (waits, or raises SessionBusyError); caller holds ``s._lock``.
-
-        If the lease had lapsed, another worker may have served the session meanwhile: a newer cold copy than
-        the one in memory wins (ours is dropped, and restored from the store by the turn).
+        The session that just answered may move down too, if it alone exceeds the hot budget.
         """
-        held = s.slot.lease_until > time.monotonic()
-        until = self.leases.take(s._key)
-        if not held:
-            stamp = self.store.last_used(s._key)
-            mine = s.slot.state.last_used if s.slot.state is not None else None
-            if stamp is not None and (mine is None or stamp > mine + 1e-3):
-                self._forget_copy(s)
-                s.slot.tier, s.slot.last_used = "cold", stamp
-        s.slot.lease_until = until
-
-    def _keep_lease(self, s: Session, *, early: bool = False) -> bool:
-        """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost.
-
-        ``early`` (the sweep): skip the store while more than two thirds of the lease are left.
-        """
-        if s.slot.lease_until <= 0:
-            return True  # nothing in memory here that needs it
-        if early and s.slot.lease_until - time.monotonic() > self.leases.ttl_s * 2 / 3:
-            return True
-        until = self.leases.renew(s._key)
-        if until is not None:
-            s.slot.lease_until = until
-            return True
-        log.warning("session %s: its lease went to another worker; dropping this worker's copy", s._key)
-        self._forget_copy(s)
-        s.slot.tier = "cold" if self.store.last_used(s._key) is not None else None
-        return False
-
-    def _forget_copy(self, s: Session) -> None:
-        """Drop this worker's in-memory copy of ``s``, leaving the store's copy alone."""
-        s.slot.disk_version = None  # so _drop_kv does not delete the store's (another worker's) copy
-        self._drop_kv(s)
-        s.slot.state, s.slot.tier, s.slot.lease_until = None, None, 0.0
-
-    def _release(self, s: Session) -> None:
-        if s.slot.lease_until > 0:
-            s.slot.lease_until = 0.0
-            self.leases.release(s._key)
-
-    def _run_worker(self) -> None:
-        last_sweep = time.monotonic()
-        while not self._stop.is_set():
-            with self._lock:
-                pending = bool(self._write_behind)
-            self._wake.wait(0.05 if pending else self._interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                self._drain_write_behind()
-                if time.monotonic() - last_sweep >= self._interval:
-                    last_sweep = time.monotonic()
-                    self.sweep()
-            except Exception:  # a failed pass must not kill the worker; the next one retries
-                log.exception("background session pass failed")
+        self.fit(self.hot)
+        self.fit(self.warm)
+        if self._worker is not None:
+            self._queue_likely_victims()

@@ -31,7 +31,7 @@ from agentmem.kv.rope import rerotate_keys
 from agentmem.kv.runner import Sampling, decode, next_token, prefill
 from agentmem.kv.streaming import text_callback
 from agentmem.sessions.slot import SessionSlot
-from agentmem.sessions.state import SessionKV, Transcript, Turn, load_session
+from agentmem.sessions.state import SessionKV, Transcript, Turn
 from agentmem.sessions.turn import load_entry, rebuild_kv, shift_history
 from agentmem.validation import check_generation, check_text
 
@@ -80,14 +80,10 @@ class Session:
     """One conversation of one user; get it from ``mem.session(session_id, user_id=...)``."""
 
     def __init__(self, manager: SessionManager, session_id: str, user_id: str, key: str) -> None:
-        import threading
-
         self.session_id = session_id
         self.user_id = user_id
         self._mgr = manager
-        self._key = key
-        self._lock = threading.RLock()
-        self.slot = SessionSlot(key)  # the manager's bookkeeping: tier, transcript, versions, lease (slot.py)
+        self.slot = SessionSlot(key)  # the manager's bookkeeping: tier, transcript, versions, lease, lock (slot.py)
 
     def __repr__(self) -> str:
         return f"Session({self.session_id!r}, user_id={self.user_id!r}, tier={self.slot.tier!r})"
@@ -100,11 +96,8 @@ class Session:
 
     def history(self) -> list[dict[str, str]]:
         """The turns still in the working cache, as chat messages (the user text as scanned)."""
-        with self._lock:
-            st = self.slot.state
-            if st is None and self.slot.tier == "cold":
-                blob = self._mgr.store.get(self._key)
-                st = load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0] if blob else None
+        with self.slot.lock:
+            st = self._mgr.read_transcript(self)
             out: list[dict[str, str]] = []
             for t in st.turns if st else []:
                 out += [{"role": "user", "content": t.user}, {"role": "assistant", "content": t.reply}]
@@ -119,15 +112,8 @@ class Session:
     # -- lifecycle --------------------------------------------------------------------------------------
     def reset(self) -> None:
         """Start a new topic: drop the working KV and turns from every tier (long-term memories stay)."""
-        mgr = self._mgr
-        with self._lock:
-            mgr.store.delete(self._key)
-            mgr.store.purge()
-            self.slot.disk_version = None
-            mgr._drop_kv(self)
-            self.slot.state = Transcript(self.session_id, self.user_id)
-            self.slot.tier = None
-            mgr._count("resets", 1)
+        with self.slot.lock:
+            self._mgr.reset_session(self)
 
     def end(self) -> bool:
         """Erase this session now (same as ``mem.sessions.end(session_id, user_id=...)``)."""
@@ -187,11 +173,11 @@ class Session:
         tm = dict.fromkeys(
             ("scan", "make_room", "restore", "retrieve", "load", "encode", "rebuild", "mount", "prefill", "ttft", "decode",
              "append", "remember", "total"), 0.0)
-        with self._lock:
-            mgr._check_open()
-            mgr._register(self)
-            mgr._serve(self)  # one worker serves a session at a time (waits, or raises SessionBusyError)
-            user_text = mgr._scan(text)  # before anything is encoded: secrets never enter the session KV
+        with self.slot.lock:
+            mgr.check_open()
+            mgr.register(self)
+            mgr.serve(self)  # one worker serves a session at a time (waits, or raises SessionBusyError)
+            user_text = mgr.scan(text)  # before anything is encoded: secrets never enter the session KV
             tm["scan"] = time.perf_counter() - t0
             ctx = mgr.context()
             if mode != "text":
@@ -200,27 +186,14 @@ class Session:
             if commit and topic is not None and self.slot.state is not None and self.slot.state.turns and topic.switched(
                     user_text, [t.user for t in self.slot.state.turns]):
                 self.reset()  # the old topic's working KV stops being mounted; its turns stay long-term memories
-                mgr._count("topic_switches", 1)
+                mgr.count("topic_switches", 1)
             self.slot.busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
                                     strict, sampling, tm, t0, entry_ids, on_text)
             finally:
-                self.slot.busy = False
-                if mode == "kv" or commit:  # a baseline dry run only read the transcript
-                    self.slot.version += 1
-                self.slot.last_used = time.time()
-                if self.slot.state is not None:
-                    self.slot.state.last_used = self.slot.last_used
-                with mgr._lock:
-                    if mgr.hot.backend.contains(self._key):
-                        mgr.hot.policy.touch(self._key)
-            # Keep the tiers within budget (this session may move down too if it alone exceeds the hot budget),
-            # and let the worker write ahead the sessions that would move down next.
-            mgr._fit(mgr.hot)
-            mgr._fit(mgr.warm)
-            if mgr._worker is not None:
-                mgr._queue_likely_victims()
+                mgr.end_turn(self, changed=mode == "kv" or commit)  # a baseline dry run only read the transcript
+            mgr.settle()
         result.timings["total"] = time.perf_counter() - t0
         return result
 
@@ -242,12 +215,12 @@ class Session:
             st = self._peek_transcript()
         else:
             extra = len(chat.content_ids(user_text)) + max_new_tokens + 64
-            restored_from, _, tm["make_room"] = mgr._bring_hot(self, ctx, extra=extra)
+            restored_from, _, tm["make_room"] = mgr.bring_hot(self, ctx, extra=extra)
             st = self.slot.state
             assert st is not None
-            rebuilt = mgr._validate(self, ctx)
+            rebuilt = mgr.validate(self, ctx)
         tm["restore"] = time.perf_counter() - t - tm["make_room"]
-        limit = mgr._limit(ctx)
+        limit = mgr.limit(ctx)
         new_ids = chat.user_turn_ids(user_text, first=not st.turns)
         if len(new_ids) >= limit:
             raise InvalidInputError(f"the message is {len(new_ids)} tokens; a session holds at most {limit}")
@@ -259,7 +232,7 @@ class Session:
         evicted = self._evict(ctx, st, len(new_ids) + max_new, limit) if commit else 0
         if evicted:
             new_ids = chat.user_turn_ids(user_text, first=not st.turns)
-            if self._mgr.hot.backend.get(self._key) is None and st.ids:
+            if mgr.hot_kv(self) is None and st.ids:
                 rebuilt = rebuilt or "oldest turns left and the template needs another opener"
         max_new = max(0, min(max_new, limit - len(st.ids) - len(new_ids)))
 
@@ -297,13 +270,13 @@ class Session:
 
         # 3. room in the hot tier for this turn (other sessions move down first, outside the engine lock)
         need = P + len(st.ids) + len(new_ids) + max_new + 1
-        kv = None if peek else mgr.hot.backend.get(self._key)
+        kv = None if peek else mgr.hot_kv(self)
         if peek:
             capacity = 0
         elif kv is None or kv.capacity < need:
             capacity = -(-(need + _GROW_TOKENS // 2) // _GROW_TOKENS) * _GROW_TOKENS
             t = time.perf_counter()
-            mgr._fit(mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token, exclude=self)
+            mgr.fit(mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token, exclude=self)
             tm["make_room"] += time.perf_counter() - t
         else:
             capacity = kv.capacity
@@ -320,8 +293,8 @@ class Session:
                 rebuilt_tokens = st.kv_len
                 if st.ids:
                     rebuilt = rebuilt or "no cached KV"
-                    mgr._count("rebuilds", 1)
-                st.key = ctx.validity_key(mgr._kb_version(), mgr._epoch)
+                    mgr.count("rebuilds", 1)
+                st.key = mgr.validity_key(ctx)
                 self._put_hot(kv)
             elif kv.capacity < need:
                 kv = kv.moved(ctx.device, capacity=capacity)
@@ -343,16 +316,16 @@ class Session:
                 reused = 0
             elif mode == "history-text":
                 cap = P + mem_tokens + len(st.ids) + len(new_ids) + max_new + 1
-                cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries, ctx.inv_freq, capacity=cap, workspace=mgr._workspace)
-                mgr._workspace_peak = max(mgr._workspace_peak, cap * ctx.bytes_per_token)
+                cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries, ctx.inv_freq, capacity=cap, workspace=mgr.workspace)
+                mgr.note_workspace(cap * ctx.bytes_per_token)
                 step_in = st.ids + new_ids
                 reused = 0
             elif entries:
                 hist = [ctx.history_entry(kv, st.ids, kv_len)] if kv_len else []
                 cap = P + mem_tokens + kv_len + len(step) + max_new + 1
                 cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries + hist, ctx.inv_freq, capacity=cap,
-                                    workspace=mgr._workspace)
-                mgr._workspace_peak = max(mgr._workspace_peak, cap * ctx.bytes_per_token)
+                                    workspace=mgr.workspace)
+                mgr.note_workspace(cap * ctx.bytes_per_token)
                 step_in = step
             else:
                 cache, own, step_in = kv.cache(), True, step
@@ -396,7 +369,7 @@ class Session:
             st.kv_len = kv.length - P
             turn = Turn(user=user_text, reply=reply_text, start=start, end=len(st.ids), at=time.time())
             st.turns.append(turn)
-            mgr._count("turns", 1)
+            mgr.count("turns", 1)
             self.slot.tier = "hot"
             mgr.hot.note_bytes()
             if remember:
@@ -415,21 +388,11 @@ class Session:
     # -- helpers (caller holds the session lock) --------------------------------------------------------
     def _peek_transcript(self) -> Transcript:
         """The transcript without restoring anything (read from the file if the session is on disk)."""
-        if self.slot.state is not None:
-            return self.slot.state
-        if self.slot.tier == "cold":
-            blob = self._mgr.store.get(self._key)
-            if blob is not None:
-                return load_session(self._mgr._unseal(self._key, blob), with_kv=False)[0]
-        return Transcript(self.session_id, self.user_id)
+        st = self._mgr.read_transcript(self)
+        return st if st is not None else Transcript(self.session_id, self.user_id)
 
     def _put_hot(self, kv: SessionKV) -> None:
-        mgr = self._mgr
-        mgr.hot.backend.put(self._key, kv)
-        self.slot.tier = "hot"
-        with mgr._lock:
-            mgr.hot.policy.touch(self._key)
-        mgr.hot.note_bytes()
+        self._mgr.put_hot(self, kv)
 
     def _adopt(self, ctx: EngineContext, kv: SessionKV, cache: BufferedCache) -> SessionKV:
         from agentmem.sessions.turn import _adopt
@@ -455,8 +418,8 @@ class Session:
 
     def _workspace_cache(self, ctx: EngineContext, capacity: int) -> BufferedCache:
         L, _, H, _, D = ctx.pre_k.shape
-        kb, vb = self._mgr._workspace.get(L, H, capacity, D, dtype=ctx.dtype, device=ctx.device)
-        self._mgr._workspace_peak = max(self._mgr._workspace_peak, capacity * ctx.bytes_per_token)
+        kb, vb = self._mgr.workspace.get(L, H, capacity, D, dtype=ctx.dtype, device=ctx.device)
+        self._mgr.note_workspace(capacity * ctx.bytes_per_token)
         return BufferedCache(kb, vb, 0)
 
     def _evict(self, ctx: EngineContext, st: Transcript, need: int, limit: int) -> int:
@@ -472,7 +435,7 @@ class Session:
         mgr, chat = self._mgr, ctx.chat
         old_kv_len = st.kv_len
         cut = st.drop_turns(count)
-        kv = mgr.hot.backend.get(self._key)
+        kv = mgr.hot_kv(self)
         if st.turns and not chat.openers_match:
             # The first kept turn must open like a first turn: swap its opener; its KV has to be re-encoded.
             drop, add = len(chat.next_open_ids), chat.first_open_ids
@@ -481,23 +444,23 @@ class Session:
             for i, turn in enumerate(st.turns):
                 turn.start += delta if i else 0
                 turn.end += delta
-            mgr._drop_kv(self)
+            mgr.drop_kv(self)
         elif kv is not None:
             if ctx.inv_freq is None:
-                mgr._drop_kv(self)
+                mgr.drop_kv(self)
             else:
                 shift_history(ctx, kv, cut, old_kv_len)
-        mgr._count("evicted_turns", count)
+        mgr.count("evicted_turns", count)
         return count
 
     def _chosen(self, ids: list[str], st: Transcript, strict: bool) -> list[Any]:
         exclude = st.in_cache_records
         wanted = [i for i in dict.fromkeys(ids) if i not in exclude]
-        return self._mgr._retrieve("", self.user_id, len(wanted), strict=strict, entry_ids=wanted) if wanted else []
+        return self._mgr.retrieve("", self.user_id, len(wanted), strict=strict, entry_ids=wanted) if wanted else []
 
     def _recall(self, query: str, st: Transcript, k: int, strict: bool) -> list[Any]:
         exclude = st.in_cache_records
-        hits = self._mgr._retrieve(query, self.user_id, k + min(len(exclude), 64), strict=strict)
+        hits = self._mgr.retrieve(query, self.user_id, k + min(len(exclude), 64), strict=strict)
         return [m for m in hits if m.id not in exclude][:k]
 
     def _remember(self, user_text: str, reply_text: str, notes: list[str]) -> list[str]:
@@ -506,9 +469,9 @@ class Session:
             if not content.strip():
                 continue
             try:
-                ids.append(self._mgr._remember_turn(self.user_id, self.session_id, role, content).id)
+                ids.append(self._mgr.remember_turn(self.user_id, self.session_id, role, content).id)
             except Exception as exc:  # the reply is already committed: report, do not lose it
-                log.warning("session %s: storing the %s turn failed (%s)", self._key, role, type(exc).__name__)
+                log.warning("session %s: storing the %s turn failed (%s)", self.slot.key, role, type(exc).__name__)
                 notes.append(f"storing the {role} turn as a long-term memory failed: {type(exc).__name__}")
         return ids
 

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,3 +33,5 @@ class SessionSlot:
     version: int = 0  # bumped by every send and reset: lets the worker write a snapshot without the lock
     disk_version: int | None = None  # the version its cold copy holds (None: no current copy)
     lease_until: float = 0.0  # time.monotonic() until which this worker surely holds the session's lease
+    # held by a turn, a tier move or the worker: everything above changes only under it (re-entrant: a turn resets)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)

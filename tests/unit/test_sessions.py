@@ -598,7 +598,7 @@ def test_a_turn_making_room_waits_for_a_session_the_worker_holds(engine, tmp_pat
     a.send(MESSAGES[0], k=0, max_new_tokens=NEW)
     b.send(MESSAGES[0], k=0, max_new_tokens=NEW)  # a moves to disk
     assert a.tier == "cold" and b.tier == "hot"
-    store.hold_key = b._key  # the worker's next renewal of b's lease (within ~0.25 s) stalls, holding b
+    store.hold_key = b.slot.key  # the worker's next renewal of b's lease (within ~0.25 s) stalls, holding b
     assert store.entered.wait(10)
     threading.Timer(0.3, store.go.set).start()
     t0 = time.perf_counter()

@@ -1,0 +1,81 @@
+"""Serving a session under its lease, and the shared invalidation epoch, as the session manager uses them.
+
+A mixin of :class:`~agentmem.sessions.manager.SessionManager` over :class:`~agentmem.sessions.shared.Leases`:
+take the lease before a turn (a newer cold copy written by another worker meanwhile wins over ours), renew it
+while the KV stays in memory, drop this worker's copy if the lease went elsewhere, release it when cold.
+
+Example:
+    >>> mgr.serve(session)        # caller holds session.slot.lock; waits, or raises SessionBusyError   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from agentmem.sessions.shared import Leases, load_epoch
+
+if TYPE_CHECKING:
+    from agentmem.sessions.session import Session
+
+__all__ = ["Leasing"]
+
+log = logging.getLogger(__name__)
+
+
+class Leasing:
+    """Lease handling per session (mixed into ``SessionManager``; caller holds the session's lock)."""
+
+    store: Any
+    leases: Leases
+
+    @property
+    def _epoch(self) -> str:
+        """The current epoch, read from the store each time: another worker's invalidation counts here too."""
+        return load_epoch(self.store)
+
+    def serve(self, s: Session) -> None:
+        """Hold ``s``'s lease before serving it (waits, or raises SessionBusyError); caller holds ``s.slot.lock``.
+
+        If the lease had lapsed, another worker may have served the session meanwhile: a newer cold copy than
+        the one in memory wins (ours is dropped, and restored from the store by the turn).
+        """
+        held = s.slot.lease_until > time.monotonic()
+        until = self.leases.take(s.slot.key)
+        if not held:
+            stamp = self.store.last_used(s.slot.key)
+            mine = s.slot.state.last_used if s.slot.state is not None else None
+            if stamp is not None and (mine is None or stamp > mine + 1e-3):
+                self._forget_copy(s)
+                s.slot.tier, s.slot.last_used = "cold", stamp
+        s.slot.lease_until = until
+
+    def _keep_lease(self, s: Session, *, early: bool = False) -> bool:
+        """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost.
+
+        ``early`` (the sweep): skip the store while more than two thirds of the lease are left.
+        """
+        if s.slot.lease_until <= 0:
+            return True  # nothing in memory here that needs it
+        if early and s.slot.lease_until - time.monotonic() > self.leases.ttl_s * 2 / 3:
+            return True
+        until = self.leases.renew(s.slot.key)
+        if until is not None:
+            s.slot.lease_until = until
+            return True
+        log.warning("session %s: its lease went to another worker; dropping this worker's copy", s.slot.key)
+        self._forget_copy(s)
+        s.slot.tier = "cold" if self.store.last_used(s.slot.key) is not None else None
+        return False
+
+    def _forget_copy(self, s: Session) -> None:
+        """Drop this worker's in-memory copy of ``s``, leaving the store's copy alone."""
+        s.slot.disk_version = None  # so drop_kv does not delete the store's (another worker's) copy
+        self.drop_kv(s)
+        s.slot.state, s.slot.tier, s.slot.lease_until = None, None, 0.0
+
+    def _release(self, s: Session) -> None:
+        if s.slot.lease_until > 0:
+            s.slot.lease_until = 0.0
+            self.leases.release(s.slot.key)

@@ -1,0 +1,219 @@
+"""The background worker of the session manager: idle offloads, TTL expiry and write-behind disk copies.
+
+A mixin of :class:`~agentmem.sessions.manager.SessionManager`. The worker only ever *tries* a session's lock
+(:class:`~agentmem.sessions.holds.WorkerHolds`), so it never makes a ``send`` wait: it snapshots a session under
+its lock, serialises and writes the file without it, then publishes the file only if nothing touched the session
+meanwhile. Write-behind: sessions a tier would move down next get a clean disk copy ahead of need, so moving them
+to disk later costs a ``send`` nothing.
+
+Example:
+    >>> mgr.sweep()                     # one pass by hand (tests; the worker runs it on its own)   # doctest: +SKIP
+    {'idle_offloads': 1}
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from agentmem.sessions.holds import WorkerHolds
+from agentmem.sessions.tiers import Tier
+
+if TYPE_CHECKING:
+    from agentmem.sessions.session import Session
+
+__all__ = ["Background"]
+
+log = logging.getLogger(__name__)
+
+
+class Background:
+    """The worker's passes (mixed into ``SessionManager``)."""
+
+    hot: Tier
+    warm: Tier
+    cold: Tier
+    config: Any
+    store: Any
+    counts: Counter[str]
+    _holds: WorkerHolds
+    _write_behind: set[str]
+    _stop: threading.Event
+    _wake: threading.Event
+
+    def sweep(self) -> dict[str, int]:
+        """One pass of the background worker: offload idle sessions to disk, erase expired ones."""
+        now = time.time()
+        idle_s, ttl = self.config.session_idle_seconds, self.config.session_ttl_seconds
+        done = Counter()
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for s in sessions:
+            with self._holds.hold(s.slot) as held:
+                if not held:
+                    continue
+                try:
+                    if s.slot.busy or not self._keep_lease(s, early=True):
+                        continue
+                    age = now - s.slot.last_used
+                    if ttl is not None and age > ttl:
+                        if self._erase(s):
+                            done["expired"] += 1
+                        continue
+                    idle = age > idle_s and s.slot.tier in ("hot", "warm")
+                except Exception:
+                    log.exception("session sweep failed for one session")
+                    continue
+            if idle:
+                try:
+                    moved = self._offload_idle(s)
+                    done["idle_offloads"] += moved
+                    self.count("idle_offloads", moved)  # now, not at the sweep's end (just after the tier change)
+                except Exception:
+                    log.exception("idle offload failed for one session")
+        if ttl is not None:  # files of sessions no process has opened since a restart
+            with self._lock:
+                known = set(self._by_key)
+            for key in self.store.keys():
+                stamp = self.store.last_used(key)
+                if key not in known and stamp is not None and now - stamp > ttl and self.store.delete(key):
+                    done["expired"] += 1
+        self.store.purge()
+        with self._lock:
+            self.counts.update({k: v for k, v in done.items() if k != "idle_offloads"})
+        return dict(done)
+
+    def _offload_idle(self, s: Session) -> bool:
+        """Move an idle session to disk without holding its lock across the serialisation and the write.
+
+        Snapshot under the lock, write a staged file without it, then publish the file and drop the in-memory
+        KV only if nothing touched the session meanwhile (same version and tier); otherwise discard the file.
+        A ``send`` that arrives during the write therefore never waits for the disk.
+        """
+        with self._holds.hold(s.slot) as held:
+            if not held or s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None:
+                return False
+            tier = self.hot if s.slot.tier == "hot" else self.warm
+            kv = tier.backend.get(s.slot.key)
+            if kv is None:
+                return False
+            if not s.slot.state.turns:  # an empty conversation: nothing worth a file
+                self.drop_kv(s)
+                s.slot.state = None
+                self._release(s)
+                return True
+            if s.slot.disk_version == s.slot.version and self.store.last_used(s.slot.key) is not None:
+                self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
+                return True
+            version, tier_name, last_used = s.slot.version, s.slot.tier, s.slot.last_used
+            state = copy.deepcopy(s.slot.state)
+        staged = self.store.stage(s.slot.key, self._seal(s.slot.key, self._dump(state, kv)), last_used=last_used)
+        published = False
+        with self._holds.hold(s.slot) as held:
+            if held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name and self._keep_lease(s):
+                self.store.publish(staged)
+                published = True
+                s.slot.disk_version = version
+                tier.backend.pop(s.slot.key)
+                with self._lock:
+                    tier.policy.remove(s.slot.key)
+                    tier.counters.offloads += 1
+                s.slot.state, s.slot.tier = None, "cold"
+                self.cold.note_bytes()
+                self._release(s)
+        if not published:
+            self.store.discard(staged)
+        return published
+
+    def _queue_likely_victims(self) -> None:
+        """Write-behind watermark: queue clean disk copies of the sessions each tier would move down next.
+
+        For every tier above half its budget, its least recently used sessions covering the excess get a copy
+        written in the background; moving one of them to disk later is then free (no write on a ``send``'s path).
+        """
+        queued = False
+        with self._lock:
+            for tier in (self.hot, self.warm):
+                if not tier.budget:
+                    continue
+                excess = tier.bytes() - tier.budget // 2
+                for key in tier.policy.victims():
+                    if excess <= 0:
+                        break
+                    s = self._by_key.get(key)
+                    if s is None or s.slot.busy:
+                        continue
+                    excess -= tier.backend.size(key)
+                    st = s.slot.state
+                    if s.slot.disk_version != s.slot.version and st is not None and st.turns:
+                        self._write_behind.add(key)
+                        queued = True
+        if queued:
+            self._wake.set()
+
+    def _write_clean_copy(self, s: Session) -> bool | None:
+        """Write-behind: put a current copy of a hot or warm session on disk, keeping it in memory; lock-free write.
+
+        True: written. False: not needed (or the session changed meanwhile). None: the session was busy; retry.
+        """
+        with self._holds.hold(s.slot) as held:
+            if not held:
+                return None
+            if s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None or s.slot.disk_version == s.slot.version:
+                return False
+            tier_name = s.slot.tier
+            kv = (self.hot if tier_name == "hot" else self.warm).backend.get(s.slot.key)
+            if kv is None:
+                return False
+            version, last_used = s.slot.version, s.slot.last_used
+            state = copy.deepcopy(s.slot.state)
+        staged = self.store.stage(s.slot.key, self._seal(s.slot.key, self._dump(state, kv)), last_used=last_used)
+        with self._holds.hold(s.slot) as held:
+            if held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm") and self._keep_lease(s):
+                self.store.publish(staged)
+                s.slot.disk_version = version
+                self.cold.note_bytes()
+                return True
+        self.store.discard(staged)
+        return False
+
+    def _drain_write_behind(self) -> int:
+        with self._lock:
+            keys, self._write_behind = list(self._write_behind), set()
+            sessions = [self._by_key.get(k) for k in keys]
+        done = 0
+        for key, s in zip(keys, sessions):
+            if s is not None and not self._stop.is_set():
+                try:
+                    result = self._write_clean_copy(s)
+                except Exception:
+                    log.exception("write-behind failed for one session")
+                    continue
+                if result is None:
+                    with self._lock:
+                        self._write_behind.add(key)  # busy right now: try again shortly
+                done += bool(result)
+        if done:
+            self.count("clean_copies", done)
+        return done
+
+    def _run_worker(self) -> None:
+        last_sweep = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                pending = bool(self._write_behind)
+            self._wake.wait(0.05 if pending else self._interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self._drain_write_behind()
+                if time.monotonic() - last_sweep >= self._interval:
+                    last_sweep = time.monotonic()
+                    self.sweep()
+            except Exception:  # a failed pass must not kill the worker; the next one retries
+                log.exception("background session pass failed")
