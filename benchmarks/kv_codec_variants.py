@@ -196,6 +196,19 @@ VARIANTS = {
                                    clip_keys=True),
     "k4v2_hv_clip_clipk": Variant(4, 2, key_group=0, had_values=True, clip_values=True, clip_keys=True),
     "k3v4": Variant(3, 4, key_group=0),
+    # session 4: the fine clip grid, and layer 1 (the leave-one-layer-out sweep's most sensitive) at more bits
+    **{f"k4v3hsf{tag}": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                clip_keys=True, fine=True, layer_bits=lb)
+       for tag, lb in (("", ()), ("_l1k8", ((1, 8, 3),)), ("_l1v4", ((1, 4, 4),)), ("_l1k8v4", ((1, 8, 4),)),
+                       ("_l1x", ((1, 16, 16),)), ("_l1xk", ((1, 16, 3),)), ("_l1xv", ((1, 4, 16),)))},
+    # k4v3hs with ONE layer exact (leave-one-layer-out): which layers' quantization costs the KL
+    **{f"k4v3hs_x{i}": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                               clip_keys=True, layer_bits=((i, 16, 16),)) for i in range(30)},
+    # ... or one layer's keys / values only exact
+    **{f"k4v3hs_xk{i}": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                clip_keys=True, layer_bits=((i, 16, 3),)) for i in range(30)},
+    **{f"k4v3hs_xv{i}": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
+                                clip_keys=True, layer_bits=((i, 4, 16),)) for i in range(30)},
     "k3v4_prerope": Variant(3, 4, key_group=0, pre_rope=True),
     "k3v3_hv": Variant(3, 3, key_group=0, had_values=True),
     "k4v2_hv": Variant(4, 2, key_group=0, had_values=True),

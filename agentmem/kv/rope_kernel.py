@@ -43,12 +43,14 @@ def _build_kernel(cache: bool = True):
 
     if not cache and _fused_kernels._CACHE:
         _fused_kernels = importlib.reload(_fused_kernels)
-    return _fused_kernels.rotate_rows, _fused_kernels.dequant_keys, _fused_kernels.dequant_values
+    return (_fused_kernels.rotate_rows, _fused_kernels.dequant_keys, _fused_kernels.dequant_values,
+            _fused_kernels.dequant_keys4, _fused_kernels.dequant_values3)
 
 
 def _kernel(which: int = 0):
-    """A compiled kernel (0: rotation, 1: key dequantization, 2: value dequantization), or ``None`` if numba is missing/disabled/failed (then
-    the reason is logged once)."""
+    """A compiled kernel (0: rotation, 1: key dequantization, 2: value dequantization, 3: 4-bit keys with full
+    rotary, 4: 3-bit values of 64 channels), or ``None`` if numba is missing/disabled/failed (then the reason is
+    logged once)."""
     kernels = _state.get("kernel")
     if kernels is not None or "failed" in _state:
         return kernels[which] if kernels is not None else None
@@ -72,6 +74,9 @@ def _kernel(which: int = 0):
             codes, scale = np.zeros((1, 2, 2), np.uint8), np.ones((1, 2, 4), np.float32)
             kernels[1](probe, 0, one, one, codes, 4, scale, scale, 1, cos2, sin, True)
             kernels[2](probe, 0, one, one, codes, 4, scale, scale, 1, False)
+            kernels[3](probe, 0, one, one, np.zeros((1, 1, 2), np.uint8), scale, scale, 1, cos2, sin)
+            kernels[4](np.zeros(64, np.float32), 0, one, one, np.zeros((1, 1, 24), np.uint8),
+                       np.ones((1, 1, 1), np.float32), np.zeros((1, 1, 1), np.float32), True)
         except Exception as exc:  # ImportError, or a numba/LLVM failure on an unusual platform
             _state["failed"] = f"{type(exc).__name__}: {exc}"
             log.warning("fused key re-rotation unavailable, mounting with torch ops (%s)", _state["failed"])
@@ -156,6 +161,10 @@ def dequant_into(
         if hadamard:
             raise ValueError("only values (per-token groups of channels) carry a Hadamard rotation")
         rotate = cos2 is not None
+        if rotate and bits == 4 and sin.shape[-1] == width:  # full rotary (half = D/2): the one-loop 4-bit kernel
+            _kernel(3)(*_out_args(out), blocks, s, z, int(token_group), cos2.reshape(-1, cos2.shape[-1]).numpy(),
+                       sin.reshape(-1, sin.shape[-1]).numpy())
+            return
         _kernel(1)(
             *_out_args(out), blocks, int(bits), s, z, int(token_group),
             cos2.reshape(-1, cos2.shape[-1]).numpy() if rotate else _NO_TABLE,
@@ -165,6 +174,9 @@ def dequant_into(
     else:
         if token_group != 1 or cos2 is not None:
             raise ValueError("per-token groups of channels (values) are never rotated and have token_group 1")
+        if bits == 3 and width == 24 and s.shape[-1] == 1:  # 3-bit rows of 64, one scale: the one-pass kernel
+            _kernel(4)(*_out_args(out), blocks, s, z, bool(hadamard))
+            return
         _kernel(2)(*_out_args(out), blocks, int(bits), s, z, int(channel_group), bool(hadamard))
 
 

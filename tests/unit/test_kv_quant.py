@@ -109,7 +109,9 @@ def test_head_dim_must_fit_the_packing():
                                  {"name": "int4", "key_bits": 4, "value_bits": 4, "key_group": 32, "value_group": 64,
                                   "value_transform": "fft"}, {"name": "int4", "key_bits": "a"}, None,
                                  {"name": "k4v3hs", "key_bits": 4, "value_bits": 3, "key_group": 128, "value_group": 64,
-                                  "value_symmetric": "yes"}])
+                                  "value_symmetric": "yes"},
+                                 {"name": "k4v3hsf", "key_bits": 4, "value_bits": 3, "key_group": 128,
+                                  "value_group": 64, "clip": True, "clip_grid": "finest"}])
 def test_codec_headers_are_validated(bad):
     with pytest.raises(ValueError):
         Codec.from_dict(bad)
@@ -219,6 +221,22 @@ def test_the_clip_search_never_reconstructs_a_group_worse_than_min_max(name):
     assert k_err(ck).sum() < k_err(pk).sum() and v_err(cv).sum() < v_err(pv).sum()
 
 
+def test_the_fine_clip_grid_contains_the_coarse_one_so_no_group_gets_worse():
+    from agentmem.kv.quant import CLIP_GRID, FINE_CLIP_GRID
+
+    assert set(CLIP_GRID) <= set(FINE_CLIP_GRID)
+    keys, values = _kv(tokens=70)
+    keys[0, 0, 3, 7] = 12.0
+    fine, coarse = CODECS["k4v3hsf"], CODECS["k4v3hs"]
+    assert fine.to_dict()["clip_grid"] == "fine" and "clip_grid" not in coarse.to_dict()  # old headers unchanged
+    (fk, fv), (ck, cv) = (dequantize_kv(quantize_kv(keys, values, c)) for c in (fine, coarse))
+    h = hadamard_matrix(64)
+    k_err = lambda k2: ((k2 - keys) ** 2).sum(dim=2)  # noqa: E731
+    v_err = lambda v2: (((v2 - values) @ h.T) ** 2).sum(dim=3)  # noqa: E731
+    assert (k_err(fk) <= k_err(ck) * (1 + 1e-3) + 1e-5).all() and (v_err(fv) <= v_err(cv) * (1 + 1e-3) + 1e-5).all()
+    assert k_err(fk).sum() < k_err(ck).sum()
+
+
 def test_symmetric_values_store_no_zero_points_and_decode_through_blob_and_session_formats():
     from agentmem.kv.quant import PackedKV, implied_zero
 
@@ -246,3 +264,24 @@ def test_the_kernel_handles_several_value_groups_per_row(transform):
     rope_kernel.dequant_into(out, packed.value_codes, 4, packed.value_scales.float(), packed.value_offsets(),
                              token_group=1, channel_group=16, hadamard=transform == "hadamard")
     torch.testing.assert_close(out, dequantize_kv(packed)[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("dim", [32, 64, 128])
+def test_the_one_pass_kernels_match_the_reference_at_every_width_and_head_dim(bits, dim):
+    # The kernels have per-width fast paths (3-bit D=64, 4-bit keys with full rotary): every other width/dim
+    # takes the general loops; both must equal the torch reference.
+    if rope_kernel._kernel(2) is None:
+        pytest.fail("numba kernel unavailable")
+    keys, values = _kv(tokens=33, dim=dim)
+    packed = quantize_kv(keys, values, Codec("t", bits, bits, key_group=16))
+    for rotary in (None, dim // 2):
+        inv_freq = _inv_freq(dim, rotary)
+        got, want = torch.empty(3, 2, 33, dim), torch.empty(3, 2, 33, dim)
+        place_packed(got, torch.empty(3, 2, 33, dim), packed, delta=11, inv_freq=inv_freq, start=2)
+        place_packed(want, torch.empty(3, 2, 33, dim), packed, delta=11, inv_freq=inv_freq, start=2, fused=False)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    out = torch.empty(3, 2, 33, dim)
+    rope_kernel.dequant_into(out, packed.value_codes, bits, packed.value_scales.float(), packed.value_offsets(),
+                             token_group=1, channel_group=packed.value_group)
+    torch.testing.assert_close(out, dequantize_kv(packed)[1], rtol=0, atol=0)
