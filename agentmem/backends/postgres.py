@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -28,13 +27,13 @@ from sqlalchemy import bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, add_rows, erase_lifecycle, fts_query
+from agentmem.store.lexical_bounds import B as _B, K1 as _K1, can_stop, term_bound, token_count
 
-_K1, _B = 1.2, 0.75
 _TS_CONFIG = "english"
 _ADVISORY_KEY = 0x616D656D  # "amem": serialises migrations across processes and hosts
 # The query's distinct lexemes, each with the user's document frequency (NULL: unseen), and the user's totals.
 _TERM_STATS = text(
-    "SELECT t.term, lt.df, us.n_docs, us.total_len FROM lexical_users us "
+    "SELECT t.term, lt.df, us.n_docs, us.total_len, lt.max_tf, us.min_len FROM lexical_users us "
     "LEFT JOIN (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))) AS term) t ON TRUE "
     "LEFT JOIN lexical_terms lt ON lt.user_id = us.user_id AND lt.term = t.term WHERE us.user_id = :u")
 # Okapi BM25 from the postings of the query's terms (an index-only scan of (user, term) with tf and length
@@ -46,6 +45,15 @@ _BM25 = text(
     " ON p.term = w.term "
     "WHERE p.user_id = :u AND p.term = ANY(CAST(:terms AS varchar[])) GROUP BY p.entry_id "
     "ORDER BY s DESC, p.entry_id LIMIT :n")
+# The same, over only the documents holding every query term (found through the GIN index, each scored from its
+# own postings by primary key): the early answer of agentmem.store.lexical_bounds. A join let the planner hash every
+# posting of the terms (thousands) to keep a few hundred; the correlated sum reads only those documents' postings.
+_BM25_ALL_TERMS = text(
+    "SELECT c.id, (SELECT sum(w.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_len / :avg))) "
+    " FROM lexical_postings p JOIN unnest(CAST(:terms AS varchar[]), CAST(:idf AS float8[])) AS w(term, idf) "
+    " ON p.term = w.term WHERE p.user_id = :u AND p.entry_id = c.id AND p.term = ANY(CAST(:terms AS varchar[]))) AS s "
+    "FROM (SELECT d.id FROM lexical_docs d WHERE d.user_id = :u AND d.doc @@ CAST(:all AS tsquery)) c "
+    "ORDER BY s DESC, c.id LIMIT :n")
 # A document per entry (stemmed, stop words out) with its length in tokens, as FTS5 counts it; then its postings.
 _INDEX_DOCS = text(
     "INSERT INTO lexical_docs (id, user_id, doc, doc_len) SELECT x.id, x.u, to_tsvector(CAST(:cfg AS regconfig), x.t), "
@@ -54,19 +62,7 @@ _INDEX_DOCS = text(
 _INDEX_POSTINGS = text(
     "INSERT INTO lexical_postings (user_id, term, entry_id, tf, doc_len) SELECT d.user_id, u.lexeme, d.id, "
     "coalesce(array_length(u.positions, 1), 1), d.doc_len FROM lexical_docs d, unnest(d.doc) u "
-    "WHERE d.id = ANY(CAST(:ids AS varchar[]))")
-_TOKEN = re.compile(r"[^\W_]+")
-
-
-def token_count(text_: str) -> int:
-    """Tokens in a lexical document as FTS5's unicode61 tokenizer counts them (runs of letters and digits): the
-    document length of BM25, stop words included.
-
-    Example:
-        >>> token_count("On day 3 I visited the heron's lake.")
-        9
-    """
-    return len(_TOKEN.findall(text_))
+    "WHERE d.id = ANY(CAST(:ids AS varchar[])) RETURNING user_id, term, tf")
 
 
 class PostgresCatalog(Catalog):
@@ -78,6 +74,7 @@ class PostgresCatalog(Catalog):
         self._write_lock = contextlib.nullcontext()  # the database serialises writers itself
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._lexical_tables = set()
+        self.early_stops = 0  # lexical searches answered by the documents holding every term
         from agentmem.backends.migrations import apply_migrations
         from agentmem.store.schema import MIGRATIONS
 
@@ -112,8 +109,10 @@ class PostgresCatalog(Catalog):
             return
         docs = s.execute(_INDEX_DOCS, {"cfg": _TS_CONFIG, "ids": list(ids), "us": list(users), "ts": list(texts),
                                        "lens": [token_count(t) for t in texts]}).all()
-        s.execute(_INDEX_POSTINGS, {"ids": list(ids)})
-        self._count_terms(s, _stats_of(docs), +1)
+        most: dict[tuple[str, str], int] = {}  # (user, term) -> largest tf written now (a BM25 bound)
+        for user, term, tf in s.execute(_INDEX_POSTINGS, {"ids": list(ids)}):
+            most[user, term] = max(most.get((user, term), 0), int(tf))
+        self._count_terms(s, _stats_of(docs), +1, most_tf=most)
 
     def _unindex(self, s: Session, ids: Sequence[str]) -> None:
         """Remove entries' lexical documents, postings and statistics, inside transaction ``s``."""
@@ -130,19 +129,27 @@ class PostgresCatalog(Catalog):
             self._index(s, [entry_id], [user_id], [content])
 
     @staticmethod
-    def _count_terms(s: Session, stats: dict[str, tuple[int, int, dict[str, int]]], sign: int) -> None:
-        """Add (or remove) documents to each user's BM25 statistics, in sorted key order (no deadlocks)."""
+    def _count_terms(s: Session, stats: dict[str, tuple[int, int, dict[str, int], int | None]], sign: int, *,
+                     most_tf: dict[tuple[str, str], int] | None = None) -> None:
+        """Add (or remove) documents to each user's BM25 statistics, in sorted key order (no deadlocks).
+
+        Adding also loosens the bounds of early termination (a term's largest tf, the user's shortest document);
+        removing leaves them, since a looser bound is still a bound."""
+        most_tf = most_tf or {}
         for user in sorted(stats):
-            n_docs, total_len, terms = stats[user]
+            n_docs, total_len, terms, min_len = stats[user]
             s.execute(text(
-                "INSERT INTO lexical_users (user_id, n_docs, total_len) VALUES (:u, :n, :l) ON CONFLICT (user_id) "
-                "DO UPDATE SET n_docs = lexical_users.n_docs + :n, total_len = lexical_users.total_len + :l"),
-                {"u": user, "n": sign * n_docs, "l": sign * total_len})
+                "INSERT INTO lexical_users (user_id, n_docs, total_len, min_len) VALUES (:u, :n, :l, :m) "
+                "ON CONFLICT (user_id) DO UPDATE SET n_docs = lexical_users.n_docs + :n, "
+                "total_len = lexical_users.total_len + :l, min_len = least(lexical_users.min_len, EXCLUDED.min_len)"),
+                {"u": user, "n": sign * n_docs, "l": sign * total_len, "m": min_len if sign > 0 else None})
             if terms:
                 s.execute(text(
-                    "INSERT INTO lexical_terms (user_id, term, df) VALUES (:u, :t, :d) ON CONFLICT (user_id, term) "
-                    "DO UPDATE SET df = lexical_terms.df + :d"),
-                    [{"u": user, "t": t, "d": sign * terms[t]} for t in sorted(terms)])
+                    "INSERT INTO lexical_terms (user_id, term, df, max_tf) VALUES (:u, :t, :d, :x) "
+                    "ON CONFLICT (user_id, term) DO UPDATE SET df = lexical_terms.df + :d, "
+                    "max_tf = greatest(lexical_terms.max_tf, EXCLUDED.max_tf)"),
+                    [{"u": user, "t": t, "d": sign * terms[t], "x": most_tf.get((user, t)) if sign > 0 else None}
+                     for t in sorted(terms)])
             if sign < 0:
                 s.execute(text("DELETE FROM lexical_terms WHERE user_id = :u AND df <= 0"), {"u": user})
                 s.execute(text("DELETE FROM lexical_users WHERE user_id = :u AND n_docs <= 0"), {"u": user})
@@ -171,9 +178,17 @@ class PostgresCatalog(Catalog):
     def lexical_tables(self) -> list[str]:
         return ["lexical_docs", "lexical_postings", "lexical_terms", "lexical_users"]
 
+    prune_min_docs = 2000  # below this, scoring every match costs less than proving a shortcut safe
+
     def lexical_search(self, query: str, *, user_id: str, limit: int,
                        blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
-        """Okapi BM25 over ``user_id``'s documents: [(id, score)], best first, score > 0."""
+        """Okapi BM25 over ``user_id``'s documents: [(id, score)], best first, score > 0.
+
+        At scale the documents holding every query term are scored first; when they fill ``limit`` and no
+        document missing a term can beat the last of them (:mod:`agentmem.store.lexical_bounds`: each term's
+        largest tf and the user's shortest document bound its share), that is the answer. Otherwise every
+        posting of the query terms is scored. Same scores either way; only ties at the cut may differ.
+        """
         match = fts_query(query, blind=blind)
         if match is None:
             return []
@@ -185,15 +200,25 @@ class PostgresCatalog(Catalog):
                 return []
             n_docs, avg_len = int(stats[0][2]), max(float(stats[0][3]) / float(stats[0][2]), 1.0)
             # FTS5's idf (floored at 1e-6 for terms in over half the documents), so both catalogs rank alike
-            idf = {t: max(math.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6) for t, df, _, _ in stats
-                   if t is not None and df}
+            held = {t: (df, max_tf) for t, df, _, _, max_tf, _ in stats if t is not None and df}
+            idf = {t: max(math.log((n_docs - df + 0.5) / (df + 0.5)), 1e-6) for t, (df, _) in held.items()}
             if not idf:
                 return []
             terms = sorted(idf)
+            params = {"u": user_id, "terms": terms, "idf": [idf[t] for t in terms], "avg": avg_len, "k1": _K1,
+                      "b": _B, "n": int(limit)}
+            min_len = stats[0][5]
+            if len(terms) >= 2 and n_docs >= self.prune_min_docs and min_len is not None \
+                    and all(held[t][1] for t in terms):
+                params["all"] = " & ".join(_tsquery_lexeme(t) for t in terms)
+                rows = conn.execute(_BM25_ALL_TERMS, params).all()
+                bounds = [term_bound(idf[t], max_tf=held[t][1], min_len=int(min_len), avg_len=avg_len) for t in terms]
+                if len(rows) >= limit and can_stop(theta=float(rows[-1][1]), bounds=bounds):
+                    self.early_stops += 1
+                    return [(i, float(sc)) for i, sc in rows if sc > 0]
             # scored and cut to ``limit`` in the server: only the best rows cross the wire (at 100,000 entries a
             # common term matches thousands of documents, and shipping them to Python cost more than the search)
-            rows = conn.execute(_BM25, {"u": user_id, "terms": terms, "idf": [idf[t] for t in terms], "avg": avg_len,
-                                        "k1": _K1, "b": _B, "n": int(limit)}).all()
+            rows = conn.execute(_BM25, params).all()
         return [(i, float(sc)) for i, sc in rows if sc > 0]
 
     def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
@@ -229,15 +254,27 @@ class PostgresCatalog(Catalog):
             conn.execute(text("VACUUM " + ", ".join(tables)))
 
 
-def _stats_of(docs: Iterable[Any]) -> dict[str, tuple[int, int, dict[str, int]]]:
-    """Per user: documents, total length and document frequency of each term, from (user, lexemes, length)."""
-    out: dict[str, tuple[int, int, dict[str, int]]] = {}
+def _stats_of(docs: Iterable[Any]) -> dict[str, tuple[int, int, dict[str, int], int | None]]:
+    """Per user: documents, total length, document frequency of each term and the shortest length, from
+    (user, lexemes, length)."""
+    out: dict[str, tuple[int, int, dict[str, int], int | None]] = {}
     for user, lexemes, length in docs:
-        n, total, terms = out.get(user, (0, 0, {}))
+        n, total, terms, shortest = out.get(user, (0, 0, {}, None))
         for t in set(lexemes or ()):
             terms[t] = terms.get(t, 0) + 1
-        out[user] = (n + 1, total + int(length or 0), terms)
+        length = int(length or 0)
+        out[user] = (n + 1, total + length, terms, length if shortest is None else min(shortest, length))
     return out
+
+
+def _tsquery_lexeme(term: str) -> str:
+    """``term`` as one quoted lexeme of tsquery's input syntax (taken as is: no parsing, no stemming).
+
+    Example:
+        >>> _tsquery_lexeme("don't")
+        "'don''t'"
+    """
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _has_table(conn: Any, table: str) -> bool:

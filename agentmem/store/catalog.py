@@ -35,6 +35,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from agentmem.store.lexical_bounds import WILDCARD, can_stop, doc_bounds, idf, prefix_of, term_bound
+
 log = logging.getLogger(__name__)
 _sql = text  # the class body below shadows `text` with the column of that name
 
@@ -207,6 +209,7 @@ class Catalog:
 
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._lexical_tables: set[str] = set()  # seen to exist; a read that finds one gone refreshes it
+        self.early_stops = 0  # lexical searches answered by the documents holding every term (lexical_bounds)
         self._migrate(None if path == ":memory:" else Path(path).with_name(Path(path).name + ".migrate.lock"))
 
     def _migrate(self, lock_path: Path | None) -> None:
@@ -236,6 +239,7 @@ class Catalog:
         s.execute(text(f"DELETE FROM {table} WHERE id = :id"), {"id": entry_id})
         if content is not None:
             s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), {"id": entry_id, "c": content})
+            record_bounds(s, table, [content])
         self._lexical_tables.add(table)
 
     def read(self) -> Session:
@@ -276,6 +280,7 @@ class Catalog:
                 docs = [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id and t is not None]
                 if docs:
                     s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), docs)
+                    record_bounds(s, table, [d["c"] for d in docs])
             self._bump(s)
         self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
 
@@ -363,6 +368,7 @@ class Catalog:
                     if s.scalar(select(func.count()).select_from(EntryRow).where(EntryRow.user_id == user_id)) == 0:
                         # the user's last entry: drop the whole index (nothing of theirs stays in its segments)
                         s.execute(text(f"DROP TABLE {table}"))
+                        s.execute(text("DELETE FROM lexical_bounds WHERE tbl = :t"), {"t": table})
                         self._lexical_tables.discard(table)
                         continue
                     for chunk in _chunks([r.id for r in rows if r.user_id == user_id], 500):
@@ -459,21 +465,64 @@ class Catalog:
                 out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
         return out
 
+    # Below this many documents a user's exhaustive BM25 costs less than the look-ups that prove a shortcut safe.
+    prune_min_docs = 2000
+
     def lexical_search(self, query: str, *, user_id: str, limit: int,
                        blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
-        """BM25 search over the user's lexical documents: [(id, score)], best first, score > 0."""
+        """BM25 search over the user's lexical documents: [(id, score)], best first, score > 0.
+
+        At scale, the documents holding every query term are scored first; when they fill ``limit`` and no
+        document missing a term can beat the last of them (:mod:`agentmem.store.lexical_bounds`), that is the
+        answer, and FTS5 never scores the thousands of documents holding one common term. Otherwise (or for a
+        small table) every matching document is scored. Same scores either way; only the order of tied scores
+        at the cut may differ.
+        """
         match = fts_query(query, blind=blind)
         table = lexical_table(user_id)
         if match is None or not self._has_lexical_table(table):
             return []
-        sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
         try:
             with self.engine.connect() as conn:
+                early = self._all_terms_top(conn, table, match, limit)
+                if early is not None:
+                    return early
+                sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
                 return [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (match, limit))]
         except OperationalError:
             if self._has_lexical_table(table, refresh=True):
                 raise
             return []  # another process erased the user's last entry meanwhile
+
+    def _all_terms_top(self, conn: Any, table: str, match: str, limit: int) -> list[tuple[str, float]] | None:
+        """The top ``limit`` from the documents holding every query term, when that is provably the whole top
+        ``limit`` (see :mod:`agentmem.store.lexical_bounds`); None when it is not, or not worth asking."""
+        phrases = match.split(" OR ")
+        if len(phrases) < 2:
+            return None
+        n_docs, total_len = _fts5_totals(conn, table)
+        if n_docs < self.prune_min_docs or total_len <= 0:
+            return None
+        count = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+        dfs = [int(conn.exec_driver_sql(count, (p,)).scalar()) for p in phrases]
+        held = [(p, df) for p, df in zip(phrases, dfs) if df > 0]  # a term no document holds adds 0 to every score
+        if len(held) < 2:
+            return None
+        sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
+        top = [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (" AND ".join(p for p, _ in held), limit))]
+        if len(top) < limit:
+            return None
+        prefixes = [prefix_of(p.strip('"')) for p, _ in held]
+        min_len, most = _bounds_of(conn, table, prefixes)
+        if min_len is None or not all(x in most for x in prefixes):
+            return None  # documents written without bounds (nothing to prove the shortcut with)
+        wildcard, avg_len = most.get(WILDCARD, 0), total_len / n_docs
+        bounds = [term_bound(idf(n_docs, df), max_tf=most[x] + wildcard, min_len=min_len, avg_len=avg_len)
+                  for x, (_, df) in zip(prefixes, held)]
+        if not can_stop(theta=top[-1][1], bounds=bounds):
+            return None
+        self.early_stops += 1
+        return top
 
     def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
         """For entries among ``ids``: their session and, for conversation turns, the ``window`` turns before and
@@ -519,6 +568,65 @@ class Catalog:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _fts5_totals(conn: Any, table: str) -> tuple[int, int]:
+    """(documents, total tokens) of an FTS5 table, as its bm25() reads them: the "averages" record (rowid 1 of
+    ``<table>_data``: varints, the row count then each column's token total). A direct look-up, where count(*)
+    would scan the table."""
+    row = conn.exec_driver_sql(f"SELECT block FROM {table}_data WHERE id = 1").first()
+    if row is None or not row[0]:
+        return 0, 0
+    values, blob, i = [], bytes(row[0]), 0
+    while i < len(blob):
+        value, i = _varint(blob, i)
+        values.append(value)
+    return values[0], sum(values[1:])
+
+
+def _varint(blob: bytes, i: int) -> tuple[int, int]:
+    """SQLite's varint at ``blob[i]``: 7 bits a byte, high bit set while more follow, the ninth byte whole."""
+    value = 0
+    for k in range(9):
+        byte = blob[i]
+        i += 1
+        if k == 8:
+            return (value << 8) | byte, i
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, i
+    raise AssertionError("unreachable")
+
+
+_BOUNDS_DDL = ("CREATE TABLE IF NOT EXISTS lexical_bounds (tbl VARCHAR NOT NULL, prefix VARCHAR NOT NULL, "
+               "value INTEGER NOT NULL, PRIMARY KEY (tbl, prefix))")
+
+
+def record_bounds(s: Any, table: str, texts: Sequence[str]) -> None:
+    """Inside a write's transaction: loosen ``table``'s BM25 bounds for new documents (row prefix ``''``: the
+    shortest document's length; any other prefix: the most tokens with it in one document). Never tightened on
+    deletion: a looser bound is still a bound."""
+    min_len, most = doc_bounds(texts)
+    if min_len is None:
+        return
+    rows = [{"t": table, "p": "", "v": min_len}] + [{"t": table, "p": p, "v": v} for p, v in sorted(most.items())]
+    s.execute(text("INSERT INTO lexical_bounds (tbl, prefix, value) VALUES (:t, :p, :v) ON CONFLICT (tbl, prefix) "
+                   "DO UPDATE SET value = CASE WHEN lexical_bounds.prefix = '' THEN min(lexical_bounds.value, "
+                   "excluded.value) ELSE max(lexical_bounds.value, excluded.value) END"), rows)
+
+
+def _bounds_of(conn: Any, table: str, prefixes: Sequence[str]) -> tuple[int | None, dict[str, int]]:
+    """(shortest document length, {prefix: most tokens in one document}) recorded for ``table``, for ``prefixes``
+    and the wildcard."""
+    wanted = sorted({"", WILDCARD, *prefixes})
+    min_len, most = None, {}
+    sql = f"SELECT prefix, value FROM lexical_bounds WHERE tbl = ? AND prefix IN ({','.join('?' * len(wanted))})"
+    for prefix, value in conn.exec_driver_sql(sql, (table, *wanted)):
+        if prefix == "":
+            min_len = int(value)
+        else:
+            most[prefix] = int(value)
+    return min_len, most
 
 
 def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
