@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -28,7 +27,6 @@ from agentmem.memory_kv import KVBankMethods
 from agentmem.store.entries import EntryStore, NewEntry, Scope
 from agentmem.store.consolidation import DEMOTE, LocalConsolidator, apply_decisions, demote_older, pack_vector
 from agentmem.store.consolidation_pairs import PairModel
-from agentmem.store.consolidation_recall import follow_versions
 from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
 from agentmem.store.filters import compile_filters
@@ -400,8 +398,7 @@ class AgentMemory(KVBankMethods):
         follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
         demote = consolidating and cfg.recall_conflict_demotion
         want, min_score = k + (DEMOTE if demote else 0), check_score(min_score, "min_score")
-        found = self._store.search(query, scope, k=want, min_score=min_score) if not follow else \
-            self._versions_followed(query, scope, want, min_score)
+        found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow)
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             conflicts = self._consolidator.conflicts([s.row for s in found],
                                                      [self._sealer.open_text(s.row.id, "text", s.row.text) for s in found])
@@ -412,17 +409,6 @@ class AgentMemory(KVBankMethods):
                    memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))
             for s in found
         ]
-
-    def _versions_followed(self, query: str, scope: Scope, want: int, min_score: float | None) -> list[Any]:
-        """Search with superseded entries admitted, each standing for the entry that replaced it
-        (:func:`follow_versions`); when that leaves fewer than ``want``, once more with twice as many."""
-        wide, now, memo = dataclasses.replace(scope, include_superseded=True), time.time(), {}
-        found = self._store.search(query, wide, k=want, min_score=min_score, memo=memo)
-        out = follow_versions(found, self._store.catalog.get, lambda r: scope.admits(r, now))
-        if len(out) < want <= len(found):  # superseded hits took places: rank the same candidates deeper
-            out = follow_versions(self._store.search(query, wide, k=2 * want, min_score=min_score, memo=memo),
-                                  self._store.catalog.get, lambda r: scope.admits(r, now))
-        return out
 
     def get(self, entry_id: str, *, user_id: str | None = None) -> MemoryRecord:
         """The entry with that id; raises :class:`NotFoundError` if it does not exist or has expired.

@@ -19,17 +19,15 @@ Example:
     >>> class R:
     ...     def __init__(self, id, status="active", superseded_by=None):
     ...         self.id, self.status, self.superseded_by = id, status, superseded_by
-    >>> class S:
-    ...     def __init__(self, row, score=0.5, scores=None): self.row, self.score, self.scores = row, score, scores or {}
-    >>> found = [S(R("old", "superseded", "new")), S(R("x")), S(R("new"))]
-    >>> rows = {"new": R("new")}
-    >>> [s.row.id for s in follow_versions(found, lambda ids: [rows[i] for i in ids if i in rows], lambda r: True)]
-    ['new', 'x']
+    >>> rows = {"old": R("old", "superseded", "mid"), "x": R("x"), "new": R("new")}
+    >>> now = current_versions([rows["old"], rows["x"]], {"old": "new"}, rows)
+    >>> {k: v.id for k, v in now.items()}
+    {'old': 'new', 'x': 'x'}
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentmem.store.lifecycle import ACTIVE, SUPERSEDED
@@ -43,46 +41,61 @@ class _Row(Protocol):
     superseded_by: str | None
 
 
-class _Scored(Protocol):
-    row: Any
-    score: float
-    scores: dict[str, float]
+def current_versions(found: Sequence[_Row], ends: Mapping[str, str], rows: Mapping[str, Any]) -> dict[str, Any]:
+    """Each found row's current version, by the found row's id: an active row stands for itself, a superseded one
+    for the active entry at the end of its ``superseded_by`` chain; rows that are neither (retracted), and chains
+    that end on anything but an active entry (cut after :data:`CHAIN` links, retracted, or not loaded), are left
+    out.
 
-
-def follow_versions(found: Sequence[_Scored], rows_of: Callable[[list[str]], Sequence[Any]],
-                    admits: Callable[[Any], bool]) -> list[Any]:
-    """Replace each superseded hit by the active entry that superseded it (following the chain), at the superseded
-    hit's place, each entry once (at its best place); hits that are neither active nor superseded (retracted) and
-    successors the recall scope does not admit are dropped. ``found`` holds active and superseded rows, best first;
-    ``rows_of(ids)`` loads catalog rows, ``admits(row)`` is the recall scope's test.
+    ``ends`` maps superseded ids to their chain's last id (:meth:`agentmem.store.lifecycle.Lifecycle.chain_ends`,
+    one query for a whole candidate pool); ``rows`` holds the loaded catalog rows, chain ends included.
 
     Example:
-        >>> follow_versions([], lambda ids: [], lambda r: True)
-        []
+        >>> current_versions([], {}, {})
+        {}
     """
-    current: dict[str, Any] = {s.row.id: s.row for s in found}
-    pending = {s.row.superseded_by for s in found if s.row.status == SUPERSEDED and s.row.superseded_by}
-    for _ in range(CHAIN):  # load successors level by level (a chain of updates: A -> B -> C)
-        pending -= current.keys()
-        if not pending:
-            break
-        loaded = list(rows_of(sorted(pending)))
-        current.update((r.id, r) for r in loaded)
-        pending = {r.superseded_by for r in loaded if r.status == SUPERSEDED and r.superseded_by}
-    out: list[Any] = []
-    seen: set[str] = set()
-    for hit in found:
-        row = hit.row
-        for _ in range(CHAIN):
-            if row is None or row.status != SUPERSEDED:
-                break
-            row = current.get(row.superseded_by or "")
-        if row is None or row.status != ACTIVE or row.id in seen or not admits(row):
-            continue
-        seen.add(row.id)
-        # the successor takes the old hit's place and rank score; the old text's cosine / BM25 are not its own
-        out.append(hit if row is hit.row else type(hit)(row, hit.score, {"rank": hit.scores.get("rank", hit.score)}))
+    out: dict[str, Any] = {}
+    for row in found:
+        current = row if row.status != SUPERSEDED else rows.get(ends.get(row.id, ""))
+        if current is not None and current.status == ACTIVE:
+            out[row.id] = current
     return out
 
 
-__all__ = ["CHAIN", "follow_versions"]
+def pages(ranked: Sequence[tuple[str, float]], size: int, ends: dict[str, str],
+          ends_of: Callable[[list[str]], Mapping[str, str]] | None = None) -> Iterator[list[tuple[str, float]]]:
+    """``ranked`` cut into consecutive pages that each bring ``size`` entries not seen on an earlier page, counting
+    a superseded candidate as its chain's end (``ends``): where superseded candidates share a successor, a page
+    reaches further down the ranking, so one page of rows usually fills the re-ranking head.
+
+    With ``ends_of`` (:meth:`agentmem.store.lifecycle.Lifecycle.chain_ends`), ``ends`` is filled as the walk goes:
+    the chains of the next ``2 * size`` candidates in one query when the walk reaches them (most recalls need one
+    query; the whole pool at once would cost five times as much). A page's ends are known when it is yielded.
+
+    Example:
+        >>> [[i for i, _ in p] for p in pages([("a", 3.0), ("b", 2.0), ("c", 1.0)], 1, {"a": "c"})]
+        [['a'], ['b', 'c']]
+        >>> [[i for i, _ in p] for p in pages([("a", 3.0), ("c", 2.0), ("b", 1.0)], 1, {"a": "c"})]
+        [['a', 'c'], ['b']]
+    """
+    seen: set[str] = set()
+    page: list[tuple[str, float]] = []
+    fresh, known = 0, 0 if ends_of is not None else len(ranked)
+    for n, item in enumerate(ranked):
+        if n >= known and ends_of is not None:
+            chunk = [i for i, _ in ranked[n : n + 2 * size]]
+            ends.update(ends_of(chunk))
+            known = n + len(chunk)
+        current = ends.get(item[0], item[0])
+        if current not in seen:
+            if fresh == size:
+                yield page
+                page, fresh = [], 0
+            seen.add(current)
+            fresh += 1
+        page.append(item)
+    if page:
+        yield page
+
+
+__all__ = ["CHAIN", "current_versions", "pages"]

@@ -19,7 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from agentmem.store.catalog import EntryRow, HistoryRow
 from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
+from agentmem.store.consolidation_recall import CHAIN, current_versions, pages
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.context import context_cosines, neighbours
 from agentmem.store.context_vectors import ContextVectors
@@ -413,9 +414,15 @@ class EntryStore:
 
     def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
                query_vector: np.ndarray | None = None, min_score: float | None = None,
-               memo: dict[str, Any] | None = None) -> list[ScoredRow]:
+               memo: dict[str, Any] | None = None, follow_versions: bool = False) -> list[ScoredRow]:
         """Hybrid dense + lexical search within ``scope``; best first, at most ``k``, each scored with a
         calibrated relevance in [0, 1] (:mod:`agentmem.store.calibration`), none below ``min_score``.
+
+        ``follow_versions``: a superseded candidate stands for its current version (the active entry at the end of
+        its ``superseded_by`` chain, :mod:`agentmem.store.consolidation_recall`), which takes the candidate's place
+        and rank score before the head is re-ranked and cut — one candidate search, each entry once at its best
+        place; the successor must pass ``scope``, the superseded candidate ``scope`` with superseded entries
+        admitted.
 
         ``memo`` (an empty dict, passed again) keeps the retrievers' candidates between two searches of one query
         and scope, so a deeper second search (recall following versions) ranks the same candidates again instead
@@ -434,7 +441,7 @@ class EntryStore:
             cands, vec = self.candidates(query, scope, pool=pool, query_vector=query_vector)
             if memo is not None:
                 memo.update(pool=pool, candidates=(cands, vec))
-        hits = self._ranked(query, vec, cands, scope, now, k)
+        hits = self._ranked(query, vec, cands, scope, now, k, follow_versions)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
@@ -445,21 +452,27 @@ class EntryStore:
             if allowed:
                 cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
                                              ids=allowed)
-                hits = self._ranked(query, vec, cands, scope, now, k)
+                hits = self._ranked(query, vec, cands, scope, now, k, follow_versions)
         hits = hits[:k]
         return hits if min_score is None else [h for h in hits if h.score >= min_score]
 
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
-                k: int) -> list[ScoredRow]:
+                k: int, follow_versions: bool = False) -> list[ScoredRow]:
         params = self.params
         ranked = sorted(rank_scores(cands, params).items(), key=lambda kv: (-kv[1], kv[0]))
         depth = max(2 * k, params.rerank_depth)
         admitted: list[tuple[EntryRow, float]] = []
+        # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
+        ends: dict[str, str] = {}
+        chains = (lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN)) if follow_versions else None
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
-        for start in range(0, len(ranked), depth):
-            page = ranked[start : start + depth]
-            rows = {r.id: r for r in self.catalog.get([i for i, _ in page])}
-            admitted += [(rows[i], s) for i, s in page if i in rows and scope.admits(rows[i], now)]
+        for page in pages(ranked, depth, ends, chains):
+            ids = [i for i, _ in page]
+            rows = {r.id: r for r in self.catalog.get(list(dict.fromkeys([*ids, *(ends[i] for i in ids if i in ends)])))}
+            if follow_versions:
+                admitted += self._current_versions(page, rows, ends, scope, now, admitted)
+            else:
+                admitted += [(rows[i], s) for i, s in page if i in rows and scope.admits(rows[i], now)]
             if len(admitted) >= depth:
                 break
         # the head is re-ranked with what only rows tell (speaker, time expressions); boosts are >= 1, so the
@@ -477,7 +490,7 @@ class EntryStore:
         out: list[ScoredRow] = []
         for entry_id, score in order:
             parts = {"rank": score}
-            if entry_id in cosine:
+            if entry_id in cosine:  # by the hit's own id: a successor reports its own cosine, not the old text's
                 parts["dense"] = cosine[entry_id]
             if entry_id in cands.lexical:
                 parts["lexical"] = cands.lexical[entry_id]
@@ -485,6 +498,24 @@ class EntryStore:
                 parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
             calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
             out.append(ScoredRow(by_id[entry_id], calibrated, parts))
+        return out
+
+    @staticmethod
+    def _current_versions(page: Sequence[tuple[str, float]], rows: dict[str, EntryRow], ends: dict[str, str],
+                          scope: Scope, now: float,
+                          admitted: Sequence[tuple[EntryRow, float]]) -> list[tuple[EntryRow, float]]:
+        """The page's candidates as their current versions (``search(follow_versions=True)``), each entry once:
+        not again if it is already ``admitted`` from a better place."""
+        wide = replace(scope, include_superseded=True)
+        current = current_versions([rows[i] for i, _ in page if i in rows and wide.admits(rows[i], now)], ends, rows)
+        seen = {row.id for row, _ in admitted}
+        out: list[tuple[EntryRow, float]] = []
+        for entry_id, score in page:
+            row = current.get(entry_id)
+            if row is None or row.id in seen or not scope.admits(row, now):
+                continue
+            seen.add(row.id)
+            out.append((row, score))
         return out
 
     def _memory_line(self, row: EntryRow) -> str:
