@@ -190,6 +190,18 @@ class PgVectorIndex:
     def user_ids(self, user_id: str, *, space: str = "") -> list[str]:
         return self._ids([table_of(space)], " WHERE user_id = :u", {"u": user_id})
 
+    def has_any(self, user_id: str, *, space: str = "") -> bool:
+        """Whether ``user_id`` holds a vector in ``space`` (the user index finds one row: O(1)).
+
+        Example:
+            >>> index.has_any("u1", space="context")                                 # doctest: +SKIP
+            True
+        """
+        table = table_of(space)
+        with self.engine.connect() as conn:
+            return self._exists(conn, table) and conn.execute(
+                text(f"SELECT 1 FROM {table} WHERE user_id = :u LIMIT 1"), {"u": user_id}).first() is not None
+
     def all_ids(self) -> list[str]:
         return self._ids([table_of(s) for s in SPACES], "", {})
 

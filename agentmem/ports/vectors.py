@@ -80,6 +80,11 @@ class VectorIndex(Protocol):
         """Every id stored for ``user_id`` in ``space`` (for checks and erasure)."""
         ...
 
+    def has_any(self, user_id: str, *, space: str = "") -> bool:
+        """Whether ``user_id`` holds at least one vector in ``space``: O(1), not O(user's store) like
+        ``user_ids`` (a write's check whether a user's context vectors need back-filling)."""
+        ...
+
     def all_ids(self) -> list[str]:
         """Every id of every user, in every space (``verify()`` only: O(store))."""
         ...

@@ -188,7 +188,7 @@ class ContextVectors:
             if user_id in self._backfilled:
                 return 0
             self._backfilled.add(user_id)
-        if self.vectors.user_ids(user_id, space=CONTEXT_SPACE):
+        if self.vectors.has_any(user_id, space=CONTEXT_SPACE):  # one id read, not the user's whole list
             return 0
         own = self.vectors.user_ids(user_id)
         n = self.refresh((user_id, i) for i in own)

@@ -344,6 +344,17 @@ class VectorIndex:
             col = self._collection(client, user_id, create=False, space=space)
             return [] if col is None else self._ids_of(col)
 
+    def has_any(self, user_id: str, *, space: str = "") -> bool:
+        """Whether ``user_id``'s collection of ``space`` holds a vector (one id read, whatever its size).
+
+        Example:
+            >>> index.has_any("u1", space="context")                                 # doctest: +SKIP
+            True
+        """
+        with self._handle.reading() as client:
+            col = self._collection(client, user_id, create=False, space=space)
+            return col is not None and bool(col.get(include=[], limit=1)["ids"])
+
     def all_ids(self) -> list[str]:
         """Every id of every collection, every space (checks only: O(store))."""
         with self._handle.reading() as client:

@@ -148,6 +148,19 @@ def test_context_space_is_a_separate_namespace_erased_with_the_entry(index: Vect
     assert [i for i, _ in index.query(ctx[0], user_id="v", n=5, space=CONTEXT_SPACE)] == ["other"]
 
 
+def test_has_any_tells_whether_a_user_holds_a_vector_in_a_space(index: VectorIndex) -> None:
+    # the cheap existence check a write makes before back-filling context vectors (O(1), not the id list)
+    assert not index.has_any("u") and not index.has_any("u", space=CONTEXT_SPACE)
+    vecs = _fill(index)
+    assert index.has_any("u") and not index.has_any("u", space=CONTEXT_SPACE)
+    index.add(["v"], ["other"], vecs[:1], [{"kind": "turn"}], space=CONTEXT_SPACE)
+    assert index.has_any("v", space=CONTEXT_SPACE) and not index.has_any("v")  # spaces and users are apart
+    assert not index.has_any("u", space=CONTEXT_SPACE) and not index.has_any("nobody")
+    index.delete([f"e{i}" for i in range(30)], user_id="u")
+    index.erase_residue(["u"])
+    assert not index.has_any("u") and index.has_any("v", space=CONTEXT_SPACE)
+
+
 def test_an_unknown_space_is_refused(index: VectorIndex) -> None:
     with pytest.raises(InvalidInputError, match="space"):
         index.add(["u"], ["e0"], _unit(np.random.default_rng(0), 1), [{"kind": "turn"}], space="x; DROP TABLE")
