@@ -25,7 +25,7 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.memory_kv import KVBankMethods
 from agentmem.store.entries import EntryStore, NewEntry, Scope
-from agentmem.store.consolidation import DEMOTE, LocalConsolidator, apply_decisions, demote_older, pack_vector
+from agentmem.store.consolidation import LocalConsolidator, apply_decisions, demote_older, demotion_pool, pack_vector
 from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
@@ -397,7 +397,7 @@ class AgentMemory(KVBankMethods):
         consolidating = cfg.consolidation != "off"
         follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
         demote = consolidating and cfg.recall_conflict_demotion
-        want, min_score = k + (DEMOTE if demote else 0), check_score(min_score, "min_score")
+        want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
         found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow)
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             conflicts = self._consolidator.conflicts([s.row for s in found],

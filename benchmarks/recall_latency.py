@@ -7,15 +7,19 @@ included (query embedding, both retrievers, fusion, the head's re-ranking, calib
 side in the same run, interleaved query by query, the same recall without the head re-ranking step (the ranking
 as before it existed: ``RetrievalParams(speaker_boost=0, temporal_boost=0, rerank_depth=10)``), so the ratio
 shows what re-ranking costs on this machine whatever its load; and, the same way, recall without the turn
-context vector search (``context_vector_weight=0``: one vector search fewer), for what that search costs.
+context vector search (``context_vector_weight=0``: one vector search fewer), for what that search costs; and
+recall without the lifecycle's version following (``MemoryConfig(recall_follows_versions=False)``): the generator's
+templated sentences make local consolidation supersede about a third of the store, so this is its worst case.
 Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
-"no_context_p95_ms": ..., "context_p95_ratio": ...}
+"no_context_p95_ms": ..., "context_p95_ratio": ..., "no_follow_p95_ms": ..., "follow_p95_ratio": ...,
+"superseded": ..., "load_avg": [before, after]}
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -62,14 +66,19 @@ def main() -> None:
         store = mem._store  # the comparison swaps the store's ranking constants (no public knob for them)
         default, plain = store.params, RetrievalParams(speaker_boost=0.0, temporal_boost=0.0, rerank_depth=10)
         no_context = replace(default, context_vector_weight=0.0)
-        times: dict[str, list[float]] = {"default": [], "no_rerank": [], "no_context": []}
+        config, no_follow = mem.config, mem.config.model_copy(update={"recall_follows_versions": False})
+        variants = (("default", default, config), ("no_rerank", plain, config), ("no_context", no_context, config),
+                    ("no_follow", default, no_follow))
+        times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        load_before = os.getloadavg()[0]
         for q in tqdm(queries, desc="recall", disable=None):
-            for name, params in (("default", default), ("no_rerank", plain), ("no_context", no_context)):
-                store.params = params
+            for name, params, cfg in variants:
+                store.params, mem.config = params, cfg
                 t = time.perf_counter()
                 mem.recall(q, user_id="u", k=args.k)
                 times[name].append(1000 * (time.perf_counter() - t))
-        store.params = default
+        store.params, mem.config = default, config
+        superseded = sum(r.status == "superseded" for r in mem.list(user_id="u"))
         context_vectors = len(store.vectors.user_ids("u", space=CONTEXT_SPACE))  # while the store is open
     for v in times.values():
         v.sort()
@@ -86,7 +95,12 @@ def main() -> None:
         "no_context_p50_ms": round(statistics.median(times["no_context"]), 2),
         "no_context_p95_ms": round(p95["no_context"], 2),
         "context_p95_ratio": round(p95["default"] / p95["no_context"], 3),
+        "no_follow_p50_ms": round(statistics.median(times["no_follow"]), 2),
+        "no_follow_p95_ms": round(p95["no_follow"], 2),
+        "follow_p95_ratio": round(p95["default"] / p95["no_follow"], 3),
         "context_vectors": context_vectors,
+        "superseded": superseded,
+        "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     print(json.dumps(result), flush=True)
 

@@ -254,6 +254,18 @@ class LocalConsolidator:
         return out
 
 
+def demotion_pool(k: int) -> int:
+    """How many hits recall's conflict check looks at to return ``k``: ``DEMOTE`` more than ``k``, and at least
+    ``NEIGHBOURS + 1``, so that a hit's background (the median cosine to the other recalled memories of the
+    speaker) is taken over as many neighbours as the pairwise model's background on write. With fewer (k = 3: 8
+    hits), the background was a median over 7 and the same pair scored differently with one more hit recalled.
+
+    >>> demotion_pool(3), demotion_pool(10)
+    (11, 15)
+    """
+    return max(k + DEMOTE, NEIGHBOURS + 1)
+
+
 def pack_vector(vec: np.ndarray) -> bytes:
     """A unit vector as the float16 bytes stored in ``EntryRow.text_vector`` (cosines keep ~3 decimals).
 
@@ -322,4 +334,4 @@ def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], lis
 
 
 __all__ = ["CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Decision", "LocalConsolidator", "Neighbour", "apply_decisions",
-           "content_words", "decide", "demote_older", "jaccard"]
+           "content_words", "decide", "demote_older", "demotion_pool", "jaccard"]

@@ -100,3 +100,41 @@ def test_turns_of_one_session_are_not_settled_as_conflicts_at_recall(tmp_path: P
                 assert hits == raw
             else:  # a later session restates the fact: the newer first
                 assert hits[0] == paris
+
+
+def test_chain_ends_resolves_whole_chains_in_one_query(mem: AgentMemory) -> None:
+    ids = [mem.remember(t, user_id="u1").id for t in ("alpha one", "bravo two", "charlie three", "delta four",
+                                                      "echo five")]
+    for old, new in zip(ids, ids[1:]):  # a -> b -> c -> d -> e
+        if mem.get(old).status != SUPERSEDED:
+            _supersede(mem, old, new)
+    life = mem._store.lifecycle
+    assert life.chain_ends(ids) == {i: ids[-1] for i in ids[:-1]}  # the active end is left out as an origin
+    assert life.chain_ends(ids[:1], longest=2) == {ids[0]: ids[2]}  # cut after 2 links: ends on a superseded one
+    assert life.chain_ends([]) == {} and life.chain_ends(["no-such-id"]) == {}
+
+
+def test_recall_through_a_long_chain_searches_once_and_reads_the_catalog_twice(mem: AgentMemory) -> None:
+    # one candidate search per recall, and the rows of a page come with their successors in one read, however long
+    # the chains (session 3 read the catalog once per link and searched a second time when versions took places)
+    texts = ["My favorite food is sushi.", "My favorite food is pizza.", "My favorite food is ramen.",
+             "My favorite food is tacos.", "My favorite food is paella.", "My favorite food is curry."]
+    ids = [mem.remember(t, user_id="u1", session_id=f"s{n}").id for n, t in enumerate(texts)]
+    for text in ("The weather was lovely this weekend.", "I need to buy more coffee filters."):
+        mem.remember(text, user_id="u1")
+    for old, new in zip(ids, ids[1:]):
+        if mem.get(old).status != SUPERSEDED:
+            _supersede(mem, old, new)
+    store, calls = mem._store, {"get": 0, "candidates": 0}
+
+    def counted(name: str, fn):  # noqa: ANN001, ANN202 - a thin call counter around the real method
+        def wrapper(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+            calls[name] += 1
+            return fn(*a, **kw)
+        return wrapper
+
+    store.catalog.get = counted("get", store.catalog.get)  # type: ignore[method-assign]
+    store.candidates = counted("candidates", store.candidates)  # type: ignore[method-assign]
+    hits = [h.id for h in mem.recall(QUERY, user_id="u1", k=3)]
+    assert hits[0] == ids[-1] and not set(ids[:-1]) & set(hits)
+    assert calls == {"get": 1, "candidates": 1}
