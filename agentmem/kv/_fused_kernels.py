@@ -109,17 +109,7 @@ def hadamard_row(dst, row, tmp, dim):  # pragma: no cover - compiled
             (row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c], row[48 + c],
              row[56 + c]) = fwht8(row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c],
                                   row[48 + c], row[56 + c])
-        for r in range(8):
-            y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(row[8 * r], row[8 * r + 1], row[8 * r + 2], row[8 * r + 3],
-                                                   row[8 * r + 4], row[8 * r + 5], row[8 * r + 6], row[8 * r + 7])
-            dst[r] = y0 * np.float32(0.125)
-            dst[8 + r] = y1 * np.float32(0.125)
-            dst[16 + r] = y2 * np.float32(0.125)
-            dst[24 + r] = y3 * np.float32(0.125)
-            dst[32 + r] = y4 * np.float32(0.125)
-            dst[40 + r] = y5 * np.float32(0.125)
-            dst[48 + r] = y6 * np.float32(0.125)
-            dst[56 + r] = y7 * np.float32(0.125)
+        hadamard_pass2_64(dst, row, np.float32(0.125))
         return
     b = 1
     while b * b < dim:
@@ -205,6 +195,21 @@ def dequant_keys4(out, offset, lead_sizes, lead_strides, codes, scale, zero, gro
                 d2[j] = x2 * c[j] + x1 * sn[j]
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def hadamard_pass2_64(dst, row, scale):  # pragma: no cover - compiled
+    # hadamard_row's second pass for D = 64 (on registers, transposed into dst), times ``scale``
+    for r in range(8):
+        y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(row[8 * r], row[8 * r + 1], row[8 * r + 2], row[8 * r + 3],
+                                               row[8 * r + 4], row[8 * r + 5], row[8 * r + 6], row[8 * r + 7])
+        dst[r] = y0 * scale
+        dst[8 + r] = y1 * scale
+        dst[16 + r] = y2 * scale
+        dst[24 + r] = y3 * scale
+        dst[32 + r] = y4 * scale
+        dst[40 + r] = y5 * scale
+        dst[48 + r] = y6 * scale
+        dst[56 + r] = y7 * scale
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
 def unpack3_row64(dst, src, sg, zg):  # pragma: no cover - compiled
     # dst = codes * sg + zg for one 3-bit row of 64 (24 bytes), constant trip counts and offsets
     for k in range(4):
@@ -221,7 +226,6 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
     # Two loop nests, not a branch per row: the branch alone cost ~1.4x (LLVM did not unswitch it).
     blocks, tokens, width = codes.shape
     row = np.empty(64, dtype=np.float32)
-    tmp = np.empty(64, dtype=np.float32)
     if not hadamard:
         for b in range(blocks):
             base = block_base(b, offset, lead_sizes, lead_strides)
@@ -229,12 +233,25 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
                 at = base + t * 64
                 unpack3_row64(out[at : at + 64], codes[b, t], scale[b, t, 0], zero[b, t, 0])
         return
+    # With the rotation: hadamard_row's two passes, with the unpacking folded into the first. Column c of the
+    # row as an 8x8 matrix (elements 8a + c) is bytes c, 8 + c (low bits, 2 * (a // 2) up) and 16 + c (bit a),
+    # so the first pass reads codes straight from the bytes, 8 columns side by side; scale and zero are applied
+    # after the rotation (linear: H(s * c + z) = s * H(c) + z * H(1), and H(1) is 8 at element 0).
     for b in range(blocks):
         base = block_base(b, offset, lead_sizes, lead_strides)
         for t in range(tokens):
+            src = codes[b, t]
+            for c in range(8):
+                p, q, h = np.int32(src[c]), np.int32(src[8 + c]), np.int32(src[16 + c])
+                (row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c], row[48 + c],
+                 row[56 + c]) = fwht8(
+                    np.float32((p & 3) | ((h & 1) << 2)), np.float32((q & 3) | ((h & 2) << 1)),
+                    np.float32(((p >> 2) & 3) | (h & 4)), np.float32(((q >> 2) & 3) | ((h >> 1) & 4)),
+                    np.float32(((p >> 4) & 3) | ((h >> 2) & 4)), np.float32(((q >> 4) & 3) | ((h >> 3) & 4)),
+                    np.float32(((p >> 6) & 3) | ((h >> 4) & 4)), np.float32(((q >> 6) & 3) | ((h >> 5) & 4)))
             at = base + t * 64
-            unpack3_row64(row, codes[b, t], scale[b, t, 0], zero[b, t, 0])
-            hadamard_row(out[at : at + 64], row, tmp, 64)
+            hadamard_pass2_64(out[at : at + 64], row, scale[b, t, 0] * np.float32(0.125))
+            out[at] += zero[b, t, 0] * np.float32(8.0)
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
 def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, hadamard):
