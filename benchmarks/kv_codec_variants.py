@@ -200,7 +200,9 @@ VARIANTS = {
     **{f"k4v3hsf{tag}": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
                                 clip_keys=True, fine=True, layer_bits=lb)
        for tag, lb in (("", ()), ("_l1k8", ((1, 8, 3),)), ("_l1v4", ((1, 4, 4),)), ("_l1k8v4", ((1, 8, 4),)),
-                       ("_l1x", ((1, 16, 16),)), ("_l1xk", ((1, 16, 3),)), ("_l1xv", ((1, 4, 16),)))},
+                       ("_l1x", ((1, 16, 16),)), ("_l1xk", ((1, 16, 3),)), ("_l1xv", ((1, 4, 16),)),
+                       ("_l1v8", ((1, 4, 8),)),
+                       *((f"_l1v4_v4l{j}", ((1, 4, 4), (j, 4, 4))) for j in (5, 7, 10, 17, 18, 23)))},
     # k4v3hs with ONE layer exact (leave-one-layer-out): which layers' quantization costs the KL
     **{f"k4v3hs_x{i}": Variant(4, 3, key_group=0, had_values=True, sym_values=True, clip_values=True,
                                clip_keys=True, layer_bits=((i, 16, 16),)) for i in range(30)},

@@ -70,9 +70,12 @@ _CHECKSUM = "xxh3_64"
 _QUANT_TENSORS = ("keys", "key_scales", "key_zeros", "values", "value_scales", "value_zeros")
 
 
-def _quant_tensors(codec: Codec) -> tuple[str, ...]:
-    """The tensors a blob of integer ``codec`` holds (symmetric values: no zero points, they are implied)."""
-    return tuple(n for n in _QUANT_TENSORS if not (n == "value_zeros" and codec.value_symmetric))
+def _quant_tensors(codec: Codec, num_layers: int) -> tuple[str, ...]:
+    """The tensors a blob of integer ``codec`` holds for a ``num_layers`` model (symmetric values: no zero points,
+    they are implied; each ``layer_bits`` layer the model has: its own codes)."""
+    shared = tuple(n for n in _QUANT_TENSORS if not (n == "value_zeros" and codec.value_symmetric))
+    return shared + tuple(f"{kind}@{layer}" for layer, _, _ in codec.layer_bits if layer < num_layers
+                          for kind in ("keys", "values"))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -265,9 +268,19 @@ def _expected_shapes(codec: Codec, want: tuple[int, int, int, int]) -> dict[str,
     key_scales = (num_layers, heads, math.ceil(tokens / codec.key_group), dim)
     value_scales = (num_layers, heads, tokens, math.ceil(dim / min(codec.value_group, dim)))
     u8, f16 = torch.uint8, torch.float16
-    return {
-        "keys": ((num_layers, heads, tokens, key_width), u8),
-        "values": ((num_layers, heads, tokens, value_width), u8),
+    own = {}
+    for layer, kb, vb in codec.layer_bits:  # layers at their own widths: tensors of their own
+        if layer >= num_layers:
+            continue
+        try:
+            own[f"keys@{layer}"] = ((heads, tokens, packed_width(dim, kb)), u8)
+            own[f"values@{layer}"] = ((heads, tokens, packed_width(dim, vb)), u8)
+        except ValueError as exc:
+            raise BlobCorruptedError("KV blob codec does not fit the model's head dim") from exc
+    shared = num_layers - len(own) // 2
+    return own | {
+        "keys": ((shared, heads, tokens, key_width), u8),
+        "values": ((shared, heads, tokens, value_width), u8),
         "key_scales": (key_scales, f16), "key_zeros": (key_scales, f16),
         "value_scales": (value_scales, f16),
     } | ({} if codec.value_symmetric else {"value_zeros": (value_scales, f16)})
@@ -304,7 +317,7 @@ def decode_entry(
         offset = int(meta["offset"])
     except (KeyError, TypeError, ValueError) as exc:
         raise BlobCorruptedError("KV blob metadata lacks the encoding offset") from exc
-    names = ("keys", "values") if not codec.quantized else _quant_tensors(codec)
+    names = ("keys", "values") if not codec.quantized else _quant_tensors(codec, expected.num_layers)
     located = {name: _locate(view, specs, name, data_start) for name in (*names, "token_ids")}
     if set(specs) != set(located):
         raise BlobCorruptedError("KV blob holds tensors its codec does not name")

@@ -22,6 +22,7 @@ Stored sizes for SmolLM2-135M (30 layers x 3 KV heads x 64 dims; fp32 = 46,080 B
     k4v2h   4         2 (rotated)  4,320 +   720 =  5,040        9.1x
     k4v3hs  4         3 (rot., sym) 5,040 +   360 =  5,400        8.5x   (keys per 128 tokens, ranges clipped)
     k4v3hsf 4         3 (rot., sym) 5,040 +   360 =  5,400        8.5x   (k4v3hs, ranges from the fine grid)
+    k4v3hsl 4         3; layer 1: 4  5,064 +   360 =  5,424        8.5x   (k4v3hsf, layer 1's values 4-bit)
 
 3-bit codes are a 2-bit plane then a 1-bit plane (``W = 3 * head_dim / 8``). ``value_transform="hadamard"``
 rotates value rows by :func:`hadamard_matrix` before quantizing (spreading outlier channels over the row, so the
@@ -98,6 +99,9 @@ class Codec:
     # Which grid the clip search tries: "coarse" (CLIP_GRID, 9 factors) or "fine" (FINE_CLIP_GRID, 23). Encode
     # time only, like ``clip``: the decoder reads the same codes and scales.
     clip_grid: str = "coarse"
+    # Layers stored at other bit widths, ((layer, key_bits, value_bits), ...) sorted by layer: a sensitive layer
+    # bought more bits. Their codes are tensors of their own; the shared codes tensors hold the other layers.
+    layer_bits: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def quantized(self) -> bool:
@@ -119,7 +123,21 @@ class Codec:
                 out[flag] = True
         if self.clip_grid != "coarse":
             out["clip_grid"] = self.clip_grid
+        if self.layer_bits:
+            out["layer_bits"] = [list(t) for t in self.layer_bits]
         return out
+
+    def bits(self, layer: int) -> tuple[int, int]:
+        """(key bits, value bits) of ``layer``.
+
+        Example:
+            >>> CODECS["k4v3hsl"].bits(1), CODECS["k4v3hsl"].bits(2)
+            ((4, 4), (4, 3))
+        """
+        for at, kb, vb in self.layer_bits:
+            if at == layer:
+                return kb, vb
+        return self.key_bits, self.value_bits
 
     @classmethod
     def from_dict(cls, data: object) -> Codec:
@@ -133,14 +151,19 @@ class Codec:
                         key_group=int(data["key_group"]), value_group=int(data["value_group"]),
                         value_transform=data.get("value_transform"),
                         value_symmetric=data.get("value_symmetric", False), clip=data.get("clip", False),
-                        clip_grid=data.get("clip_grid", "coarse"))
+                        clip_grid=data.get("clip_grid", "coarse"),
+                        layer_bits=tuple(tuple(int(x) for x in t) for t in data.get("layer_bits", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError("codec parameters are missing or not integers") from exc
         if not isinstance(codec.value_symmetric, bool) or not isinstance(codec.clip, bool):
             raise ValueError("codec value_symmetric and clip must be booleans")
         if codec.clip_grid not in CLIP_GRIDS:
             raise ValueError(f"codec clip_grid must be one of {sorted(CLIP_GRIDS)}")
-        if codec.key_bits not in BIT_WIDTHS or codec.value_bits not in BIT_WIDTHS:
+        layers = [t[0] for t in codec.layer_bits]
+        if any(len(t) != 3 for t in codec.layer_bits) or layers != sorted(set(layers)) or min(layers, default=0) < 0:
+            raise ValueError("codec layer_bits must be distinct (layer, key_bits, value_bits) sorted by layer")
+        widths = [b for t in codec.layer_bits for b in t[1:]]
+        if any(b not in BIT_WIDTHS for b in (codec.key_bits, codec.value_bits, *widths)):
             raise ValueError(f"codec bit widths must be one of {BIT_WIDTHS}")
         if codec.value_transform not in (None, "hadamard"):
             raise ValueError("codec value_transform must be absent or 'hadamard'")
@@ -153,7 +176,7 @@ class Codec:
         heads = num_layers * kv_heads
         if not self.quantized:
             return heads * head_dim * 2 * self.float_dtype.itemsize
-        codes = heads * head_dim * (self.key_bits + self.value_bits) / 8
+        codes = kv_heads * head_dim * sum(sum(self.bits(i)) for i in range(num_layers)) / 8
         key_scales = heads * head_dim * 4 / self.key_group  # fp16 scale + zero per channel, per group of tokens
         per_scale = 2 if self.value_symmetric else 4  # fp16 scale (+ zero point)
         value_scales = heads * math.ceil(head_dim / min(self.value_group, head_dim)) * per_scale
@@ -178,6 +201,10 @@ CODECS: dict[str, Codec] = {name: Codec(name) for name in FLOAT_CODECS} | {
     # time of k4v3hs' search (docs/kv-compression.md, session 4).
     "k4v3hsf": Codec("k4v3hsf", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True,
                      clip_grid="fine"),
+    # k4v3hsf with layer 1's values at 4 bits: the layer whose 3-bit values cost the most KL on the tune split
+    # (leave-one-layer-out, benchmarks/kv_codec_variants.py); +24 B/token on SmolLM2.
+    "k4v3hsl": Codec("k4v3hsl", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True,
+                     clip_grid="fine", layer_bits=((1, 4, 4),)),
 }
 
 
@@ -214,11 +241,43 @@ class PackedKV:
     value_scales: torch.Tensor
     value_zeros: torch.Tensor | None
     head_dim: int
+    # The codec's layer_bits layers: ((layer, key codes [H, T, W], value codes [H, T, W']), ...); the shared
+    # ``key_codes``/``value_codes`` hold every other layer, in order.
+    layer_codes: tuple[tuple[int, torch.Tensor, torch.Tensor], ...] = ()
+
+    def layer_runs(self) -> list[tuple[int, int, torch.Tensor, int, torch.Tensor, int]]:
+        """Contiguous runs of layers with one bit width: ``(first, stop, key codes, key bits, value codes,
+        value bits)``, codes ``[stop - first, H, T, W]``; one run for a codec without ``layer_bits``.
+
+        Example:
+            >>> [(a, b, kb, vb) for a, b, _, kb, _, vb in packed.layer_runs()]
+            [(0, 1, 4, 3), (1, 2, 4, 4), (2, 30, 4, 3)]
+        """
+        own = {layer: (kc, vc) for layer, kc, vc in self.layer_codes}
+        runs, shared, layer, num_layers = [], 0, 0, self.shape[0]
+        while layer < num_layers:
+            if layer in own:
+                kb, vb = self.codec.bits(layer)
+                kc, vc = own[layer]
+                runs.append((layer, layer + 1, kc.unsqueeze(0), kb, vc.unsqueeze(0), vb))
+                layer += 1
+                continue
+            first = layer
+            while layer < num_layers and layer not in own:
+                layer += 1
+            n = layer - first
+            runs.append((first, layer, self.key_codes[shared : shared + n], self.codec.key_bits,
+                         self.value_codes[shared : shared + n], self.codec.value_bits))
+            shared += n
+        return runs
 
     def value_offsets(self) -> torch.Tensor:
         """The value zero points as float32, stored or implied (symmetric codes)."""
         if self.value_zeros is None:
-            return implied_zero(self.value_scales, self.codec.value_bits)
+            zero = implied_zero(self.value_scales, self.codec.value_bits)
+            for layer, _, _ in self.layer_codes:  # the middle of each layer's own code range
+                zero[layer] = implied_zero(self.value_scales[layer], self.codec.bits(layer)[1])
+            return zero
         return self.value_zeros.float()
 
     def stored(self) -> dict[str, torch.Tensor]:
@@ -235,6 +294,8 @@ class PackedKV:
                "value_scales": self.value_scales.to("cpu", half).contiguous()}
         if self.value_zeros is not None:
             out["value_zeros"] = self.value_zeros.to("cpu", half).contiguous()
+        for layer, kc, vc in self.layer_codes:
+            out[f"keys@{layer}"], out[f"values@{layer}"] = kc.cpu().contiguous(), vc.cpu().contiguous()
         return out
 
     @classmethod
@@ -245,14 +306,17 @@ class PackedKV:
             >>> again = PackedKV.from_stored(packed.codec, packed.stored(), packed.head_dim)
         """
         zeros = None if codec.value_symmetric else tensors["value_zeros"]  # KeyError: a blob missing them
+        own = tuple((layer, tensors[f"keys@{layer}"], tensors[f"values@{layer}"]) for layer, _, _ in codec.layer_bits
+                    if f"keys@{layer}" in tensors)  # (none for layers past a smaller model's last)
         return cls(codec=codec, key_codes=tensors["keys"], value_codes=tensors["values"], head_dim=head_dim,
+                   layer_codes=own,
                    key_scales=tensors["key_scales"].float(), key_zeros=tensors["key_zeros"].float(),
                    value_scales=tensors["value_scales"].float(), value_zeros=None if zeros is None else zeros.float())
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         num_layers, heads, tokens, _ = self.key_codes.shape
-        return (num_layers, heads, tokens, self.head_dim)
+        return (num_layers + len(self.layer_codes), heads, tokens, self.head_dim)
 
     @property
     def value_group(self) -> int:
@@ -374,7 +438,7 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
     if not codec.quantized:
         raise ValueError(f"{codec.name} is not an integer codec")
     num_layers, heads, tokens, dim = keys.shape
-    for bits in (codec.key_bits, codec.value_bits):
+    for bits in (codec.key_bits, codec.value_bits, *(b for t in codec.layer_bits for b in t[1:])):
         packed_width(dim, bits)
     k = keys.detach().to(device="cpu", dtype=torch.float32)
     v = values.detach().to(device="cpu", dtype=torch.float32)
@@ -382,26 +446,20 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
         # Spreads each value row's energy over all channels (no outliers left to stretch a token's range); the
         # mount undoes it on the dequantized row (rope_kernel.hadamard_row), so it costs no extra pass.
         v = v @ hadamard_matrix(dim).T
-    kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
-    pad = groups * kg - tokens
-    # Keys: ranges over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
-    # (One group, the usual case: no padding at all, so the clip search does no work on it.)
-    kp = torch.cat([k, k[:, :, -1:].expand(-1, -1, pad, -1)], dim=2) if pad and groups > 1 else k
-    key_scales, key_zeros = _group_ranges(kp.reshape(num_layers, heads, groups, -1, dim), 3, codec.key_bits,
-                                          False, codec.clip, real=tokens if kp is not k else None,
-                                          grid=CLIP_GRIDS[codec.clip_grid])
-    key_codes = _codes(k, key_scales, key_zeros, codec.key_bits,
-                       lambda t: t.repeat_interleave(kg, dim=2)[:, :, :tokens])
-    vg = min(codec.value_group, dim)
-    vgroups = math.ceil(dim / vg)
-    vpad = vgroups * vg - dim
-    vp = torch.cat([v, v[..., -1:].expand(-1, -1, -1, vpad)], dim=3) if vpad else v
-    value_scales, value_zeros = _group_ranges(vp.reshape(num_layers, heads, tokens, vgroups, vg), 4,
-                                              codec.value_bits, codec.value_symmetric, codec.clip, real=dim,
-                                              grid=CLIP_GRIDS[codec.clip_grid])
-    value_codes = _codes(v, value_scales, value_zeros, codec.value_bits,
-                         lambda t: t.repeat_interleave(vg, dim=3)[..., :dim])
-    value_zeros = None if codec.value_symmetric else value_zeros.to(torch.float16).contiguous()
+    key_codes, key_scales, key_zeros, value_codes, value_scales, value_zeros = _quantize_layers(
+        k, v, codec, codec.key_bits, codec.value_bits)
+    own = []
+    for layer, kb, vb in codec.layer_bits:  # the layers bought other widths: their own ranges and codes
+        if layer >= num_layers:  # a smaller model than the codec was chosen for: that layer does not exist
+            continue
+        kc, ks, kz, vc, vs, vz = _quantize_layers(k[layer : layer + 1], v[layer : layer + 1], codec, kb, vb)
+        key_scales[layer], key_zeros[layer], value_scales[layer] = ks[0], kz[0], vs[0]
+        if value_zeros is not None:
+            value_zeros[layer] = vz[0]
+        own.append((layer, _pack(kc[0], kb), _pack(vc[0], vb)))
+    if own:
+        shared = [i for i in range(num_layers) if i not in {layer for layer, _, _ in own}]
+        key_codes, value_codes = key_codes[shared], value_codes[shared]
     return PackedKV(
         codec=codec,
         key_codes=_pack(key_codes, codec.key_bits),
@@ -409,9 +467,34 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
         key_zeros=key_zeros.to(torch.float16).contiguous(),
         value_codes=_pack(value_codes, codec.value_bits),
         value_scales=value_scales.contiguous(),
-        value_zeros=value_zeros,
+        value_zeros=None if value_zeros is None else value_zeros.to(torch.float16).contiguous(),
         head_dim=dim,
+        layer_codes=tuple(own),
     )
+
+
+def _quantize_layers(k: torch.Tensor, v: torch.Tensor, codec: Codec, key_bits: int, value_bits: int):
+    """Unpacked codes, scales and zero points of float keys and (already rotated) values ``[L, H, T, D]`` at the
+    given widths, with ``codec``'s groups and range search (``value_zeros`` is ``None`` for symmetric values)."""
+    num_layers, heads, tokens, dim = k.shape
+    grid = CLIP_GRIDS[codec.clip_grid]
+    kg, groups = codec.key_group, math.ceil(tokens / codec.key_group) if tokens else 0
+    pad = groups * kg - tokens
+    # Keys: ranges over each group of tokens, per channel. Padding repeats the last token so it changes nothing.
+    # (One group, the usual case: no padding at all, so the clip search does no work on it.)
+    kp = torch.cat([k, k[:, :, -1:].expand(-1, -1, pad, -1)], dim=2) if pad and groups > 1 else k
+    key_scales, key_zeros = _group_ranges(kp.reshape(num_layers, heads, groups, -1, dim), 3, key_bits,
+                                          False, codec.clip, real=tokens if kp is not k else None, grid=grid)
+    key_codes = _codes(k, key_scales, key_zeros, key_bits, lambda t: t.repeat_interleave(kg, dim=2)[:, :, :tokens])
+    vg = min(codec.value_group, dim)
+    vgroups = math.ceil(dim / vg)
+    vpad = vgroups * vg - dim
+    vp = torch.cat([v, v[..., -1:].expand(-1, -1, -1, vpad)], dim=3) if vpad else v
+    value_scales, value_zeros = _group_ranges(vp.reshape(num_layers, heads, tokens, vgroups, vg), 4, value_bits,
+                                              codec.value_symmetric, codec.clip, real=dim, grid=grid)
+    value_codes = _codes(v, value_scales, value_zeros, value_bits, lambda t: t.repeat_interleave(vg, dim=3)[..., :dim])
+    return (key_codes, key_scales, key_zeros, value_codes, value_scales,
+            None if codec.value_symmetric else value_zeros)
 
 
 def dequantize_kv(
@@ -424,11 +507,12 @@ def dequantize_kv(
     """
     device = device or packed.key_codes.device
     tokens, dim = packed.shape[2], packed.head_dim
-    kc = _unpack(packed.key_codes.to(device), packed.codec.key_bits, dim).float()
+    runs = packed.layer_runs()
+    kc = torch.cat([_unpack(c.to(device), bits, dim) for _, _, c, bits, _, _ in runs]).float()
     kg = packed.codec.key_group
     ks = packed.key_scales.to(device).float().repeat_interleave(kg, dim=2)[:, :, :tokens]
     kz = packed.key_zeros.to(device).float().repeat_interleave(kg, dim=2)[:, :, :tokens]
-    vc = _unpack(packed.value_codes.to(device), packed.codec.value_bits, dim).float()
+    vc = torch.cat([_unpack(c.to(device), bits, dim) for _, _, _, _, c, bits in runs]).float()
     vg = packed.value_group
     vs = packed.value_scales.to(device).float().repeat_interleave(vg, dim=3)[..., :dim]
     vz = packed.value_offsets().to(device).repeat_interleave(vg, dim=3)[..., :dim]
@@ -501,11 +585,13 @@ def place_packed(
             cos2, sin = _cached_tables(delta, inv_freq, torch.float32, torch.device("cpu"), start, tokens)
             if 2 * half > packed.head_dim:
                 raise ValueError("rotary dims exceed the head dim")
-        dequant_into(dst_keys, packed.key_codes, codec.key_bits, packed.key_scales.float(), packed.key_zeros.float(),
-                     token_group=codec.key_group, channel_group=1, cos2=cos2, sin=sin)
-        dequant_into(dst_values, packed.value_codes, codec.value_bits, packed.value_scales.float(),
-                     packed.value_offsets(), token_group=1, channel_group=packed.value_group,
-                     hadamard=codec.value_transform == "hadamard")
+        ks, kz, vs, vz = (packed.key_scales.float(), packed.key_zeros.float(), packed.value_scales.float(),
+                          packed.value_offsets())
+        for lo, hi, kc, kb, vc, vb in packed.layer_runs():  # one run unless the codec sets layer_bits
+            dequant_into(dst_keys[lo:hi], kc, kb, ks[lo:hi], kz[lo:hi], token_group=codec.key_group,
+                         channel_group=1, cos2=cos2, sin=sin)
+            dequant_into(dst_values[lo:hi], vc, vb, vs[lo:hi], vz[lo:hi], token_group=1,
+                         channel_group=packed.value_group, hadamard=codec.value_transform == "hadamard")
         return
     keys, values = dequantize_kv(packed, dtype=dst_keys.dtype, device=dst_keys.device)
     if delta == 0:

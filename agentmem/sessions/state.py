@@ -166,8 +166,9 @@ class PackedSessionKV:
     @property
     def nbytes(self) -> int:
         p = self.packed
+        own = [t for _, kc, vc in p.layer_codes for t in (kc, vc)]  # a codec's layer_bits layers
         return sum(t.numel() * t.element_size() for t in (
-            p.key_codes, p.value_codes, *(getattr(p, n) for n in _QUANT)) if t is not None)
+            p.key_codes, p.value_codes, *own, *(getattr(p, n) for n in _QUANT)) if t is not None)
 
     @property
     def float_bytes_per_token(self) -> int:
@@ -241,8 +242,10 @@ def load_session(blob: bytes, *, with_kv: bool = True) -> tuple[Transcript, Sess
         ids = _view(blob, start, header["ids"]).tolist()
         transcript = Transcript.from_meta(info["transcript"], ids)
         quantized = "kv_codec" in info
-        names = ("keys", "values", *(_QUANT if quantized else ()))
-        # (a codec with symmetric values stores no value zero points: they are implied by the scales)
+        # (a codec with symmetric values stores no value zero points: they are implied by the scales; one with
+        # layer_bits stores those layers' codes apart, as keys@<layer> / values@<layer>)
+        own = tuple(n for n in header if n.startswith(("keys@", "values@"))) if quantized else ()
+        names = ("keys", "values", *(_QUANT if quantized else ()), *own)
         tensors = {name: _view(blob, start, header[name]) for name in names
                    if with_kv and info.get("has_kv") and (name != "value_zeros" or name in header)}
         if tensors and quantized:

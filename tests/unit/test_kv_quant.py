@@ -38,8 +38,10 @@ def _inside_range(x: torch.Tensor, packed, which: str) -> torch.Tensor:
     else:
         grow = lambda t: t.float().repeat_interleave(packed.value_group, dim=3)[..., :dim]  # noqa: E731
         scale, zero, bits = grow(packed.value_scales), grow(packed.value_offsets()), packed.codec.value_bits
+    # per layer: a codec's layer_bits layers have their own widths
+    levels = torch.tensor([(1 << packed.codec.bits(i)[0 if which == "key" else 1]) - 1 for i in range(x.shape[0])])
     slack = 1e-3 * x.abs().amax()
-    return (x >= zero - slack) & (x <= zero + scale * ((1 << bits) - 1) + slack)
+    return (x >= zero - slack) & (x <= zero + scale * levels.view(-1, 1, 1, 1).float() + slack)
 
 
 @pytest.mark.parametrize("name", INT_CODECS)
@@ -111,7 +113,11 @@ def test_head_dim_must_fit_the_packing():
                                  {"name": "k4v3hs", "key_bits": 4, "value_bits": 3, "key_group": 128, "value_group": 64,
                                   "value_symmetric": "yes"},
                                  {"name": "k4v3hsf", "key_bits": 4, "value_bits": 3, "key_group": 128,
-                                  "value_group": 64, "clip": True, "clip_grid": "finest"}])
+                                  "value_group": 64, "clip": True, "clip_grid": "finest"},
+                                 *({"name": "k4v3hsl", "key_bits": 4, "value_bits": 3, "key_group": 128,
+                                    "value_group": 64, "layer_bits": bad} for bad in
+                                   ([[1, 4, 5]], [[2, 4, 4], [1, 4, 4]], [[1, 4, 4], [1, 8, 8]], [[1, 4]], [[-1, 4, 4]],
+                                    [["a", 4, 4]], 7))])
 def test_codec_headers_are_validated(bad):
     with pytest.raises(ValueError):
         Codec.from_dict(bad)
@@ -285,3 +291,28 @@ def test_the_one_pass_kernels_match_the_reference_at_every_width_and_head_dim(bi
     rope_kernel.dequant_into(out, packed.value_codes, bits, packed.value_scales.float(), packed.value_offsets(),
                              token_group=1, channel_group=packed.value_group)
     torch.testing.assert_close(out, dequantize_kv(packed)[1], rtol=0, atol=0)
+
+
+def test_a_layer_with_its_own_bit_widths_is_stored_apart_and_comes_back_at_its_precision():
+    from agentmem.kv.quant import PackedKV
+
+    codec = CODECS["k4v3hsl"]  # layer 1's values at 4 bits, every other layer's at 3
+    assert codec.bits(1) == (4, 4) and codec.bits(0) == codec.bits(2) == (4, 3)
+    keys, values = _kv(tokens=50)
+    values[1] = values[0]  # the same values in layers 0 and 1: only the width differs
+    packed = quantize_kv(keys, values, codec)
+    assert packed.key_codes.shape[0] == 2 and packed.shape == (3, 2, 50, 64)  # layers 0 and 2 shared
+    stored = packed.stored()
+    assert stored["values@1"].shape == (2, 50, 32) and stored["values"].shape == (2, 2, 50, 24)
+    runs = [(a, b, kb, vb) for a, b, _, kb, _, vb in packed.layer_runs()]
+    assert runs == [(0, 1, 4, 3), (1, 2, 4, 4), (2, 3, 4, 3)]
+    k2, v2 = dequantize_kv(PackedKV.from_stored(codec, stored, 64))
+    err = (v2 - values).square().mean(dim=(1, 2, 3))
+    assert err[1] < 0.35 * err[0]  # 4 bits: ~1/4 of the 3-bit error
+    assert codec.bytes_per_token(num_layers=30, kv_heads=3, head_dim=64) == CODECS["k4v3hsf"].bytes_per_token(
+        num_layers=30, kv_heads=3, head_dim=64) + 3 * 64 / 8
+    # a model with fewer layers than the codec names: the layer does not exist, the rest is the base codec
+    small = quantize_kv(keys[:1], values[:1], codec)
+    assert small.layer_codes == () and small.shape == (1, 2, 50, 64)
+    torch.testing.assert_close(dequantize_kv(small)[1], dequantize_kv(quantize_kv(keys[:1], values[:1],
+                               CODECS["k4v3hsf"]))[1], rtol=0, atol=0)

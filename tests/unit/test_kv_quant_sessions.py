@@ -30,7 +30,7 @@ def _transcript() -> Transcript:
     return Transcript(session_id="s", user_id="u", ids=list(range(40)))
 
 
-@pytest.mark.parametrize("codec", [None, "float32", "int8", "int4", "k4v3hs"])
+@pytest.mark.parametrize("codec", [None, "float32", "int8", "int4", "k4v3hs", "k4v3hsl"])
 def test_session_files_round_trip_in_every_codec(codec):
     kv = _kv()
     blob = dump_session(_transcript(), kv, codec=codec)
@@ -40,7 +40,7 @@ def test_session_files_round_trip_in_every_codec(codec):
     if codec in (None, "float32"):
         assert torch.equal(back.keys, want_k) and torch.equal(back.values, want_v)
         return
-    tol = {"int8": 0.03, "int4": 0.5, "k4v3hs": 1.0}[codec]  # (clipped ranges: a larger worst case)
+    tol = {"int8": 0.03, "int4": 0.5, "k4v3hs": 1.0, "k4v3hsl": 1.0}[codec]  # (clipped ranges: a larger worst case)
     assert (back.keys - want_k).abs().max() < tol and (back.values - want_v).abs().max() < tol
     assert len(blob) < len(dump_session(_transcript(), kv)) / (2.5 if codec == "int8" else 3.5)  # tiny heads: scales weigh more
 
@@ -76,7 +76,7 @@ def test_the_cold_tier_writes_the_configured_codec_and_restores_from_it(engine, 
     assert sizes["int8"] < sizes[None] / 2
 
 
-@pytest.mark.parametrize("codec", ["int8", "int4", "k4v3h", "k4v3hs"])
+@pytest.mark.parametrize("codec", ["int8", "int4", "k4v3h", "k4v3hs", "k4v3hsl"])
 def test_a_packed_warm_copy_holds_fewer_bytes_and_restores_within_the_codec_error(codec):
     from agentmem.sessions.state import PackedSessionKV
 
@@ -87,7 +87,7 @@ def test_a_packed_warm_copy_holds_fewer_bytes_and_restores_within_the_codec_erro
     assert warm.nbytes < float_bytes / (2.5 if codec == "int8" else 3.5)
     hot = warm.moved("cpu", capacity=56)
     assert isinstance(hot, SessionKV) and hot.capacity == 56 and hot.length == 40 and hot.keys.dtype == torch.float32
-    tol = {"int8": 0.03, "int4": 0.5, "k4v3h": 0.7, "k4v3hs": 1.0}[codec]  # (clipped ranges: a larger worst case)
+    tol = {"int8": 0.03, "int4": 0.5, "k4v3h": 0.7, "k4v3hs": 1.0, "k4v3hsl": 1.0}[codec]  # (clipped: larger worst case)
     assert (hot.keys[..., :40, :] - kv.keys[..., :40, :]).abs().max() < tol
     assert (hot.values[..., :40, :] - kv.values[..., :40, :]).abs().max() < tol
     # To disk in the same codec: the warm codes are written as they are (the same bytes as quantizing the floats
