@@ -23,6 +23,7 @@ Stored sizes for SmolLM2-135M (30 layers x 3 KV heads x 64 dims; fp32 = 46,080 B
     k4v3hs  4         3 (rot., sym) 5,040 +   360 =  5,400        8.5x   (keys per 128 tokens, ranges clipped)
     k4v3hsf 4         3 (rot., sym) 5,040 +   360 =  5,400        8.5x   (k4v3hs, ranges from the fine grid)
     k4v3hsl 4         3; layer 1: 4  5,064 +   360 =  5,424        8.5x   (k4v3hsf, layer 1's values 4-bit)
+    k4v3hsl2 4        3; 1, 18: 4    5,088 +   360 =  5,448        8.5x   (and layer 18's values)
 
 3-bit codes are a 2-bit plane then a 1-bit plane (``W = 3 * head_dim / 8``). ``value_transform="hadamard"``
 rotates value rows by :func:`hadamard_matrix` before quantizing (spreading outlier channels over the row, so the
@@ -205,6 +206,9 @@ CODECS: dict[str, Codec] = {name: Codec(name) for name in FLOAT_CODECS} | {
     # (leave-one-layer-out, benchmarks/kv_codec_variants.py); +24 B/token on SmolLM2.
     "k4v3hsl": Codec("k4v3hsl", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True,
                      clip_grid="fine", layer_bits=((1, 4, 4),)),
+    # ... and layer 18's too (the next most sensitive values on the tune split; +48 B/token in all)
+    "k4v3hsl2": Codec("k4v3hsl2", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True,
+                      clip_grid="fine", layer_bits=((1, 4, 4), (18, 4, 4))),
 }
 
 
