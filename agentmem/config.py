@@ -23,7 +23,8 @@ TorchDtype = Literal["auto", "float32", "float16", "bfloat16"]
 DEVICE_PATTERN = r"^(auto|cpu|mps|cuda(:[0-9]+)?)$"
 # Stored KV codecs (agentmem/kv/quant.py): float dtypes, or integer codes per channel (keys) / per token (values).
 KvCodec = Literal[
-    "float32", "float16", "bfloat16", "int8", "int4", "k4v2", "int2", "int4h", "k4v3h", "k3v3h", "k4v2h", "k4v3hs"
+    "float32", "float16", "bfloat16", "int8", "int4", "k4v2", "int2", "int4h", "k4v3h", "k3v3h", "k4v2h", "k4v3hs",
+    "k4v3hsf", "k4v3hsl", "k4v3hsl2",
 ]
 
 

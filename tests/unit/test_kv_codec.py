@@ -284,3 +284,11 @@ def test_trained_entries_keep_full_precision_under_an_integer_codec(tmp_path: Pa
         assert codecs == ["float32", "int4"]
         out = mem.generate("Where does Ann teach?", user_id="u", k=2, max_new_tokens=2)
         assert set(out.mounted) == {trained.id, plain.id} and out.fallbacks == []
+
+
+def test_every_registered_codec_can_be_configured():
+    import typing
+
+    from agentmem.config import KvCodec
+
+    assert set(typing.get_args(KvCodec)) == set(CODECS)
