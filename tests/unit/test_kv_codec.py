@@ -292,3 +292,17 @@ def test_every_registered_codec_can_be_configured():
     from agentmem.config import KvCodec
 
     assert set(typing.get_args(KvCodec)) == set(CODECS)
+
+
+@pytest.mark.parametrize("name", ["int8", "k4v3hs"])
+def test_integer_blobs_written_before_session_4_stay_readable_and_re_encode_bit_exact(engine, name):
+    # Written by main at 00335b5 (before clip grids and per-layer widths) for tiny_causal_lm("llama", seed=0):
+    # "Alice moved to Lyon." The header of a codec without the new fields is unchanged, and so are its codes.
+    blob = (DATA / f"kv_v2_{name}.kv").read_bytes()
+    back = decode_entry(blob, expected=engine.fingerprint, preamble_digest=engine.layout.preamble_digest)
+    assert isinstance(back, QuantizedEntry) and back.packed.codec == CODECS[name]
+    fresh = engine.encode("Alice moved to Lyon.")
+    assert encode_entry(fresh, engine.fingerprint, codec=name) == blob
+    out = engine.generate("Where did Alice move?", [MemoryItem("m", "Alice moved to Lyon.", lambda: back)],
+                          mode="kv", max_new_tokens=2)
+    assert out.mounted == ["m"] and out.fallbacks == []
