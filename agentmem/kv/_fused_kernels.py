@@ -16,6 +16,22 @@ import numpy as np
 _CACHE = os.environ.get("AGENTMEM_NUMBA_CACHE", "1") != "0"
 
 
+def _had3_tables() -> np.ndarray:
+    """``[3, 256, 8]``: for a byte value v, fwht8 (unnormalised Sylvester H_8) over rows a of the 3-bit codes that
+    byte contributes to one column of a 64-value row: [0] low bits of the even rows (a = 0, 2, 4, 6: bits 2 * (a // 2)),
+    [1] of the odd rows, [2] the high bits (bit a, weight 4). numba freezes it into the kernel as a constant."""
+    v = np.arange(256)[:, None]
+    a = np.arange(8)[None, :]
+    lo = (v >> (2 * (a // 2))) & 3
+    parts = [np.where(a % 2 == 0, lo, 0), np.where(a % 2 == 1, lo, 0), 4 * ((v >> a) & 1)]
+    k = np.arange(8)
+    sign = (-1.0) ** np.array([[bin(i & j).count("1") for j in range(8)] for i in k])  # H_8[k, a]
+    return np.stack([p @ sign.T for p in parts]).astype(np.float32)
+
+
+_HAD3 = _had3_tables()
+
+
 
 @numba.njit(boundscheck=False, nogil=True, cache=_CACHE, inline="always")
 def block_base(b, offset, lead_sizes, lead_strides):  # pragma: no cover - compiled
@@ -225,7 +241,6 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
     # byte 16 + i % 8), ~2x faster than unpack_row's second read-modify-write pass over the row.
     # Two loop nests, not a branch per row: the branch alone cost ~1.4x (LLVM did not unswitch it).
     blocks, tokens, width = codes.shape
-    row = np.empty(64, dtype=np.float32)
     if not hadamard:
         for b in range(blocks):
             base = block_base(b, offset, lead_sizes, lead_strides)
@@ -233,25 +248,38 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
                 at = base + t * 64
                 unpack3_row64(out[at : at + 64], codes[b, t], scale[b, t, 0], zero[b, t, 0])
         return
-    # With the rotation: hadamard_row's two passes, with the unpacking folded into the first. Column c of the
-    # row as an 8x8 matrix (elements 8a + c) is bytes c, 8 + c (low bits, 2 * (a // 2) up) and 16 + c (bit a),
-    # so the first pass reads codes straight from the bytes, 8 columns side by side; scale and zero are applied
-    # after the rotation (linear: H(s * c + z) = s * H(c) + z * H(1), and H(1) is 8 at element 0).
+    # With the rotation (hadamard_row's two passes): column c of the row as an 8x8 matrix (elements 8a + c) is
+    # bytes c and 8 + c (the low bits of even and odd rows a) and 16 + c (bit a: the high bits), so the first
+    # pass over column c is the sum of three table rows, one per byte value (_HAD3); that lays the column out
+    # contiguously, so the second pass runs 8 rows side by side and stores 8 contiguous floats per output row.
+    # Scale and zero come after the rotation (linear: H(s * c + z) = s * H(c) + z * H(1), H(1) = 8 at element 0).
+    # The sums are of small integers, exact in float32: the same floats as hadamard_row computes.
+    xt = np.empty((8, 8), dtype=np.float32)
     for b in range(blocks):
         base = block_base(b, offset, lead_sizes, lead_strides)
         for t in range(tokens):
             src = codes[b, t]
             for c in range(8):
-                p, q, h = np.int32(src[c]), np.int32(src[8 + c]), np.int32(src[16 + c])
-                (row[c], row[8 + c], row[16 + c], row[24 + c], row[32 + c], row[40 + c], row[48 + c],
-                 row[56 + c]) = fwht8(
-                    np.float32((p & 3) | ((h & 1) << 2)), np.float32((q & 3) | ((h & 2) << 1)),
-                    np.float32(((p >> 2) & 3) | (h & 4)), np.float32(((q >> 2) & 3) | ((h >> 1) & 4)),
-                    np.float32(((p >> 4) & 3) | ((h >> 2) & 4)), np.float32(((q >> 4) & 3) | ((h >> 3) & 4)),
-                    np.float32(((p >> 6) & 3) | ((h >> 4) & 4)), np.float32(((q >> 6) & 3) | ((h >> 5) & 4)))
+                tp, tq, th = _HAD3[0, src[c]], _HAD3[1, src[8 + c]], _HAD3[2, src[16 + c]]
+                col = xt[c]
+                for k in range(8):
+                    col[k] = tp[k] + tq[k] + th[k]
+            sg = scale[b, t, 0] * np.float32(0.125)
             at = base + t * 64
-            hadamard_pass2_64(out[at : at + 64], row, scale[b, t, 0] * np.float32(0.125))
-            out[at] += zero[b, t, 0] * np.float32(8.0)
+            dst = out[at : at + 64]
+            for r in range(8):
+                y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(xt[0, r], xt[1, r], xt[2, r], xt[3, r], xt[4, r], xt[5, r],
+                                                       xt[6, r], xt[7, r])
+                dst[r] = y0 * sg
+                dst[8 + r] = y1 * sg
+                dst[16 + r] = y2 * sg
+                dst[24 + r] = y3 * sg
+                dst[32 + r] = y4 * sg
+                dst[40 + r] = y5 * sg
+                dst[48 + r] = y6 * sg
+                dst[56 + r] = y7 * sg
+            dst[0] += zero[b, t, 0] * np.float32(8.0)
+
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
 def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, hadamard):
