@@ -36,9 +36,10 @@ from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
 from agentmem.kv.streaming import text_callback
+from agentmem.kv.turn import TurnOutput, TurnRequest
 from agentmem.kv.types import EncodedEntry, GenerationResult, Mode, MountMemory
 
-__all__ = ["KVEngine", "PreparedPrompt"]
+__all__ = ["KVEngine", "MountChoice", "PreparedPrompt"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,19 @@ def _fallback_level(reason: str | None) -> int:
     """INFO for the normal first mount of a not-yet-encoded entry, WARNING when stored KV was unusable."""
     return logging.INFO if str(reason).startswith("no stored KV") else logging.WARNING
 _MODES = ("kv", "kv+fix", "text")
+
+
+@dataclass
+class MountChoice:
+    """The engine's one decision for a memory about to be mounted (:meth:`KVEngine.mount_entry`).
+
+    One-shot prompts (``generate``, ``prepare``) and conversation turns (``KVEngine.turn``) both take it here.
+    """
+
+    entry: EncodedEntry | None  # what to mount; None: left out (a trained entry whose learned KV is unusable)
+    reason: str | None  # why the stored KV was not mounted as stored (None: it was)
+    load_s: float  # seconds spent loading / checking the stored KV
+    encode_s: float  # seconds spent encoding the text instead
 
 
 @dataclass
@@ -124,6 +138,16 @@ class KVEngine:
     @property
     def supports_kv(self) -> bool:
         return self.kv_unsupported_reason is None
+
+    @property
+    def inv_freq(self) -> torch.Tensor | None:
+        """The model's RoPE inverse frequencies on its device (None when its KV cannot be re-rotated exactly)."""
+        return self._inv_freq
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """Token ids that end a reply."""
+        return self._eos
 
     def _require_kv(self) -> None:
         if self.kv_unsupported_reason is not None:
@@ -257,6 +281,57 @@ class KVEngine:
             raise FingerprintMismatchError(f"memory {memory.id}: {reason}")
         return None, reason
 
+    def mount_entry(self, memory: MountMemory, want_ids: list[int], strict: bool, *, mount_trained: bool = True
+                    ) -> MountChoice:
+        """The one place that decides "mount the stored KV, or re-encode the text" for a memory.
+
+        Stored KV that is missing, corrupt, made by another model or after another preamble, or whose token ids
+        differ from ``want_ids`` is replaced by the memory's text encoded now (the reason says which); with
+        ``strict`` those raise instead (:meth:`load_stored`). A trained entry's learned KV cannot be rebuilt from
+        text: left out when unusable, unless ``mount_trained=False`` (a caller that places every memory by its
+        text, like a conversation turn), where it is re-encoded like any other.
+
+        Example:
+            >>> choice = engine.mount_entry(memory, engine.layout.entry_ids(memory.text), strict=False)
+            >>> choice.entry is not None, choice.reason      # (True, None): the stored KV as stored
+        """
+        t = time.perf_counter()
+        entry, reason = self.load_stored(memory, want_ids, strict, mount_trained=mount_trained)
+        load_s = time.perf_counter() - t
+        if entry is not None:
+            if reason is not None:
+                # the loader re-encoded unusable stored KV itself (e.g. the facade's hot update): mount that.
+                # A first mount of a lazily encoded entry is the normal path, not a problem: INFO, not WARNING.
+                log.log(_fallback_level(reason), "memory %s: stored KV replaced by a fresh encoding (%s)",
+                        memory.id, reason)
+            return MountChoice(entry, reason, load_s, 0.0)
+        if mount_trained and getattr(memory, "trained", False):
+            # learned KV cannot be rebuilt from text: leave it out rather than mount the whole document
+            log.warning("trained memory %s not mounted (%s)", memory.id, reason)
+            return MountChoice(None, str(reason), load_s, 0.0)
+        log.log(_fallback_level(reason), "memory %s: mounting from text (%s)", memory.id, reason)
+        t = time.perf_counter()
+        entry = self.encode(memory.text)
+        return MountChoice(entry, str(reason), load_s, time.perf_counter() - t)
+
+    def turn(self, request: TurnRequest) -> TurnOutput:
+        """One conversation turn over a kept history KV (see :mod:`agentmem.kv.turn`): mount, prefill, decode, append.
+
+        The memories are loaded first, outside the engine lock (their loaders may read files or encode); the
+        model work then runs under it. The request's ``history`` buffers are updated in place when they have room.
+
+        Example:
+            >>> plan = plan_turn(engine, memories, history_len=len(ids), new_len=len(new), max_new_tokens=32)
+            >>> out = engine.turn(TurnRequest(plan, new, ids, history=kv, kv_len=len(ids), capacity=512))
+            >>> out.text, out.fallbacks, out.timings["prefill"]
+        """
+        from agentmem.kv import turn as turns
+
+        timings = dict.fromkeys(("load", "encode", "rebuild", "mount", "prefill", "decode", "append"), 0.0)
+        entries, fallbacks = turns.load_memories(self, request, timings)
+        with self._lock:
+            return turns.run_turn(self, request, entries, fallbacks, timings)
+
     def prepare(
         self,
         question: str,
@@ -334,26 +409,14 @@ class KVEngine:
             # Loaders must therefore return KV that stay valid until the mount is built (mapped files and fresh
             # buffers do; one buffer reused for every blob would not).
             for memory, ids in zip(kept, kept_ids):
-                t = time.perf_counter()
-                entry, reason = self.load_stored(memory, ids, strict)
-                timings["load"] += time.perf_counter() - t
-                if entry is not None and reason is not None:
-                    # the loader re-encoded unusable stored KV itself (e.g. the facade's hot update): mount that.
-                    # A first mount of a lazily encoded entry is the normal path, not a problem: INFO, not WARNING.
-                    log.log(_fallback_level(reason), "memory %s: stored KV replaced by a fresh encoding (%s)",
-                            memory.id, reason)
-                    fallbacks.append((memory.id, reason))
-                if entry is None and getattr(memory, "trained", False):
-                    # learned KV cannot be rebuilt from text: leave it out rather than mount the whole document
-                    log.warning("trained memory %s not mounted (%s)", memory.id, reason)
-                    fallbacks.append((memory.id, str(reason)))
+                choice = self.mount_entry(memory, ids, strict)  # the one "stored KV or re-encode" decision
+                timings["load"] += choice.load_s
+                timings["encode"] += choice.encode_s
+                if choice.reason is not None:
+                    fallbacks.append((memory.id, choice.reason))
+                if choice.entry is None:
                     continue
-                if entry is None:
-                    log.log(_fallback_level(reason), "memory %s: mounting from text (%s)", memory.id, reason)
-                    fallbacks.append((memory.id, str(reason)))
-                    t = time.perf_counter()
-                    entry = self.encode(memory.text)
-                    timings["encode"] += time.perf_counter() - t
+                entry = choice.entry
                 if mode == "kv+fix":  # only the fix re-reads the ids
                     all_ids.extend(entry.token_ids.tolist())
                 entries.append(entry)
@@ -363,7 +426,7 @@ class KVEngine:
             timings["mount"] += time.perf_counter() - t
             t = time.perf_counter()
             entries.clear()  # releasing the blobs (e.g. unmapping mapped files) is part of loading them
-            entry = None
+            entry = choice = None
             timings["load"] += time.perf_counter() - t
             kept = loaded
             cache, spans = mount.cache(), mount.spans

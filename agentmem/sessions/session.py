@@ -2,12 +2,15 @@
 
 A turn (:meth:`Session.send`): scan the user text for secrets, restore the session's KV to the hot tier if it
 left, drop it if stale, make room under ``session_max_tokens``, recall memories (not the turns already in the
-working cache), then, under the engine lock, mount::
+working cache), plan them against the model's positions and make room in the hot tier; then the engine's turn
+operation (``KVEngine.turn``, :mod:`agentmem.kv.turn`) mounts, under the engine lock::
 
     [preamble][this turn's memories][history, re-rotated after them][pending + new user message] -> generate
 
-prefilling only the new tokens; finally append the turn to the working KV and store both messages as long-term
-memories. See ``docs/sessions.md`` for why the layout is this one.
+prefilling only the new tokens, and appends the turn to the working KV; finally the turn joins the transcript
+and both messages are stored as long-term memories. The session does the bookkeeping only (tiers, transcript,
+leases, through the manager's public methods); the model work is the engine's. See ``docs/sessions.md`` for why
+the layout is this one.
 
 Example:
     >>> chat = mem.session("s1", user_id="u1")
@@ -17,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -25,14 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agentmem.errors import InvalidInputError
-from agentmem.kv.cache import BufferedCache, cache_length
-from agentmem.kv.mount import assemble, plan_mount
-from agentmem.kv.rope import rerotate_keys
-from agentmem.kv.runner import Sampling, decode, next_token, prefill
-from agentmem.kv.streaming import text_callback
+from agentmem.kv.runner import Sampling
+from agentmem.kv.turn import SessionKV, TurnOutput, TurnRequest, plan_turn, shift_history
 from agentmem.sessions.slot import SessionSlot
-from agentmem.sessions.state import SessionKV, Transcript, Turn
-from agentmem.sessions.turn import load_entry, rebuild_kv, shift_history
+from agentmem.sessions.state import Transcript, Turn
 from agentmem.validation import check_generation, check_text
 
 if TYPE_CHECKING:
@@ -74,6 +72,22 @@ class TurnResult:
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) cache positions of each mounted memory
+
+
+def _check_send(text: str, mode: str, k: int, entry_ids: Sequence[str] | None) -> list[str] | None:
+    """Check ``send``'s own arguments before anything is touched; returns ``entry_ids`` as a list (or None)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError("message text must be a non-empty string")
+    if mode not in _MODES:
+        raise InvalidInputError(f"mode must be one of {_MODES}")
+    if not isinstance(k, int) or k < 0:
+        raise InvalidInputError("k must be an int >= 0")
+    if entry_ids is not None:
+        if isinstance(entry_ids, str) or not all(isinstance(i, str) for i in entry_ids):
+            raise InvalidInputError("entry_ids must be a list of entry id strings")
+        entry_ids = list(entry_ids)
+    check_text(text, "message text")
+    return entry_ids
 
 
 class Session:
@@ -153,17 +167,7 @@ class Session:
         ``remember=False`` keeps the turn in the session but does not store it as long-term memories.
         ``on_text`` receives each piece of the reply as soon as it is decoded (streaming), on this thread.
         """
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError("message text must be a non-empty string")
-        if mode not in _MODES:
-            raise InvalidInputError(f"mode must be one of {_MODES}")
-        if not isinstance(k, int) or k < 0:
-            raise InvalidInputError("k must be an int >= 0")
-        if entry_ids is not None:
-            if isinstance(entry_ids, str) or not all(isinstance(i, str) for i in entry_ids):
-                raise InvalidInputError("entry_ids must be a list of entry id strings")
-            entry_ids = list(entry_ids)
-        check_text(text, "message text")
+        entry_ids = _check_send(text, mode, k, entry_ids)
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
                          top_p=top_p, seed=seed, do_sample=do_sample)
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
@@ -201,14 +205,57 @@ class Session:
               budget_tokens: int | None, remember: bool, commit: bool, strict: bool, sampling: Sampling,
               tm: dict[str, float], t0: float, chosen_ids: list[str] | None = None,
               on_text: Callable[[str], None] | None = None) -> TurnResult:
-        mgr, engine, chat = self._mgr, ctx.engine, ctx.chat
-        P = ctx.preamble_len
-        notes: list[str] = []
-
-        # 1. the session's KV on the model's device, valid, with room for this turn
-        # (a text-mode dry run needs no KV: it only reads the transcript and moves nothing between tiers)
-        t = time.perf_counter()
+        """The bookkeeping around the engine's turn operation (:meth:`~agentmem.kv.KVEngine.turn`)."""
+        mgr, P, notes = self._mgr, ctx.preamble_len, []
+        # a baseline dry run needs no working KV: it only reads the transcript and moves nothing between tiers
         peek = mode != "kv" and not commit
+        st, new_ids, max_new, restored_from, rebuilt, evicted = self._ready(ctx, user_text, max_new_tokens, peek,
+                                                                            commit, notes, tm)
+        t = time.perf_counter()
+        if chosen_ids is not None:
+            memories = self._chosen(chosen_ids, st, strict)
+        else:
+            memories = self._recall(user_text, st, k, strict) if k > 0 else []
+        tm["retrieve"] = time.perf_counter() - t
+        plan = plan_turn(ctx.engine, memories, history_len=len(st.ids), new_len=len(new_ids),
+                         max_new_tokens=max_new, budget_tokens=budget_tokens)
+        notes += plan.notes
+        kv, capacity = self._room(ctx, st, len(new_ids), plan.max_new_tokens, peek, tm)
+        out = ctx.engine.turn(TurnRequest(
+            plan, new_ids, st.ids, history=kv, kv_len=st.kv_len, capacity=capacity, mode=mode, commit=commit,
+            peek=peek, history_kv=mgr.history_kv, sampling=sampling, strict=strict, on_text=on_text,
+            workspace=mgr.workspace,
+        ))
+        tm.update(out.timings)
+        tm["ttft"] = out.first_token_at - t0
+        mgr.note_workspace(out.workspace_bytes)
+        if out.kv is not None and out.kv is not kv:
+            mgr.put_hot(self, out.kv)  # built, grown, or outgrown: the hot tier holds the new buffers
+        if out.fresh:
+            if st.ids:
+                rebuilt = rebuilt or "no cached KV"
+                mgr.count("rebuilds", 1)
+            st.key = mgr.validity_key(ctx)
+            st.kv_len = out.kv.length - P
+        prompt_tokens = P + plan.memory_tokens + len(st.ids) + len(new_ids)
+        records = self._commit(st, P, user_text, new_ids, out, remember, notes, tm) if commit else []
+        return TurnResult(
+            text=out.text, token_ids=list(out.reply), mounted=[m.id for m in plan.memories], dropped=plan.dropped,
+            reused_tokens=0 if rebuilt else out.kv_tokens, prefilled_tokens=out.prefilled,
+            prompt_tokens=prompt_tokens, timings=tm, mode=mode, restored_from=restored_from, rebuilt=rebuilt,
+            evicted_turns=evicted, records=records, fallbacks=out.fallbacks, notes=notes, spans=plan.spans,
+        )
+
+    # -- helpers (caller holds the session lock) --------------------------------------------------------
+    def _ready(self, ctx: EngineContext, user_text: str, max_new_tokens: int, peek: bool, commit: bool,
+               notes: list[str], tm: dict[str, float]) -> tuple[Transcript, list[int], int, str | None, str | None, int]:
+        """The session's KV on the model's device, valid, with room for this turn under the session limit.
+
+        Returns the transcript, the new message's ids, the reply's room, where the KV was restored from, why it
+        must be rebuilt (None: it need not), and how many of the oldest turns left to make room.
+        """
+        mgr, chat = self._mgr, ctx.chat
+        t = time.perf_counter()
         restored_from: str | None = None
         rebuilt: str | None = None
         if peek:
@@ -235,192 +282,52 @@ class Session:
             if mgr.hot_kv(self) is None and st.ids:
                 rebuilt = rebuilt or "oldest turns left and the template needs another opener"
         max_new = max(0, min(max_new, limit - len(st.ids) - len(new_ids)))
+        return st, new_ids, max_new, restored_from, rebuilt, evicted
 
-        # 2. memories: recalled, planned against the model's positions, loaded outside the engine lock
-        t = time.perf_counter()
-        if chosen_ids is not None:
-            memories = self._chosen(chosen_ids, st, strict)
-        else:
-            memories = self._recall(user_text, st, k, strict) if k > 0 else []
-        tm["retrieve"] = time.perf_counter() - t
-        entry_ids = [engine.layout.entry_ids(m.text) for m in memories]
-        plan = plan_mount(
-            [len(x) for x in entry_ids], preamble_len=P, suffix_len=len(st.ids) + len(new_ids),
-            max_new_tokens=max_new, max_positions=ctx.max_positions, margin=ctx.margin,
-            budget_tokens=budget_tokens if budget_tokens is not None else getattr(engine, "mount_budget", None),
-        )
-        notes += plan.notes
-        max_new = plan.max_new_tokens
-        kept = [memories[i] for i in plan.keep]
-        kept_ids = [entry_ids[i] for i in plan.keep]
-        entries, fallbacks = [], []
-        for memory, ids in zip(kept, kept_ids):
-            t = time.perf_counter()
-            entry, reason = load_entry(ctx, memory, ids, strict)
-            if reason is None:
-                tm["load"] += time.perf_counter() - t
-            else:
-                tm["encode"] += time.perf_counter() - t
-                fallbacks.append((memory.id, reason))
-            entries.append(entry)
-        mem_tokens = sum(len(x) for x in kept_ids)
-        # every mode lays the mounted memories out back to back after the preamble (as text or as KV)
-        ends = list(itertools.accumulate((len(x) for x in kept_ids), initial=P))
-        spans = list(zip(ends[:-1], ends[1:]))
+    def _room(self, ctx: EngineContext, st: Transcript, new_len: int, max_new: int, peek: bool,
+              tm: dict[str, float]) -> tuple[SessionKV | None, int]:
+        """This session's hot KV and the capacity its buffers need for the turn; other sessions move down first.
 
-        # 3. room in the hot tier for this turn (other sessions move down first, outside the engine lock)
-        need = P + len(st.ids) + len(new_ids) + max_new + 1
-        kv = None if peek else mgr.hot_kv(self)
+        Room is made here, outside the engine lock, before the engine grows or rebuilds the buffers.
+        """
         if peek:
-            capacity = 0
-        elif kv is None or kv.capacity < need:
-            capacity = -(-(need + _GROW_TOKENS // 2) // _GROW_TOKENS) * _GROW_TOKENS
-            t = time.perf_counter()
-            mgr.fit(mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token, exclude=self)
-            tm["make_room"] += time.perf_counter() - t
-        else:
-            capacity = kv.capacity
+            return None, 0
+        need = ctx.preamble_len + len(st.ids) + new_len + max_new + 1
+        kv = self._mgr.hot_kv(self)
+        if kv is not None and kv.capacity >= need:
+            return kv, kv.capacity
+        capacity = -(-(need + _GROW_TOKENS // 2) // _GROW_TOKENS) * _GROW_TOKENS
+        t = time.perf_counter()
+        self._mgr.fit(self._mgr.hot, incoming=(capacity - (kv.capacity if kv else 0)) * ctx.bytes_per_token,
+                      exclude=self)
+        tm["make_room"] += time.perf_counter() - t
+        return kv, capacity
 
-        sampling_gen = sampling.generator(ctx.device)
-        with engine._lock:
-            # 4. rebuild (stale or missing KV) or grow the buffers
-            t = time.perf_counter()
-            rebuilt_tokens = 0
-            if peek:
-                pass
-            elif kv is None:
-                kv = rebuild_kv(ctx, st, capacity)
-                rebuilt_tokens = st.kv_len
-                if st.ids:
-                    rebuilt = rebuilt or "no cached KV"
-                    mgr.count("rebuilds", 1)
-                st.key = mgr.validity_key(ctx)
-                self._put_hot(kv)
-            elif kv.capacity < need:
-                kv = kv.moved(ctx.device, capacity=capacity)
-                self._put_hot(kv)
-            tm["rebuild"] = time.perf_counter() - t
-            kv_len = 0 if peek else st.kv_len
-            reused = 0 if rebuilt else kv_len
-            pending = st.ids[kv_len:]
-            step = pending + new_ids
-            base = kv.length if kv is not None else 0
-
-            # 5. the prompt cache: straight on the session buffers, or assembled in the workspace
-            t = time.perf_counter()
-            own = False
-            if mode == "text":
-                full = ctx.preamble_ids + [i for ids in kept_ids for i in ids] + st.ids + new_ids
-                cache = self._workspace_cache(ctx, len(full) + max_new + 1)
-                step_in = full
-                reused = 0
-            elif mode == "history-text":
-                cap = P + mem_tokens + len(st.ids) + len(new_ids) + max_new + 1
-                cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries, ctx.inv_freq, capacity=cap, workspace=mgr.workspace)
-                mgr.note_workspace(cap * ctx.bytes_per_token)
-                step_in = st.ids + new_ids
-                reused = 0
-            elif entries:
-                hist = [ctx.history_entry(kv, st.ids, kv_len)] if kv_len else []
-                cap = P + mem_tokens + kv_len + len(step) + max_new + 1
-                cache, _ = assemble(ctx.pre_k, ctx.pre_v, entries + hist, ctx.inv_freq, capacity=cap,
-                                    workspace=mgr.workspace)
-                mgr.note_workspace(cap * ctx.bytes_per_token)
-                step_in = step
-            else:
-                cache, own, step_in = kv.cache(), True, step
-            tm["mount"] = time.perf_counter() - t
-
-            # 6. prefill only what is new, then decode
-            t = time.perf_counter()
-            logits = prefill(engine.model, cache, step_in)
-            first = next_token(logits, sampling, sampling_gen) if max_new > 0 else None
-            t_first = time.perf_counter()
-            tm["prefill"] = t_first - t
-            tm["ttft"] = t_first - t0
-            on_token, flush = text_callback(engine.tokenizer, on_text)
-            reply = decode(engine.model, cache, logits, max_new_tokens=max_new, eos_ids=engine._eos,
-                           sampling=sampling, first_token=first, on_token=on_token) if first is not None else []
-            flush()
-            tm["decode"] = time.perf_counter() - t_first
-
-            # 7. append the turn to the working KV
-            t = time.perf_counter()
-            if commit:
-                if own:
-                    kv = self._adopt(ctx, kv, cache)
-                elif mode == "kv" and mgr.history_kv == "as_generated":
-                    self._copy_back(ctx, kv, cache, base, P + mem_tokens + kv_len, mem_tokens)
-                else:  # "clean": this turn's tokens as if encoded right after the preamble and the history
-                    own_cache = kv.cache()
-                    prefill(engine.model, own_cache, step + reply)
-                    kv = self._adopt(ctx, kv, own_cache)
-            elif kv is not None:
-                kv.length = base  # a dry run leaves the session as it was (writes past the length are ignored)
-            del cache
-            tm["append"] = time.perf_counter() - t
-
-        reply_text = engine.tokenizer.decode(reply, skip_special_tokens=True)
-        prompt_tokens = P + mem_tokens + len(st.ids) + len(new_ids)
+    def _commit(self, st: Transcript, preamble_len: int, user_text: str, new_ids: list[int], out: TurnOutput,
+                remember: bool, notes: list[str], tm: dict[str, float]) -> list[str]:
+        """Add the turn to the transcript (its KV is in the working buffers now); store it long-term if asked."""
+        mgr = self._mgr
+        start = len(st.ids)
+        st.ids += new_ids + out.reply
+        assert out.kv is not None
+        st.kv_len = out.kv.length - preamble_len
+        turn = Turn(user=user_text, reply=out.text, start=start, end=len(st.ids), at=time.time())
+        st.turns.append(turn)
+        mgr.count("turns", 1)
+        self.slot.tier = "hot"
+        mgr.hot.note_bytes()
         records: list[str] = []
-        if commit:
-            start = len(st.ids)
-            st.ids += new_ids + reply
-            st.kv_len = kv.length - P
-            turn = Turn(user=user_text, reply=reply_text, start=start, end=len(st.ids), at=time.time())
-            st.turns.append(turn)
-            mgr.count("turns", 1)
-            self.slot.tier = "hot"
-            mgr.hot.note_bytes()
-            if remember:
-                t = time.perf_counter()
-                records = self._remember(user_text, reply_text, notes)
-                turn.record_ids = records
-                tm["remember"] = time.perf_counter() - t
-        return TurnResult(
-            text=reply_text, token_ids=list(reply), mounted=[m.id for m in kept],
-            dropped=[memories[i].id for i in plan.drop], reused_tokens=reused,
-            prefilled_tokens=len(step_in) + rebuilt_tokens, prompt_tokens=prompt_tokens,
-            timings=tm, mode=mode, restored_from=restored_from, rebuilt=rebuilt, evicted_turns=evicted,
-            records=records, fallbacks=fallbacks, notes=notes, spans=spans,
-        )
+        if remember:
+            t = time.perf_counter()
+            records = self._remember(user_text, out.text, notes)
+            turn.record_ids = records
+            tm["remember"] = time.perf_counter() - t
+        return records
 
-    # -- helpers (caller holds the session lock) --------------------------------------------------------
     def _peek_transcript(self) -> Transcript:
         """The transcript without restoring anything (read from the file if the session is on disk)."""
         st = self._mgr.read_transcript(self)
         return st if st is not None else Transcript(self.session_id, self.user_id)
-
-    def _put_hot(self, kv: SessionKV) -> None:
-        self._mgr.put_hot(self, kv)
-
-    def _adopt(self, ctx: EngineContext, kv: SessionKV, cache: BufferedCache) -> SessionKV:
-        from agentmem.sessions.turn import _adopt
-
-        out = _adopt(kv, cache)
-        if out is not kv:
-            self._put_hot(out)
-        return out
-
-    def _copy_back(self, ctx: EngineContext, kv: SessionKV, cache: BufferedCache, dst: int, src: int,
-                   shift: int) -> None:
-        """``as_generated``: move the turn's KV from the workspace into the session, ``shift`` positions back."""
-        from agentmem.kv.cache import stacked_from_cache
-
-        end = cache_length(cache)
-        keys, values = stacked_from_cache(cache, src, end)
-        n = end - src
-        if shift:
-            keys = rerotate_keys(keys, -shift, ctx.inv_freq, start=src)
-        kv.keys[..., dst : dst + n, :].copy_(keys)
-        kv.values[..., dst : dst + n, :].copy_(values)
-        kv.length = dst + n
-
-    def _workspace_cache(self, ctx: EngineContext, capacity: int) -> BufferedCache:
-        L, _, H, _, D = ctx.pre_k.shape
-        kb, vb = self._mgr.workspace.get(L, H, capacity, D, dtype=ctx.dtype, device=ctx.device)
-        self._mgr.note_workspace(capacity * ctx.bytes_per_token)
-        return BufferedCache(kb, vb, 0)
 
     def _evict(self, ctx: EngineContext, st: Transcript, need: int, limit: int) -> int:
         """Drop the oldest turns until ``need`` more tokens fit; the rest of the KV moves back exactly."""
@@ -449,7 +356,7 @@ class Session:
             if ctx.inv_freq is None:
                 mgr.drop_kv(self)
             else:
-                shift_history(ctx, kv, cut, old_kv_len)
+                shift_history(kv, ctx.preamble_len, min(cut, old_kv_len), ctx.inv_freq)
         mgr.count("evicted_turns", count)
         return count
 

@@ -24,8 +24,8 @@ import torch
 from safetensors.torch import save as _st_save
 
 from agentmem.errors import BlobCorruptedError
-from agentmem.kv.cache import BufferedCache, cache_from_stacked, cache_layers
 from agentmem.kv.quant import Codec, PackedKV, codec_for, dequantize_kv, quantize_kv
+from agentmem.kv.turn import SessionKV  # re-exported: the engine's turn operation builds and grows it
 from agentmem.security.sealer import session_aad  # re-exported: it lives with the sealer
 
 __all__ = ["PackedSessionKV", "SessionKV", "Transcript", "Turn", "dump_session", "load_session", "session_aad"]
@@ -88,46 +88,6 @@ class Transcript:
     def from_meta(cls, meta: dict[str, Any], ids: list[int]) -> Transcript:
         turns = [Turn(**t) for t in meta.pop("turns")]
         return cls(ids=ids, turns=turns, **meta)
-
-
-@dataclass
-class SessionKV:
-    """Stacked preamble + history KV on one device; the first ``length`` tokens are valid."""
-
-    keys: torch.Tensor  # [L, 1, H, capacity, D]
-    values: torch.Tensor
-    length: int
-
-    @property
-    def capacity(self) -> int:
-        return int(self.keys.shape[3])
-
-    @property
-    def nbytes(self) -> int:
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
-
-    @property
-    def device(self) -> torch.device:
-        return self.keys.device
-
-    def moved(self, device: torch.device | str, *, capacity: int | None = None) -> SessionKV:
-        """A copy on ``device`` with room for ``capacity`` tokens (default: exactly ``length``, i.e. compacted)."""
-        cap = max(self.length, capacity or self.length)
-        shape = (*self.keys.shape[:3], cap, self.keys.shape[4])
-        keys = torch.empty(shape, dtype=self.keys.dtype, device=device)
-        values = torch.empty(shape, dtype=self.values.dtype, device=device)
-        keys[..., : self.length, :].copy_(self.keys[..., : self.length, :])
-        values[..., : self.length, :].copy_(self.values[..., : self.length, :])
-        return SessionKV(keys, values, self.length)
-
-    def cache(self) -> BufferedCache:
-        """A model cache writing straight into these buffers (never grow it past ``capacity``)."""
-        return cache_from_stacked(self.keys, self.values, length=self.length, copy=False)
-
-    def owns(self, cache: BufferedCache) -> bool:
-        """True if ``cache`` still writes into these buffers (it did not have to grow)."""
-        k, _ = cache_layers(cache)[0]
-        return k.data_ptr() == self.keys[0].data_ptr()
 
 
 @dataclass

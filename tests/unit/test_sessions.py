@@ -21,7 +21,8 @@ from agentmem.kv.runner import decode, prefill
 from agentmem.kv.testing import tiny_causal_lm
 from agentmem.security import Cipher, is_encrypted
 from agentmem.sessions import ChatLayout, SessionManager
-from agentmem.sessions.turn import EngineContext, shift_history
+from agentmem.kv.turn import fresh_kv, shift_history
+from agentmem.sessions.turn import EngineContext
 
 NEW = 6  # tokens generated per turn: enough to compare outputs, cheap on a shared CPU
 
@@ -94,7 +95,7 @@ def reference_reply(engine: KVEngine, history: list[tuple[str, list[int]]], mess
     ids += chat.user_turn_ids(message, first=not history)
     cache = new_dynamic_cache()
     logits = prefill(engine.model, cache, ids)
-    return decode(engine.model, cache, logits, max_new_tokens=n, eos_ids=engine._eos)
+    return decode(engine.model, cache, logits, max_new_tokens=n, eos_ids=engine.eos_ids)
 
 
 def test_chatml_pieces_and_first_prompt_match_the_template(engine):
@@ -369,14 +370,14 @@ def test_capacity_evicts_oldest_turns_and_never_overflows_positions(engine, tmp_
 def test_shift_history_moves_keys_exactly_and_copies_values(engine):
     ctx = EngineContext.from_engine(engine)
     P = ctx.preamble_len
-    kv = ctx.fresh_kv(P + 32)
+    kv = fresh_kv(engine, P + 32)
     torch.manual_seed(0)
     kv.keys[..., P : P + 20, :].normal_()
     kv.values[..., P : P + 20, :].normal_()
     kv.length = P + 20
     want_k = rerotate_keys(kv.keys[..., P + 7 : P + 20, :], -7, ctx.inv_freq, start=P + 7)
     want_v = kv.values[..., P + 7 : P + 20, :].clone()
-    shift_history(ctx, kv, 7, 20)
+    shift_history(kv, P, 7, ctx.inv_freq)
     assert kv.length == P + 13
     torch.testing.assert_close(kv.keys[..., P : P + 13, :], want_k)
     torch.testing.assert_close(kv.values[..., P : P + 13, :], want_v)
