@@ -214,16 +214,21 @@ def dequant_keys4(out, offset, lead_sizes, lead_strides, codes, scale, zero, gro
 def hadamard_pass2_64(dst, row, scale):  # pragma: no cover - compiled
     # hadamard_row's second pass for D = 64 (on registers, transposed into dst), times ``scale``
     for r in range(8):
-        y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(row[8 * r], row[8 * r + 1], row[8 * r + 2], row[8 * r + 3],
-                                               row[8 * r + 4], row[8 * r + 5], row[8 * r + 6], row[8 * r + 7])
-        dst[r] = y0 * scale
-        dst[8 + r] = y1 * scale
-        dst[16 + r] = y2 * scale
-        dst[24 + r] = y3 * scale
-        dst[32 + r] = y4 * scale
-        dst[40 + r] = y5 * scale
-        dst[48 + r] = y6 * scale
-        dst[56 + r] = y7 * scale
+        store_column(dst, r, scale, fwht8(row[8 * r], row[8 * r + 1], row[8 * r + 2], row[8 * r + 3],
+                                          row[8 * r + 4], row[8 * r + 5], row[8 * r + 6], row[8 * r + 7]))
+
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
+def store_column(dst, r, scale, y):  # pragma: no cover - compiled
+    # dst[8k + r] = y[k] * scale: one column of the 8x8 output
+    dst[r] = y[0] * scale
+    dst[8 + r] = y[1] * scale
+    dst[16 + r] = y[2] * scale
+    dst[24 + r] = y[3] * scale
+    dst[32 + r] = y[4] * scale
+    dst[40 + r] = y[5] * scale
+    dst[48 + r] = y[6] * scale
+    dst[56 + r] = y[7] * scale
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE, inline="always")
 def unpack3_row64(dst, src, sg, zg):  # pragma: no cover - compiled
@@ -268,16 +273,8 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
             at = base + t * 64
             dst = out[at : at + 64]
             for r in range(8):
-                y0, y1, y2, y3, y4, y5, y6, y7 = fwht8(xt[0, r], xt[1, r], xt[2, r], xt[3, r], xt[4, r], xt[5, r],
-                                                       xt[6, r], xt[7, r])
-                dst[r] = y0 * sg
-                dst[8 + r] = y1 * sg
-                dst[16 + r] = y2 * sg
-                dst[24 + r] = y3 * sg
-                dst[32 + r] = y4 * sg
-                dst[40 + r] = y5 * sg
-                dst[48 + r] = y6 * sg
-                dst[56 + r] = y7 * sg
+                store_column(dst, r, sg, fwht8(xt[0, r], xt[1, r], xt[2, r], xt[3, r], xt[4, r], xt[5, r],
+                                               xt[6, r], xt[7, r]))
             dst[0] += zero[b, t, 0] * np.float32(8.0)
 
 
