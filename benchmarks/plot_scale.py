@@ -2,7 +2,7 @@
 
     python benchmarks/plot_scale.py docs/scale-results.jsonl docs/scale.png
 
-Each input line is one scale.py result; the goals of issue 12 (p95 <= 30 ms embedded, <= 40 ms PostgreSQL) are
+Each input line is one scale.py result (an optional ``label`` key is added under its bar); the goals of issue 12 (p95 <= 30 ms embedded, <= 40 ms PostgreSQL) are
 drawn as markers. Last line: {"plot": PATH, "backends": [...]}.
 """
 
@@ -24,7 +24,9 @@ def main() -> None:
 
     src, out = Path(sys.argv[1]), Path(sys.argv[2])
     rows = [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
-    labels = [f"{r['backend']}\n{r['entries']:,} entries / {r.get('users', 1)} user(s)" for r in rows]
+    # an optional "label" (e.g. the session that measured it) tells runs of one backend apart
+    labels = [f"{r['backend']}\n{r['entries']:,} entries / {r.get('users', 1)} user(s)"
+              + (f"\n{r['label']}" if r.get("label") else "") for r in rows]
     xs = range(len(rows))
     fig, ax = plt.subplots(figsize=(1.8 + 2.2 * len(rows), 4))
     ax.bar([x - 0.2 for x in xs], [r["p50_ms"] for r in rows], width=0.4, label="p50")

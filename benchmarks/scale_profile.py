@@ -2,7 +2,8 @@
 
     python benchmarks/scale_profile.py --backend embedded|postgres --store /work/scale/emb100k [--queries 60]
 
-Opens a store built by ``benchmarks/scale.py --store DIR`` (no writes), runs the benchmark's questions through
+Opens a store built by ``benchmarks/scale.py --store DIR`` (no writes), reads its files once into the page cache,
+runs the benchmark's questions through
 the public ``recall`` and wraps each part with a timer: query embedding, lexical search (it runs in a worker
 thread beside the embedding, so ``lexical_wait`` is what recall actually waits for it), dense ANN, context-vector
 ANN, turn context, catalog row fetches, the conflict check, version following (the whole second-level search) and
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from _backends import BACKENDS, backend_urls
-from scale import WORDS
+from scale import WORDS, warm_page_cache
 
 TOTAL: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -89,6 +90,7 @@ def main() -> None:
     with backend_urls(args.backend, args.store, keep=True) as urls, \
             AgentMemory(args.store / "store", kv_encoding="off", **urls) as mem:
         entries = mem._store.vectors.count()
+        warm_page_cache(args.store)  # as scale.py does for a kept store: the OS cache holds it, as when serving
         questions = [(f"when did I see the {a} with my {b}?", f"user{rng.randrange(args.users)}")
                      for a, b in (rng.sample(WORDS, 2) for _ in range(args.queries + 10))]
         for q, u in questions[:10]:  # warm-up, untimed
