@@ -50,8 +50,10 @@ CODECS = list(quant.CODECS)  # float32 float16 bfloat16 int8 int4 k4v2 int2 int4
 GOALS = {"ratio_vs_fp32": 8.0, "kl_fix_vs_fp32": 1.10, "nll_vs_fp32": 0.01}
 
 
-def fidelity(model, tokenizer, questions: list[dict], codecs: list[str]) -> dict[str, dict]:
-    """KL(text || codec) and gold NLL per mode; each memory encoded once, stored in every codec, decoded per mount."""
+def fidelity(model, tokenizer, questions: list[dict], codecs: list[str], stop_at: float | None = None
+             ) -> dict[str, dict]:
+    """KL(text || codec) and gold NLL per mode; each memory encoded once, stored in every codec, decoded per mount.
+    ``stop_at`` (epoch seconds): no question is started after it (a time-boxed run reports how many it did)."""
     engines = {"kv": KVEngine(model, tokenizer), "kv+fix": KVEngine(model, tokenizer, fix=FixConfig())}
     encoder = engines["kv"]
     blobs: dict[str, dict[str, bytes]] = defaultdict(dict)
@@ -61,6 +63,8 @@ def fidelity(model, tokenizer, questions: list[dict], codecs: list[str]) -> dict
     text_nll: list[float] = []
     with torch.no_grad():
         for q in tqdm(questions, desc="fidelity", unit="q", disable=None):
+            if stop_at is not None and time.time() > stop_at and len(text_nll) >= 10:
+                break
             for key, text in q["memories"]:
                 if key not in texts:
                     entry = encoder.encode(text)
@@ -93,7 +97,7 @@ def fidelity(model, tokenizer, questions: list[dict], codecs: list[str]) -> dict
             row[f"nll_{tag}"] = round(statistics.mean(nll[name, mode]), 4)
             row[f"nll_rel_text_{tag}"] = round(statistics.mean(nll[name, mode]) / base - 1, 4)
         out[name] = row
-    out["_text_nll"] = {"nll": round(base, 4)}
+    out["_text_nll"] = {"nll": round(base, 4), "questions": len(text_nll)}
     return out
 
 
@@ -213,6 +217,17 @@ def plot(report: dict[str, dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _utc_today(hhmm: str | None) -> float | None:
+    """Epoch seconds of ``HH:MM`` UTC today (None: no limit)."""
+    if hhmm is None:
+        return None
+    import datetime as dt
+
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    now = dt.datetime.now(dt.timezone.utc)
+    return now.replace(hour=hour, minute=minute, second=0, microsecond=0).timestamp()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, type=Path)
@@ -227,6 +242,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is best on a busy CPU)")
     ap.add_argument("--store-turns", type=int, default=None, help="only the first N turns for the store size (smoke)")
     ap.add_argument("--plot", type=Path, default=None, help="save a PNG here (e.g. docs/kv-compression.png)")
+    ap.add_argument("--stop-fidelity-at", default=None, metavar="HH:MM",
+                    help="UTC time after which no further fidelity question starts (the JSON says how many ran)")
     args = ap.parse_args()
     codecs = ["float32", *[c for c in args.codecs if c != "float32"]]  # fp32 is the reference of every goal
     torch.set_num_threads(args.threads)
@@ -237,7 +254,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sizes = store_sizes(model, tokenizer, conversations[0], codecs, Path(tmp), args.store_turns)
         print(json.dumps({"phase": "sizes", **sizes}), file=sys.stderr, flush=True)
-        fid = fidelity(model, tokenizer, questions, codecs)
+        fid = fidelity(model, tokenizer, questions, codecs, _utc_today(args.stop_fidelity_at))
         print(json.dumps({"phase": "fidelity", **fid}), file=sys.stderr, flush=True)
         (Path(tmp) / "ttft").mkdir()
         speed = ttft_by_codec(model, tokenizer, args.data, codecs, args.memory_tokens, args.repeats,
@@ -268,7 +285,8 @@ def main() -> None:
     for row in report.values():
         row.pop("speedups", None)
     print(json.dumps({
-        "benchmark": "kv_compression", "questions": len(questions), "k": args.k, "seed": args.seed,
+        "benchmark": "kv_compression", "questions": fid["_text_nll"]["questions"], "questions_asked": len(questions),
+        "k": args.k, "seed": args.seed,
         "memory_tokens": speed["_text"]["memory_tokens"], "text_ttft_s": speed["_text"]["ttft_s"],
         "text_nll": fid["_text_nll"]["nll"], "conversation": sizes["_conversation"], "threads": args.threads,
         "load_avg_1m": round(os.getloadavg()[0], 2), "elapsed_s": round(time.perf_counter() - t0, 1),
