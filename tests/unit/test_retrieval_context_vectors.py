@@ -88,18 +88,27 @@ def test_expiry_and_update_keep_context_vectors_current(mem: AgentMemory) -> Non
 
 
 def test_erased_turns_context_leaves_no_bytes_on_disk(tmp_path: Path) -> None:
-    # past Chroma's HNSW flush size (1,000), so the vectors are in its files (a smaller store may keep them in memory)
+    # past Chroma's HNSW flush size (1,000), so vectors are in its files; which ones were persisted by the time we
+    # look depends on Chroma's flush order, so the test erases a turn whose successor's context vector is on disk
     root = tmp_path / "s"
     with AgentMemory(root, kv_encoding="off", consolidation="off") as mem:
         ids = [r.id for r in mem.remember_many([dict(text=f"turn {i} about the lake and kayaks", user_id="u",
                                                      session_id=f"s{i // 10}") for i in range(1_100)],
                                                 consolidate=False)]
-        stale = _windows(_ctx(mem, [ids[2]])[ids[2]])  # carries ids[1]'s words
-        assert scan_tree_for_markers(root, stale)  # it did reach Chroma's files
-        assert mem.forget(ids[1]) == 1
-        assert scan_tree_for_markers(root, stale) == {}
-        own = _own(mem, [ids[0], ids[2]])
-        assert np.allclose(_ctx(mem, [ids[2]])[ids[2]], context_vector(own[ids[2]], own[ids[0]]), atol=1e-5)
+        # (forgotten turn, its successor) pairs inside one session: the successor's context carries its words
+        pairs = [(ids[i], ids[i + 1]) for i in range(1, 200) if i % 10 not in (0, 9)]
+        ctx = _ctx(mem, [nxt for _, nxt in pairs])
+        windows = {nxt: _windows(ctx[nxt]) for _, nxt in pairs}
+        on_disk = {m for found in scan_tree_for_markers(root, [w for ws in windows.values() for w in ws]).values()
+                   for m in found}
+        reached = [(gone, nxt) for gone, nxt in pairs if on_disk & set(windows[nxt])]
+        assert reached, "no context vector reached Chroma's files: the test would prove nothing"
+        gone, nxt = reached[0]
+        prev = ids[ids.index(gone) - 1]
+        assert mem.forget(gone) == 1
+        assert scan_tree_for_markers(root, windows[nxt]) == {}
+        own = _own(mem, [prev, nxt])
+        assert np.allclose(_ctx(mem, [nxt])[nxt], context_vector(own[nxt], own[prev]), atol=1e-5)
 
 
 def _windows(vec: np.ndarray) -> list[bytes]:
