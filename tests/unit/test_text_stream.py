@@ -26,7 +26,9 @@ def test_text_stream_holds_back_half_characters_and_adds_up():
 
 @pytest.fixture(scope="module")
 def mem(tmp_path_factory) -> Iterator[AgentMemory]:
-    m = AgentMemory(tmp_path_factory.mktemp("store"), model=tiny_causal_lm("llama", seed=0), session_idle_seconds=3600)
+    # float32 blobs: the exact-mount fidelity check below needs a lossless codec, whatever the default codec is
+    m = AgentMemory(tmp_path_factory.mktemp("store"), model=tiny_causal_lm("llama", seed=0), session_idle_seconds=3600,
+                    kv_codec="float32")
     yield m
     m.close()
 
