@@ -447,8 +447,9 @@ class EntryStore:
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
                 user_id=scope.user_id, session_id=scope.session_id, kinds=scope.kinds, tags=scope.tags, alive_at=now))
                 for i in page]
-            if scope.predicate is not None:
-                allowed = [r.id for r in self.catalog.get(allowed) if scope.admits(r, now)]
+            if scope.predicate is not None:  # superseded rows stay in when they stand for their successors
+                test = replace(scope, include_superseded=True) if follow_versions else scope
+                allowed = [r.id for r in self.catalog.get(allowed) if test.admits(r, now)]
             if allowed:
                 cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
                                              ids=allowed)
