@@ -6,7 +6,7 @@ Opens a store built by ``benchmarks/scale.py --store DIR`` (no writes), reads it
 runs the benchmark's questions through
 the public ``recall`` and wraps each part with a timer: query embedding, lexical search (it runs in a worker
 thread beside the embedding, so ``lexical_wait`` is what recall actually waits for it), dense ANN, context-vector
-ANN, turn context, catalog row fetches, the conflict check, version following (the whole second-level search) and
+ANN, turn context, catalog row fetches, the conflict check, version following, the whole search, and
 fusion (``rank_scores`` + re-ranking). cProfile's top functions by own time (main thread only) go to stderr.
 
 Last line: {"backend", "entries", "recalls", "p50_ms", "p95_ms", "stages_ms_per_recall": {...}, "calls_per_recall": {...}}
@@ -63,10 +63,12 @@ def instrument(mem: Any) -> None:
     store.catalog.get = _timed("row_fetch", store.catalog.get)
     store.vectors.query = _timed("ann", store.vectors.query, by_space=True)
     mem._consolidator.conflicts = _timed("conflict_check", mem._consolidator.conflicts)
-    mem._versions_followed = _timed("version_following_total", mem._versions_followed)
+    store.search = _timed("search_total", store.search)  # one search, version following inside it
     entries_mod.rank_scores = _timed("fusion", entries_mod.rank_scores)
     entries_mod.rerank = _timed("rerank", entries_mod.rerank)
-    memory_mod.follow_versions = _timed("follow_versions", memory_mod.follow_versions)
+    for mod in (memory_mod, entries_mod):  # wherever version following lives in this version of the code
+        if hasattr(mod, "follow_versions"):
+            mod.follow_versions = _timed("follow_versions", mod.follow_versions)
     submit = store._lexical_worker.submit
 
     def timed_submit(*args: Any, **kwargs: Any) -> Any:
