@@ -67,12 +67,13 @@ class MemoryConfig(BaseModel):
         "LLM is loaded and otherwise at first mount, 'off' never (text mode only).",
     )
     kv_codec: KvCodec = Field(
-        default="int8",
+        default="k4v3hsl",
         description="How memory KV blobs are stored: a float dtype, or integer codes (keys per channel, values per "
-        "token, KIVI's layout) dequantized while mounting. int8: chosen by benchmarks/kv_compression.py (3.6x fewer "
-        "bytes than float32 at its fidelity and TTFT, docs/kv-compression.md). k4v3hs: 8.2x fewer bytes, gold NLL "
-        "within 1% of float32's, KL 1.14x float32's (opt-in). Blobs of every codec stay readable whatever this is set "
-        "to.",
+        "token, KIVI's layout) dequantized while mounting. k4v3hsl (4-bit clipped keys, 3-bit Hadamard-rotated "
+        "values, layer 1's values 4-bit): chosen by benchmarks/kv_compression.py, 8.1x fewer bytes than float32, "
+        "KL 1.08x float32's, gold NLL +0.9%, TTFT equal (docs/kv-compression.md); encoding costs ~0.15 s per "
+        "60-token turn on one CPU core. int8: 3.6x fewer bytes at float32's fidelity. Blobs of every codec stay "
+        "readable whatever this is set to.",
     )
     kv_dtype: KvDtype = Field(
         default="float32", description="Deprecated alias: setting it (without kv_codec) sets kv_codec to it."
