@@ -25,7 +25,8 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.memory_kv import KVBankMethods
 from agentmem.store.entries import EntryStore, NewEntry, Scope
-from agentmem.store.consolidation import LocalConsolidator, apply_decisions, demote_older, demotion_pool, pack_vector
+from agentmem.store.consolidation import (CHECKED, LocalConsolidator, apply_decisions, demote_older, demotion_pool,
+                                         pack_vector)
 from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.kb_versions import KbVersions
 from agentmem.store.lifecycle import HistoryEvent
@@ -400,8 +401,9 @@ class AgentMemory(KVBankMethods):
         want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
         found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow)
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
-            conflicts = self._consolidator.conflicts([s.row for s in found],
-                                                     [self._sealer.open_text(s.row.id, "text", s.row.text) for s in found])
+            head = found[:CHECKED]  # the same head for every k (consolidation.CHECKED)
+            conflicts = self._consolidator.conflicts([s.row for s in head],
+                                                     [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head])
             found = demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)
         found = found[:k]
         return [

@@ -17,7 +17,8 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
 * **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
   memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
   the other candidates of the speaker as background, at least 3; never two turns of one conversation session),
-  the newer moves before the older and the older ``SETTLE`` places further down. Before that, a superseded entry
+  the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
+  are checked, whatever ``k`` (a pair from deeper down pulled a restatement over the evidence). Before that, a superseded entry
   the query finds hands its place to the entry that replaced it
   (:func:`agentmem.store.consolidation_recall.follow_versions`).
 
@@ -56,6 +57,9 @@ NEIGHBOURS = 10  # background = median cosine to this many nearest memories of t
 MIN_BACKGROUND = 3  # no supersession with fewer older memories of the speaker than this
 DEMOTE = 5  # recall's extra candidates: an older hit in conflict with a newer one can leave the k returned
 SETTLE = 2  # places an older hit in conflict with a newer one moves down, after the newer moved before it
+# recall's conflict check looks at this many first hits whatever k (the background's neighbours and the hit):
+# a larger k looks further down only to fill the list, so recall(k=10)'s head settles like recall(k=3)'s
+CHECKED = NEIGHBOURS + 1
 CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
 _WORD = re.compile(r"[a-z0-9]+")
 log = logging.getLogger(__name__)
@@ -333,5 +337,5 @@ def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], lis
     return counts
 
 
-__all__ = ["CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Decision", "LocalConsolidator", "Neighbour", "apply_decisions",
-           "content_words", "decide", "demote_older", "demotion_pool", "jaccard"]
+__all__ = ["CHECKED", "CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Decision", "LocalConsolidator", "Neighbour",
+           "apply_decisions", "content_words", "decide", "demote_older", "demotion_pool", "jaccard"]

@@ -11,7 +11,8 @@ Two steps between the store's ranking and the ``k`` hits returned:
   (:meth:`agentmem.store.consolidation.LocalConsolidator.conflicts`; never two turns of one conversation session),
   the newer moves before the older and the older a few places down
   (:func:`agentmem.store.consolidation.demote_older`); recall looks at
-  :func:`~agentmem.store.consolidation.demotion_pool` candidates for it (``DEMOTE`` more than asked, at least 11).
+  :func:`~agentmem.store.consolidation.demotion_pool` candidates for it (``DEMOTE`` more than asked, at least 11)
+  and checks the first ``CHECKED`` (11) of them for conflicts whatever ``k``.
 
 Both can be switched off (``MemoryConfig.recall_follows_versions``, ``MemoryConfig.recall_conflict_demotion``): the
 ablations of ``benchmarks/knowledge_update.py`` go through these switches.

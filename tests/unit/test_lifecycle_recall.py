@@ -138,3 +138,34 @@ def test_recall_through_a_long_chain_searches_once_and_reads_the_catalog_twice(m
     hits = [h.id for h in mem.recall(QUERY, user_id="u1", k=3)]
     assert hits[0] == ids[-1] and not set(ids[:-1]) & set(hits)
     assert calls == {"get": 1, "candidates": 1}
+
+
+
+def test_the_conflict_check_settles_the_same_head_whatever_k(tmp_path: Path) -> None:
+    """recall(k=10) looks 15 deep to fill its list, but only the first CHECKED hits are checked for conflicts, as
+    for recall(k=5): a restatement from the bottom of the pool no longer pulls itself over the evidence above it
+    (LoCoMo's "Which cities has Jon visited?" lost its evidence that way)."""
+    from agentmem.store.consolidation import CHECKED
+
+    old = "I'm on the hunt for the ideal spot for my dance studio, so I visited Paris and Rome to look around."
+    trips = ["I flew to Berlin for a dance festival.", "Rome was packed with tourists when I went.",
+             "I spent a weekend in Madrid with my cousins.", "Vienna has the most beautiful concert halls I have seen.",
+             "We drove to Lisbon last summer.", "I took the night train to Prague.", "Amsterdam is full of bikes.",
+             "I went to Tokyo for work once.", "My trip to New York was exhausting.",
+             "Barcelona's beaches were crowded.", "I stopped in Munich on the way home.", "I visited my aunt in Dublin.",
+             "Athens was very hot in August.", "I saw the fjords near Bergen."]
+    new = "I might have found a spot for the dance studio downtown."
+    query = "Which cities have I visited?"
+    with AgentMemory(tmp_path / "s") as mem:
+        ids = [mem.remember(t, user_id="u1", session_id=f"s{n}", speaker="Jon", kind="turn").id
+               for n, t in enumerate([old, *trips, new])]
+        found = mem._store.search(query, Scope("u1"), k=15, follow_versions=True)
+        order = [s.row.id for s in found]
+        # the case: the pairwise model takes the later turn for a newer statement of the first one, and it ranks
+        # below the checked head while the first ranks in it
+        assert (ids[0], ids[-1]) in mem._consolidator.conflicts([s.row for s in found], [s.row.text for s in found])
+        assert order.index(ids[0]) < 5 and order.index(ids[-1]) >= CHECKED
+        deep = [h.id for h in mem.recall(query, user_id="u1", k=10)]
+        assert deep[:5] == order[:5]  # nothing pulled up from below the head
+        for k in (1, 3, 5):
+            assert [h.id for h in mem.recall(query, user_id="u1", k=k)] == deep[:k]
