@@ -43,12 +43,14 @@ from _backends import BACKENDS, backend_urls
 from agentmem import AgentMemory, MemoryConfig
 from agentmem.store.calibration import Calibration
 from agentmem.store.entries import Scope
+from agentmem.store.multihop import for_query
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
-        "temporal_boost": [0.0, 0.2], "context_vector_weight": [0.0, 0.2, 0.35]}
+        "temporal_boost": [0.0, 0.2], "context_vector_weight": [0.0, 0.2, 0.35],
+        "list_session_weight": [0.25, 0.5]}  # 0.5 = the default session weight: list questions ranked as others
 
 
 # what a manifest written before a field existed was made with
@@ -123,6 +125,7 @@ def end_to_end(mem: AgentMemory, questions: list[Question], ks: list[int]) -> di
 
 def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int) -> list[tuple[str, float]]:
     """The store's ranking (EntryStore._ranked without scope filters) for one setting."""
+    p = for_query(p, q.text)
     ranked = sorted(rank_scores(cands, p).items(), key=lambda kv: (-kv[1], kv[0]))
     depth = max(2 * k, p.rerank_depth)
     head = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]

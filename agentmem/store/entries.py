@@ -33,6 +33,7 @@ from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.consolidation_recall import CHAIN, current_versions, pages
+from agentmem.store.multihop import for_query
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.context import context_cosines, neighbours
 from agentmem.store.context_vectors import ContextVectors
@@ -459,7 +460,7 @@ class EntryStore:
 
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
                 k: int, follow_versions: bool = False) -> list[ScoredRow]:
-        params = self.params
+        params = for_query(self.params, query)  # a list question: a weaker session boost (store.multihop)
         ranked = sorted(rank_scores(cands, params).items(), key=lambda kv: (-kv[1], kv[0]))
         depth = max(2 * k, params.rerank_depth)
         admitted: list[tuple[EntryRow, float]] = []

@@ -66,6 +66,8 @@ class RetrievalParams:
     context_depth: int = 50
     # turn context vectors (a second vector per turn, searched beside the first): see CONTEXT_VECTOR_WEIGHT
     context_vector_weight: float = CONTEXT_VECTOR_WEIGHT
+    # session weight for questions whose answer is a list (agentmem.store.multihop; CV: all 5 folds chose 0.25)
+    list_session_weight: float = 0.25
 
 
 class Placement(Protocol):
