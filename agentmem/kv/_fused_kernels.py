@@ -160,7 +160,7 @@ def butterflies(x, rows, width):  # pragma: no cover - compiled
         h *= 2
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
-def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, cos2, sin, rotate):
+def dequant_keys(out, bases, codes, bits, scale, zero, group, cos2, sin, rotate):
     # pragma: no cover - compiled. Keys: codes [B, T, W] uint8 -> floats (one scale/zero per channel, per
     # ``group`` tokens: scale/zero [B, ceil(T / group), D]) -> rotated by cos2/sin (as in rotate_rows).
     blocks, tokens, width = codes.shape
@@ -169,7 +169,7 @@ def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero
     per_token = sin.shape[0] > 1
     row = np.empty(dim, dtype=np.float32)
     for b in range(blocks):
-        base = block_base(b, offset, lead_sizes, lead_strides)
+        base = bases[b]
         for t in range(tokens):
             unpack_row(row, codes[b, t], bits)
             s = scale[b, t // group]
@@ -186,7 +186,7 @@ def dequant_keys(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero
                     dst[i] = row[i]
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
-def dequant_keys4(out, offset, lead_sizes, lead_strides, codes, scale, zero, group, cos2, sin):
+def dequant_keys4(out, bases, codes, scale, zero, group, cos2, sin):
     # pragma: no cover - compiled. 4-bit keys with full rotary (D = 2 * half): byte j holds element j (low
     # nibble) and j + D/2 (high nibble), exactly RoPE's pair, so unpacking, scaling and rotating are one loop
     # over the bytes (~2x dequant_keys). Halves are sliced so no index is computed from a runtime width (numba
@@ -194,7 +194,7 @@ def dequant_keys4(out, offset, lead_sizes, lead_strides, codes, scale, zero, gro
     blocks, tokens, width = codes.shape
     per_token = sin.shape[0] > 1
     for b in range(blocks):
-        base = block_base(b, offset, lead_sizes, lead_strides)
+        base = bases[b]
         for t in range(tokens):
             src = codes[b, t]
             g = t // group
@@ -240,7 +240,7 @@ def unpack3_row64(dst, src, sg, zg):  # pragma: no cover - compiled
             dst[i] = np.float32(c) * sg + zg
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
-def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, hadamard):
+def dequant_values3(out, bases, codes, scale, zero, hadamard):
     # pragma: no cover - compiled. 3-bit values, D = 64, one scale per row (k4v3h, k4v3hs ...): each element's
     # code is built from its two planes in ONE pass (element i = 16k + j: low bits in byte j, the high bit in
     # byte 16 + i % 8), ~2x faster than unpack_row's second read-modify-write pass over the row.
@@ -248,7 +248,7 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
     blocks, tokens, width = codes.shape
     if not hadamard:
         for b in range(blocks):
-            base = block_base(b, offset, lead_sizes, lead_strides)
+            base = bases[b]
             for t in range(tokens):
                 at = base + t * 64
                 unpack3_row64(out[at : at + 64], codes[b, t], scale[b, t, 0], zero[b, t, 0])
@@ -261,7 +261,7 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
     # The sums are of small integers, exact in float32: the same floats as hadamard_row computes.
     xt = np.empty((8, 8), dtype=np.float32)
     for b in range(blocks):
-        base = block_base(b, offset, lead_sizes, lead_strides)
+        base = bases[b]
         for t in range(tokens):
             src = codes[b, t]
             for c in range(8):
@@ -279,7 +279,7 @@ def dequant_values3(out, offset, lead_sizes, lead_strides, codes, scale, zero, h
 
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
-def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, zero, group, hadamard):
+def dequant_values(out, bases, codes, bits, scale, zero, group, hadamard):
     # pragma: no cover - compiled. Values: codes [B, T, W] uint8 -> floats, one scale/zero per token and
     # ``group`` channels (scale/zero [B, T, ceil(D / group)]), then rotated back by a Hadamard transform when
     # the codec rotated them before quantizing.
@@ -289,7 +289,7 @@ def dequant_values(out, offset, lead_sizes, lead_strides, codes, bits, scale, ze
     row = np.empty(dim, dtype=np.float32)
     tmp = np.empty(dim, dtype=np.float32)
     for b in range(blocks):
-        base = block_base(b, offset, lead_sizes, lead_strides)
+        base = bases[b]
         for t in range(tokens):
             unpack_row(row, codes[b, t], bits)
             s = scale[b, t]

@@ -62,6 +62,20 @@ class MountChoice:
     load_s: float  # seconds spent loading / checking the stored KV
     encode_s: float  # seconds spent encoding the text instead
 
+    def record(self, memory_id: str, timings: dict[str, float], fallbacks: list[tuple[str, str]]) -> bool:
+        """Add this choice's seconds to ``timings`` and its reason (if any) to ``fallbacks``; whether there is an
+        entry to mount. The one bookkeeping step of ``prepare``/``generate`` and of conversation turns.
+
+        Example:
+            >>> if choice.record(memory.id, timings, fallbacks):
+            ...     entries.append(choice.entry)
+        """
+        timings["load"] += self.load_s
+        timings["encode"] += self.encode_s
+        if self.reason is not None:
+            fallbacks.append((memory_id, self.reason))
+        return self.entry is not None
+
 
 @dataclass
 class PreparedPrompt:
@@ -410,11 +424,7 @@ class KVEngine:
             # buffers do; one buffer reused for every blob would not).
             for memory, ids in zip(kept, kept_ids):
                 choice = self.mount_entry(memory, ids, strict)  # the one "stored KV or re-encode" decision
-                timings["load"] += choice.load_s
-                timings["encode"] += choice.encode_s
-                if choice.reason is not None:
-                    fallbacks.append((memory.id, choice.reason))
-                if choice.entry is None:
+                if not choice.record(memory.id, timings, fallbacks):
                     continue
                 entry = choice.entry
                 if mode == "kv+fix":  # only the fix re-reads the ids

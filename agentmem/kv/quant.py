@@ -43,10 +43,11 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from agentmem.kv.rope import _cached_tables, rerotate_keys_into
-from agentmem.kv.rope_kernel import dequant_into, fused_dequant_applies
+from agentmem.kv.rope_kernel import dequant_runs_into, fused_dequant_applies
 from agentmem.kv.types import EncodedEntry
 
 __all__ = [
@@ -574,7 +575,7 @@ def place_packed(
     """Write ``packed`` dequantized into ``dst_*`` (``[L, H, T, D]`` views), keys moved by ``delta`` positions.
 
     On CPU float32 (the mount buffers) one fused pass per tensor reads the codes and writes floats, rotated for
-    keys (:func:`agentmem.kv.rope_kernel.dequant_into`); elsewhere, or with ``fused=False``, the torch reference:
+    keys (:func:`agentmem.kv.rope_kernel.dequant_runs_into`); elsewhere, or with ``fused=False``, the torch reference:
     dequantize, then rotate/copy. ``start`` is the keys' encoded position (model-faithful angles).
 
     Example:
@@ -589,13 +590,18 @@ def place_packed(
             cos2, sin = _cached_tables(delta, inv_freq, torch.float32, torch.device("cpu"), start, tokens)
             if 2 * half > packed.head_dim:
                 raise ValueError("rotary dims exceed the head dim")
-        ks, kz, vs, vz = (packed.key_scales.float(), packed.key_zeros.float(), packed.value_scales.float(),
-                          packed.value_offsets())
+        # Arrays, not tensors, from here on: the kernels take arrays, and numpy's slicing costs a fraction of
+        # torch's (a mount places dozens of entries; the per-entry glue was ~10 % of a k4v3hsl mount).
+        ks, kz, vs = (packed.key_scales.float().numpy(), packed.key_zeros.float().numpy(),
+                      packed.value_scales.float().numpy())
+        vz = None if packed.value_zeros is None else packed.value_zeros.float().numpy()
+        runs = []
         for lo, hi, kc, kb, vc, vb in packed.layer_runs():  # one run unless the codec sets layer_bits
-            dequant_into(dst_keys[lo:hi], kc, kb, ks[lo:hi], kz[lo:hi], token_group=codec.key_group,
-                         channel_group=1, cos2=cos2, sin=sin)
-            dequant_into(dst_values[lo:hi], vc, vb, vs[lo:hi], vz[lo:hi], token_group=1,
-                         channel_group=packed.value_group, hadamard=codec.value_transform == "hadamard")
+            # symmetric codes: the zero point is implied (implied_zero, the same float32 product)
+            zero = vs[lo:hi] * np.float32(-((1 << vb) - 1) / 2) if vz is None else vz[lo:hi]
+            runs.append((lo, hi, kc.numpy(), kb, ks[lo:hi], kz[lo:hi], vc.numpy(), vb, vs[lo:hi], zero))
+        dequant_runs_into(dst_keys, dst_values, runs, key_group=codec.key_group, value_group=packed.value_group,
+                          cos2=cos2, sin=sin, hadamard=codec.value_transform == "hadamard")
         return
     keys, values = dequantize_kv(packed, dtype=dst_keys.dtype, device=dst_keys.device)
     if delta == 0:

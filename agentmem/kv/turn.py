@@ -186,11 +186,8 @@ def load_memories(engine: KVEngine, req: TurnRequest, timings: dict[str, float]
     entries, fallbacks = [], []
     for memory, ids in zip(req.plan.memories, req.plan.memory_ids):
         choice = engine.mount_entry(memory, ids, req.strict, mount_trained=False)
-        timings["load"] += choice.load_s
-        timings["encode"] += choice.encode_s
-        if choice.reason is not None:
-            fallbacks.append((memory.id, choice.reason))
-        assert choice.entry is not None  # mount_trained=False: never skipped, at worst re-encoded
+        mounted = choice.record(memory.id, timings, fallbacks)
+        assert mounted  # mount_trained=False: never skipped, at worst re-encoded
         entries.append(choice.entry)
     return entries, fallbacks
 
