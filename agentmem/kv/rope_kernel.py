@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -128,14 +129,34 @@ def _out_args(out: torch.Tensor):
 _NO_TABLE = np.zeros((1, 1), np.float32)
 
 
+# Memos for _storage (a mount writes dozens of entries into the same two buffers): float32 arrays over a storage,
+# keyed by its address and size, and the block offsets of a view layout. The arrays hold no reference to the
+# storage (built from its address), so a released workspace is freed; they are only used while a tensor that
+# owns exactly that address and size is being written, so a reused address is the same memory, correctly typed.
+_ARRAYS: dict[tuple[int, int], np.ndarray] = {}
+_GRIDS: dict[tuple, np.ndarray] = {}
+
+
 def _storage(out: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """``out``'s whole storage as a 1-D array, and the storage offset of each of its ``[T, D]`` row blocks (the
-    leading dims flattened in order): what the dequantization kernels write through."""
-    storage = torch.as_strided(out, (out.untyped_storage().nbytes() // out.element_size(),), (1,), 0).numpy()
-    bases = np.full(1, out.storage_offset(), dtype=np.int64)
-    for size, stride in zip(out.shape[:-2], out.stride()[:-2]):
-        bases = (bases[:, None] + np.arange(size, dtype=np.int64) * stride).reshape(-1)
-    return storage, bases
+    leading dims flattened in order): what the dequantization kernels write through. ``out`` is float32."""
+    store = out.untyped_storage()
+    key = (store.data_ptr(), store.nbytes())
+    array = _ARRAYS.get(key)
+    if array is None:
+        if len(_ARRAYS) >= 8:
+            _ARRAYS.clear()
+        array = _ARRAYS[key] = np.ctypeslib.as_array((ctypes.c_float * (key[1] // 4)).from_address(key[0]))
+    layout = (out.shape[:-2], out.stride()[:-2])
+    grid = _GRIDS.get(layout)
+    if grid is None:
+        grid = np.zeros(1, dtype=np.int64)
+        for size, stride in zip(*layout):
+            grid = (grid[:, None] + np.arange(size, dtype=np.int64) * stride).reshape(-1)
+        if len(_GRIDS) >= 64:
+            _GRIDS.clear()
+        _GRIDS[layout] = grid
+    return array, grid + out.storage_offset()
 
 
 def _dequant(storage: np.ndarray, bases: np.ndarray, blocks: np.ndarray, bits: int, s: np.ndarray, z: np.ndarray,
