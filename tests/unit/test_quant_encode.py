@@ -10,13 +10,14 @@ from agentmem.kv import quant
 from agentmem.kv.quant import CLIP_GRID, CODECS, FINE_CLIP_GRID, hadamard_matrix, implied_zero, quantize_kv
 
 
-def _reference_ranges(xg, dim, bits, symmetric, clip, real=None, grid=CLIP_GRID):
-    """The clip search as sessions 3-4 wrote it (one expression, fresh tensors per factor): the reference."""
+def _reference_ranges(xg, dim, bits, symmetric, real=None, grid=CLIP_GRID):
+    """The clip search as sessions 3-4 wrote it (one expression, fresh tensors per factor), choosing by argmin
+    over all factors at once: an independent reference."""
     levels = (1 << bits) - 1
     hi, lo = xg.amax(dim=dim, keepdim=True), xg.amin(dim=dim, keepdim=True)
     amax, mid, half = torch.maximum(hi, -lo), (hi + lo) / 2, (hi - lo) / 2
-    best = None
-    for c in grid if clip else (1.0,):
+    scales, zeros, errs = [], [], []
+    for c in grid:
         if symmetric:
             scale = (2 * c * amax / levels).to(torch.float16)
             scale = torch.where(scale > 0, scale, torch.full_like(scale, 2.0 ** -24))
@@ -25,21 +26,17 @@ def _reference_ranges(xg, dim, bits, symmetric, clip, real=None, grid=CLIP_GRID)
             zero = (lo if c == 1.0 else mid - c * half).to(torch.float16).float()
             scale = (((hi if c == 1.0 else mid + c * half) - zero) / levels).to(torch.float16)
             scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-        if not clip:
-            return scale.squeeze(dim), zero.squeeze(dim)
         s = scale.float()
         sq = torch.round((xg - zero) / s).clamp_(0, levels).mul_(s).add_(zero).sub_(xg).square_()
         if real is not None:
             keep = (torch.arange(xg.shape[dim - 1] * xg.shape[dim]) < real).view(xg.shape[dim - 1], xg.shape[dim])
             sq = sq * keep.view(*keep.shape, *([1] * (xg.dim() - dim - 1))).to(sq.dtype)
-        err = sq.sum(dim, keepdim=True)
-        if best is None:
-            best = [err, scale, zero]
-            continue
-        better = err < best[0]
-        best = [torch.where(better, err, best[0]), torch.where(better, scale, best[1]),
-                torch.where(better, zero, best[2])]
-    return best[1].squeeze(dim), best[2].squeeze(dim)
+        scales.append(scale)
+        zeros.append(zero)
+        errs.append(sq.sum(dim, keepdim=True))
+    # the earliest factor with the least error (argmin returns the first of equal minima)
+    pick = torch.stack(errs).argmin(dim=0, keepdim=True)
+    return (torch.stack(scales).gather(0, pick)[0].squeeze(dim), torch.stack(zeros).gather(0, pick)[0].squeeze(dim))
 
 
 @pytest.mark.parametrize("tokens", [5, 60, 130, 300])
@@ -59,14 +56,14 @@ def test_the_in_place_clip_search_chooses_bit_for_bit_what_the_expression_chose(
         (values.reshape(4, 3, tokens, 2, 32), 4, 2, False, 64),
     ]
     for xg, dim, bits, symmetric, real in cases:
-        want = _reference_ranges(xg, dim, bits, symmetric, True, real=real, grid=grid)
+        want = _reference_ranges(xg, dim, bits, symmetric, real=real, grid=grid)
         got = quant._group_ranges(xg, dim, bits, symmetric, True, real=real, grid=grid)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     # an all-constant group and an all-zero group: the degenerate ranges are kept as they were
     flat = torch.zeros(1, 1, 3, 1, 64)
     flat[0, 0, 1] = 2.5
     for symmetric in (False, True):
-        want = _reference_ranges(flat, 4, 3, symmetric, True, real=64, grid=grid)
+        want = _reference_ranges(flat, 4, 3, symmetric, real=64, grid=grid)
         got = quant._group_ranges(flat, 4, 3, symmetric, True, real=64, grid=grid)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
