@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import psycopg
 from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import ProgrammingError
 
 from agentmem.errors import InvalidInputError
 from agentmem.ports.vectors import SPACES, check_space
@@ -77,8 +77,10 @@ def where_sql(where: dict[str, Any] | None, params: dict[str, Any]) -> str:
 class PgVectorIndex:
     """Vectors in PostgreSQL with pgvector, sharing ``engine`` (normally the catalog's)."""
 
-    def __init__(self, engine: Engine, *, catalog: Any = None, keep_documents: bool = False) -> None:
+    def __init__(self, engine: Engine, *, catalog: Any = None, keep_documents: bool = False,
+                 read_engine: Engine | None = None) -> None:
         self.engine = engine
+        self.read_engine = engine if read_engine is None else read_engine  # searches (the catalog's autocommit pool)
         self.catalog = catalog  # set: add_in() may run inside this catalog's transactions
         self.keep_documents = keep_documents
         self._ready: set[str] = set()  # tables known to exist
@@ -132,7 +134,7 @@ class PgVectorIndex:
     def get(self, user_id: str, ids: Sequence[str], *, space: str = "") -> dict[str, np.ndarray]:
         """The stored vectors of ``ids`` in ``user_id``'s ``space`` (missing ids are left out)."""
         table = table_of(space)
-        with self.engine.connect() as conn:
+        with self.read_engine.connect() as conn:
             if not ids or not self._exists(conn, table):
                 return {}
             rows = conn.execute(text(f"SELECT id, embedding::text FROM {table} WHERE user_id = :u AND id = ANY(:ids)"),
@@ -160,17 +162,10 @@ class PgVectorIndex:
             clause += " AND id = ANY(:ids)"
         table = table_of(space)
         select = f"SELECT id, 1 - (embedding <=> CAST(:v AS vector)) FROM {table} WHERE user_id = :u AND {clause} "
-        with self.engine.begin() as conn:
+        with self.read_engine.connect() as conn:
+            self._scan_settings(conn, max(40, min(int(n), 1000)))  # first: before any statement of this connection
             if not self._exists(conn, table):
                 return []
-            conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(40, min(int(n), 1000))}"))
-            if self._iterative is not False:
-                try:
-                    with conn.begin_nested():
-                        conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-                    self._iterative = True
-                except ProgrammingError:  # pgvector < 0.8: asked once per process, not on every query
-                    self._iterative = False
             rows = conn.execute(text(select + "ORDER BY embedding <=> CAST(:v AS vector) LIMIT :n"), params).all()
             if len(rows) < n:
                 # An HNSW scan filters its candidates after the fact: a user holding a small share of the table
@@ -181,6 +176,35 @@ class PgVectorIndex:
                                     params).all()
         # relaxed order: re-sort exactly (the scan may hand rows back slightly out of order)
         return sorted(((i, float(s)) for i, s in rows), key=lambda kv: -kv[1])
+
+    def _scan_settings(self, conn: Connection, ef_search: int) -> None:
+        """The connection's HNSW scan settings, set once per pooled connection and again only when they change.
+
+        Session-level ``SET``s, remembered in the pool's record of the connection (``conn.info``), instead of a
+        ``SET LOCAL`` (and a savepoint to probe ``hnsw.iterative_scan``) inside every query's transaction: those
+        were 4 of a vector query's 6 round trips. ``SET`` outside a transaction block is final (autocommit: a later
+        rollback of the caller's work does not undo it); only HNSW scans read these settings.
+        """
+        info = conn.info
+        if info.get("hnsw.ef_search") == ef_search and "hnsw.iterative_scan" in info:
+            return
+        # called before the connection's first statement: idle, so autocommit may be switched on for the SETs
+        raw = conn.connection.dbapi_connection
+        saved = raw.autocommit
+        raw.autocommit = True
+        try:
+            if "hnsw.iterative_scan" not in info:
+                if self._iterative is not False:
+                    try:
+                        raw.execute("SET hnsw.iterative_scan = relaxed_order")
+                        self._iterative = True
+                    except psycopg.Error:  # pgvector < 0.8 has no such setting: asked once per process
+                        self._iterative = False
+                info["hnsw.iterative_scan"] = self._iterative
+            raw.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+            info["hnsw.ef_search"] = ef_search
+        finally:
+            raw.autocommit = saved
 
     def _ids(self, tables: Sequence[str], where: str, params: dict[str, Any]) -> list[str]:
         with self.engine.connect() as conn:
@@ -223,7 +247,7 @@ def build_vectors(url: str | None, ctx: Any) -> PgVectorIndex:
     if not isinstance(ctx.catalog, PostgresCatalog):
         raise InvalidInputError("vector_url: 'pgvector' keeps vectors in the catalog's PostgreSQL database; "
                                 "set catalog_url to a postgresql:// URL")
-    return PgVectorIndex(ctx.catalog.engine, catalog=ctx.catalog,
+    return PgVectorIndex(ctx.catalog.engine, catalog=ctx.catalog, read_engine=ctx.catalog.read_engine,
                          keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
 
 

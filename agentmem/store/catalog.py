@@ -208,6 +208,8 @@ class Catalog:
             cur.close()
 
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.read_engine: Engine = self.engine  # single-statement reads (PostgreSQL: an autocommit pool)
+        self._reads = self._sessions
         self._lexical_tables: set[str] = set()  # seen to exist; a read that finds one gone refreshes it
         self.early_stops = 0  # lexical searches answered by the documents holding every term (lexical_bounds)
         self._migrate(None if path == ":memory:" else Path(path).with_name(Path(path).name + ".migrate.lock"))
@@ -244,7 +246,7 @@ class Catalog:
 
     def read(self) -> Session:
         """A read-only ORM session (use as a context manager)."""
-        return self._sessions()
+        return self._reads()
 
     def lexical_tables(self) -> list[str]:
         """Every user's FTS5 table in the file (for scrubbing and checks)."""
@@ -383,9 +385,19 @@ class Catalog:
             s.merge(StoreInfo(key=key, value=value))
 
     def get_info(self, key: str) -> str | None:
-        with self._sessions() as s:
-            row = s.get(StoreInfo, key)
-            return None if row is None else row.value
+        # a Core select, not Session.get: read on every recall (kb_versions), where an ORM session cost 4x the query
+        with self.read_engine.connect() as conn:
+            return conn.execute(select(StoreInfo.value).where(StoreInfo.key == key)).scalar()
+
+    @staticmethod
+    def _among(column: Any, ids: Sequence[str]) -> Any:
+        """``column IN ids`` (PostgreSQL overrides it with one array bind: a fixed statement text).
+
+        Example:
+            >>> str(Catalog._among(EntryRow.id, ["a", "b"]))
+            'entries.id IN (__[POSTCOMPILE_id_1])'
+        """
+        return column.in_(ids)
 
     # --- reads ---------------------------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> list[EntryRow]:
@@ -393,9 +405,9 @@ class Catalog:
         if not ids:
             return []
         by_id: dict[str, EntryRow] = {}
-        with self._sessions() as s:
+        with self._reads() as s:
             for chunk in _chunks(list(ids), 500):
-                for row in s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk), COMMITTED)):
+                for row in s.scalars(select(EntryRow).where(self._among(EntryRow.id, chunk), COMMITTED)):
                     by_id[row.id] = row
         return [by_id[i] for i in ids if i in by_id]
 
@@ -487,8 +499,7 @@ class Catalog:
                 early = self._all_terms_top(conn, table, match, limit)
                 if early is not None:
                     return early
-                sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
-                return [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (match, limit))]
+                return _bm25_top(conn, table, match, limit)
         except OperationalError:
             if self._has_lexical_table(table, refresh=True):
                 raise
@@ -508,8 +519,7 @@ class Catalog:
         held = [(p, df) for p, df in zip(phrases, dfs) if df > 0]  # a term no document holds adds 0 to every score
         if len(held) < 2:
             return None
-        sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
-        top = [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (" AND ".join(p for p, _ in held), limit))]
+        top = _bm25_top(conn, table, " AND ".join(p for p, _ in held), limit)
         if len(top) < limit:
             return None
         prefixes = [prefix_of(p.strip('"')) for p, _ in held]
@@ -568,6 +578,15 @@ class Catalog:
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+
+def _bm25_top(conn: Any, table: str, match: str, limit: int) -> list[tuple[str, float]]:
+    """The best ``limit`` documents of FTS5 ``table`` for ``match``: [(id, score)], best first (``bm25()`` is
+    negative, lower is better: flipped so higher is better, as every lexical score here)."""
+    sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
+    return [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (match, limit))]
 
 
 def _fts5_totals(conn: Any, table: str) -> tuple[int, int]:
