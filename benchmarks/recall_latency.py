@@ -1,6 +1,6 @@
 """recall() latency at scale, embedding of the query included.
 
-    python benchmarks/recall_latency.py --entries 10000 [--queries 200]
+    python benchmarks/recall_latency.py --entries 10000 [--queries 200] [--store DIR]
 
 Fills one user's store with N short memories (in batches), then times ``recall`` on fresh queries, everything
 included (query embedding, both retrievers, fusion, the head's re-ranking, calibration, loading rows). Side by
@@ -10,6 +10,8 @@ shows what re-ranking costs on this machine whatever its load; and, the same way
 context vector search (``context_vector_weight=0``: one vector search fewer), for what that search costs; and
 recall without the lifecycle's version following (``MemoryConfig(recall_follows_versions=False)``): the generator's
 templated sentences make local consolidation supersede about a third of the store, so this is its worst case.
+``--store DIR`` keeps the filled store in DIR and reuses it when it is already there (the same generator and
+seed: the same entries and queries), for profiling runs; without it the store lives in a temporary folder.
 Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
 "no_context_p95_ms": ..., "context_p95_ratio": ..., "no_follow_p95_ms": ..., "follow_p95_ratio": ...,
 "superseded": ..., "load_avg": [before, after]}
@@ -52,34 +54,53 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--store", type=Path, default=None, help="keep (or reuse) the filled store in this folder")
     args = ap.parse_args()
     rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as tmp, AgentMemory(Path(tmp) / "store") as mem:
-        batch = 500
-        for start in tqdm(range(0, args.entries, batch), desc="filling", unit="batch", disable=None):
-            n = min(batch, args.entries - start)
-            mem.remember_many([dict(text=sentence(rng, start + j), user_id="u", session_id=f"s{(start + j) // 50}")
-                               for j in range(n)])
-        queries = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(args.queries)]
-        for q in queries[:5]:  # warm-up: model load, first HNSW touch
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.store if args.store is not None else Path(tmp) / "store"
+        filled = (root / "filled").exists()
+        with AgentMemory(root) as mem:
+            if not filled:
+                fill(mem, rng, args.entries)
+                (root / "filled").write_text(str(args.entries))
+            else:  # the same entries were written: draw them again so the queries are the same
+                for i in range(args.entries):
+                    sentence(rng, i)
+            result = measure(mem, rng, args)
+    print(json.dumps(result), flush=True)
+
+
+def fill(mem: AgentMemory, rng: random.Random, entries: int) -> None:
+    batch = 500
+    for start in tqdm(range(0, entries, batch), desc="filling", unit="batch", disable=None):
+        n = min(batch, entries - start)
+        mem.remember_many([dict(text=sentence(rng, start + j), user_id="u", session_id=f"s{(start + j) // 50}")
+                           for j in range(n)])
+
+
+def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace) -> dict:
+    """Times the variants interleaved query by query; the result line's fields."""
+    queries = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(args.queries)]
+    for q in queries[:5]:  # warm-up: model load, first HNSW touch
+        mem.recall(q, user_id="u", k=args.k)
+    store = mem._store  # the comparison swaps the store's ranking constants (no public knob for them)
+    default, plain = store.params, RetrievalParams(speaker_boost=0.0, temporal_boost=0.0, rerank_depth=10)
+    no_context = replace(default, context_vector_weight=0.0)
+    config, no_follow = mem.config, mem.config.model_copy(update={"recall_follows_versions": False})
+    variants = (("default", default, config), ("no_rerank", plain, config), ("no_context", no_context, config),
+                ("no_follow", default, no_follow))
+    times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    load_before = os.getloadavg()[0]
+    for q in tqdm(queries, desc="recall", disable=None):
+        for name, params, cfg in variants:
+            store.params, mem.config = params, cfg
+            t = time.perf_counter()
             mem.recall(q, user_id="u", k=args.k)
-        store = mem._store  # the comparison swaps the store's ranking constants (no public knob for them)
-        default, plain = store.params, RetrievalParams(speaker_boost=0.0, temporal_boost=0.0, rerank_depth=10)
-        no_context = replace(default, context_vector_weight=0.0)
-        config, no_follow = mem.config, mem.config.model_copy(update={"recall_follows_versions": False})
-        variants = (("default", default, config), ("no_rerank", plain, config), ("no_context", no_context, config),
-                    ("no_follow", default, no_follow))
-        times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-        load_before = os.getloadavg()[0]
-        for q in tqdm(queries, desc="recall", disable=None):
-            for name, params, cfg in variants:
-                store.params, mem.config = params, cfg
-                t = time.perf_counter()
-                mem.recall(q, user_id="u", k=args.k)
-                times[name].append(1000 * (time.perf_counter() - t))
-        store.params, mem.config = default, config
-        superseded = sum(r.status == "superseded" for r in mem.list(user_id="u"))
-        context_vectors = len(store.vectors.user_ids("u", space=CONTEXT_SPACE))  # while the store is open
+            times[name].append(1000 * (time.perf_counter() - t))
+    store.params, mem.config = default, config
+    superseded = sum(r.status == "superseded" for r in mem.list(user_id="u"))
+    context_vectors = len(store.vectors.user_ids("u", space=CONTEXT_SPACE))  # while the store is open
     for v in times.values():
         v.sort()
     p95 = {name: v[int(0.95 * (len(v) - 1))] for name, v in times.items()}
@@ -102,7 +123,7 @@ def main() -> None:
         "superseded": superseded,
         "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
-    print(json.dumps(result), flush=True)
+    return result
 
 
 if __name__ == "__main__":

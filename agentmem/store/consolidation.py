@@ -239,9 +239,10 @@ class LocalConsolidator:
             return set()
         vecs = self._vectors_of(rows, texts)
         words = [content_words(t) for t in texts]
+        keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
         out: set[tuple[str, str]] = set()
         for b, row in enumerate(rows):
-            same = [a for a in range(len(rows)) if a != b and speaker_key(rows[a]) == speaker_key(row)]
+            same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
             # not within one conversation session: a speaker's turns of one session elaborate on a topic (LoCoMo:
             # 3 of the 5 evidence turns this test demoted); a fact that changes does so between sessions, and
             # write-time supersession still acts within a session

