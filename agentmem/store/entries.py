@@ -32,6 +32,7 @@ from agentmem.store.catalog import EntryRow, HistoryRow
 from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
+from agentmem.store.chain_ends import ChainEnds
 from agentmem.store.consolidation_recall import CHAIN, current_versions, pages
 from agentmem.store.multihop import for_query
 from agentmem.store.rerank import HeadEntry, rerank
@@ -134,6 +135,8 @@ class EntryStore:
         self.vectors = vectors if vectors is not None else factory.build_vectors(ctx)
         self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
         self.contexts = ContextVectors(self.catalog, self.vectors)  # turn context vectors (second vector space)
+        # where superseded_by chains end, remembered and checked against the rows each recall loads
+        self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN))
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = RetrievalParams()  # ranking constants (cross-validated defaults, docs/retrieval.md)
@@ -322,6 +325,7 @@ class EntryStore:
         """Erase the vectors (every space) and blobs of rows marked in flight, then the rows; then the context
         vectors of the turns that followed them are rebuilt without the erased turns' words."""
         after = self.contexts.successors(rows)
+        self.chains.clear()  # a chain through an erased entry is cut now
         for user in {r.user_id for r in rows}:
             self.vectors.delete([r.id for r in rows if r.user_id == user], user_id=user)
         for row in rows:
@@ -455,12 +459,17 @@ class EntryStore:
         admitted: list[tuple[EntryRow, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}
-        chains = (lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN)) if follow_versions else None
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
-        for page in pages(ranked, depth, ends, chains):
+        for page in pages(ranked, depth, ends, self.chains if follow_versions else None):
             ids = [i for i, _ in page]
-            rows = {r.id: r for r in self.catalog.get(list(dict.fromkeys([*ids, *(ends[i] for i in ids if i in ends)])))}
+            rows = self._rows_with_ends(ids, ends, {})
             if follow_versions:
+                stale = self.chains.stale(ids, rows, ends)  # remembered chains the loaded rows contradict
+                if stale:
+                    for entry_id in stale:
+                        ends.pop(entry_id, None)
+                    ends.update(self.chains.refresh(stale))
+                    rows = self._rows_with_ends(stale, ends, rows)
                 admitted += self._current_versions(page, rows, ends, scope, now, admitted)
             else:
                 admitted += [(rows[i], s) for i, s in page if i in rows and scope.admits(rows[i], now)]
@@ -490,6 +499,12 @@ class EntryStore:
             calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
             out.append(ScoredRow(by_id[entry_id], calibrated, parts))
         return out
+
+    def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],
+                        rows: dict[str, EntryRow]) -> dict[str, EntryRow]:
+        """``rows`` plus the rows of ``ids`` and of their chain ends, those not in it yet read in one query."""
+        wanted = [i for i in dict.fromkeys([*ids, *(ends[i] for i in ids if i in ends)]) if i not in rows]
+        return {**rows, **{r.id: r for r in self.catalog.get(wanted)}} if wanted else rows
 
     @staticmethod
     def _current_versions(page: Sequence[tuple[str, float]], rows: dict[str, EntryRow], ends: dict[str, str],
