@@ -12,6 +12,13 @@ loads anyway (each candidate *and* its chain end) say whether a remembered answe
 * anything else (superseded with no end remembered, an end that is gone or was superseded since, in this process
   or another) is :meth:`ChainEnds.stale`: looked up again, and its rows loaded.
 
+The first recall of a user (with ``superseded_ids``) remembers every chain of that user in one query, so an id it
+does not know is one that was not superseded then (the row check above catches what changed since): no chain
+query at all after that, where remembering candidate by candidate still looked chains up for 3 recalls in 4 at
+10,000 entries (200 queries, most candidates new to the cache). That first recall pays for it once: 0.15-0.4 s for
+the 3,626 chains (33,000 links) of recall_latency.py's 10,000-entry store, so a user with more than :data:`BULK`
+superseded entries is remembered candidate by candidate instead.
+
 So the answer is always what the query would give today, except after a ``forget`` in ANOTHER process of an entry
 in the middle of a chain (this process forgets its remembered chains on its own deletions): the old chain's end
 still stands for the candidate, where a fresh lookup would stop at the cut and drop it. That end is a live entry
@@ -32,32 +39,62 @@ from typing import Any
 from agentmem.store.lifecycle import SUPERSEDED
 
 LIMIT = 100_000  # remembered ids (~15 MB at most); past it everything is forgotten and looked up again
+CHUNK = 5_000  # ids per chain query when a user's chains are remembered at once
+BULK = 10_000  # at most this many superseded entries are looked up at a user's first recall (~0.5-1 s once)
 
 
 class ChainEnds:
     """``lookup(ids) -> {superseded id: chain end}`` with a per-process memory of the answers (also of "not
     superseded"), checked against loaded rows by :meth:`stale`."""
 
-    def __init__(self, lookup: Callable[[list[str]], Mapping[str, str]], *, limit: int = LIMIT) -> None:
+    def __init__(self, lookup: Callable[[list[str]], Mapping[str, str]], *,
+                 superseded_ids: Callable[[str], list[str]] | None = None, limit: int = LIMIT) -> None:
         self._lookup = lookup
+        self._superseded_ids = superseded_ids
         self._known: dict[str, str | None] = {}
+        self._complete: set[str] = set()  # users whose every chain (as of then) is in _known
         self._limit = limit
         self.lookups = 0  # queries made (tests and profiles count them)
 
-    def __call__(self, ids: Sequence[str]) -> dict[str, str]:
-        """The remembered chain ends of ``ids``, looking up (in one query) those never seen.
+    def of_user(self, user_id: str) -> Callable[[Sequence[str]], dict[str, str]]:
+        """:meth:`__call__` for candidates of ``user_id``, every chain of the user remembered at the first call.
+
+        Example:
+            >>> chains = ChainEnds(lambda ids: {"a": "c"} if "a" in ids else {}, superseded_ids=lambda u: ["a"])
+            >>> chains.of_user("u1")(["a", "b"]), chains.lookups
+            ({'a': 'c'}, 1)
+        """
+        if user_id not in self._complete and self._superseded_ids is not None:
+            ids = self._superseded_ids(user_id)
+            if len(ids) <= min(BULK, self._limit // 2):
+                found: dict[str, str] = {}
+                for start in range(0, len(ids), CHUNK):  # bound the statement's parameters (SQLite: 32,766)
+                    found.update(self._lookup(ids[start : start + CHUNK]))
+                    self.lookups += 1
+                if len(self._known) + len(ids) > self._limit:
+                    self._known.clear()
+                    self._complete.clear()
+                self._known.update((i, found.get(i)) for i in ids)
+                self._complete.add(user_id)
+        complete = user_id in self._complete
+        return lambda ids: self(ids, complete=complete)
+
+    def __call__(self, ids: Sequence[str], *, complete: bool = False) -> dict[str, str]:
+        """The remembered chain ends of ``ids``, looking up (in one query) those never seen; ``complete``: every
+        superseded id is remembered, so an unknown one is not superseded (nothing to look up).
 
         Example:
             >>> ChainEnds(lambda ids: {})(["x"])
             {}
         """
         known = self._known
-        missing = [i for i in dict.fromkeys(ids) if i not in known]
+        missing = [] if complete else [i for i in dict.fromkeys(ids) if i not in known]
         if missing:
             found = self._lookup(missing)
             self.lookups += 1
             if len(known) + len(missing) > self._limit:
                 known.clear()
+                self._complete.clear()
             known.update((i, found.get(i)) for i in missing)
         return {i: end for i in ids if (end := known.get(i)) is not None}
 
@@ -95,6 +132,7 @@ class ChainEnds:
     def clear(self) -> None:
         """Forget every chain (after this process deleted entries: a chain may now be cut)."""
         self._known.clear()
+        self._complete.clear()
 
 
 __all__ = ["ChainEnds"]

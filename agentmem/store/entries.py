@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sqlalchemy import text
 
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.store.catalog import EntryRow, HistoryRow
-from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
+from agentmem.store.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.chain_ends import ChainEnds
@@ -46,6 +47,9 @@ from agentmem.security.crypto import Cipher
 from agentmem.security.sealer import Sealer
 
 log = logging.getLogger(__name__)
+
+_SUPERSEDED_IDS = text("SELECT id FROM entries WHERE user_id = :user AND status = :status "
+                       "AND superseded_by IS NOT NULL AND write_state IS NULL")
 
 BlobSealer = Callable[[bytes, str], bytes]  # (plaintext, entry id) -> bytes on disk, and the reverse
 
@@ -136,7 +140,8 @@ class EntryStore:
         self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
         self.contexts = ContextVectors(self.catalog, self.vectors)  # turn context vectors (second vector space)
         # where superseded_by chains end, remembered and checked against the rows each recall loads
-        self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN))
+        self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN),
+                                superseded_ids=self._superseded_ids)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = RetrievalParams()  # ranking constants (cross-validated defaults, docs/retrieval.md)
@@ -460,7 +465,7 @@ class EntryStore:
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
-        for page in pages(ranked, depth, ends, self.chains if follow_versions else None):
+        for page in pages(ranked, depth, ends, self.chains.of_user(scope.user_id) if follow_versions else None):
             ids = [i for i, _ in page]
             rows = self._rows_with_ends(ids, ends, {})
             if follow_versions:
@@ -499,6 +504,11 @@ class EntryStore:
             calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
             out.append(ScoredRow(by_id[entry_id], calibrated, parts))
         return out
+
+    def _superseded_ids(self, user_id: str) -> list[str]:
+        """Ids of ``user_id``'s committed superseded entries (whose chains recall remembers at its first call)."""
+        with self.catalog.read() as s:
+            return [i for (i,) in s.execute(_SUPERSEDED_IDS, {"user": user_id, "status": SUPERSEDED})]
 
     def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],
                         rows: dict[str, EntryRow]) -> dict[str, EntryRow]:

@@ -53,6 +53,9 @@ def test_a_known_chain_costs_no_query_and_a_grown_chain_is_followed_to_its_new_e
     looked_up = chains.lookups
     again = [h.id for h in mem.recall(QUERY, user_id="u1", k=3)]
     assert again == first and chains.lookups == looked_up  # every chain (and "not superseded") remembered
+    assert looked_up == 1  # the user's every chain, at the first recall
+    other = [h.id for h in mem.recall("Where did I buy noodles?", user_id="u1", k=3)]  # other candidates
+    assert other and chains.lookups == looked_up and not {ids[0], ids[1]} & set(other)
     # behind the cache's back: ramen -> risotto (the remembered end is superseded now)
     _supersede(mem, ids[2], ids[3])
     hits = [h.id for h in mem.recall(QUERY, user_id="u1", k=3)]
