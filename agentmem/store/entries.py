@@ -30,7 +30,7 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.store.catalog import EntryRow, HistoryRow
-from agentmem.store.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
+from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.chain_ends import ChainEnds
@@ -48,8 +48,8 @@ from agentmem.security.sealer import Sealer
 
 log = logging.getLogger(__name__)
 
-_SUPERSEDED_IDS = text("SELECT id FROM entries WHERE user_id = :user AND status = :status "
-                       "AND superseded_by IS NOT NULL AND write_state IS NULL")
+# every entry the chain query starts from (Lifecycle.chain_ends: any status with a superseded_by, retracted ones too)
+_SUPERSEDED_IDS = text("SELECT id FROM entries WHERE user_id = :user AND superseded_by IS NOT NULL")
 
 BlobSealer = Callable[[bytes, str], bytes]  # (plaintext, entry id) -> bytes on disk, and the reverse
 
@@ -390,11 +390,9 @@ class EntryStore:
         Example:
             >>> cands, vec = store.candidates("where does she live?", Scope("u1"), pool=100)   # doctest: +SKIP
         """
-        lexical_job = self._lexical_worker.submit(
-            self.catalog.lexical_search, query, user_id=scope.user_id, limit=pool,
-            blind=self._blind_index.token if self._blind_index else None)
+        lexical_job = self._lexical_worker.submit(self._lexical_placed, query, scope.user_id, pool)
         vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
-        lexical = dict(lexical_job.result())
+        lexical, lexical_places = lexical_job.result()
         if ids is not None:
             admitted = set(ids)
             lexical = {i: s for i, s in lexical.items() if i in admitted}
@@ -405,11 +403,20 @@ class EntryStore:
             # turn context vectors (agentmem.store.context_vectors): one more search, in their own space
             turn_context = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids,
                                                    space=CONTEXT_SPACE))
-        places = self.catalog.turn_context(list(dense.keys() | lexical.keys() | turn_context.keys()))
+        wanted = dense.keys() | lexical.keys() | turn_context.keys()
+        places = {i: p for i, p in lexical_places.items() if i in wanted}
+        places.update(self.catalog.turn_context(list(wanted - lexical_places.keys())))
         cands = Candidates(dense, lexical, places, turn_context=turn_context)
         if self.params.context_weight > 0 if context is None else context:
             cands.context = self._context(vec, scope, cands, where)
         return cands, vec
+
+    def _lexical_placed(self, query: str, user_id: str, pool: int) -> tuple[dict[str, float], dict[str, Any]]:
+        """The lexical candidates and their conversation placement, in the worker thread beside the query
+        embedding (the lexical half of the pool is placed off the recall's critical path)."""
+        lexical = dict(self.catalog.lexical_search(query, user_id=user_id, limit=pool,
+                                                   blind=self._blind_index.token if self._blind_index else None))
+        return lexical, self.catalog.turn_context(list(lexical))
 
     def _context(self, vec: np.ndarray, scope: Scope, cands: Candidates, where: Any) -> dict[str, float]:
         """Mean cosine of the fused head's turns and their neighbours (:mod:`agentmem.store.context`)."""
@@ -508,7 +515,7 @@ class EntryStore:
     def _superseded_ids(self, user_id: str) -> list[str]:
         """Ids of ``user_id``'s committed superseded entries (whose chains recall remembers at its first call)."""
         with self.catalog.read() as s:
-            return [i for (i,) in s.execute(_SUPERSEDED_IDS, {"user": user_id, "status": SUPERSEDED})]
+            return [i for (i,) in s.execute(_SUPERSEDED_IDS, {"user": user_id})]
 
     def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],
                         rows: dict[str, EntryRow]) -> dict[str, EntryRow]:
