@@ -24,7 +24,6 @@ Last line: {"baseline": {...}, "<signal>": {"fused_cv": {...}, "chosen_w": [...]
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -89,12 +88,7 @@ def rrf(lists: list[dict[str, float]], pool: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", required=True, type=Path)
-    ap.add_argument("--store", required=True, type=Path)
-    ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
-    ap.add_argument("--pool", type=int, default=100)
-    ap.add_argument("--signals", nargs="+", default=["clauses", "speakers", "adjacent", "keywords", "listq"])
+    ap = ra.ablation_parser(__doc__, ["clauses", "speakers", "adjacent", "keywords", "listq"])
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
     args.store.mkdir(parents=True, exist_ok=True)

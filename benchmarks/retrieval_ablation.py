@@ -344,14 +344,25 @@ def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def ablation_parser(doc: str | None, signals: list[str], signals_help: str | None = None) -> argparse.ArgumentParser:
+    """The arguments every LoCoMo ablation script takes (this one and ``multihop_ablation.py``).
+
+    Example:
+        >>> ablation_parser("demo", ["shipped"]).parse_args(["--data", "d.json", "--store", "s"]).pool
+        100
+    """
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--store", required=True, type=Path)
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--pool", type=int, default=100)
-    ap.add_argument("--signals", nargs="+", default=["shipped", "ctxmean", "sess", "smol", "ctx"],
-                    help="shipped ctxmean sess smol ctx bm25ctx sess2 speaker2 ctxnext latency")
+    ap.add_argument("--signals", nargs="+", default=signals, help=signals_help)
+    return ap
+
+
+def main() -> None:
+    ap = ablation_parser(__doc__, ["shipped", "ctxmean", "sess", "smol", "ctx"],
+                         "shipped ctxmean sess smol ctx bm25ctx sess2 speaker2 ctxnext latency")
     ap.add_argument("--consolidation", choices=["off", "local"], default="off")
     args = ap.parse_args()
     conversations = json.loads(args.data.read_text())
