@@ -71,10 +71,7 @@ class ChainEnds:
                 for start in range(0, len(ids), CHUNK):  # bound the statement's parameters (SQLite: 32,766)
                     found.update(self._lookup(ids[start : start + CHUNK]))
                     self.lookups += 1
-                if len(self._known) + len(ids) > self._limit:
-                    self._known.clear()
-                    self._complete.clear()
-                self._known.update((i, found.get(i)) for i in ids)
+                self._remember(ids, found)
                 self._complete.add(user_id)
         complete = user_id in self._complete
         return lambda ids: self(ids, complete=complete)
@@ -87,16 +84,18 @@ class ChainEnds:
             >>> ChainEnds(lambda ids: {})(["x"])
             {}
         """
-        known = self._known
-        missing = [] if complete else [i for i in dict.fromkeys(ids) if i not in known]
+        missing = [] if complete else [i for i in dict.fromkeys(ids) if i not in self._known]
         if missing:
             found = self._lookup(missing)
             self.lookups += 1
-            if len(known) + len(missing) > self._limit:
-                known.clear()
-                self._complete.clear()
-            known.update((i, found.get(i)) for i in missing)
-        return {i: end for i in ids if (end := known.get(i)) is not None}
+            self._remember(missing, found)
+        return {i: end for i in ids if (end := self._known.get(i)) is not None}
+
+    def _remember(self, ids: Sequence[str], found: Mapping[str, str]) -> None:
+        """Remember ``ids``' answers (``None``: not superseded), everything forgotten first past ``limit``."""
+        if len(self._known) + len(ids) > self._limit:
+            self.clear()
+        self._known.update((i, found.get(i)) for i in ids)
 
     def stale(self, ids: Sequence[str], rows: Mapping[str, Any], ends: Mapping[str, str]) -> list[str]:
         """Those of ``ids`` whose loaded row (``rows``, chain ends included) contradicts ``ends``: superseded without

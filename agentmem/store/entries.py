@@ -513,7 +513,8 @@ class EntryStore:
         return out
 
     def _superseded_ids(self, user_id: str) -> list[str]:
-        """Ids of ``user_id``'s committed superseded entries (whose chains recall remembers at its first call)."""
+        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status, as :data:`_SUPERSEDED_IDS` says): the
+        chains recall remembers at its first call."""
         with self.catalog.read() as s:
             return [i for (i,) in s.execute(_SUPERSEDED_IDS, {"user": user_id})]
 

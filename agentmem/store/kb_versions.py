@@ -51,7 +51,7 @@ class KbVersions:
 
     def _state(self) -> _State:
         """Stable version, candidate and rollout share, read together (one query)."""
-        with self.catalog.engine.connect() as conn:
+        with self.catalog.read_engine.connect() as conn:  # one statement: the catalog's pool for reads
             info = dict(conn.execute(_STATE).all())
         candidate, rollout = info.get(_CANDIDATE) or None, info.get(_ROLLOUT)
         return _State(info.get(_STABLE), candidate, float(rollout) if rollout and candidate else 0.0)
