@@ -654,8 +654,33 @@ def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
     """Inside a deletion's transaction: erase the entries' history (every version) and every reference to them
     (``superseded_by`` of older entries, ``related_id`` of other entries' events), so no trace of an id is left."""
     s.execute(delete(HistoryRow).where(HistoryRow.entry_id.in_(ids)))
-    s.execute(update(EntryRow).where(EntryRow.superseded_by.in_(ids)).values(superseded_by=None))
+    if s.execute(update(EntryRow).where(EntryRow.superseded_by.in_(ids)).values(superseded_by=None)).rowcount:
+        bump_chain_cuts(s)  # a superseded_by chain is cut: every process's remembered chain ends are stale
     s.execute(update(HistoryRow).where(HistoryRow.related_id.in_(ids)).values(related_id=None))
+
+
+# store_info key "chain_cuts": moves whenever a superseded_by chain is cut or re-pointed
+_BUMP_CHAIN_CUTS = text("""INSERT INTO store_info("key", value) VALUES ('chain_cuts', '1') ON CONFLICT ("key")
+    DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS VARCHAR)""")  # SQLite >= 3.24, PostgreSQL
+_CHAIN_CUTS = text("""SELECT value FROM store_info WHERE "key" = 'chain_cuts'""")
+
+
+def bump_chain_cuts(s: Session) -> None:
+    """Inside the write's transaction: move the chain-cut stamp (:func:`chain_cuts` readers then forget what they
+    remembered of chains). Only cuts move it, not every write: remembered chains survive new memories."""
+    s.execute(_BUMP_CHAIN_CUTS)
+
+
+def chain_cuts(catalog: Catalog) -> int:
+    """The store's chain-cut stamp (0 until a chain was first cut), one plain read on the catalog's read pool.
+
+    Example:
+        >>> chain_cuts(Catalog(":memory:"))
+        0
+    """
+    with catalog.read_engine.connect() as conn:
+        value = conn.execute(_CHAIN_CUTS).scalar()
+    return int(value) if value is not None else 0
 
 
 def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]], *, pending: bool) -> None:
@@ -699,5 +724,5 @@ def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
         yield items[i : i + n]
 
 
-__all__ = ["COMMITTED", "Catalog", "EntryRow", "HistoryRow", "TagRow", "TurnContext", "erase_lifecycle", "fts_query", "lexical_ddl",
+__all__ = ["COMMITTED", "Catalog", "EntryRow", "HistoryRow", "TagRow", "TurnContext", "bump_chain_cuts", "chain_cuts", "erase_lifecycle", "fts_query", "lexical_ddl",
            "lexical_table"]

@@ -19,10 +19,13 @@ query at all after that, where remembering candidate by candidate still looked c
 the 3,626 chains (33,000 links) of recall_latency.py's 10,000-entry store, so a user with more than :data:`BULK`
 superseded entries is remembered candidate by candidate instead.
 
-So the answer is always what the query would give today, except after a ``forget`` in ANOTHER process of an entry
-in the middle of a chain (this process forgets its remembered chains on its own deletions): the old chain's end
-still stands for the candidate, where a fresh lookup would stop at the cut and drop it. That end is a live entry
-of the same user, admitted by the same scope checks.
+What the rows cannot show is a chain cut or re-pointed in its middle: a ``forget`` of an entry inside a chain
+(the entries before it then stand for nothing), or an ``update`` of one (it is current again, and the chains
+through it end there), in this process or ANOTHER. Those writes move the catalog's chain-cut stamp
+(``store_info`` ``chain_cuts``, in the write's own transaction: :func:`agentmem.store.catalog.bump_chain_cuts`);
+:meth:`ChainEnds.of_user` reads it (one plain read, ~0.1 ms) and forgets every chain when it moved. New memories
+and supersessions do not move it (a chain only grows at its end: the row check sees that), so the chains stay
+remembered while a conversation is being written. The answer is therefore always what the query gives today.
 
 Example:
     >>> calls = []
@@ -48,9 +51,12 @@ class ChainEnds:
     superseded"), checked against loaded rows by :meth:`stale`."""
 
     def __init__(self, lookup: Callable[[list[str]], Mapping[str, str]], *,
-                 superseded_ids: Callable[[str], list[str]] | None = None, limit: int = LIMIT) -> None:
+                 superseded_ids: Callable[[str], list[str]] | None = None, limit: int = LIMIT,
+                 stamp: Callable[[], int] | None = None) -> None:
         self._lookup = lookup
         self._superseded_ids = superseded_ids
+        self._stamp = stamp  # the catalog's chain-cut stamp: when it moves, every remembered chain may be cut
+        self._seen: int | None = None  # the stamp what is remembered was looked up under
         self._known: dict[str, str | None] = {}
         self._complete: set[str] = set()  # users whose every chain (as of then) is in _known
         self._limit = limit
@@ -64,6 +70,11 @@ class ChainEnds:
             >>> chains.of_user("u1")(["a", "b"]), chains.lookups
             ({'a': 'c'}, 1)
         """
+        if self._stamp is not None:
+            stamp = self._stamp()  # read BEFORE any look-up: a cut after it moves the stamp again
+            if stamp != self._seen:
+                self.clear()
+                self._seen = stamp
         if user_id not in self._complete and self._superseded_ids is not None:
             ids = self._superseded_ids(user_id)
             if len(ids) <= min(BULK, self._limit // 2):

@@ -29,7 +29,7 @@ from sqlalchemy import text
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
-from agentmem.store.catalog import EntryRow, HistoryRow
+from agentmem.store.catalog import EntryRow, HistoryRow, chain_cuts
 from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
@@ -141,7 +141,7 @@ class EntryStore:
         self.contexts = ContextVectors(self.catalog, self.vectors)  # turn context vectors (second vector space)
         # where superseded_by chains end, remembered and checked against the rows each recall loads
         self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN),
-                                superseded_ids=self._superseded_ids)
+                                superseded_ids=self._superseded_ids, stamp=lambda: chain_cuts(self.catalog))
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = RetrievalParams()  # ranking constants (cross-validated defaults, docs/retrieval.md)

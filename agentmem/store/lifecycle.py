@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from agentmem.store.catalog import Catalog, EntryRow, HistoryRow, TagRow
+from agentmem.store.catalog import Catalog, EntryRow, HistoryRow, TagRow, bump_chain_cuts
 
 OPS = ("add", "update", "supersede", "merge", "delete")
 ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"
@@ -111,8 +111,11 @@ class Lifecycle:
         live = s.get(EntryRow, row.id)
         if live is None:
             raise LookupError(row.id)
+        was = (live.status, live.superseded_by)
         for key, value in fields.items():
             setattr(live, key, value)
+        if was[1] is not None and (live.status, live.superseded_by) != was:
+            bump_chain_cuts(s)  # an entry inside a chain is current again (update): the chains through it end here
         if tags is not None:
             s.execute(delete(TagRow).where(TagRow.entry_id == row.id))
             s.flush()
