@@ -172,7 +172,7 @@ def main() -> None:
             is_list = [list_question(q.text) for q in questions]
             result["listq_questions"] = {str(c): sum(1 for q, f in zip(questions, is_list) if f and q.category == c)
                                          for c in (1, 2, 3, 4)}
-            per_w = {w: [ra.recalls(q, ra.rank(q, rows, replace(p, session_weight=w) if f else p, kmax, None, 0.0,
+            per_w = {w: [ra.recalls(q, ra.rank(q, rows, replace(p, session_weight=w, list_session_weight=w) if f else p, kmax, None, 0.0,
                                                places=places), ks) for q, f in zip(questions, is_list)]
                      for w in (0.0, 0.1, 0.25, 0.5)}
             res, chosen = ra.cv_weight(questions, per_w, ks)

@@ -37,6 +37,7 @@ import locomo  # noqa: E402  (the benchmark next door: ingest, questions, the st
 
 from agentmem import AgentMemory  # noqa: E402
 from agentmem.store.catalog import fts_query  # noqa: E402
+from agentmem.store.multihop import for_query  # noqa: E402
 from agentmem.store.rerank import HeadEntry, rerank  # noqa: E402
 from agentmem.store.retrieval import RetrievalParams, fuse, session_boost, spill_over  # noqa: E402
 
@@ -175,7 +176,15 @@ def top(scores: np.ndarray, ids: list[str], n: int) -> dict[str, float]:
 
 def rank(q: locomo.Question, rows: dict, p: RetrievalParams, k: int, extra: dict[str, float] | None,
          w: float, *, places: dict) -> list[str]:
-    """The shipped ranking with ``w`` × an extra turn-level score added to the fused score."""
+    """The shipped ranking with ``w`` × an extra turn-level score added to the fused score.
+
+    Without an extra score this *is* the library's ranking (``locomo.ranking``: ``rank_scores`` and the head's
+    re-ranking, with the list-question rule of ``multihop.for_query``), so the baseline equals what ships. With
+    one, the same steps are spelled out here, because the extra score enters before spillover (over ``places``,
+    every turn's placement: an extra score may name turns outside the store's candidates)."""
+    p = for_query(p, q.text)
+    if not (extra and w):
+        return [i for i, _ in locomo.ranking(q, q.cands, rows, p, k)]
     fused = fuse(q.cands.dense, q.cands.lexical, dense_weight=p.dense_weight)
     if p.context_vector_weight and q.cands.turn_context:  # the shipped turn context vectors (their own search)
         lo, hi = min(q.cands.turn_context.values()), max(q.cands.turn_context.values())

@@ -26,7 +26,13 @@ from agentmem.security.chroma_erase import (
 )
 from agentmem.store.chroma_sync import ChromaHandle
 
-_CONFIG: dict[str, Any] = {"hnsw": {"space": "cosine"}}
+# ef_search: the HNSW beam width at query time (Chroma's default is 100, the size of recall's candidate pool, so
+# the walk missed ~1 of the exact 100 nearest per LoCoMo query, and which one depended on how the index was loaded:
+# reopening a store re-ranked ~10 % of questions). At 400 the 100 nearest are exact up to a few thousand vectors
+# per user, so a store ranks the same in every process; +0.6-0.8 ms per search at 10,000 (docs/lifecycle.md).
+# Chroma 1.5 fixes it when a collection is made (`modify` does not reach an existing index): older stores keep 100.
+SEARCH_EF = 400
+_CONFIG: dict[str, Any] = {"hnsw": {"space": "cosine", "ef_search": SEARCH_EF}}
 _EXACT_IDS = 512  # a query restricted to at most this many ids is scored exactly instead of through HNSW
 
 
