@@ -391,7 +391,7 @@ class EntryStore:
             >>> cands, vec = store.candidates("where does she live?", Scope("u1"), pool=100)   # doctest: +SKIP
         """
         lexical_job = self._lexical_worker.submit(self._lexical_placed, query, scope.user_id, pool)
-        vec = self.embedder.encode([query])[0] if query_vector is None else query_vector
+        vec = self._query_vector(query) if query_vector is None else query_vector
         lexical, lexical_places = lexical_job.result()
         if ids is not None:
             admitted = set(ids)
@@ -410,6 +410,11 @@ class EntryStore:
         if self.params.context_weight > 0 if context is None else context:
             cands.context = self._context(vec, scope, cands, where)
         return cands, vec
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        """The query's vector: the embedder's own query path where it has one (MiniLM: int8 feed-forward weights)."""
+        encode_query = getattr(self.embedder, "encode_query", None)
+        return encode_query(query) if encode_query is not None else self.embedder.encode([query])[0]
 
     def _lexical_placed(self, query: str, user_id: str, pool: int) -> tuple[dict[str, float], dict[str, Any]]:
         """The lexical candidates and their conversation placement, in the worker thread beside the query

@@ -146,6 +146,19 @@ def test_a_single_query_is_tokenised_as_transformers_does_and_embeds_to_the_same
         tokenizer(["word " * 300], truncation=True, max_length=encoder._max_length)["input_ids"][0]
 
 
+def test_query_vectors_with_int8_feed_forward_weights_stay_close_and_stored_vectors_stay_float(tmp_path: Path) -> None:
+    emb = Embedder(cache_dir=tmp_path)
+    reference = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
+    quantised = np.stack([emb.encode_query(q) for q in QUERIES])
+    cosines = (quantised * reference).sum(1)
+    assert cosines.min() > 0.98 and cosines.mean() > 0.99  # close (a two-token "hi": 0.988)
+    assert not np.allclose(quantised, reference, atol=1e-4)  # and not the float graph
+    assert len(list((tmp_path / "embeddings").glob("*.ffn8-*.onnx"))) == 1  # quantised once, cached
+    np.testing.assert_allclose(emb.encode(QUERIES[:1]), reference[:1], atol=1e-5)  # what is stored: float
+    plain = Embedder(cache_dir=tmp_path, int8_queries=False)
+    np.testing.assert_array_equal(plain.encode_query(QUERIES[0]), plain.encode(QUERIES[:1])[0])
+
+
 def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path: Path) -> None:
     from agentmem.store.onnx_query import OnnxQueryEncoder
 
