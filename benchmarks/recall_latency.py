@@ -9,12 +9,14 @@ as before it existed: ``RetrievalParams(speaker_boost=0, temporal_boost=0, reran
 shows what re-ranking costs on this machine whatever its load; and, the same way, recall without the turn
 context vector search (``context_vector_weight=0``: one vector search fewer), for what that search costs; and
 recall without the lifecycle's version following (``MemoryConfig(recall_follows_versions=False)``): the generator's
-templated sentences make local consolidation supersede about a third of the store, so this is its worst case.
+templated sentences make local consolidation supersede about a third of the store, so this is its worst case; and
+recall with the query embedded by the float MiniLM graph (``Embedder.int8_queries = False``; the default embeds
+queries with int8 feed-forward weights), for what the quantisation saves.
 ``--store DIR`` keeps the filled store in DIR and reuses it when it is already there (the same generator and
 seed: the same entries and queries), for profiling runs; without it the store lives in a temporary folder.
 Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
 "no_context_p95_ms": ..., "context_p95_ratio": ..., "no_follow_p95_ms": ..., "follow_p95_ratio": ...,
-"superseded": ..., "load_avg": [before, after]}
+"float_query_p95_ms": ..., "int8_query_p95_ratio": ..., "superseded": ..., "load_avg": [before, after]}
 """
 
 from __future__ import annotations
@@ -89,16 +91,25 @@ def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace) -> d
     no_context = replace(default, context_vector_weight=0.0)
     config, no_follow = mem.config, mem.config.model_copy(update={"recall_follows_versions": False})
     variants = (("default", default, config), ("no_rerank", plain, config), ("no_context", no_context, config),
-                ("no_follow", default, no_follow))
+                ("no_follow", default, no_follow), ("float_query", default, config))
+    embedder = store.embedder
+    int8 = getattr(embedder, "int8_queries", False)
+    if int8:  # the float query graph loaded before timing too
+        embedder.int8_queries = False
+        mem.recall(queries[0], user_id="u", k=args.k)
     times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     load_before = os.getloadavg()[0]
     for q in tqdm(queries, desc="recall", disable=None):
         for name, params, cfg in variants:
             store.params, mem.config = params, cfg
+            if int8:  # float_query: the query embedded by the float graph (int8 feed-forward weights otherwise)
+                embedder.int8_queries = name != "float_query"
             t = time.perf_counter()
             mem.recall(q, user_id="u", k=args.k)
             times[name].append(1000 * (time.perf_counter() - t))
     store.params, mem.config = default, config
+    if int8:
+        embedder.int8_queries = True
     superseded = sum(r.status == "superseded" for r in mem.list(user_id="u"))
     context_vectors = len(store.vectors.user_ids("u", space=CONTEXT_SPACE))  # while the store is open
     for v in times.values():
@@ -119,6 +130,9 @@ def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace) -> d
         "no_follow_p50_ms": round(statistics.median(times["no_follow"]), 2),
         "no_follow_p95_ms": round(p95["no_follow"], 2),
         "follow_p95_ratio": round(p95["default"] / p95["no_follow"], 3),
+        "float_query_p50_ms": round(statistics.median(times["float_query"]), 2),
+        "float_query_p95_ms": round(p95["float_query"], 2),
+        "int8_query_p95_ratio": round(p95["default"] / p95["float_query"], 3),
         "context_vectors": context_vectors,
         "superseded": superseded,
         "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
