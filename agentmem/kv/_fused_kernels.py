@@ -12,8 +12,36 @@ import os
 
 import numba
 import numpy as np
+from numba.core import config as _numba_config
+from numba.core.compiler_lock import global_compiler_lock
 
 _CACHE = os.environ.get("AGENTMEM_NUMBA_CACHE", "1") != "0"
+
+
+def _slp(dispatcher):
+    """Compile ``dispatcher`` (every signature, also on a numba cache miss) with LLVM's SLP vectorizer on.
+
+    numba runs LLVM's loop vectorizer but leaves the SLP (straight-line) vectorizer off by default
+    (``numba.core.config.SLP_VECTORIZE = 0``). The 3-bit Hadamard value kernel is straight-line 8-lane code
+    (``fwht8`` over eight columns, ``store_column``): without SLP every add was scalar (no ``<8 x float>`` in
+    its IR). With SLP, same floats bit for bit, 172,032 rows on one thread: see docs/kv-compression.md
+    (session 6). The switch is flipped only around this dispatcher's compiles, under numba's compiler lock, so
+    nothing else compiled in the process changes. A kernel loaded from numba's on-disk cache is the machine
+    code compiled here, so it is vectorised as well.
+    """
+    compile_ = dispatcher.compile
+
+    def compile(sig):
+        with global_compiler_lock:
+            before = _numba_config.SLP_VECTORIZE
+            _numba_config.SLP_VECTORIZE = 1
+            try:
+                return compile_(sig)
+            finally:
+                _numba_config.SLP_VECTORIZE = before
+
+    dispatcher.compile = compile
+    return dispatcher
 
 
 def _had3_tables() -> np.ndarray:
@@ -239,6 +267,7 @@ def unpack3_row64(dst, src, sg, zg):  # pragma: no cover - compiled
             c = ((np.int32(src[j]) >> (2 * k)) & 3) | (((np.int32(src[16 + (i & 7)]) >> (i >> 3)) & 1) << 2)
             dst[i] = np.float32(c) * sg + zg
 
+@_slp
 @numba.njit(fastmath=True, boundscheck=False, nogil=True, cache=_CACHE)
 def dequant_values3(out, bases, codes, scale, zero, hadamard):
     # pragma: no cover - compiled. 3-bit values, D = 64, one scale per row (k4v3h, k4v3hs ...): each element's
