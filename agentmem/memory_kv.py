@@ -238,7 +238,7 @@ class KVBankMethods:
         self._check_open()
         t = time.perf_counter()
         self._store.embedder.encode(["warm up"])  # loads MiniLM and exports / opens the ONNX query encoder
-        self._store._query_vector("warm up")  # and the query graph (int8 feed-forward weights: quantised once, cached)
+        self._store.embed_query("warm up")  # and the query graph (int8 feed-forward weights: quantised once, cached)
         times = {"embedder": time.perf_counter() - t}
         times.update(self._bank.warmup())
         log.info("warmup done in %.1f s (%s)", sum(times.values()),

@@ -112,7 +112,7 @@ def breakdown(mem: Any, args: argparse.Namespace, rng: random.Random, n: int = 5
         a, b = rng.sample(WORDS, 2)
         query, user = f"when did I see the {a} with my {b}?", f"user{rng.randrange(args.users)}"
         t0 = time.perf_counter()
-        vec = store._query_vector(query)  # recall's own query path (int8 feed-forward MiniLM)
+        vec = store.embed_query(query)  # recall's own query path (int8 feed-forward MiniLM)
         t1 = time.perf_counter()
         lexical = store.catalog.lexical_search(query, user_id=user, limit=store.config.candidate_pool)
         t2 = time.perf_counter()

@@ -391,7 +391,7 @@ class EntryStore:
             >>> cands, vec = store.candidates("where does she live?", Scope("u1"), pool=100)   # doctest: +SKIP
         """
         lexical_job = self._lexical_worker.submit(self._lexical_placed, query, scope.user_id, pool)
-        vec = self._query_vector(query) if query_vector is None else query_vector
+        vec = self.embed_query(query) if query_vector is None else query_vector
         lexical, lexical_places = lexical_job.result()
         if ids is not None:
             admitted = set(ids)
@@ -411,8 +411,14 @@ class EntryStore:
             cands.context = self._context(vec, scope, cands, where)
         return cands, vec
 
-    def _query_vector(self, query: str) -> np.ndarray:
-        """The query's vector: the embedder's own query path where it has one (MiniLM: int8 feed-forward weights)."""
+    def embed_query(self, query: str) -> np.ndarray:
+        """The query's vector, as recall embeds it: the embedder's own query path where it has one (MiniLM: int8
+        feed-forward weights), else its ``encode``. Benchmarks and tests that compare with recall use this.
+
+        Example:
+            >>> store.embed_query("where does she live?").shape                    # doctest: +SKIP
+            (384,)
+        """
         encode_query = getattr(self.embedder, "encode_query", None)
         return encode_query(query) if encode_query is not None else self.embedder.encode([query])[0]
 

@@ -62,7 +62,7 @@ def test_every_hit_reports_its_cosine_even_beyond_the_dense_pool(tmp_path: Path)
         hits = mem.recall("kayak trip", user_id="u1", k=12)
         assert len(hits) == 12 and all("dense" in h.scores for h in hits)
         lines = {r.id: r.memory_text for r in recs}
-        query = mem._store._query_vector("kayak trip")  # recall's query path (int8 feed-forward weights)
+        query = mem._store.embed_query("kayak trip")  # recall's query path (int8 feed-forward weights)
         vecs = mem._store.embedder.encode([lines[h.id] for h in hits])
         for h, v in zip(hits, vecs):
             assert h.scores["dense"] == pytest.approx(float(query @ v), abs=1e-4)
