@@ -108,7 +108,7 @@ def main() -> None:
         vecs = ra.stored_vectors(store, turns)
         ks, p, kmax = args.k, RetrievalParams(), max(args.k)
         qtexts = [q.text for q in questions]
-        qv = store.embedder.encode(qtexts)
+        qv = ra.query_vectors(store, qtexts)
         first = [ra.rank(q, rows, p, kmax, None, 0.0, places=places) for q in questions]
         result: dict[str, Any] = {"baseline": ra.summary(questions, [ra.recalls(q, f, ks) for q, f in
                                                                      zip(questions, first)], ks)}
@@ -129,7 +129,7 @@ def main() -> None:
                 parts = clauses(q.text)
                 if len(parts) < 2:
                     continue
-                pv = store.embedder.encode(parts)
+                pv = ra.query_vectors(store, parts)
                 members = list(range(len(turns[q.conv])))
                 extra[j] = rrf([turn_scores(v, c, members, turns[q.conv], vecs[q.conv], p)
                                 for v, c in zip(pv, parts)], args.pool)
@@ -161,7 +161,7 @@ def main() -> None:
         if "keywords" in args.signals:
             extra, t0 = {}, time.perf_counter()
             kw = [" ".join(w for w in re.findall(r"[\w']+", t) if w.lower() in content_words(t)) for t in qtexts]
-            kv = store.embedder.encode([k or t for k, t in zip(kw, qtexts)])
+            kv = ra.query_vectors(store, [k or t for k, t in zip(kw, qtexts)])
             for j, q in enumerate(questions):
                 cos = vecs[q.conv] @ kv[j]
                 extra[j] = ra.scaled(ra.top(cos, [t["id"] for t in turns[q.conv]], args.pool))

@@ -241,6 +241,17 @@ def evaluate(name: str, questions, rows, ks, extra_of: Callable[[int], dict[str,
             "all_dev_at_best": summary(questions, per_w[best_all], ks)}
 
 
+def query_vectors(store: Any, texts: list[str]) -> np.ndarray:
+    """The texts' query vectors as recall embeds them (``EntryStore.embed_query``: int8 feed-forward MiniLM), so a
+    signal is scored with the same query vector as the shipped candidates (``store.candidates``) it is fused with.
+
+    Example:
+        >>> query_vectors(store, ["where does she live?"]).shape               # doctest: +SKIP
+        (1, 384)
+    """
+    return np.stack([store.embed_query(t) for t in texts])
+
+
 def stored_vectors(store: Any, turns: dict[str, list[dict]]) -> dict[str, np.ndarray]:
     """Every turn's vector as the index holds it (the embedded memory line), in conversation order."""
     out = {}
@@ -257,7 +268,7 @@ def second_round(store: Any, questions: list[locomo.Question], rows: dict, turns
     ranking's top 10 (the best ``top`` of them) is scored against the query — dense and BM25 fused as in round one,
     scaled within those sessions — including the turns neither retriever's pool of 100 held; added × w (CV)."""
     p, out = RetrievalParams(), {}
-    qv = store.embedder.encode(qtexts)
+    qv = query_vectors(store, qtexts)
     own = stored_vectors(store, turns)
     lexical: dict[int, dict[str, float]] = {}
     for cid, js in qs_of.items():
@@ -294,7 +305,7 @@ def more_rounds(store: Any, questions: list[locomo.Question], rows: dict, turns:
     from agentmem.store.rerank import named_speakers
 
     p, out = RetrievalParams(), {}
-    qv = store.embedder.encode(qtexts)
+    qv = query_vectors(store, qtexts)
     own = stored_vectors(store, turns)
     if "speaker2" in signals:
         lexical: dict[int, dict[str, float]] = {}
@@ -338,7 +349,7 @@ def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks
     from agentmem.store.entries import Scope
 
     p, kmax, out = RetrievalParams(), max(ks), {}
-    vecs = store.embedder.encode([q.text for q in questions])
+    vecs = query_vectors(store, [q.text for q in questions])
     for q, vec in zip(questions, vecs):
         q.cands.context = store._context(vec, Scope(f"locomo-{q.conv}"), q.cands, None)
     options = {"store_context": lambda w: replace(p, context_weight=w)}
@@ -452,7 +463,7 @@ def main() -> None:
                     qv[qs_of[cid]] = normed(qs_[layer][qs_of[cid]] - mu)
                 dense_signal(f"smol_L{layer}", tv, qv)
         if "ctxmean" in args.signals:
-            qv = store.embedder.encode(qtexts)
+            qv = query_vectors(store, qtexts)
             # the same context from the stored per-turn vectors alone (no second embedding): the normalised sum of
             # the turn's vector and its session neighbours' vectors
             own = stored_vectors(store, turns)
@@ -480,7 +491,7 @@ def main() -> None:
                 tv[cid] = v / cnt
             dense_signal("ctx_cosmean_both", tv, qv)
         if "sess" in args.signals:
-            qv = store.embedder.encode(qtexts)
+            qv = query_vectors(store, qtexts)
             sess_vec: dict[str, tuple[list[str], np.ndarray]] = {}
             turn_vecs = stored_vectors(store, turns)
             for cid, ts in turns.items():
@@ -536,7 +547,7 @@ def main() -> None:
             print("ctxvec_plus_bm25_both", result["ctxvec_plus_bm25_both"], flush=True)
         if "ctx" in args.signals:
             t0 = time.time()
-            qv = store.embedder.encode(qtexts)
+            qv = query_vectors(store, qtexts)
             for name, both in (("ctx_prev", False), ("ctx_both", True)):
                 tv = {cid: store.embedder.encode(contextual_lines(ts, both)) for cid, ts in turns.items()}
                 dense_signal(name, tv, qv)
