@@ -22,7 +22,8 @@ import hashlib
 import logging
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -157,17 +158,40 @@ def _ffn_int8(path: Path) -> Path:
         if target.exists():
             return target
         tmp = target.with_name(f".{target.name}.{threading.get_ident()}.tmp")
-        root = logging.getLogger()
-        level = root.level
-        root.setLevel(logging.ERROR)  # quantize_dynamic advises pre-processing on the root logger: not needed here
         try:
-            quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                             nodes_to_quantize=nodes)
+            with _quantizer_advice_muted():
+                quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+                                 nodes_to_quantize=nodes)
             publish(tmp, target)
         finally:
-            root.setLevel(level)
             tmp.unlink(missing_ok=True)
     return target
+
+
+@contextmanager
+def _quantizer_advice_muted() -> Iterator[None]:
+    """While ONNX Runtime quantises: drop its advice to pre-process the graph (not needed here), which it logs with
+    ``logging.warning`` on the root logger — a call that also runs ``logging.basicConfig()`` when the root logger has
+    no handler, leaving a stderr handler in the user's process. So: a placeholder handler for the call, and a filter
+    that drops only records from ONNX Runtime's quantisation package (other threads' warnings still pass)."""
+    import onnxruntime.quantization as quantization
+
+    package = str(Path(quantization.__file__).parent)
+    root = logging.getLogger()
+    placeholder = logging.NullHandler() if not root.handlers else None
+
+    def not_quantizer(record: logging.LogRecord) -> bool:
+        return not record.pathname.startswith(package)
+
+    if placeholder is not None:
+        root.addHandler(placeholder)
+    root.addFilter(not_quantizer)
+    try:
+        yield
+    finally:
+        root.removeFilter(not_quantizer)
+        if placeholder is not None:
+            root.removeHandler(placeholder)
 
 
 def _weights_identity(transformer: Any) -> str:

@@ -159,6 +159,22 @@ def test_query_vectors_with_int8_feed_forward_weights_stay_close_and_stored_vect
     np.testing.assert_array_equal(plain.encode_query(QUERIES[0]), plain.encode(QUERIES[:1])[0])
 
 
+def test_building_the_int8_query_graph_leaves_the_processs_logging_alone(tmp_path: Path) -> None:
+    # ONNX Runtime's quantiser logs advice through logging.warning on the root logger, which runs basicConfig()
+    # when the root logger has no handler: in a fresh process (pytest's own handlers would hide it) the root logger
+    # must keep no handler and no filter, and the advice must not be printed
+    import subprocess
+    import sys
+
+    script = ("import logging, sys; from pathlib import Path; from agentmem.store.vectors import Embedder; "
+              f"v = Embedder(cache_dir=Path({str(tmp_path)!r})).encode_query('hi'); root = logging.getLogger(); "
+              "print(len(root.handlers), len(root.filters), v.shape[0])")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert proc.stdout.split() == ["0", "0", "384"]
+    assert list((tmp_path / "embeddings").glob("*.ffn8-*.onnx"))  # the int8 graph was built in that process
+    assert "pre-processing" not in proc.stderr
+
+
 def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path: Path) -> None:
     from agentmem.store.onnx_query import OnnxQueryEncoder
 
