@@ -14,8 +14,8 @@ Example:
 
 from agentmem.ports.blobs import BlobStore
 from agentmem.ports.catalog import Catalog
-from agentmem.ports.embedder import Embedder
+from agentmem.ports.embedder import Embedder, QueryEmbedder, embed_query
 from agentmem.ports.sessions import SessionTierStore
 from agentmem.ports.vectors import VectorIndex
 
-__all__ = ["BlobStore", "Catalog", "Embedder", "SessionTierStore", "VectorIndex"]
+__all__ = ["BlobStore", "Catalog", "Embedder", "QueryEmbedder", "SessionTierStore", "VectorIndex", "embed_query"]

@@ -29,6 +29,7 @@ from sqlalchemy import text
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
+from agentmem.ports.embedder import embed_query as ports_embed_query
 from agentmem.store.catalog import EntryRow, HistoryRow, chain_cuts
 from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
@@ -412,15 +413,15 @@ class EntryStore:
         return cands, vec
 
     def embed_query(self, query: str) -> np.ndarray:
-        """The query's vector, as recall embeds it: the embedder's own query path where it has one (MiniLM: int8
-        feed-forward weights), else its ``encode``. Benchmarks and tests that compare with recall use this.
+        """The query's vector, as recall embeds it: the embedder's own query path where it is a
+        :class:`~agentmem.ports.QueryEmbedder` (MiniLM: int8 feed-forward weights), else its ``encode``. Benchmarks
+        and tests that compare with recall use this.
 
         Example:
             >>> store.embed_query("where does she live?").shape                    # doctest: +SKIP
             (384,)
         """
-        encode_query = getattr(self.embedder, "encode_query", None)
-        return encode_query(query) if encode_query is not None else self.embedder.encode([query])[0]
+        return ports_embed_query(self.embedder, query)
 
     def _lexical_placed(self, query: str, user_id: str, pool: int) -> tuple[dict[str, float], dict[str, Any]]:
         """The lexical candidates and their conversation placement, in the worker thread beside the query

@@ -93,7 +93,9 @@ class Embedder:
 
     @property
     def dim(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        model = self.model  # sentence-transformers 6 renamed the method (the old name warns); 3-5 have only the old
+        width = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(width())
 
     def encode_query(self, text: str) -> np.ndarray:
         """One search query's unit vector: through the ONNX graph whose feed-forward weights are int8 when
