@@ -171,7 +171,10 @@ def test_format_1_blobs_written_before_codecs_stay_readable(engine, dtype):
     back = decode_entry(blob, expected=engine.fingerprint, preamble_digest=engine.layout.preamble_digest)
     fresh = engine.encode("Alice moved to Lyon.")
     assert torch.equal(back.token_ids, fresh.token_ids)
-    torch.testing.assert_close(back.keys, fresh.keys.to(getattr(torch, dtype)).float(), rtol=0, atol=1e-6)
+    # Within the stored dtype's rounding of today's keys: a newer transformers may move a float32 key by an ulp
+    # (1.2e-6 seen with 5.24), and a float16 key on a rounding boundary then lands on the neighbouring half.
+    rtol = {"float32": 0.0, "float16": 2 ** -10}[dtype]
+    torch.testing.assert_close(back.keys, fresh.keys.to(getattr(torch, dtype)).float(), rtol=rtol, atol=1e-5)
     out = engine.generate("Where did Alice move?", [MemoryItem("m", "Alice moved to Lyon.", lambda: back)],
                           mode="kv", max_new_tokens=2)
     assert out.mounted == ["m"] and out.fallbacks == []
