@@ -45,7 +45,8 @@ from agentmem.store.calibration import Calibration
 from agentmem.store.entries import Scope
 from agentmem.store.multihop import for_query
 from agentmem.store.rerank import HeadEntry, rerank
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
+from agentmem.store.learned_rank import reorder
+from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
@@ -126,10 +127,14 @@ def end_to_end(mem: AgentMemory, questions: list[Question], ks: list[int]) -> di
 def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int) -> list[tuple[str, float]]:
     """The store's ranking (EntryStore._ranked without scope filters) for one setting."""
     p = for_query(p, q.text)
-    ranked = sorted(rank_scores(cands, p).items(), key=lambda kv: (-kv[1], kv[0]))
+    scores, fused, spilled = rank_parts(cands, p)
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
     depth = max(2 * k, p.rerank_depth)
     head = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]
-    return (rerank(q.text, head, p) + ranked[depth:])[:k]
+    order = rerank(q.text, head, p)
+    if p.learned_head:
+        order = reorder(q.text, head, order, cands, fused, spilled, p)
+    return (order + ranked[depth:])[:k]
 
 
 def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int], folds: int) -> dict[str, Any]:

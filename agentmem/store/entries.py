@@ -41,7 +41,8 @@ from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.context import context_cosines, neighbours
 from agentmem.store.context_vectors import ContextVectors
 from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, fuse, rank_scores
+from agentmem.store.learned_rank import reorder
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, fuse, rank_parts
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher
@@ -478,7 +479,8 @@ class EntryStore:
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
                 k: int, follow_versions: bool = False) -> list[ScoredRow]:
         params = for_query(self.params, query)  # a list question: a weaker session boost (store.multihop)
-        ranked = best_first(rank_scores(cands, params))
+        scores, fused, spilled = rank_parts(cands, params)
+        ranked = best_first(scores)
         depth = max(2 * k, params.rerank_depth)
         admitted: list[tuple[EntryRow, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
@@ -503,8 +505,11 @@ class EntryStore:
         # head never falls below the rows not loaded
         head, tail = admitted[:depth], admitted[depth:]
         by_id = {row.id: row for row, _ in admitted}
-        order = rerank(query, [HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in head],
-                       params) + [(row.id, s) for row, s in tail]
+        head_entries = [HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in head]
+        order = rerank(query, head_entries, params)
+        if params.learned_head:  # agentmem.store.learned_rank: the head re-ordered, its scores kept in order
+            order = reorder(query, head_entries, order, cands, fused, spilled, params)
+        order += [(row.id, s) for row, s in tail]
         order = order[:k]
         missing = [i for i, _ in order if i not in cands.dense]
         # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)

@@ -69,6 +69,9 @@ class RetrievalParams:
     context_vector_weight: float = CONTEXT_VECTOR_WEIGHT
     # session weight for questions whose answer is a list (agentmem.store.multihop; CV: all 5 folds chose 0.25)
     list_session_weight: float = 0.25
+    # the head re-ordered by a logistic model over the features recall already has (agentmem.store.learned_rank;
+    # trained on LoCoMo dev questions, CV over conversations); False = the hand-set order of the re-ranking alone
+    learned_head: bool = True
 
 
 class Placement(Protocol):
@@ -215,6 +218,19 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
         >>> sorted(rank_scores(Candidates({"a": 0.8, "b": 0.2}, {"a": 3.0})).items())
         [('a', 1.0), ('b', 0.0)]
     """
+    return rank_parts(cands, params)[0]
+
+
+def rank_parts(cands: Candidates, params: RetrievalParams = RetrievalParams()
+               ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """:func:`rank_scores` with its steps: (ranking scores, fused scores before spillover, scores after spillover).
+    The learned head order (:mod:`agentmem.store.learned_rank`) reads the parts; nothing is computed twice.
+
+    Example:
+        >>> scores, fused, spilled = rank_parts(Candidates({"a": 0.8, "b": 0.2}, {"a": 3.0}))
+        >>> fused["a"], scores["a"]
+        (1.0, 1.0)
+    """
     fused = fuse(cands.dense, cands.lexical, dense_weight=params.dense_weight)
     if params.context_vector_weight and cands.turn_context:
         for entry_id, c in _min_max(cands.turn_context).items():
@@ -226,14 +242,14 @@ def rank_scores(cands: Candidates, params: RetrievalParams = RetrievalParams()) 
     if params.session_first:
         fused = session_first_stage(fused, {i: p.session_id for i, p in cands.places.items()},
                                     weight=params.session_first, top=params.session_top)
-    fused = spill_over(fused, cands.places, share=params.spillover)
+    spilled = spill_over(fused, cands.places, share=params.spillover)
     # neighbours reached by spillover share the session of the turn that reached them
     sessions = {i: p.session_id for i, p in cands.places.items()}
     for place in cands.places.values():
         for neighbour in (*place.before, *place.after):
             sessions.setdefault(neighbour, place.session_id)
-    return session_boost(fused, sessions, weight=params.session_weight)
+    return session_boost(spilled, sessions, weight=params.session_weight), fused, spilled
 
 
 __all__ = ["CONTEXT_VECTOR_WEIGHT", "DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "best_first", "fuse",
-           "rank_scores", "session_boost", "session_first_stage", "spill_over"]
+           "rank_parts", "rank_scores", "session_boost", "session_first_stage", "spill_over"]

@@ -1,0 +1,144 @@
+"""The head of the ranking re-ordered by a small learned model over the evidence recall already has.
+
+After fusion, spillover, the session boost and the hand-set re-ranking (:mod:`agentmem.store.rerank`), the head
+(the best ``rerank_depth`` candidates, whose rows are loaded anyway) is re-ordered by a logistic model
+P(evidence | features): how the entry scored in each pool (scaled cosine, BM25, context cosine, and its rank in
+each), what the conversation added (spillover, its session's best), who spoke and whether the question names them,
+whether it dates an event on a "when" question, whether it is itself a question, its length, and the list-question
+flag. No extra search, no row read: ~20 multiply-adds per head entry.
+
+The weights were trained on LoCoMo dev questions (``benchmarks/learned_ablation.py --signals ltr``: fitted on 4
+conversations, scored on the 5th; the constants are the median of the five fold fits, like the calibration's).
+Held-out recall@5 / @10 0.7205 / 0.8024 → 0.742 / 0.807 (docs/retrieval.md). The entries keep the head's scores in
+their sorted order (the n-th entry gets the n-th best score), so the calibration, fitted on those scores, still
+applies and a ``min_score`` cut is still a prefix. ``RetrievalParams(learned_head=False)`` switches it off.
+
+Example:
+    >>> from agentmem.store.rerank import HeadEntry
+    >>> from agentmem.store.retrieval import Candidates
+    >>> head = [HeadEntry("q", 1.0, "Ann", "[1 May 2023] Ann: where did you go?"),
+    ...         HeadEntry("a", 0.9, "Bob", "[1 May 2023] Bob: I went hiking in the Alps with my brother last week")]
+    >>> cands = Candidates({"q": 0.6, "a": 0.5}, {"q": 3.0, "a": 2.5})
+    >>> [i for i, _ in reorder("Where did Bob go?", head, [("q", 1.0), ("a", 0.9)], cands, {}, {}, RetrievalParams())]
+    ['a', 'q']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+
+import numpy as np
+
+from agentmem.store.multihop import list_question
+from agentmem.store.rerank import HeadEntry, named_speakers
+from agentmem.store.retrieval import Candidates, RetrievalParams
+from agentmem.store.temporal import asks_about_time, mentions_time
+
+FEATURES = ("share", "score", "dense", "in_dense", "lexical", "in_lexical", "context", "spill", "session_best",
+            "speaker_match", "speaker_other", "time", "list_share", "list_session", "length", "dense_rank",
+            "lexical_rank", "context_rank", "head_rank", "is_question")
+
+# median of the five fold fits (each on 4 LoCoMo dev conversations, L2 1.0 on standardised features, head of 20),
+# in FEATURES' order, per unit of each raw feature (docs/retrieval.md, session 7)
+WEIGHTS = (3.469, 0.3283, -1.0918, 0.1066, -0.3292, -0.4153, -0.198, 1.5567, -0.0858, 0.5343, -1.4149, 0.5844,
+           0.6675, 0.2676, 0.8348, 0.2397, 1.8782, 1.1403, 0.4012, -0.6684)
+BIAS = -10.49
+BLEND = 0.5  # the order follows BLEND × the model's logit + (1 - BLEND) × 10 × the entry's share of the top score
+
+
+@dataclass(frozen=True)
+class HeadModel:
+    """The logistic model's weights (``FEATURES`` order), its bias, and the blend with the hand-set order.
+
+    Example:
+        >>> len(HeadModel().weights) == len(FEATURES)
+        True
+    """
+
+    weights: tuple[float, ...] = WEIGHTS
+    bias: float = BIAS
+    blend: float = BLEND
+
+
+def _scaled(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
+    """Min-max scaled over the whole pool, kept for the ``wanted`` ids only (the head)."""
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    return {i: (scores[i] - lo) / (hi - lo) if hi > lo else 1.0 for i in wanted if i in scores}
+
+
+def _ranks(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
+    """1 / (1 + rank in the pool) of the ``wanted`` ids (0 when absent from the pool)."""
+    order = sorted(scores.items(), key=itemgetter(1), reverse=True)  # a C-level key: ~100 items per pool
+    return {i: 1.0 / (1 + r) for r, (i, _) in enumerate(order) if i in wanted}
+
+
+def features(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
+             fused: Mapping[str, float], spilled: Mapping[str, float], params: RetrievalParams) -> np.ndarray:
+    """One row of ``FEATURES`` per entry of ``order`` (the re-ranked head), from what the ranking computed.
+
+    ``head`` holds the rows' fields and the scores before re-ranking (the session-boosted scores), ``fused`` /
+    ``spilled`` the scores before / after spillover (:func:`agentmem.store.retrieval.rank_parts`), ``params``
+    the query's own parameters (a list question's session weight).
+
+    Example:
+        >>> from agentmem.store.retrieval import Candidates
+        >>> h = [HeadEntry("a", 1.0, "Ann", "Ann: hi")]
+        >>> features("hi?", h, [("a", 1.0)], Candidates({"a": 0.5}, {}), {"a": 1.0}, {"a": 1.0},
+        ...          RetrievalParams()).shape
+        (1, 20)
+    """
+    by_id = {h.id: h for h in head}
+    wanted = set(by_id)
+    dense, lexical = _scaled(cands.dense, wanted), {}
+    best_lexical = max(cands.lexical.values(), default=0.0)
+    if best_lexical > 0:
+        lexical = {i: s / best_lexical for i, s in cands.lexical.items() if i in wanted}
+    context = _scaled(cands.turn_context, wanted)
+    ranks = [_ranks(pool, wanted) for pool in (cands.dense, cands.lexical, cands.turn_context)]
+    named = named_speakers(query, (h.speaker for h in head))
+    speaker = next(iter(named)) if len(named) == 1 else None
+    timely, listed = asks_about_time(query), float(list_question(query))
+    top = max((s for _, s in order), default=1.0) or 1.0
+    weight = params.session_weight or 1.0
+    rows = []
+    for position, (entry_id, score) in enumerate(order):
+        h = by_id[entry_id]
+        line = h.memory_line
+        body = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+        spill = spilled.get(entry_id, 0.0)
+        session_best = (h.score - spill) / weight  # what the session boost added, in units of its weight
+        share = score / top
+        rows.append((share, score, dense.get(entry_id, 0.0), float(entry_id in cands.dense),
+                     lexical.get(entry_id, 0.0), float(entry_id in cands.lexical), context.get(entry_id, 0.0),
+                     spill - fused.get(entry_id, 0.0), session_best,
+                     float(speaker is not None and h.speaker == speaker),
+                     float(speaker is not None and h.speaker != speaker),
+                     float(timely and mentions_time(line)), listed * share, listed * session_best,
+                     math.log1p(len(body)), ranks[0].get(entry_id, 0.0), ranks[1].get(entry_id, 0.0),
+                     ranks[2].get(entry_id, 0.0), 1.0 / (1 + position), float(body.rstrip().endswith("?"))))
+    return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(FEATURES))
+
+
+def reorder(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
+            fused: Mapping[str, float], spilled: Mapping[str, float], params: RetrievalParams,
+            model: HeadModel = HeadModel()) -> list[tuple[str, float]]:
+    """``order`` (the re-ranked head, best first) re-ordered by the model; the n-th entry keeps the n-th score.
+
+    Example: see the module docstring.
+    """
+    if len(order) < 2:
+        return list(order)
+    X = features(query, head, order, cands, fused, spilled, params)
+    logit = X @ np.asarray(model.weights) + model.bias
+    key = model.blend * logit + (1 - model.blend) * 10.0 * X[:, 0]
+    perm = sorted(range(len(order)), key=lambda n: (-key[n], n))
+    scores = sorted((s for _, s in order), reverse=True)
+    return [(order[n][0], scores[r]) for r, n in enumerate(perm)]
+
+
+__all__ = ["BIAS", "BLEND", "FEATURES", "WEIGHTS", "HeadModel", "features", "reorder"]

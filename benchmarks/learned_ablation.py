@@ -1,0 +1,324 @@
+"""Learned ranking on LoCoMo (issue #16), cross-validated over conversations: every model is trained on 4
+conversations' questions and scored on the 5th; its hyper-parameters are chosen inside the 4 (leave one of them
+out), never on the held-out one.
+
+- ``ltr``: learning to rank over the features recall already has for its head (the shipped score, scaled dense /
+  BM25 / context cosines, the spillover and session-boost parts, speaker and time matches, list-question flag,
+  turn length, the ranks in each pool): a logistic regression on (head entry, is evidence), the head re-ordered by
+  it. Would ship as a handful of constants.
+- ``adapter``: a learned linear query adapter on the MiniLM query vector, q' = normalise(q + W q) (full or low
+  rank W), trained with a softmax over the conversation's turns (question -> its evidence turns); the dense and
+  turn-context pools are searched again, exactly, with q'. Would ship as a small weight file.
+
+Needs the cache of ``benchmarks/_locomo_cache.py`` (one ingest, the store's own candidates, the vectors):
+
+    python benchmarks/learned_ablation.py --cache /tmp/q-cache.pkl --signals ltr adapter
+
+Last line: {"baseline": {...}, "<model>": {"cv": {...}, "chosen": [...]}, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _locomo_cache  # noqa: E402,F401  (the cache's row type must be importable to unpickle it)
+import locomo  # noqa: E402
+
+from agentmem.store.learned_rank import features  # noqa: E402
+from agentmem.store.multihop import for_query  # noqa: E402
+from agentmem.store.rerank import HeadEntry, rerank  # noqa: E402
+from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts  # noqa: E402
+
+KS = [5, 10]
+
+
+@dataclass
+class Data:
+    questions: list[Any]
+    rows: dict[str, Any]
+    places: dict[str, Any]
+    turns: dict[str, list[dict]]
+    vecs: dict[str, np.ndarray]
+    ctx: dict[str, np.ndarray]
+    qvecs: np.ndarray
+
+    @property
+    def convs(self) -> list[str]:
+        return sorted({q.conv for q in self.questions})
+
+
+def recall_of(q: Any, ids: list[str]) -> dict[int, float]:
+    return {k: len(q.gold & set(ids[:k])) / len(q.gold) for k in KS}
+
+
+def summary(qs: list[Any], rec: list[dict[int, float]]) -> dict[str, Any]:
+    """Pooled recall@k, the mean of the per-conversation figures, and recall@10 by category."""
+    out: dict[str, Any] = {f"recall@{k}": round(statistics.fmean(r[k] for r in rec), 4) for k in KS}
+    by_conv: dict[str, list[float]] = defaultdict(list)
+    cats: dict[int, list[float]] = defaultdict(list)
+    for q, r in zip(qs, rec):
+        by_conv[q.conv].append(r[10])
+        cats[q.category].append(r[10])
+    out["fold_mean@10"] = round(statistics.fmean(statistics.fmean(v) for v in by_conv.values()), 4)
+    out["by_cat"] = {str(c): round(statistics.fmean(v), 3) for c, v in sorted(cats.items())}
+    return out
+
+
+def shipped(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, k: int = 10) -> list[str]:
+    return [i for i, _ in locomo.ranking(q, cands, rows, p, k)]
+
+
+# ---------------------------------------------------------------- learning to rank over the head's features
+
+def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, depth: int):
+    """The shipped ranking's head of ``depth`` (ids, in the hand-set order) and the library's feature rows
+    (:func:`agentmem.store.learned_rank.features`: exactly what recall computes)."""
+    p = for_query(p, q.text)
+    scores, fused, spilled = rank_parts(cands, p)
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    head = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]
+    order = rerank(q.text, head, p)
+    return [i for i, _ in order], features(q.text, head, order, cands, fused, spilled, p)
+
+
+def fit_lr(X: np.ndarray, y: np.ndarray, l2: float, steps: int = 40) -> np.ndarray:
+    """Logistic regression by Newton's method on standardised columns (weights include the scaling and bias)."""
+    mu, sd = X.mean(0), X.std(0) + 1e-9
+    Z = np.column_stack([(X - mu) / sd, np.ones(len(X))])
+    w = np.zeros(Z.shape[1])
+    reg = l2 * np.eye(Z.shape[1])
+    reg[-1, -1] = 0.0
+    for _ in range(steps):
+        pr = 1 / (1 + np.exp(-np.clip(Z @ w, -30, 30)))
+        grad = Z.T @ (pr - y) + reg @ w
+        hess = (Z * (pr * (1 - pr))[:, None]).T @ Z + reg
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return np.concatenate([w[:-1] / sd, [w[-1] - float((w[:-1] / sd) @ mu)]])
+
+
+def lr_rank(ids: list[str], X: np.ndarray, w: np.ndarray, blend: float) -> list[str]:
+    """Head re-ordered by blend × the model's logit + (1 - blend) × the shipped score's share of the top."""
+    z = X @ w[:-1] + w[-1]
+    s = blend * z + (1 - blend) * X[:, 0] * 10.0
+    return [ids[n] for n in sorted(range(len(ids)), key=lambda n: (-s[n], n))]
+
+
+def ltr(data: Data, p: RetrievalParams, depth: int) -> dict[str, Any]:
+    """LTR over the head of ``depth``; l2 and blend chosen inside the 4 training conversations."""
+    qs = data.questions
+    feats = [head_features(q, q.cands, data.rows, p, depth) for q in qs]
+    labels = [np.array([float(i in q.gold) for i in ids]) for q, (ids, _) in zip(qs, feats)]
+    convs = data.convs
+    configs = [(l2, b) for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
+
+    def train(members: list[int], cfg) -> np.ndarray:
+        X = np.concatenate([feats[j][1] for j in members])
+        y = np.concatenate([labels[j] for j in members])
+        return fit_lr(X, y, cfg[0])
+
+    def score(members: list[int], w: np.ndarray, cfg) -> list[dict[int, float]]:
+        return [recall_of(qs[j], lr_rank(*feats[j], w, cfg[1])) for j in members]
+
+    held: list[dict[int, float]] = [{} for _ in qs]
+    chosen, weights = [], []
+    for c in convs:
+        train_convs = [d for d in convs if d != c]
+        inner: dict[Any, float] = defaultdict(float)
+        for v in train_convs:
+            tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
+            va = [j for j, q in enumerate(qs) if q.conv == v]
+            for cfg in configs:
+                w = train(tr, cfg)
+                inner[cfg] += sum(r[k] for r in score(va, w, cfg) for k in KS)
+        best = max(configs, key=lambda cfg: inner[cfg])
+        tr = [j for j, q in enumerate(qs) if q.conv != c]
+        te = [j for j, q in enumerate(qs) if q.conv == c]
+        w = train(tr, best)
+        for j, r in zip(te, score(te, w, best)):
+            held[j] = r
+        chosen.append({"l2": best[0], "blend": best[1]})
+        weights.append([round(float(v), 4) for v in w])
+    head_only = [recall_of(q, ids) for q, (ids, _) in zip(qs, feats)]
+    median = [round(statistics.median(w[n] for w in weights), 4) for n in range(len(weights[0]))]
+    return {"cv": summary(qs, held), "shipped_same_head": summary(qs, head_only), "chosen": chosen,
+            "weights": weights, "median_weights": median}
+
+
+# ---------------------------------------------------------------- a learned linear query adapter
+
+def unique_turns(data: Data) -> dict[str, tuple[list[str], np.ndarray, np.ndarray]]:
+    """Per conversation: distinct entry ids, their unit vectors and unit context vectors."""
+    out = {}
+    for cid, ts in data.turns.items():
+        seen: dict[str, int] = {}
+        for n, t in enumerate(ts):
+            seen.setdefault(t["id"], n)
+        idx = list(seen.values())
+        v, c = data.vecs[cid][idx], data.ctx[cid][idx]
+        out[cid] = (list(seen), v / np.linalg.norm(v, axis=1, keepdims=True),
+                    c / np.linalg.norm(c, axis=1, keepdims=True))
+    return out
+
+
+def exact_cands(q: Any, qv: np.ndarray, conv: tuple, places: dict, pool: int = 100) -> Candidates:
+    """The store's candidates for ``q`` with the dense and turn-context pools searched exactly with ``qv``."""
+    ids, V, C = conv
+    qv = qv / np.linalg.norm(qv)
+    d, c = V @ qv, C @ qv
+    dense = {ids[n]: float(d[n]) for n in np.argsort(-d)[:pool]}
+    ctx = {ids[n]: float(c[n]) for n in np.argsort(-c)[:pool]}
+    wanted = dense.keys() | q.cands.lexical.keys() | ctx.keys()
+    return Candidates(dense, dict(q.cands.lexical), {i: places[i] for i in wanted if i in places}, turn_context=ctx)
+
+
+def train_adapter(qv: np.ndarray, gold: list[list[int]], conv_of: list[str], V: dict[str, np.ndarray], *,
+                  rank: int, l2: float, steps: int, tau: float = 20.0, seed: int = 0) -> np.ndarray:
+    """W (d × d) for q' = normalise(q + q W), trained by softmax over each question's conversation turns."""
+    import torch
+
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)  # a shared 2-core machine: one thread is as fast as two for these sizes
+    d = qv.shape[1]
+    groups = defaultdict(list)
+    for j, c in enumerate(conv_of):
+        groups[c].append(j)
+    Q = {c: torch.tensor(qv[js], dtype=torch.float32) for c, js in groups.items()}
+    Vt = {c: torch.tensor(V[c], dtype=torch.float32) for c in groups}
+    target = {}
+    for c, js in groups.items():
+        t = torch.zeros(len(js), V[c].shape[0])
+        for r, j in enumerate(js):
+            t[r, gold[j]] = 1.0 / len(gold[j])
+        target[c] = t
+    if rank >= d:
+        A = torch.zeros(d, d, requires_grad=True)
+        params = [A]
+        W = lambda: A  # noqa: E731
+    else:
+        A = (0.01 * torch.randn(d, rank)).requires_grad_()
+        B = torch.zeros(rank, d, requires_grad=True)
+        params = [A, B]
+        W = lambda: A @ B  # noqa: E731
+    opt = torch.optim.Adam(params, lr=1e-3)
+    n = sum(len(js) for js in groups.values())
+    for _ in range(steps):
+        opt.zero_grad()
+        Wm = W()
+        loss = 0.0
+        for c in groups:
+            q2 = Q[c] + Q[c] @ Wm
+            q2 = q2 / q2.norm(dim=1, keepdim=True)
+            logp = torch.log_softmax(tau * q2 @ Vt[c].T, dim=1)
+            loss = loss - (target[c] * logp).sum() / n
+        loss = loss + l2 * (Wm ** 2).sum()
+        loss.backward()
+        opt.step()
+    return W().detach().numpy()
+
+
+def adapter(data: Data, p: RetrievalParams) -> dict[str, Any]:
+    """The query adapter, CV over conversations; rank / l2 / steps chosen inside the 4 training ones."""
+    qs, conv = data.questions, unique_turns(data)
+    pos = {c: {i: n for n, i in enumerate(conv[c][0])} for c in conv}
+    gold = [[pos[q.conv][i] for i in q.gold if i in pos[q.conv]] for q in qs]
+    conv_of = [q.conv for q in qs]
+    V = {c: conv[c][1] for c in conv}
+    qv = data.qvecs / np.linalg.norm(data.qvecs, axis=1, keepdims=True)
+    configs = [None] + [(r, l2, s) for r, l2, s in ((384, 0.01, 200), (384, 0.1, 200), (32, 0.01, 200),
+                                                    (384, 0.01, 600))]
+
+    def run(members: list[int], W: np.ndarray | None) -> list[dict[int, float]]:
+        out = []
+        for j in members:
+            v = qv[j] if W is None else qv[j] + qv[j] @ W
+            out.append(recall_of(qs[j], shipped(qs[j], exact_cands(qs[j], v, conv[qs[j].conv], data.places),
+                                                 data.rows, p)))
+        return out
+
+    def fit(members: list[int], cfg) -> np.ndarray | None:
+        if cfg is None:
+            return None
+        ok = [j for j in members if gold[j]]
+        return train_adapter(qv[ok], [gold[j] for j in ok], [conv_of[j] for j in ok], V,
+                             rank=cfg[0], l2=cfg[1], steps=cfg[2])
+
+    held: list[dict[int, float]] = [{} for _ in qs]
+    chosen, inner_scores = [], []
+    for c in data.convs:
+        train_convs = [d for d in data.convs if d != c]
+        inner: dict[Any, float] = defaultdict(float)
+        for v in train_convs:
+            tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
+            va = [j for j, q in enumerate(qs) if q.conv == v]
+            for cfg in configs:
+                inner[cfg] += sum(r[k] for r in run(va, fit(tr, cfg)) for k in KS)
+        best = max(configs, key=lambda cfg: (inner[cfg], cfg is None))
+        tr = [j for j, q in enumerate(qs) if q.conv != c]
+        te = [j for j, q in enumerate(qs) if q.conv == c]
+        for j, r in zip(te, run(te, fit(tr, best))):
+            held[j] = r
+        chosen.append(best)
+        inner_scores.append({str(cfg): round(s, 2) for cfg, s in inner.items()})
+        print("adapter fold", c, best, inner_scores[-1], flush=True)
+    exact = run(list(range(len(qs))), None)
+    return {"cv": summary(qs, held), "exact_baseline": summary(qs, exact), "chosen": [str(b) for b in chosen],
+            "inner": inner_scores}
+
+
+class _Unpickler(pickle.Unpickler):
+    """The cache's rows were pickled by ``_locomo_cache`` run as ``__main__``: find their class there."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__main__" and name == "Row":
+            return _locomo_cache.Row
+        return super().find_class(module, name)
+
+
+def load_cache(path: Path) -> dict[str, Any]:
+    """The dict ``benchmarks/_locomo_cache.py`` wrote."""
+    with path.open("rb") as f:
+        return _Unpickler(f).load()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", required=True, type=Path)
+    ap.add_argument("--signals", nargs="+", default=["ltr", "adapter"])
+    ap.add_argument("--depth", type=int, nargs="+", default=[20, 40])
+    args = ap.parse_args()
+    data = Data(**load_cache(args.cache))
+    p = RetrievalParams(learned_head=False)  # the baseline: the ranking without the learned head order
+    result: dict[str, Any] = {"baseline": summary(data.questions, [recall_of(q, shipped(q, q.cands, data.rows, p))
+                                                                   for q in data.questions])}
+    print("baseline", result["baseline"], flush=True)
+    if "ltr" in args.signals:
+        for depth in args.depth:
+            t0 = time.time()
+            result[f"ltr_d{depth}"] = ltr(data, p, depth)
+            print(f"ltr_d{depth}", {k: v for k, v in result[f"ltr_d{depth}"].items() if k != "weights"},
+                  round(time.time() - t0, 1), flush=True)
+    if "adapter" in args.signals:
+        t0 = time.time()
+        result["adapter"] = adapter(data, p)
+        print("adapter", {k: v for k, v in result["adapter"].items() if k != "inner"}, round(time.time() - t0, 1),
+              flush=True)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
