@@ -73,7 +73,10 @@ def _scaled(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
 
 def _ranks(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
     """1 / (1 + rank in the pool) of the ``wanted`` ids (0 when absent from the pool)."""
-    order = sorted(scores.items(), key=itemgetter(1), reverse=True)  # a C-level key: ~100 items per pool
+    # equal scores by id (as retrieval.best_first): a pool's dict order differs between processes (ties in a
+    # pool are common for repeated texts), and the rank must not
+    order = sorted(scores.items())
+    order.sort(key=itemgetter(1), reverse=True)
     return {i: 1.0 / (1 + r) for r, (i, _) in enumerate(order) if i in wanted}
 
 
