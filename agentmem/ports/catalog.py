@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from agentmem.store.catalog import EntryRow, TurnContext
+    from agentmem.store.entry_records import EntryRecord
 
 
 @runtime_checkable
@@ -66,6 +67,11 @@ class Catalog(Protocol):
     # --- reads (committed rows only) -------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> list[EntryRow]:
         """Rows for ``ids`` in the order given; missing or uncommitted ids are skipped."""
+        ...
+
+    def records(self, ids: Sequence[str]) -> list[EntryRecord]:
+        """Like :meth:`get`, as read-only :class:`~agentmem.store.entry_records.EntryRecord` objects (same
+        attributes, no ORM session): what recall reads on every call."""
         ...
 
     def scope_select(self, *, user_id: str | None = None, session_id: str | None = None,

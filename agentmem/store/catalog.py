@@ -24,7 +24,7 @@ import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
     JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, create_engine, delete, event, func,
@@ -36,6 +36,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, joinedload, mapped_
 from sqlalchemy.pool import StaticPool
 
 from agentmem.store.lexical_bounds import WILDCARD, can_stop, doc_bounds, idf, prefix_of, term_bound
+
+if TYPE_CHECKING:
+    from agentmem.store.entry_records import EntryRecord
 
 log = logging.getLogger(__name__)
 _sql = text  # the class body below shadows `text` with the column of that name
@@ -411,6 +414,24 @@ class Catalog:
                 for row in s.scalars(select(EntryRow).where(self._among(EntryRow.id, chunk), COMMITTED)
                                      .options(joinedload(EntryRow.tag_rows))).unique():
                     by_id[row.id] = row
+        return [by_id[i] for i in ids if i in by_id]
+
+    def records(self, ids: Sequence[str]) -> list[EntryRecord]:
+        """Read-only :class:`~agentmem.store.entry_records.EntryRecord` objects for ``ids``, in the order given
+        (missing ids skipped): what recall reads, without ORM instances (:meth:`get` for rows that are written).
+
+        Example:
+            >>> Catalog(":memory:").records(["nope"])
+            []
+        """
+        from agentmem.store.entry_records import read_records  # it imports this module
+
+        if not ids:
+            return []
+        by_id: dict[str, EntryRecord] = {}
+        with self.read_engine.connect() as conn:
+            for chunk in _chunks(list(ids), 500):
+                by_id.update(read_records(conn, chunk))
         return [by_id[i] for i in ids if i in by_id]
 
     def scope_select(

@@ -31,6 +31,7 @@ from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.ports.embedder import embed_query as ports_embed_query
 from agentmem.store.catalog import EntryRow, HistoryRow, chain_cuts
+from agentmem.store.entry_records import EntryRecord
 from agentmem.store.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
@@ -88,7 +89,7 @@ class Scope:
     exclude_roles: Sequence[str] = ()
     kb_versions: Sequence[str | None] | None = None  # knowledge entries of these versions only (None: any)
 
-    def admits(self, row: EntryRow, now: float) -> bool:
+    def admits(self, row: EntryRow | EntryRecord, now: float) -> bool:
         if row.user_id != self.user_id:
             return False
         if not self.include_superseded and row.status != ACTIVE:
@@ -110,7 +111,7 @@ class Scope:
 
 @dataclass
 class ScoredRow:
-    row: EntryRow
+    row: EntryRecord  # read-only (catalog.records); catalog.get for a row to write
     score: float
     scores: dict[str, float] = field(default_factory=dict)
 
@@ -468,7 +469,7 @@ class EntryStore:
                 for i in page]
             if scope.predicate is not None:  # superseded rows stay in when they stand for their successors
                 test = replace(scope, include_superseded=True) if follow_versions else scope
-                allowed = [r.id for r in self.catalog.get(allowed) if test.admits(r, now)]
+                allowed = [r.id for r in self.catalog.records(allowed) if test.admits(r, now)]
             if allowed:
                 cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
                                              ids=allowed)
@@ -482,7 +483,7 @@ class EntryStore:
         scores, fused, spilled = rank_parts(cands, params)
         ranked = best_first(scores)
         depth = max(2 * k, params.rerank_depth)
-        admitted: list[tuple[EntryRow, float]] = []
+        admitted: list[tuple[EntryRecord, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
@@ -536,21 +537,22 @@ class EntryStore:
             return [i for (i,) in s.execute(_SUPERSEDED_IDS, {"user": user_id})]
 
     def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],
-                        rows: dict[str, EntryRow]) -> dict[str, EntryRow]:
+                        rows: dict[str, EntryRecord]) -> dict[str, EntryRecord]:
         """``rows`` plus the rows of ``ids`` and of their chain ends, those not in it yet read in one query."""
         wanted = [i for i in dict.fromkeys([*ids, *(ends[i] for i in ids if i in ends)]) if i not in rows]
-        return {**rows, **{r.id: r for r in self.catalog.get(wanted)}} if wanted else rows
+        # read-only records, not ORM rows: recall only reads them (catalog.records: a fraction of get's cost)
+        return {**rows, **{r.id: r for r in self.catalog.records(wanted)}} if wanted else rows
 
     @staticmethod
-    def _current_versions(page: Sequence[tuple[str, float]], rows: dict[str, EntryRow], ends: dict[str, str],
+    def _current_versions(page: Sequence[tuple[str, float]], rows: dict[str, EntryRecord], ends: dict[str, str],
                           scope: Scope, now: float,
-                          admitted: Sequence[tuple[EntryRow, float]]) -> list[tuple[EntryRow, float]]:
+                          admitted: Sequence[tuple[EntryRecord, float]]) -> list[tuple[EntryRecord, float]]:
         """The page's candidates as their current versions (``search(follow_versions=True)``), each entry once:
         not again if it is already ``admitted`` from a better place."""
         wide = replace(scope, include_superseded=True)
         current = current_versions([rows[i] for i, _ in page if i in rows and wide.admits(rows[i], now)], ends, rows)
         seen = {row.id for row, _ in admitted}
-        out: list[tuple[EntryRow, float]] = []
+        out: list[tuple[EntryRecord, float]] = []
         for entry_id, score in page:
             row = current.get(entry_id)
             if row is None or row.id in seen or not scope.admits(row, now):
@@ -559,7 +561,7 @@ class EntryStore:
             out.append((row, score))
         return out
 
-    def _memory_line(self, row: EntryRow) -> str:
+    def _memory_line(self, row: EntryRow | EntryRecord) -> str:
         return self.sealer.open_text(row.id, "memory_text", row.memory_text)
 
     # --- recovery ------------------------------------------------------------------------------

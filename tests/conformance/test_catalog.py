@@ -60,6 +60,23 @@ def test_rows_round_trip_in_the_order_asked(cat: Catalog) -> None:
     assert cat.existing(["a", "zz"]) == {"a"}
 
 
+def test_records_are_get_without_the_orm(cat: Catalog) -> None:
+    """Recall's read-only records (Catalog.records, one Core SELECT) carry every column of get's ORM rows."""
+    from agentmem.store.entry_records import _FIELDS
+
+    rows = [_row(f"r{i}", text=f"text {i}", session=f"s{i % 2}", at=float(i)) for i in range(6)]
+    rows[1].metadata_json, rows[2].speaker, rows[3].text_vector = {"n": [1, {"x": "y"}]}, "Ann", b"\x00\x01"
+    _add(cat, rows, tags=[["b", "a"], [], ["c"], [], ["z", "y", "x"], []])
+    _add(cat, [_row("hidden", text="in flight")], pending=True)
+    wanted = ["r4", "hidden", "missing", "r1", "r0", "r2", "r3"] + [f"pad{i}" for i in range(600)]  # 2 chunks
+    got, orm = cat.records(wanted), cat.get(wanted)
+    assert [r.id for r in got] == [r.id for r in orm] == ["r4", "r1", "r0", "r2", "r3"]
+    for record, row in zip(got, orm):
+        assert {k: getattr(record, k) for k in (*_FIELDS, "tags")} == {k: getattr(row, k) for k in (*_FIELDS, "tags")}
+    assert got[0].tags == ("x", "y", "z") and got[1].metadata_json == {"n": [1, {"x": "y"}]}
+    assert got[4].text_vector == b"\x00\x01" and got[3].speaker == "Ann" and cat.records([]) == []
+
+
 def test_pending_rows_are_invisible_until_committed(cat: Catalog) -> None:
     _add(cat, [_row("p", text="pending kayak")], pending=True)
     assert cat.get(["p"]) == [] and cat.existing(["p"]) == set()
