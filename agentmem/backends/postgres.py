@@ -255,7 +255,7 @@ class PostgresCatalog(Catalog):
         out: dict[str, TurnContext] = {}
         with self.read_engine.connect() as conn:
             for chunk in _chunks(list(ids), 500):
-                for entry_id, session_id, is_turn, prev, nxt in conn.execute(sql, {"ids": chunk}):
+                for entry_id, session_id, is_turn, prev, nxt in conn.execute(sql, {"ids": chunk}).all():
                     out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
                                                 tuple(nxt.split()) if is_turn and nxt else ())
         return out

@@ -575,7 +575,8 @@ class Catalog:
             for chunk in _chunks(list(ids), 500):
                 sql = (f"SELECT e.id, e.session_id, e.kind = 'turn' AND e.session_id IS NOT NULL, {before}, {after} "
                        f"FROM entries e WHERE e.write_state IS NULL AND e.id IN ({','.join('?' * len(chunk))})")
-                for entry_id, session_id, is_turn, prev, nxt in conn.exec_driver_sql(sql, tuple(chunk)):
+                # .all(): one fetchall, not a Python fetchone per row (~130 rows a recall on the critical path)
+                for entry_id, session_id, is_turn, prev, nxt in conn.exec_driver_sql(sql, tuple(chunk)).all():
                     # group_concat keeps the ordered sub-select's order (nearest first); ids contain no spaces
                     out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
                                                 tuple(nxt.split()) if is_turn and nxt else ())
