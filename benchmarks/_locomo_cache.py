@@ -49,12 +49,7 @@ def build(data: Path, store_dir: Path, consolidation: str, pool: int) -> dict:
     made_by = {"data": str(data.resolve()), "backend": "embedded", "consolidation": consolidation,
                "conversations": None}
     with AgentMemory(store_dir, kv_encoding="off", consolidation=consolidation) as mem:
-        if manifest.exists() and all(json.loads(manifest.read_text()).get(k, locomo.DEFAULT_MADE_BY.get(k)) == v
-                                     for k, v in made_by.items()):
-            id_maps = json.loads(manifest.read_text())["ids"]
-        else:
-            id_maps = locomo.load_conversations(mem, conversations)
-            manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
+        id_maps = locomo.ingest_once(mem, conversations, manifest, made_by)
         questions = locomo.questions_of(conversations, id_maps)
         rows = locomo.gather_candidates(mem, questions, pool)
         store = mem._store

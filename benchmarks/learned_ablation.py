@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _locomo_cache  # noqa: E402,F401  (the cache's row type must be importable to unpickle it)
 import locomo  # noqa: E402
 
+from agentmem.store.calibration import fit_logistic  # noqa: E402
 from agentmem.store.learned_rank import features  # noqa: E402
 from agentmem.store.multihop import for_query  # noqa: E402
 from agentmem.store.rerank import HeadEntry, rerank  # noqa: E402
@@ -96,18 +97,7 @@ def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, dep
 def fit_lr(X: np.ndarray, y: np.ndarray, l2: float, steps: int = 40) -> np.ndarray:
     """Logistic regression by Newton's method on standardised columns (weights include the scaling and bias)."""
     mu, sd = X.mean(0), X.std(0) + 1e-9
-    Z = np.column_stack([(X - mu) / sd, np.ones(len(X))])
-    w = np.zeros(Z.shape[1])
-    reg = l2 * np.eye(Z.shape[1])
-    reg[-1, -1] = 0.0
-    for _ in range(steps):
-        pr = 1 / (1 + np.exp(-np.clip(Z @ w, -30, 30)))
-        grad = Z.T @ (pr - y) + reg @ w
-        hess = (Z * (pr * (1 - pr))[:, None]).T @ Z + reg
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-8:
-            break
+    w = fit_logistic((X - mu) / sd, np.asarray(y, dtype=np.float64), l2=l2, steps=steps)
     return np.concatenate([w[:-1] / sd, [w[-1] - float((w[:-1] / sd) @ mu)]])
 
 

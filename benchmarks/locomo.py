@@ -93,6 +93,24 @@ class Question:
     foreign: Candidates | None = None  # asked of another conversation (nothing relevant there)
 
 
+def ingest_once(mem: AgentMemory, conversations: list[dict], manifest: Path,
+                made_by: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The conversations' id maps: read from ``manifest`` when it records a store made the same way (``made_by``),
+    else ingested now and recorded there, so a kept ``--store`` is ingested once for this and the ablation scripts.
+
+    Example:
+        >>> ingest_once(mem, conversations, store / "locomo-ids.json", {"backend": "embedded"})   # doctest: +SKIP
+        {'conv-26': {'D1:1': '...', ...}, ...}
+    """
+    if manifest.exists():
+        recorded = json.loads(manifest.read_text())
+        if all(recorded.get(k, DEFAULT_MADE_BY.get(k)) == v for k, v in made_by.items()):
+            return recorded["ids"]
+    id_maps = load_conversations(mem, conversations)
+    manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
+    return id_maps
+
+
 def questions_of(conversations: list[dict], id_maps: dict[str, dict[str, str]]) -> list[Question]:
     out = []
     for conv in conversations:
@@ -269,18 +287,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)  # a PostgreSQL server user must reach its data dir under it
         store = args.store or Path(tmp) / "locomo"
-        manifest = store / "locomo-ids.json"
         made_by = {"data": str(args.data.resolve()), "backend": args.backend, "consolidation": args.consolidation,
                    "conversations": args.conversations}
         with backend_urls(args.backend, store.parent / f"{store.name}-servers", keep=args.store is not None) as urls, \
                 AgentMemory(store, kv_encoding="off", consolidation=args.consolidation, **urls) as mem:
             t0 = time.time()
-            if manifest.exists() and all(json.loads(manifest.read_text()).get(k, DEFAULT_MADE_BY.get(k)) == v
-                                         for k, v in made_by.items()):
-                id_maps = json.loads(manifest.read_text())["ids"]
-            else:
-                id_maps = load_conversations(mem, conversations)
-                manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
+            id_maps = ingest_once(mem, conversations, store / "locomo-ids.json", made_by)
             ingest_s = time.time() - t0
             questions = questions_of(conversations, id_maps)
             result = {"backend": args.backend, "consolidation": args.consolidation,

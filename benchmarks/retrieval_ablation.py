@@ -390,12 +390,7 @@ def main() -> None:
     manifest = args.store / "locomo-ids.json"  # the same manifest as benchmarks/locomo.py: one ingest serves both
     made_by = {"data": str(args.data.resolve()), "backend": "embedded", "consolidation": args.consolidation}
     with AgentMemory(args.store, kv_encoding="off", consolidation=args.consolidation) as mem:
-        if manifest.exists() and all(json.loads(manifest.read_text()).get(k, locomo.DEFAULT_MADE_BY.get(k)) == v
-                                     for k, v in made_by.items()):
-            id_maps = json.loads(manifest.read_text())["ids"]
-        else:
-            id_maps = locomo.load_conversations(mem, conversations)
-            manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
+        id_maps = locomo.ingest_once(mem, conversations, manifest, made_by)
         questions = locomo.questions_of(conversations, id_maps)
         for cid in id_maps:  # a store ingested before turn context vectors: give them theirs
             mem._store.contexts.backfill(f"locomo-{cid}")

@@ -66,20 +66,32 @@ class Calibration:
             >>> cal(1.5, best_dense=0.7, best_lexical=11.0) > 0.9
             True
         """
-        X = np.column_stack([np.asarray(x, dtype=np.float64), np.ones(len(x))])
-        t = np.asarray(y, dtype=np.float64)
-        w = np.zeros(X.shape[1])
-        reg = l2 * np.eye(X.shape[1])
-        reg[-1, -1] = 0.0  # the bias is not shrunk
-        for _ in range(steps):
-            p = 1.0 / (1.0 + np.exp(-np.clip(X @ w, -30, 30)))
-            grad = X.T @ (p - t) + reg @ w
-            hess = (X * (p * (1 - p))[:, None]).T @ X + reg
-            step = np.linalg.solve(hess, grad)
-            w -= step
-            if float(np.abs(step).max()) < 1e-8:
-                break
+        w = fit_logistic(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), l2=l2, steps=steps)
         return cls(*(round(float(v), 3) for v in w))
 
 
-__all__ = ["Calibration"]
+def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50) -> np.ndarray:
+    """Maximum-likelihood logistic regression by Newton's method with an L2 penalty on the weights (not the bias):
+    the weights of ``x``'s columns, then the bias. Shared by the calibration and the learned head's fits.
+
+    Example:
+        >>> w = fit_logistic(np.array([[0.0], [1.0], [0.0], [1.0]]), np.array([0.0, 1.0, 0.0, 1.0]), l2=1.0)
+        >>> bool(w[0] > 0 > w[1])
+        True
+    """
+    design = np.column_stack([x, np.ones(len(x))])
+    w = np.zeros(design.shape[1])
+    reg = l2 * np.eye(design.shape[1])
+    reg[-1, -1] = 0.0  # the bias is not shrunk
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -30, 30)))
+        grad = design.T @ (p - y) + reg @ w
+        hess = (design * (p * (1 - p))[:, None]).T @ design + reg
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if float(np.abs(step).max()) < 1e-8:
+            break
+    return w
+
+
+__all__ = ["Calibration", "fit_logistic"]
