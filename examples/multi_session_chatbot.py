@@ -82,9 +82,9 @@ class Bot:
         builder.add_edge("remember", END)
         self.graph = builder.compile(checkpointer=SqliteSaver(self.conn))
         t = time.perf_counter()
-        # Load the local LLM now (agentmem loads it lazily), so the first turn times the turn, not the load.
-        # A user with no memories recalls nothing, and max_new_tokens=0 decodes nothing: no side effect.
-        self.mem.generate("Hello", user_id="__warmup__", k=1, max_new_tokens=0)
+        # Load the local LLM and compile the mount path now (agentmem does both lazily), so the first turn times the
+        # turn, not the load: warmup() has no side effect on the store.
+        self.mem.warmup()
         self.load_s = time.perf_counter() - t
 
     def say(self, user: str, session: str, text: str) -> dict[str, Any]:
