@@ -28,13 +28,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
 
 import numpy as np
 
 from agentmem.store.multihop import list_question
-from agentmem.store.rerank import HeadEntry, named_speakers
-from agentmem.store.retrieval import Candidates, RetrievalParams
+from agentmem.store.rerank import HeadEntry, the_named_speaker
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first
 from agentmem.store.temporal import asks_about_time, mentions_time
 
 FEATURES = ("share", "score", "dense", "in_dense", "lexical", "in_lexical", "context", "spill", "session_best",
@@ -73,11 +72,9 @@ def _scaled(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
 
 def _ranks(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
     """1 / (1 + rank in the pool) of the ``wanted`` ids (0 when absent from the pool)."""
-    # equal scores by id (as retrieval.best_first): a pool's dict order differs between processes (ties in a
-    # pool are common for repeated texts), and the rank must not
-    order = sorted(scores.items())
-    order.sort(key=itemgetter(1), reverse=True)
-    return {i: 1.0 / (1 + r) for r, (i, _) in enumerate(order) if i in wanted}
+    # equal scores by id (best_first): a pool's dict order differs between processes (ties in a pool are common
+    # for repeated texts), and the rank must not
+    return {i: 1.0 / (1 + r) for r, (i, _) in enumerate(best_first(scores)) if i in wanted}
 
 
 def features(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
@@ -103,8 +100,7 @@ def features(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, f
         lexical = {i: s / best_lexical for i, s in cands.lexical.items() if i in wanted}
     context = _scaled(cands.turn_context, wanted)
     ranks = [_ranks(pool, wanted) for pool in (cands.dense, cands.lexical, cands.turn_context)]
-    named = named_speakers(query, (h.speaker for h in head))
-    speaker = next(iter(named)) if len(named) == 1 else None
+    speaker = the_named_speaker(query, head)
     timely, listed = asks_about_time(query), float(list_question(query))
     top = max((s for _, s in order), default=1.0) or 1.0
     weight = params.session_weight or 1.0

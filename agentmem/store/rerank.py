@@ -50,10 +50,21 @@ def named_speakers(query: str, speakers: Iterable[str | None]) -> set[str]:
     return out
 
 
+def the_named_speaker(query: str, head: Sequence[HeadEntry]) -> str | None:
+    """The one speaker of ``head`` that ``query`` names (None when it names none or several): whose turns the
+    re-ranking lifts, and the learned head order's speaker features.
+
+    Example:
+        >>> the_named_speaker("what does Ann like?", [HeadEntry("a", 1.0, "Ann", "Ann: tea")])
+        'Ann'
+    """
+    named = named_speakers(query, (h.speaker for h in head))
+    return next(iter(named)) if len(named) == 1 else None
+
+
 def rerank(query: str, head: Sequence[HeadEntry], params: RetrievalParams) -> list[tuple[str, float]]:
     """Boost the named speaker's turns and, for time questions, the turns that date an event; best first."""
-    named = named_speakers(query, (h.speaker for h in head)) if params.speaker_boost else set()
-    speaker = next(iter(named)) if len(named) == 1 else None
+    speaker = the_named_speaker(query, head) if params.speaker_boost else None
     timely = params.temporal_boost > 0 and asks_about_time(query)
     out: list[tuple[str, float]] = []
     for h in head:
@@ -67,4 +78,4 @@ def rerank(query: str, head: Sequence[HeadEntry], params: RetrievalParams) -> li
     return out
 
 
-__all__ = ["HeadEntry", "named_speakers", "rerank"]
+__all__ = ["HeadEntry", "named_speakers", "rerank", "the_named_speaker"]
