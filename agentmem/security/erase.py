@@ -139,12 +139,17 @@ def secure_unlink(path: str | os.PathLike[str], *, missing_ok: bool = False) -> 
         return True
     if not stat.S_ISREG(st.st_mode):
         raise InvalidInputError(f"secure_unlink only handles regular files: {p}")
-    fd = os.open(p, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
     try:
-        _overwrite(fd, os.fstat(fd).st_size)  # fsyncs; no truncation (see above)
-    finally:
-        os.close(fd)
-    os.unlink(p)
+        fd = os.open(p, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+        try:
+            _overwrite(fd, os.fstat(fd).st_size)  # fsyncs; no truncation (see above)
+        finally:
+            os.close(fd)
+        os.unlink(p)
+    except FileNotFoundError:  # another eraser (a second sweep of the same trash) removed it meanwhile
+        if missing_ok:
+            return False
+        raise
     fsync_dir(p.parent)
     return True
 
