@@ -91,6 +91,10 @@ class EntryRow(Base):
               postgresql_where=_sql("write_state IS NOT NULL")),
         Index("ix_entries_kv_staged", "kv_staged_at", sqlite_where=_sql("kv_staged_at IS NOT NULL"),
               postgresql_where=_sql("kv_staged_at IS NOT NULL")),
+        # schema 8: turn_context's neighbour look-ups read this index alone (agentmem.store.schema._turn_order)
+        Index("ix_entries_session_turns", "session_id", "created_at", "id", "kind", "write_state",
+              sqlite_where=_sql("kind = 'turn' AND write_state IS NULL"),
+              postgresql_where=_sql("kind = 'turn' AND write_state IS NULL")),
     )
 
     tag_rows: Mapped[list[TagRow]] = relationship(

@@ -179,6 +179,18 @@ def _lexical_bounds(conn: Connection) -> None:
             conn.execute(text(ddl))
 
 
+def _turn_order(conn: Connection) -> None:
+    """A partial covering index for recall's conversation placement (``Catalog.turn_context``): the committed
+    turns of a session in time order, with their ids, so each look-up of the turns before / after a candidate reads
+    the index alone (no table row per neighbour, no rows of other kinds skipped). ``kind`` and ``write_state`` are
+    constant in it, yet listed: SQLite (3.40) reads the table for any column the query names that the index lacks,
+    even one that only the index's WHERE tests. One statement for SQLite and PostgreSQL. Measured on
+    recall_latency.py's 10,000-entry store: ~2.1 -> ~1.3 ms per 130 placed ids (with only the three leading
+    columns: ~1.6 ms)."""
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_entries_session_turns ON entries "
+                      "(session_id, created_at, id, kind, write_state) WHERE kind = 'turn' AND write_state IS NULL"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline: entries, tags, store info (and SQLite's shared FTS5 index)", _baseline),
     Migration(2, "SQLite: one FTS5 table per user", _per_user_lexical),
@@ -187,6 +199,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "PostgreSQL: BM25 postings (user, term, entry) with tf and token-count lengths", _pg_postings),
     Migration(6, "text vectors on rows (float16, for consolidation's conflict check)", _text_vectors),
     Migration(7, "BM25 bounds for early termination of lexical top-k (SQLite and PostgreSQL)", _lexical_bounds),
+    Migration(8, "a partial covering index of committed turns by (session, time, id) for conversation placement",
+              _turn_order),
 )
 SCHEMA_VERSION = latest_version(MIGRATIONS)
 
