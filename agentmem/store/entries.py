@@ -395,17 +395,12 @@ class EntryStore:
         """
         lexical_job = self._lexical_worker.submit(self._lexical_placed, query, scope.user_id, pool)
         vec = self.embed_query(query) if query_vector is None else query_vector
-        lexical, lexical_places = lexical_job.result()
+        where = chroma_where(session_id=scope.session_id, kind=list(scope.kinds) if scope.kinds else None)
+        dense, turn_context = self._dense(vec, scope, pool, where, ids)
+        lexical, lexical_places = lexical_job.result()  # after the vector searches: they need only the vector
         if ids is not None:
             admitted = set(ids)
             lexical = {i: s for i, s in lexical.items() if i in admitted}
-        where = chroma_where(session_id=scope.session_id, kind=list(scope.kinds) if scope.kinds else None)
-        dense = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids))
-        turn_context: dict[str, float] = {}
-        if self.params.context_vector_weight > 0 and self.contexts.enabled and (not scope.kinds or "turn" in scope.kinds):
-            # turn context vectors (agentmem.store.context_vectors): one more search, in their own space
-            turn_context = dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids,
-                                                   space=CONTEXT_SPACE))
         wanted = dense.keys() | lexical.keys() | turn_context.keys()
         places = {i: p for i, p in lexical_places.items() if i in wanted}
         places.update(self.catalog.turn_context(list(wanted - lexical_places.keys())))
@@ -413,6 +408,20 @@ class EntryStore:
         if self.params.context_weight > 0 if context is None else context:
             cands.context = self._context(vec, scope, cands, where)
         return cands, vec
+
+    def _dense(self, vec: np.ndarray, scope: Scope, pool: int, where: Any,
+               ids: Sequence[str] | None) -> tuple[dict[str, float], dict[str, float]]:
+        """The dense candidates and, where turns are searched, the turn context vectors' (their own space,
+        agentmem.store.context_vectors): both searches side by side where the index can (``query_spaces``)."""
+        if not (self.params.context_vector_weight > 0 and self.contexts.enabled
+                and (not scope.kinds or "turn" in scope.kinds)):
+            return dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids)), {}
+        both = getattr(self.vectors, "query_spaces", None)
+        if both is not None:
+            dense, context = both(vec, user_id=scope.user_id, n=pool, where=where, ids=ids, spaces=("", CONTEXT_SPACE))
+            return dict(dense), dict(context)
+        return (dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids)),
+                dict(self.vectors.query(vec, user_id=scope.user_id, n=pool, where=where, ids=ids, space=CONTEXT_SPACE)))
 
     def embed_query(self, query: str) -> np.ndarray:
         """The query's vector, as recall embeds it: the embedder's own query path where it is a

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import threading
+from concurrent import futures
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -316,38 +318,68 @@ class VectorIndex:
         """Nearest entries of ``user_id`` in ``space`` as [(id, cosine similarity)], best first."""
         return self._handle.retry_stale(lambda: self._query_once(vector, user_id, n, where, ids, space))
 
+    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+                     where: dict[str, Any] | None = None,
+                     ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+        """:meth:`query` in each of ``spaces`` (results in their order), the searches side by side under one read.
+
+        Why: Chroma's search releases the GIL, and recall searches two spaces (entries, turn context vectors)
+        with one query vector. Measured at 10,000 entries: 2.9 ms for both together, 5.9 ms one after the other.
+
+        Example:
+            >>> dense, context = index.query_spaces(vec, user_id="u1", n=100, spaces=("", "context"))  # doctest: +SKIP
+        """
+        return self._handle.retry_stale(lambda: self._query_spaces_once(vector, user_id, n, where, ids, spaces))
+
     def _query_once(self, vector: np.ndarray, user_id: str, n: int, where: dict[str, Any] | None,
                     ids: Sequence[str] | None, space: str = "") -> list[tuple[str, float]]:
         with self._handle.reading() as client:
             col = self._collection(client, user_id, create=False, space=space)
-            if col is None:
+            return [] if col is None else self._search(col, vector, n, where, ids)
+
+    def _query_spaces_once(self, vector: np.ndarray, user_id: str, n: int, where: dict[str, Any] | None,
+                           ids: Sequence[str] | None, spaces: Sequence[str]) -> list[list[tuple[str, float]]]:
+        with self._handle.reading() as client:
+            # collections resolved here, on this thread (it may open one); the side threads only search
+            cols = [self._collection(client, user_id, create=False, space=s) for s in spaces]
+            pool = _side_searches()
+            jobs = [pool.submit(self._search, col, vector, n, where, ids) for col in cols[1:] if col is not None]
+            try:
+                first = [] if not cols or cols[0] is None else self._search(cols[0], vector, n, where, ids)
+            finally:
+                futures.wait(jobs)  # never leave the read (its lock) while a side search still runs
+            found = iter([j.result() for j in jobs])
+            return [first, *([] if col is None else next(found) for col in cols[1:])]
+
+    def _search(self, col: Any, vector: np.ndarray, n: int, where: dict[str, Any] | None,
+                ids: Sequence[str] | None) -> list[tuple[str, float]]:
+        """One collection's nearest (caller holds the handle's read)."""
+        ov = self._handle.overlay(col.name)
+        if ids is not None and len(ids) > _EXACT_IDS:
+            # Chroma fails the whole query on an id it does not hold: keep those it does (a few ids are read,
+            # not searched, below, and a read skips missing ids: no look-up first, one read fewer per recall)
+            ids = col.get(ids=list(ids), include=[])["ids"]
+            if not ids:
                 return []
-            ov = self._handle.overlay(col.name)
-            if ids is not None and len(ids) > _EXACT_IDS:
-                # Chroma fails the whole query on an id it does not hold: keep those it does (a few ids are read,
-                # not searched, below, and a read skips missing ids: no look-up first, one read fewer per recall)
-                ids = col.get(ids=list(ids), include=[])["ids"]
-                if not ids:
-                    return []
-            exact = _score_overlay(col, ov, vector, where, ids)
-            shadowed = ov.deleted | ov.added.keys()
-            if where is not None and ov:  # Chroma would resolve ``where`` to ids its stale index lacks, and fail
-                ids = col.get(ids=list(ids) if ids is not None else None, where=where, include=[])["ids"]
-                where = None
-            in_index = None if ids is None else [i for i in ids if i not in shadowed]
-            found: list[tuple[str, float]] = []
-            if in_index and len(in_index) <= _EXACT_IDS:
-                # a search restricted to a few ids: an HNSW walk that may visit only those costs ~100 ms at 100,000
-                # vectors (profiled); reading their vectors and scoring them exactly costs ~1 ms
-                got = col.get(ids=in_index, where=where, include=["embeddings"])
-                found = _cosines(vector, got["ids"], got["embeddings"])
-            elif in_index is None or in_index:
-                # no count() first: it costs as much as the search, and Chroma returns fewer than n when it has fewer
-                res = col.query(
-                    query_embeddings=vector.reshape(1, -1), n_results=n + len(shadowed), where=where,
-                    ids=in_index, include=["distances"],
-                )
-                found = [(i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0]) if i not in shadowed]
+        exact = _score_overlay(col, ov, vector, where, ids)
+        shadowed = ov.deleted | ov.added.keys()
+        if where is not None and ov:  # Chroma would resolve ``where`` to ids its stale index lacks, and fail
+            ids = col.get(ids=list(ids) if ids is not None else None, where=where, include=[])["ids"]
+            where = None
+        in_index = None if ids is None else [i for i in ids if i not in shadowed]
+        found: list[tuple[str, float]] = []
+        if in_index and len(in_index) <= _EXACT_IDS:
+            # a search restricted to a few ids: an HNSW walk that may visit only those costs ~100 ms at 100,000
+            # vectors (profiled); reading their vectors and scoring them exactly costs ~1 ms
+            got = col.get(ids=in_index, where=where, include=["embeddings"])
+            found = _cosines(vector, got["ids"], got["embeddings"])
+        elif in_index is None or in_index:
+            # no count() first: it costs as much as the search, and Chroma returns fewer than n when it has fewer
+            res = col.query(
+                query_embeddings=vector.reshape(1, -1), n_results=n + len(shadowed), where=where,
+                ids=in_index, include=["distances"],
+            )
+            found = [(i, 1.0 - float(d)) for i, d in zip(res["ids"][0], res["distances"][0]) if i not in shadowed]
         if exact:
             found = sorted(found + exact, key=lambda x: -x[1])
         return found[:n]
@@ -404,6 +436,20 @@ def _cosines(vector: np.ndarray, ids: Sequence[str], vectors: Any) -> list[tuple
     q = np.asarray(vector, dtype=np.float32).reshape(-1)
     sims = mat @ q / np.maximum(np.linalg.norm(mat, axis=1) * np.linalg.norm(q), 1e-12)
     return sorted(zip(ids, map(float, sims)), key=lambda x: -x[1])
+
+
+_SIDE: tuple[int, futures.ThreadPoolExecutor] | None = None
+_SIDE_LOCK = threading.Lock()
+
+
+def _side_searches() -> futures.ThreadPoolExecutor:
+    """The process's threads for :meth:`VectorIndex.query_spaces`'s extra searches (a new pool after a fork: the
+    parent's threads do not exist in the child, and work given to them would never run)."""
+    global _SIDE
+    with _SIDE_LOCK:
+        if _SIDE is None or _SIDE[0] != os.getpid():
+            _SIDE = (os.getpid(), futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentmem-vectors"))
+        return _SIDE[1]
 
 
 def _score_overlay(col: Any, ov: Any, vector: np.ndarray, where: dict[str, Any] | None,

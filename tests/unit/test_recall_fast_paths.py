@@ -1,0 +1,81 @@
+"""Recall's latency cuts (issue #16) must not change a single hit: each faster path is pinned against the path it
+replaced, on one store, to the last field and score. The store mixes the probes of test_retrieval_records
+(version chains, tags, filters, expired entries, another user) with recall_latency.py's generated sessions of
+turns (spillover across neighbours, session boosts, consolidation's supersessions and conflict check)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agentmem import AgentMemory
+from agentmem.ports.vectors import CONTEXT_SPACE
+from tests.unit.test_retrieval_records import PROBES, _fill, _recalls
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from recall_latency import SUBJECTS, VERBS, sentence  # noqa: E402
+
+GENERATED = 300
+
+
+@pytest.fixture(scope="module")
+def mem(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentMemory]:
+    with AgentMemory(tmp_path_factory.mktemp("fast") / "m", kv_encoding="off") as m:
+        _fill(m)
+        rng = random.Random(0)
+        m.remember_many([dict(text=sentence(rng, i), user_id="u1", session_id=f"g{i // 25}")
+                         for i in range(GENERATED)])
+        yield m
+
+
+def _all_recalls(mem: AgentMemory) -> list[object]:
+    rng = random.Random(1)
+    generated = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(30)]
+    return [*_recalls(mem), *(mem.recall(q, user_id="u1", k=k) for q in generated for k in (1, 5, 10))]
+
+
+def test_the_two_vector_searches_side_by_side_equal_them_one_after_the_other(mem: AgentMemory) -> None:
+    vectors = mem._store.vectors
+    together = _all_recalls(mem)
+    vectors.query_spaces = None  # candidates() falls back to one query per space, as before query_spaces
+    try:
+        apart = _all_recalls(mem)
+    finally:
+        del vectors.query_spaces
+    assert together == apart
+    assert any(h.scores.get("context") is not None for hits in together for h in hits)  # context vectors searched
+
+
+def test_query_spaces_equals_query_per_space_with_where_ids_and_missing_spaces(mem: AgentMemory) -> None:
+    store = mem._store
+    vec = store.embed_query(PROBES[0])
+    some = [h.id for h in mem.recall("the dog", user_id="u1", k=10)] + ["no-such-id"]
+    for kwargs in ({}, {"where": {"session_id": "g3"}}, {"ids": some}):
+        got = store.vectors.query_spaces(vec, user_id="u1", n=50, spaces=("", CONTEXT_SPACE), **kwargs)
+        assert got == [store.vectors.query(vec, user_id="u1", n=50, space=s, **kwargs) for s in ("", CONTEXT_SPACE)]
+        assert got[0] and got[1]
+    # a user without vectors: every space empty, none fails
+    assert store.vectors.query_spaces(vec, user_id="nobody", n=5, spaces=("", CONTEXT_SPACE)) == [[], []]
+
+
+def test_a_side_search_that_fails_fails_the_query_after_both_ended(mem: AgentMemory, monkeypatch) -> None:
+    vectors = mem._store.vectors
+    real = vectors._search
+    calls = []
+
+    def failing(col, *args):
+        calls.append(col.name)
+        if col.name.endswith(CONTEXT_SPACE):
+            raise RuntimeError("side search failed")
+        return real(col, *args)
+
+    monkeypatch.setattr(vectors, "_search", failing)
+    with pytest.raises(RuntimeError, match="side search failed"):
+        vectors.query_spaces(np.ones(384, np.float32), user_id="u1", n=5, spaces=("", CONTEXT_SPACE))
+    assert len(calls) == 2
+
