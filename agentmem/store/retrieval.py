@@ -139,13 +139,17 @@ def spill_over(scores: Mapping[str, float], places: Mapping[str, Placement], *, 
     {'b': 1.0, 'a': 0.25, 'c': 0.25, 'd': 0.0625}
     """
     out = dict(scores)
+    get = out.get
+    powers: list[float] = []  # share ** d, computed once per distance (the same floats as computing it per turn)
     for entry_id, score in scores.items():
         place = places.get(entry_id)
         if place is None:
             continue
         for side in (place.before, place.after):
-            for distance, neighbour in enumerate(side, start=1):
-                out[neighbour] = out.get(neighbour, 0.0) + share**distance * score
+            while len(powers) < len(side):
+                powers.append(share ** (len(powers) + 1))
+            for neighbour, weight in zip(side, powers):
+                out[neighbour] = get(neighbour, 0.0) + weight * score
     return out
 
 
@@ -157,15 +161,18 @@ def session_boost(scores: Mapping[str, float], session_of: Mapping[str, str | No
     {'a': 1.5, 'b': 0.7, 'c': 0.4}
     """
     best: dict[str, float] = {}
+    best_get, session_get = best.get, session_of.get
+    placed: list[tuple[str, float, str]] = []  # one session look-up per entry, not two
     for entry_id, score in scores.items():
-        session = session_of.get(entry_id)
+        session = session_get(entry_id)
         if session is not None:
-            best[session] = max(best.get(session, 0.0), score)
+            held = best_get(session, 0.0)
+            best[session] = score if score > held else held  # max(held, score), without a call per entry
+            placed.append((entry_id, score, session))
+    lift = {session: weight * b for session, b in best.items()}  # weight × best, once per session
     out = dict(scores)
-    for entry_id, score in scores.items():
-        session = session_of.get(entry_id)
-        if session is not None:
-            out[entry_id] = score + weight * best[session]
+    for entry_id, score, session in placed:
+        out[entry_id] = score + lift[session]
     return out
 
 
@@ -243,11 +250,13 @@ def rank_parts(cands: Candidates, params: RetrievalParams = RetrievalParams()
         fused = session_first_stage(fused, {i: p.session_id for i, p in cands.places.items()},
                                     weight=params.session_first, top=params.session_top)
     spilled = spill_over(fused, cands.places, share=params.spillover)
-    # neighbours reached by spillover share the session of the turn that reached them
-    sessions = {i: p.session_id for i, p in cands.places.items()}
-    for place in cands.places.values():
-        for neighbour in (*place.before, *place.after):
-            sessions.setdefault(neighbour, place.session_id)
+    # neighbours reached by spillover share the session of the turn that reached them (the first such turn in
+    # placement order; a placed entry keeps its own): written in reverse, so the first turn's write is the last
+    sessions: dict[str, str | None] = {}
+    for place in reversed(list(cands.places.values())):
+        sessions.update(dict.fromkeys(place.before, place.session_id))
+        sessions.update(dict.fromkeys(place.after, place.session_id))
+    sessions.update({i: p.session_id for i, p in cands.places.items()})
     return session_boost(spilled, sessions, weight=params.session_weight), fused, spilled
 
 

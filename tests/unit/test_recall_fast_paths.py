@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.ports.vectors import CONTEXT_SPACE
+from agentmem.store import retrieval
+from agentmem.store.entries import Scope
+from agentmem.store.multihop import for_query
 from tests.unit.test_retrieval_records import PROBES, _fill, _recalls
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
@@ -79,3 +83,62 @@ def test_a_side_search_that_fails_fails_the_query_after_both_ended(mem: AgentMem
         vectors.query_spaces(np.ones(384, np.float32), user_id="u1", n=5, spaces=("", CONTEXT_SPACE))
     assert len(calls) == 2
 
+
+def _spill_over_before(scores, places, *, share):
+    """spill_over as it was before its trims (a power per turn, enumerate)."""
+    out = dict(scores)
+    for entry_id, score in scores.items():
+        place = places.get(entry_id)
+        if place is None:
+            continue
+        for side in (place.before, place.after):
+            for distance, neighbour in enumerate(side, start=1):
+                out[neighbour] = out.get(neighbour, 0.0) + share**distance * score
+    return out
+
+
+def _session_boost_before(scores, session_of, *, weight):
+    best: dict[str, float] = {}
+    for entry_id, score in scores.items():
+        session = session_of.get(entry_id)
+        if session is not None:
+            best[session] = max(best.get(session, 0.0), score)
+    out = dict(scores)
+    for entry_id, score in scores.items():
+        session = session_of.get(entry_id)
+        if session is not None:
+            out[entry_id] = score + weight * best[session]
+    return out
+
+
+def _rank_parts_before(cands, params):
+    scores, fused, spilled = retrieval.rank_parts(cands, params)  # fusion itself is unchanged
+    spilled = _spill_over_before(fused, cands.places, share=params.spillover)
+    sessions = {i: p.session_id for i, p in cands.places.items()}
+    for place in cands.places.values():
+        for neighbour in (*place.before, *place.after):
+            sessions.setdefault(neighbour, place.session_id)
+    return _session_boost_before(spilled, sessions, weight=params.session_weight), fused, spilled
+
+
+def test_trimmed_spillover_and_session_boost_give_the_same_floats_in_the_same_order(mem: AgentMemory) -> None:
+    store = mem._store
+    rng = random.Random(2)
+    queries = [*PROBES, *(f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(20))]
+    for query in queries:
+        cands, _ = store.candidates(query, Scope("u1"), pool=100)
+        assert any(p.before or p.after for p in cands.places.values())
+        listing = for_query(store.params, "how many trips did Ann take?")  # a list question's session weight
+        assert listing.session_weight != store.params.session_weight
+        for params in (store.params, listing, replace(store.params, spillover=0.4)):
+            got = retrieval.rank_parts(cands, params)
+            want = _rank_parts_before(cands, params)
+            assert [list(d.items()) for d in got] == [list(d.items()) for d in want]  # bit for bit, dict order too
+
+
+def test_session_boost_keeps_zero_and_negative_scores_as_max_did() -> None:
+    scores = {"a": -0.5, "b": 0.0, "c": -1.0, "d": 0.3, "e": 2.0}
+    sessions = {"a": "s1", "b": "s1", "c": "s2", "d": "s3", "e": None}
+    assert retrieval.session_boost(scores, sessions, weight=0.5) == _session_boost_before(scores, sessions, weight=0.5)
+    places = {"d": type("P", (), {"session_id": "s3", "before": ("x", "y", "z"), "after": ()})()}
+    assert retrieval.spill_over(scores, places, share=0.3) == _spill_over_before(scores, places, share=0.3)
