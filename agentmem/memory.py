@@ -387,11 +387,12 @@ class AgentMemory(KVBankMethods):
         that are stored but not mounted (``MemoryConfig.unmounted_roles``)."""
         self._check_open()
         query = check_text(query, "query")
+        served, chain_stamp = self._kb.recall_state(asking_session)  # one read of store_info for both
         scope = Scope(
             user_id=check_id(user_id, "user_id", required=True) or "",
             session_id=check_id(session_id, "session_id", required=False),
             kinds=check_kinds(kinds), tags=check_tags(tags) or None, predicate=compile_filters(filters),
-            include_superseded=bool(include_superseded), kb_versions=self._kb.served(asking_session),
+            include_superseded=bool(include_superseded), kb_versions=served,
             exclude_roles=tuple(self.config.unmounted_roles) if for_mount else (),
         )
         k, cfg = check_k(k), self.config
@@ -399,7 +400,8 @@ class AgentMemory(KVBankMethods):
         follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
         demote = consolidating and cfg.recall_conflict_demotion
         want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
-        found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow)
+        found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow,
+                                   chain_stamp=chain_stamp)
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             head = found[:CHECKED]  # the same head for every k (consolidation.CHECKED)
             conflicts = self._consolidator.conflicts([s.row for s in head],

@@ -62,8 +62,10 @@ class ChainEnds:
         self._limit = limit
         self.lookups = 0  # queries made (tests and profiles count them)
 
-    def of_user(self, user_id: str) -> Callable[[Sequence[str]], dict[str, str]]:
+    def of_user(self, user_id: str, *, stamp: int | None = None) -> Callable[[Sequence[str]], dict[str, str]]:
         """:meth:`__call__` for candidates of ``user_id``, every chain of the user remembered at the first call.
+        ``stamp``: the chain-cut stamp as the caller read it already, before any look-up (a recall reads it with
+        the knowledge versions: one read of ``store_info``); None reads it here.
 
         Example:
             >>> chains = ChainEnds(lambda ids: {"a": "c"} if "a" in ids else {}, superseded_ids=lambda u: ["a"])
@@ -71,7 +73,8 @@ class ChainEnds:
             ({'a': 'c'}, 1)
         """
         if self._stamp is not None:
-            stamp = self._stamp()  # read BEFORE any look-up: a cut after it moves the stamp again
+            if stamp is None:
+                stamp = self._stamp()  # read BEFORE any look-up: a cut after it moves the stamp again
             if stamp != self._seen:
                 self.clear()
                 self._seen = stamp

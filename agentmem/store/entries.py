@@ -454,7 +454,7 @@ class EntryStore:
 
     def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
                query_vector: np.ndarray | None = None, min_score: float | None = None,
-               follow_versions: bool = False) -> list[ScoredRow]:
+               follow_versions: bool = False, chain_stamp: int | None = None) -> list[ScoredRow]:
         """Hybrid dense + lexical search within ``scope``; best first, at most ``k``, each scored with a
         calibrated relevance in [0, 1] (:mod:`agentmem.store.calibration`), none below ``min_score``.
 
@@ -462,7 +462,8 @@ class EntryStore:
         its ``superseded_by`` chain, :mod:`agentmem.store.consolidation_recall`), which takes the candidate's place
         and rank score before the head is re-ranked and cut — one candidate search, each entry once at its best
         place; the successor must pass ``scope``, the superseded candidate ``scope`` with superseded entries
-        admitted.
+        admitted. ``chain_stamp``: the catalog's chain-cut stamp, where the caller read it before this search
+        (:meth:`agentmem.store.kb_versions.KbVersions.recall_state`); None reads it when versions are followed.
 
         Example:
             >>> top = store.search("where does she live?", Scope("u1"), k=10, follow_versions=True)  # doctest: +SKIP
@@ -470,7 +471,7 @@ class EntryStore:
         now = time.time() if now is None else now
         pool = max(self.config.candidate_pool, 4 * k)
         cands, vec = self.candidates(query, scope, pool=pool, query_vector=query_vector)
-        hits = self._ranked(query, vec, cands, scope, now, k, follow_versions)
+        hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
@@ -482,12 +483,12 @@ class EntryStore:
             if allowed:
                 cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
                                              ids=allowed)
-                hits = self._ranked(query, vec, cands, scope, now, k, follow_versions)
+                hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp)
         hits = hits[:k]
         return hits if min_score is None else [h for h in hits if h.score >= min_score]
 
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
-                k: int, follow_versions: bool = False) -> list[ScoredRow]:
+                k: int, follow_versions: bool = False, chain_stamp: int | None = None) -> list[ScoredRow]:
         params = for_query(self.params, query)  # a list question: a weaker session boost (store.multihop)
         scores, fused, spilled = rank_parts(cands, params)
         ranked = best_first(scores)
@@ -496,7 +497,8 @@ class EntryStore:
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}
         # Load rows best-first in small pages: materialising the whole pool would cost more than the search.
-        for page in pages(ranked, depth, ends, self.chains.of_user(scope.user_id) if follow_versions else None):
+        chains = self.chains.of_user(scope.user_id, stamp=chain_stamp) if follow_versions else None
+        for page in pages(ranked, depth, ends, chains):
             ids = [i for i, _ in page]
             rows = self._rows_with_ends(ids, ends, {})
             if follow_versions:

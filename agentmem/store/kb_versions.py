@@ -35,6 +35,11 @@ _STABLE, _CANDIDATE, _ROLLOUT = "kb_version", "kb_candidate", "kb_rollout"
 # the three keys in one read: every recall asks which version it is served (two ORM get_info reads cost ~0.9 ms
 # per recall at 10,000 entries; this one plain read ~0.15 ms)
 _STATE = text(f"SELECT key, value FROM store_info WHERE key IN ('{_STABLE}', '{_CANDIDATE}', '{_ROLLOUT}')")
+# what a recall reads from store_info: the three keys and the chain-cut stamp (agentmem.store.chain_ends), one read
+# instead of two (each plain read on the pool ~0.1-0.2 ms)
+_CHAIN_CUTS = "chain_cuts"
+_RECALL_STATE = text(f"SELECT key, value FROM store_info WHERE key IN ('{_STABLE}', '{_CANDIDATE}', '{_ROLLOUT}', "
+                     f"'{_CHAIN_CUTS}')")
 
 
 class _State(NamedTuple):
@@ -49,10 +54,11 @@ class KbVersions:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
-    def _state(self) -> _State:
-        """Stable version, candidate and rollout share, read together (one query)."""
-        with self.catalog.read_engine.connect() as conn:  # one statement: the catalog's pool for reads
-            info = dict(conn.execute(_STATE).all())
+    def _state(self, info: dict[str, str] | None = None) -> _State:
+        """Stable version, candidate and rollout share, read together (one query; from ``info`` when given)."""
+        if info is None:
+            with self.catalog.read_engine.connect() as conn:  # one statement: the catalog's pool for reads
+                info = dict(conn.execute(_STATE).all())
         candidate, rollout = info.get(_CANDIDATE) or None, info.get(_ROLLOUT)
         return _State(info.get(_STABLE), candidate, float(rollout) if rollout and candidate else 0.0)
 
@@ -108,12 +114,12 @@ class KbVersions:
         """The version new knowledge entries are recorded under (the staged one while a rollout runs)."""
         return self.candidate or self.stable
 
-    def version_for(self, session_id: str | None) -> str | None:
+    def version_for(self, session_id: str | None, state: _State | None = None) -> str | None:
         """The version ``session_id`` is served: the candidate for a stable ~``rollout`` share of sessions.
 
         Requests without a session are served the stable version.
         """
-        state = self._state()
+        state = self._state() if state is None else state
         if state.candidate is None or session_id is None:
             return state.stable
         digest = hashlib.sha256(f"{state.candidate}\0{session_id}".encode()).digest()
@@ -124,10 +130,25 @@ class KbVersions:
         stable, candidate, rollout = self._state()
         return stable or "" if candidate is None else f"{stable or ''}|{candidate}@{rollout!r}"
 
-    def served(self, session_id: str | None) -> tuple[str | None, ...]:
+    def served(self, session_id: str | None, state: _State | None = None) -> tuple[str | None, ...]:
         """The ``kb_version`` values of knowledge entries that ``session_id`` may be served."""
-        version = self.version_for(session_id)
+        version = self.version_for(session_id, state)
         return (None,) if version is None else (version, None)
+
+    def recall_state(self, session_id: str | None) -> tuple[tuple[str | None, ...], int]:
+        """What one recall reads from ``store_info``, in one query: :meth:`served` for ``session_id`` and the
+        catalog's chain-cut stamp (what :func:`agentmem.store.catalog.chain_cuts` reads; 0 until a first cut).
+
+        Example:
+            >>> from agentmem.store.catalog import Catalog
+            >>> kb = KbVersions(Catalog(":memory:")); kb.set("v1")
+            >>> kb.recall_state("s1")
+            (('v1', None), 0)
+        """
+        with self.catalog.read_engine.connect() as conn:
+            info = dict(conn.execute(_RECALL_STATE).all())
+        cuts = info.get(_CHAIN_CUTS)
+        return self.served(session_id, self._state(info)), int(cuts) if cuts is not None else 0
 
 
 __all__ = ["KbVersions"]

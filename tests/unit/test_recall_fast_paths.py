@@ -17,7 +17,9 @@ import pytest
 from agentmem import AgentMemory
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.store import retrieval
+from agentmem.store.catalog import Catalog, bump_chain_cuts, chain_cuts
 from agentmem.store.entries import Scope
+from agentmem.store.kb_versions import KbVersions
 from agentmem.store.multihop import for_query
 from tests.unit.test_retrieval_records import PROBES, _fill, _recalls
 
@@ -142,3 +144,36 @@ def test_session_boost_keeps_zero_and_negative_scores_as_max_did() -> None:
     assert retrieval.session_boost(scores, sessions, weight=0.5) == _session_boost_before(scores, sessions, weight=0.5)
     places = {"d": type("P", (), {"session_id": "s3", "before": ("x", "y", "z"), "after": ()})()}
     assert retrieval.spill_over(scores, places, share=0.3) == _spill_over_before(scores, places, share=0.3)
+
+
+def test_one_store_info_read_gives_the_served_versions_and_the_chain_cut_stamp(tmp_path: Path) -> None:
+    cat = Catalog(str(tmp_path / "c.db"))
+    kb = KbVersions(cat)
+    sessions = [None, *(f"s{i}" for i in range(40))]
+    assert [kb.recall_state(s) for s in sessions] == [(kb.served(s), 0) for s in sessions]  # nothing declared yet
+    kb.set("v1")
+    kb.set("v2", rollout=0.5)
+    for _ in range(3):
+        with cat.transaction() as s:
+            bump_chain_cuts(s)
+    got = [kb.recall_state(s) for s in sessions]
+    assert got == [(kb.served(s), chain_cuts(cat)) for s in sessions] and chain_cuts(cat) == 3
+    assert {served for served, _ in got} == {("v1", None), ("v2", None)}  # both sides of the rollout seen
+    cat.close()
+
+
+def test_recall_hands_its_stamp_to_the_chain_ends_and_a_cut_elsewhere_still_resets_them(mem: AgentMemory) -> None:
+    chains = mem._store.chains
+    reads = []
+    real = chains._stamp
+    chains._stamp = lambda: reads.append(1) or real()
+    try:
+        before = _all_recalls(mem)
+        assert reads == []  # the stamp came with the knowledge versions' read
+        with mem._store.catalog.transaction() as s:  # what a forget or update in another process does
+            bump_chain_cuts(s)
+        mem.recall(PROBES[0], user_id="u1")
+        assert chains._seen == chain_cuts(mem._store.catalog)  # the moved stamp was seen: chains forgotten
+        assert _all_recalls(mem) == before
+    finally:
+        chains._stamp = real
