@@ -177,3 +177,38 @@ def test_recall_hands_its_stamp_to_the_chain_ends_and_a_cut_elsewhere_still_rese
         assert _all_recalls(mem) == before
     finally:
         chains._stamp = real
+
+
+def _pair_features_before(new, new_words, olds, old_words, *, min_background=3):
+    """pair_features as it was before it wrote its rows in place (np.median, np.stack, np.hstack)."""
+    from agentmem.store.consolidation_pairs import BACKGROUND_NEIGHBOURS, NEW_SCALE, PRODUCT_SCALE, _jaccard
+
+    old = np.asarray(olds, dtype=np.float32)
+    cos = old @ new
+    top = np.sort(cos)[::-1][:BACKGROUND_NEIGHBOURS]
+    background = float(np.median(top)) if len(top) >= min_background else 1.0
+    nearest = np.zeros(len(cos), dtype=np.float32)
+    nearest[int(np.argmax(cos))] = 1.0
+    scalars = np.stack([cos, cos - background, np.array([_jaccard(w, new_words) for w in old_words]), nearest], 1)
+    return np.hstack([scalars, PRODUCT_SCALE * old * new, np.repeat(NEW_SCALE * new[None, :], len(old), 0)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pair_features_in_place_are_the_stacked_features_bit_for_bit(dtype) -> None:
+    from agentmem.store.consolidation_pairs import PairModel, pair_features
+
+    rng = np.random.default_rng(3)
+    vocab = ["lyon", "paris", "dog", "cat", "tea", "kayak", "red", "blue"]
+    model = PairModel.bundled()
+    for m in range(1, 14):  # odd and even backgrounds, fewer than 3 (no background) and more than 10 (cut)
+        for _ in range(5):
+            vecs = rng.standard_normal((m + 1, 384)).astype(dtype)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            words = [set(rng.choice(vocab, size=int(rng.integers(0, 4)), replace=False)) for _ in range(m + 1)]
+            for floor in (3, 1):
+                got = pair_features(vecs[0], words[0], list(vecs[1:]), words[1:], min_background=floor)
+                want = _pair_features_before(vecs[0], words[0], list(vecs[1:]), words[1:], min_background=floor)
+                assert got.dtype == want.dtype and got.shape == want.shape
+                assert np.array_equal(got, want)
+                if model is not None and dtype is np.float32:
+                    assert np.array_equal(got @ model.weights + model.bias, want @ model.weights + model.bias)
