@@ -13,6 +13,16 @@ out), never on the held-out one.
 Needs the cache of ``benchmarks/_locomo_cache.py`` (one ingest, the store's own candidates, the vectors):
 
     python benchmarks/learned_ablation.py --cache /tmp/q-cache.pkl --signals ltr adapter
+    python benchmarks/learned_ablation.py --cache /tmp/q-cache.pkl --signals diagnose ltr --depth 20 --cues none all
+
+``diagnose``: where each category's evidence sits (top 10, 11-20, 21-100, further, outside the pool).
+``ltr_choose``: the head's width (``--reserve``), the feature set (``--cues``, from ``_head_cues.py``), the L2
+weight and the blend all chosen inside the 4 training conversations. ``fit``: the first ``--depth`` / ``--reserve``
+/ ``--cues`` at ``--fit-l2`` / ``--fit-blend`` fitted on each fold's 4 conversations: its held-out figure and the
+median of the five fits (what a shipped model's constants would be, as session 7's are):
+
+    python benchmarks/learned_ablation.py --cache /tmp/q-cache.pkl --signals fit --depth 20 --reserve 20 \
+        --cues overlap,rare_overlap,session_mass,list_first --fit-l2 10 --fit-blend 1
 
 Last line: {"baseline": {...}, "<model>": {"cv": {...}, "chosen": [...]}, ...}
 """
@@ -20,6 +30,7 @@ Last line: {"baseline": {...}, "<model>": {"cv": {...}, "chosen": [...]}, ...}
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pickle
 import statistics
@@ -37,10 +48,12 @@ import _locomo_cache  # noqa: E402,F401  (the cache's row type must be importabl
 import locomo  # noqa: E402
 
 from agentmem.store.calibration import fit_logistic  # noqa: E402
-from agentmem.store.learned_rank import features  # noqa: E402
+from _head_cues import CUES, cue_columns, widen  # noqa: E402
+
+from agentmem.store.learned_rank import FEATURES, features  # noqa: E402
 from agentmem.store.multihop import for_query  # noqa: E402
 from agentmem.store.rerank import HeadEntry, rerank  # noqa: E402
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts  # noqa: E402
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts  # noqa: E402
 
 KS = [5, 10]
 
@@ -81,17 +94,52 @@ def shipped(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, k: int = 
     return [i for i, _ in locomo.ranking(q, cands, rows, p, k)]
 
 
+# ---------------------------------------------------------------- where the evidence sits
+
+def diagnose(data: Data, p: RetrievalParams) -> dict[str, Any]:
+    """Where the evidence of each category's questions sits under ``p``'s ranking: in the top 10, ranked 11-20
+    (the head the learned order re-orders), 21-100, further down the scored pool, or outside it (no retriever nor
+    spillover found it): the share of evidence turns in each, by category."""
+    buckets = ("top10", "11-20", "21-100", ">100", "outside")
+    count: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(buckets, 0))
+    for q in data.questions:
+        pq = for_query(p, q.text)
+        scores, _, _ = rank_parts(q.cands, pq)
+        rest = [i for i, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
+        top = [i for i, _ in locomo.ranking(q, q.cands, data.rows, p, 20)]
+        order = top + [i for i in rest if i not in set(top)]
+        pos = {i: n for n, i in enumerate(order)}
+        for g in q.gold:
+            n = pos.get(g)
+            b = "outside" if n is None else "top10" if n < 10 else "11-20" if n < 20 else "21-100" if n < 100 \
+                else ">100"
+            count[q.category][b] += 1
+    return {str(c): {b: round(v[b] / sum(v.values()), 3) for b in buckets} | {"evidence": sum(v.values())}
+            for c, v in sorted(count.items())}
+
+
 # ---------------------------------------------------------------- learning to rank over the head's features
 
-def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, depth: int):
+def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, depth: int, reserve: int = 0):
     """The shipped ranking's head of ``depth`` (ids, in the hand-set order) and the library's feature rows
-    (:func:`agentmem.store.learned_rank.features`: exactly what recall computes)."""
+    (:func:`agentmem.store.learned_rank.features`: exactly what recall computes), the question-text cues
+    (``_head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
+    and of the turn-context pools (``_head_cues.widen``: a wider head the learned order can lift from)."""
     p = for_query(p, q.text)
     scores, fused, spilled = rank_parts(cands, p)
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    ranked = best_first(scores)
+    if reserve:
+        ranked, depth = widen(ranked, cands, depth, reserve)
     head = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]
     order = rerank(q.text, head, p)
-    return [i for i, _ in order], features(q.text, head, order, cands, fused, spilled, p)
+    X = features(q.text, head, order, cands, fused, spilled, p)
+    return [i for i, _ in order], np.hstack([X, cue_columns(q.text, head, order, cands)])
+
+
+def columns_of(cue_set: str) -> list[int]:
+    """The feature columns of a ``--cues`` item: "none" (the shipped 20), "all", or cue names joined by commas."""
+    names = [] if cue_set == "none" else list(CUES) if cue_set == "all" else cue_set.split(",")
+    return list(range(len(FEATURES))) + [len(FEATURES) + CUES.index(n) for n in names]
 
 
 def fit_lr(X: np.ndarray, y: np.ndarray, l2: float, steps: int = 40) -> np.ndarray:
@@ -108,45 +156,61 @@ def lr_rank(ids: list[str], X: np.ndarray, w: np.ndarray, blend: float) -> list[
     return [ids[n] for n in sorted(range(len(ids)), key=lambda n: (-s[n], n))]
 
 
-def ltr(data: Data, p: RetrievalParams, depth: int) -> dict[str, Any]:
-    """LTR over the head of ``depth``; l2 and blend chosen inside the 4 training conversations."""
+def ltr(data: Data, p: RetrievalParams, depth: int, cols: list[int] | None = None, feats: list | None = None,
+        reserve: int = 0) -> dict[str, Any]:
+    """LTR over the head of ``depth`` (the feature columns ``cols``, default the shipped 20); l2 and blend chosen
+    inside the 4 training conversations. ``feats``: :func:`head_features` of every question, when already made."""
+    feats = feats or [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+    cols = cols or list(range(len(FEATURES)))
+    return ltr_nested(data, {"": [(ids, X[:, cols]) for ids, X in feats]})
+
+
+def ltr_nested(data: Data, variants: dict[str, list], settings: list[tuple[float, float]] | None = None
+               ) -> dict[str, Any]:
+    """LTR with the head / feature set (``variants``: name -> every question's (head ids, feature rows)), the l2
+    weight and the blend (of ``settings``, default a grid) all chosen by leave-one-conversation-out inside the 4
+    training conversations; one variant and one setting: that model fitted on each fold's 4 (how the shipped
+    weights are made: the median of the five fits)."""
     qs = data.questions
-    feats = [head_features(q, q.cands, data.rows, p, depth) for q in qs]
-    labels = [np.array([float(i in q.gold) for i in ids]) for q, (ids, _) in zip(qs, feats)]
+    labels = {name: [np.array([float(i in q.gold) for i in ids]) for q, (ids, _) in zip(qs, feats)]
+              for name, feats in variants.items()}
     convs = data.convs
-    configs = [(l2, b) for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
+    settings = settings or [(l2, b) for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
+    configs = [(name, l2, b) for name in variants for l2, b in settings]
 
     def train(members: list[int], cfg) -> np.ndarray:
-        X = np.concatenate([feats[j][1] for j in members])
-        y = np.concatenate([labels[j] for j in members])
-        return fit_lr(X, y, cfg[0])
+        X = np.concatenate([variants[cfg[0]][j][1] for j in members])
+        y = np.concatenate([labels[cfg[0]][j] for j in members])
+        return fit_lr(X, y, cfg[1])
 
     def score(members: list[int], w: np.ndarray, cfg) -> list[dict[int, float]]:
-        return [recall_of(qs[j], lr_rank(*feats[j], w, cfg[1])) for j in members]
+        return [recall_of(qs[j], lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
 
     held: list[dict[int, float]] = [{} for _ in qs]
     chosen, weights = [], []
     for c in convs:
         train_convs = [d for d in convs if d != c]
         inner: dict[Any, float] = defaultdict(float)
-        for v in train_convs:
+        for v in train_convs if len(configs) > 1 else ():
             tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
             va = [j for j, q in enumerate(qs) if q.conv == v]
             for cfg in configs:
-                w = train(tr, cfg)
-                inner[cfg] += sum(r[k] for r in score(va, w, cfg) for k in KS)
+                inner[cfg] += sum(r[k] for r in score(va, train(tr, cfg), cfg) for k in KS)
         best = max(configs, key=lambda cfg: inner[cfg])
         tr = [j for j, q in enumerate(qs) if q.conv != c]
         te = [j for j, q in enumerate(qs) if q.conv == c]
         w = train(tr, best)
         for j, r in zip(te, score(te, w, best)):
             held[j] = r
-        chosen.append({"l2": best[0], "blend": best[1]})
+        chosen.append({"l2": best[1], "blend": best[2]} | ({"variant": best[0]} if len(variants) > 1 else {}))
         weights.append([round(float(v), 4) for v in w])
-    head_only = [recall_of(q, ids) for q, (ids, _) in zip(qs, feats)]
-    median = [round(statistics.median(w[n] for w in weights), 4) for n in range(len(weights[0]))]
-    return {"cv": summary(qs, held), "shipped_same_head": summary(qs, head_only), "chosen": chosen,
-            "weights": weights, "median_weights": median}
+    first = next(iter(variants.values()))
+    head_only = [recall_of(q, ids) for q, (ids, _) in zip(qs, first)]
+    out = {"cv": summary(qs, held), "shipped_same_head": summary(qs, head_only), "chosen": chosen,
+           "weights": weights}
+    if len({len(w) for w in weights}) == 1:
+        out["median_weights"] = [round(statistics.median(w[n] for w in weights), 4) for n in range(len(weights[0]))]
+    return out
 
 
 # ---------------------------------------------------------------- a learned linear query adapter
@@ -252,7 +316,7 @@ def adapter(data: Data, p: RetrievalParams) -> dict[str, Any]:
     for c in data.convs:
         train_convs = [d for d in data.convs if d != c]
         inner: dict[Any, float] = defaultdict(float)
-        for v in train_convs:
+        for v in train_convs if len(configs) > 1 else ():
             tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
             va = [j for j, q in enumerate(qs) if q.conv == v]
             for cfg in configs:
@@ -290,18 +354,51 @@ def main() -> None:
     ap.add_argument("--cache", required=True, type=Path)
     ap.add_argument("--signals", nargs="+", default=["ltr", "adapter"])
     ap.add_argument("--depth", type=int, nargs="+", default=[20, 40])
+    ap.add_argument("--reserve", type=int, nargs="+", default=[0],
+                    help="ltr's head also holds this many of the best of the dense and turn-context pools")
+    ap.add_argument("--fit-l2", type=float, default=10.0, help="fit: the L2 weight (standardised features)")
+    ap.add_argument("--fit-blend", type=float, default=1.0, help="fit: the blend with the hand-set order")
+    ap.add_argument("--cues", nargs="+", default=["none"],
+                    help="feature sets for ltr: none (the shipped 20), all, or question-text cue names joined by "
+                    "commas (_head_cues.CUES), each added to the 20")
     args = ap.parse_args()
     data = Data(**load_cache(args.cache))
     p = RetrievalParams(learned_head=False)  # the baseline: the ranking without the learned head order
     result: dict[str, Any] = {"baseline": summary(data.questions, [recall_of(q, shipped(q, q.cands, data.rows, p))
                                                                    for q in data.questions])}
     print("baseline", result["baseline"], flush=True)
+    if "diagnose" in args.signals:
+        for name, params in (("hand_set", p), ("learned_head", RetrievalParams())):
+            result[f"evidence_{name}"] = diagnose(data, params)
+            print(f"evidence_{name}", result[f"evidence_{name}"], flush=True)
     if "ltr" in args.signals:
-        for depth in args.depth:
-            t0 = time.time()
-            result[f"ltr_d{depth}"] = ltr(data, p, depth)
-            print(f"ltr_d{depth}", {k: v for k, v in result[f"ltr_d{depth}"].items() if k != "weights"},
-                  round(time.time() - t0, 1), flush=True)
+        for depth, reserve in itertools.product(args.depth, args.reserve):
+            feats = [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+            for cue_set in args.cues:
+                t0 = time.time()
+                name = f"ltr_d{depth}" + (f"r{reserve}" if reserve else "")
+                name += "" if cue_set == "none" else f"+{cue_set}"
+                result[name] = ltr(data, p, depth, columns_of(cue_set), feats)
+                print(name, {k: v for k, v in result[name].items() if k != "weights"}, round(time.time() - t0, 1),
+                      flush=True)
+    if "ltr_choose" in args.signals:  # the head's width and the feature set chosen inside the folds too
+        variants = {}
+        for depth, reserve in itertools.product(args.depth, args.reserve):
+            feats = [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+            for cue_set in args.cues:
+                cols = columns_of(cue_set)
+                variants[f"d{depth}r{reserve}+{cue_set}"] = [(ids, X[:, cols]) for ids, X in feats]
+        t0 = time.time()
+        result["ltr_choose"] = ltr_nested(data, variants)
+        print("ltr_choose", {k: v for k, v in result["ltr_choose"].items() if k != "weights"},
+              round(time.time() - t0, 1), flush=True)
+    if "fit" in args.signals:  # the shipped setting fitted per fold: its held-out figure and the median weights
+        depth, reserve, cue_set = args.depth[0], args.reserve[0], args.cues[0]
+        feats = [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+        cols = columns_of(cue_set)
+        result["fit"] = ltr_nested(data, {f"d{depth}r{reserve}+{cue_set}": [(ids, X[:, cols]) for ids, X in feats]},
+                                   [(args.fit_l2, args.fit_blend)])
+        print("fit", {k: v for k, v in result["fit"].items() if k != "weights"}, flush=True)
     if "adapter" in args.signals:
         t0 = time.time()
         result["adapter"] = adapter(data, p)
