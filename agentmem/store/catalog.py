@@ -685,10 +685,11 @@ def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
     s.execute(update(HistoryRow).where(HistoryRow.related_id.in_(ids)).values(related_id=None))
 
 
-# store_info key "chain_cuts": moves whenever a superseded_by chain is cut or re-pointed
-_BUMP_CHAIN_CUTS = text("""INSERT INTO store_info("key", value) VALUES ('chain_cuts', '1') ON CONFLICT ("key")
+# the store_info key whose value moves whenever a superseded_by chain is cut or re-pointed
+CHAIN_CUTS_KEY = "chain_cuts"
+_BUMP_CHAIN_CUTS = text(f"""INSERT INTO store_info("key", value) VALUES ('{CHAIN_CUTS_KEY}', '1') ON CONFLICT ("key")
     DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS VARCHAR)""")  # SQLite >= 3.24, PostgreSQL
-_CHAIN_CUTS = text("""SELECT value FROM store_info WHERE "key" = 'chain_cuts'""")
+_CHAIN_CUTS = text(f"""SELECT value FROM store_info WHERE "key" = '{CHAIN_CUTS_KEY}'""")
 
 
 def bump_chain_cuts(s: Session) -> None:
@@ -705,7 +706,16 @@ def chain_cuts(catalog: Catalog) -> int:
         0
     """
     with catalog.read_engine.connect() as conn:
-        value = conn.execute(_CHAIN_CUTS).scalar()
+        return chain_cuts_value(conn.execute(_CHAIN_CUTS).scalar())
+
+
+def chain_cuts_value(value: str | None) -> int:
+    """The stamp from its stored ``store_info`` value (None, no row: 0), for readers that fetch the row with others.
+
+    Example:
+        >>> chain_cuts_value(None), chain_cuts_value("3")
+        (0, 3)
+    """
     return int(value) if value is not None else 0
 
 

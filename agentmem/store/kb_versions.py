@@ -11,7 +11,7 @@ results) are not versioned. The state lives in the catalog's ``store_info`` (``k
 version, as before; ``kb_candidate`` / ``kb_rollout`` the staged one), so every process sharing the store agrees.
 
 Example:
-    >>> from agentmem.store.catalog import Catalog
+    >>> from agentmem.store.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
     >>> kb = KbVersions(Catalog(":memory:"))
     >>> kb.set("v1"); kb.set("v2", rollout=0.25)
     >>> kb.stable, kb.candidate, kb.write_version()
@@ -26,20 +26,26 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 from agentmem.errors import InvalidInputError
-from agentmem.store.catalog import Catalog
+from agentmem.store.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
 
 _STABLE, _CANDIDATE, _ROLLOUT = "kb_version", "kb_candidate", "kb_rollout"
 # the three keys in one read: every recall asks which version it is served (two ORM get_info reads cost ~0.9 ms
 # per recall at 10,000 entries; this one plain read ~0.15 ms)
-_STATE = text(f"SELECT key, value FROM store_info WHERE key IN ('{_STABLE}', '{_CANDIDATE}', '{_ROLLOUT}')")
+_STATE_KEYS = (_STABLE, _CANDIDATE, _ROLLOUT)
+
+
+def _select_info(keys: tuple[str, ...]) -> TextClause:
+    """One plain read of these ``store_info`` rows as (key, value) (constant keys only: they are inlined)."""
+    return text("SELECT key, value FROM store_info WHERE key IN ({})".format(", ".join(f"'{k}'" for k in keys)))
+
+
+_STATE = _select_info(_STATE_KEYS)
 # what a recall reads from store_info: the three keys and the chain-cut stamp (agentmem.store.chain_ends), one read
 # instead of two (each plain read on the pool ~0.1-0.2 ms)
-_CHAIN_CUTS = "chain_cuts"
-_RECALL_STATE = text(f"SELECT key, value FROM store_info WHERE key IN ('{_STABLE}', '{_CANDIDATE}', '{_ROLLOUT}', "
-                     f"'{_CHAIN_CUTS}')")
+_RECALL_STATE = _select_info((*_STATE_KEYS, CHAIN_CUTS_KEY))
 
 
 class _State(NamedTuple):
@@ -140,15 +146,14 @@ class KbVersions:
         catalog's chain-cut stamp (what :func:`agentmem.store.catalog.chain_cuts` reads; 0 until a first cut).
 
         Example:
-            >>> from agentmem.store.catalog import Catalog
+            >>> from agentmem.store.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
             >>> kb = KbVersions(Catalog(":memory:")); kb.set("v1")
             >>> kb.recall_state("s1")
             (('v1', None), 0)
         """
         with self.catalog.read_engine.connect() as conn:
             info = dict(conn.execute(_RECALL_STATE).all())
-        cuts = info.get(_CHAIN_CUTS)
-        return self.served(session_id, self._state(info)), int(cuts) if cuts is not None else 0
+        return self.served(session_id, self._state(info)), chain_cuts_value(info.get(CHAIN_CUTS_KEY))
 
 
 __all__ = ["KbVersions"]
