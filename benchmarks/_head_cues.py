@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from agentmem.store.catalog import _STOPWORDS
+from agentmem.store.consolidation import content_words
 from agentmem.store.multihop import list_question
 from agentmem.store.rerank import HeadEntry
 from agentmem.store.retrieval import Candidates, best_first
@@ -57,7 +58,7 @@ def stem(word: str) -> str:
 # a turn recurs in the heads of many questions of its conversation: tokenised once (0.4 -> 0.15 ms a question)
 @lru_cache(maxsize=4096)
 def _stems(text: str) -> frozenset[str]:
-    return frozenset(stem(w) for w in _WORD.findall(text.lower()) if w not in _STOPWORDS)
+    return frozenset(stem(w) for w in content_words(text))
 
 
 def question_words(query: str, speakers: Iterable[str | None]) -> list[str]:
