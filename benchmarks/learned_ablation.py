@@ -30,6 +30,7 @@ Last line: {"baseline": {...}, "<model>": {"cv": {...}, "chosen": [...]}, ...}
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import pickle
@@ -107,7 +108,8 @@ def diagnose(data: Data, p: RetrievalParams) -> dict[str, Any]:
         scores, _, _ = rank_parts(q.cands, pq)
         rest = [i for i, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
         top = [i for i, _ in locomo.ranking(q, q.cands, data.rows, p, 20)]
-        order = top + [i for i in rest if i not in set(top)]
+        in_top = set(top)
+        order = top + [i for i in rest if i not in in_top]
         pos = {i: n for n, i in enumerate(order)}
         for g in q.gold:
             n = pos.get(g)
@@ -371,9 +373,12 @@ def main() -> None:
         for name, params in (("hand_set", p), ("learned_head", RetrievalParams())):
             result[f"evidence_{name}"] = diagnose(data, params)
             print(f"evidence_{name}", result[f"evidence_{name}"], flush=True)
+    # every question's head and feature rows for one head shape, made once for all the signals that use it
+    feats_of = functools.cache(lambda depth, reserve: [head_features(q, q.cands, data.rows, p, depth, reserve)
+                                                       for q in data.questions])
     if "ltr" in args.signals:
         for depth, reserve in itertools.product(args.depth, args.reserve):
-            feats = [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+            feats = feats_of(depth, reserve)
             for cue_set in args.cues:
                 t0 = time.time()
                 name = f"ltr_d{depth}" + (f"r{reserve}" if reserve else "")
@@ -384,7 +389,7 @@ def main() -> None:
     if "ltr_choose" in args.signals:  # the head's width and the feature set chosen inside the folds too
         variants = {}
         for depth, reserve in itertools.product(args.depth, args.reserve):
-            feats = [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+            feats = feats_of(depth, reserve)
             for cue_set in args.cues:
                 cols = columns_of(cue_set)
                 variants[f"d{depth}r{reserve}+{cue_set}"] = [(ids, X[:, cols]) for ids, X in feats]
@@ -394,7 +399,7 @@ def main() -> None:
               round(time.time() - t0, 1), flush=True)
     if "fit" in args.signals:  # the shipped setting fitted per fold: its held-out figure and the median weights
         depth, reserve, cue_set = args.depth[0], args.reserve[0], args.cues[0]
-        feats = [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
+        feats = feats_of(depth, reserve)
         cols = columns_of(cue_set)
         result["fit"] = ltr_nested(data, {f"d{depth}r{reserve}+{cue_set}": [(ids, X[:, cols]) for ids, X in feats]},
                                    [(args.fit_l2, args.fit_blend)])
