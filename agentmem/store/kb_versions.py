@@ -11,7 +11,7 @@ results) are not versioned. The state lives in the catalog's ``store_info`` (``k
 version, as before; ``kb_candidate`` / ``kb_rollout`` the staged one), so every process sharing the store agrees.
 
 Example:
-    >>> from agentmem.store.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
+    >>> from agentmem.store.catalog import Catalog
     >>> kb = KbVersions(Catalog(":memory:"))
     >>> kb.set("v1"); kb.set("v2", rollout=0.25)
     >>> kb.stable, kb.candidate, kb.write_version()
@@ -146,7 +146,7 @@ class KbVersions:
         catalog's chain-cut stamp (what :func:`agentmem.store.catalog.chain_cuts` reads; 0 until a first cut).
 
         Example:
-            >>> from agentmem.store.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
+            >>> from agentmem.store.catalog import Catalog
             >>> kb = KbVersions(Catalog(":memory:")); kb.set("v1")
             >>> kb.recall_state("s1")
             (('v1', None), 0)
