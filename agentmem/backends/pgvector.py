@@ -26,7 +26,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Connection, Engine
 
 from agentmem.errors import InvalidInputError
-from agentmem.ports.vectors import SPACES, check_space
+from agentmem.ports.vectors import SPACES, check_space, query_each_space
 
 _FIELDS = {"kind", "session_id"}
 _ADVISORY_KEY = 0x616D7663  # "amvc": one creator of the table and its index
@@ -176,6 +176,16 @@ class PgVectorIndex:
                                     params).all()
         # relaxed order: re-sort exactly (the scan may hand rows back slightly out of order)
         return sorted(((i, float(s)) for i, s in rows), key=lambda kv: -kv[1])
+
+    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+                     where: dict[str, Any] | None = None,
+                     ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+        """:meth:`query` in each of ``spaces`` (results in their order), one search after the other.
+
+        Example:
+            >>> dense, context = index.query_spaces(vec, user_id="u1", n=100, spaces=("", "context"))  # doctest: +SKIP
+        """
+        return query_each_space(self, vector, user_id=user_id, n=n, spaces=spaces, where=where, ids=ids)
 
     def _scan_settings(self, conn: Connection, ef_search: int) -> None:
         """The connection's HNSW scan settings, set once per pooled connection and again only when they change.

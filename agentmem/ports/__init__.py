@@ -16,6 +16,7 @@ from agentmem.ports.blobs import BlobStore
 from agentmem.ports.catalog import Catalog
 from agentmem.ports.embedder import Embedder, QueryEmbedder, embed_query
 from agentmem.ports.sessions import SessionTierStore
-from agentmem.ports.vectors import VectorIndex
+from agentmem.ports.vectors import VectorIndex, query_each_space
 
-__all__ = ["BlobStore", "Catalog", "Embedder", "QueryEmbedder", "SessionTierStore", "VectorIndex", "embed_query"]
+__all__ = ["BlobStore", "Catalog", "Embedder", "QueryEmbedder", "SessionTierStore", "VectorIndex", "embed_query",
+           "query_each_space"]

@@ -71,6 +71,16 @@ class VectorIndex(Protocol):
         """
         ...
 
+    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+                     where: dict[str, Any] | None = None,
+                     ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+        """:meth:`query` in each of ``spaces``, one result list per space in their order: for every space the
+        same hits as ``query(vector, ..., space=s)``. Recall searches the entries' own space and
+        :data:`CONTEXT_SPACE` with one query vector; a backend may run the searches side by side (embedded
+        Chroma) or one after the other (:func:`query_each_space`). A space the user holds nothing in gives ``[]``.
+        """
+        ...
+
     def erase_residue(self, user_ids: Sequence[str]) -> None:
         """After deletes: make erased vectors leave the backend's files where it keeps them (drop an emptied
         user's namespace, compact what still holds deleted rows)."""
@@ -98,4 +108,20 @@ class VectorIndex(Protocol):
         ...
 
 
-__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space"]
+def query_each_space(index: VectorIndex, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+                     where: dict[str, Any] | None = None,
+                     ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
+    """:meth:`VectorIndex.query_spaces` by one :meth:`~VectorIndex.query` per space in turn: the implementation
+    of a backend that cannot search its spaces side by side.
+
+    Example:
+        >>> class One:  # any index with query(); here each space holds one id named after it
+        ...     def query(self, vector, *, user_id, n, where=None, ids=None, space=""):
+        ...         return [(space or "own", 1.0)]
+        >>> query_each_space(One(), np.ones(2), user_id="u", n=1, spaces=("", CONTEXT_SPACE))
+        [[('own', 1.0)], [('context', 1.0)]]
+    """
+    return [index.query(vector, user_id=user_id, n=n, where=where, ids=ids, space=s) for s in spaces]
+
+
+__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space", "query_each_space"]

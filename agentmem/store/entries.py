@@ -412,16 +412,12 @@ class EntryStore:
     def _dense(self, vec: np.ndarray, scope: Scope, pool: int, where: Any,
                ids: Sequence[str] | None) -> tuple[dict[str, float], dict[str, float]]:
         """The dense candidates and, where turns are searched, the turn context vectors' (their own space,
-        agentmem.store.context_vectors): both searches side by side where the index can (``query_spaces``)."""
+        agentmem.store.context_vectors): both in one ``query_spaces`` (side by side where the index can)."""
         search = {"user_id": scope.user_id, "n": pool, "where": where, "ids": ids}
         if not (self.params.context_vector_weight > 0 and self.contexts.enabled
                 and (not scope.kinds or "turn" in scope.kinds)):
             return dict(self.vectors.query(vec, **search)), {}
-        both = getattr(self.vectors, "query_spaces", None)  # not in the VectorIndex port: pgvector searches in turn
-        if both is not None:
-            dense, context = both(vec, spaces=("", CONTEXT_SPACE), **search)
-        else:
-            dense, context = self.vectors.query(vec, **search), self.vectors.query(vec, space=CONTEXT_SPACE, **search)
+        dense, context = self.vectors.query_spaces(vec, spaces=("", CONTEXT_SPACE), **search)
         return dict(dense), dict(context)
 
     def embed_query(self, query: str) -> np.ndarray:

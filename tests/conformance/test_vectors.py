@@ -148,6 +148,27 @@ def test_context_space_is_a_separate_namespace_erased_with_the_entry(index: Vect
     assert [i for i, _ in index.query(ctx[0], user_id="v", n=5, space=CONTEXT_SPACE)] == ["other"]
 
 
+def test_query_spaces_finds_per_space_what_query_finds_in_that_space(index: VectorIndex) -> None:
+    vecs = _fill(index)
+    ctx = _unit(np.random.default_rng(2), 12)
+    index.add(["u"] * 12, [f"e{i}" for i in range(12)], ctx,
+              [{"kind": "turn" if i % 2 else "fact", "session_id": f"s{i % 3}"} for i in range(12)], space=CONTEXT_SPACE)
+    index.add(["v"], ["other"], vecs[:1], [{"kind": "turn"}])  # v holds nothing in the context space
+    spaces = ("", CONTEXT_SPACE)
+    for user, kwargs in [("u", {}), ("u", {"where": {"kind": "turn"}}), ("u", {"ids": ["e1", "e2", "e20", "zz"]}),
+                         ("u", {"where": {"session_id": "s1"}, "ids": ["e1", "e4", "e5", "e7"]}), ("v", {})]:
+        for n in (3, 50):
+            both = index.query_spaces(vecs[4], user_id=user, n=n, spaces=spaces, **kwargs)
+            apart = [index.query(vecs[4], user_id=user, n=n, space=s, **kwargs) for s in spaces]
+            assert [[i for i, _ in hits] for hits in both] == [[i for i, _ in hits] for hits in apart], (user, kwargs, n)
+            assert [s for hits in both for _, s in hits] == pytest.approx([s for hits in apart for _, s in hits], abs=1e-6)
+            assert both[0]  # every case finds something in the entries' own space
+    assert index.query_spaces(vecs[4], user_id="v", n=5, spaces=spaces)[1] == []
+    assert index.query_spaces(vecs[4], user_id="nobody", n=5, spaces=spaces) == [[], []]
+    assert [[i for i, _ in h] for h in index.query_spaces(ctx[0], user_id="u", n=2, spaces=(CONTEXT_SPACE, ""))] \
+        == [[i for i, _ in index.query(ctx[0], user_id="u", n=2, space=s)] for s in (CONTEXT_SPACE, "")]  # in order
+
+
 def test_has_any_tells_whether_a_user_holds_a_vector_in_a_space(index: VectorIndex) -> None:
     # the cheap existence check a write makes before back-filling context vectors (O(1), not the id list)
     assert not index.has_any("u") and not index.has_any("u", space=CONTEXT_SPACE)

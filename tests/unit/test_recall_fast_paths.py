@@ -9,13 +9,14 @@ import random
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.ports.vectors import CONTEXT_SPACE
+from agentmem.ports.vectors import CONTEXT_SPACE, query_each_space
 from agentmem.store import retrieval
 from agentmem.store.catalog import Catalog, bump_chain_cuts, chain_cuts
 from agentmem.store.entries import Scope
@@ -48,7 +49,7 @@ def _all_recalls(mem: AgentMemory) -> list[object]:
 def test_the_two_vector_searches_side_by_side_equal_them_one_after_the_other(mem: AgentMemory) -> None:
     vectors = mem._store.vectors
     together = _all_recalls(mem)
-    vectors.query_spaces = None  # candidates() falls back to one query per space, as before query_spaces
+    vectors.query_spaces = partial(query_each_space, vectors)  # one query per space, as before query_spaces
     try:
         apart = _all_recalls(mem)
     finally:
