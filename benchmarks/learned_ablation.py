@@ -16,7 +16,7 @@ Needs the cache of ``benchmarks/_locomo_cache.py`` (one ingest, the store's own 
     python benchmarks/learned_ablation.py --cache /tmp/q-cache.pkl --signals diagnose ltr --depth 20 --cues none all
 
 ``diagnose``: where each category's evidence sits (top 10, 11-20, 21-100, further, outside the pool).
-``ltr_choose``: the head's width (``--reserve``), the feature set (``--cues``, from ``_head_cues.py``), the L2
+``ltr_choose``: the head's width (``--reserve``), the feature set (``--cues``, from ``agentmem.store.head_cues``), the L2
 weight and the blend all chosen inside the 4 training conversations. ``fit``: the first ``--depth`` / ``--reserve``
 / ``--cues`` at ``--fit-l2`` / ``--fit-blend`` fitted on each fold's 4 conversations: its held-out figure and the
 median of the five fits (what a shipped model's constants would be, as session 7's are):
@@ -49,7 +49,7 @@ import _locomo_cache  # noqa: E402,F401  (the cache's row type must be importabl
 import locomo  # noqa: E402
 
 from agentmem.store.calibration import fit_logistic  # noqa: E402
-from _head_cues import CUES, cue_columns, widen  # noqa: E402
+from agentmem.store.head_cues import CUES, cue_columns, widen  # noqa: E402
 
 from agentmem.store.learned_rank import FEATURES, features  # noqa: E402
 from agentmem.store.multihop import for_query  # noqa: E402
@@ -125,8 +125,8 @@ def diagnose(data: Data, p: RetrievalParams) -> dict[str, Any]:
 def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, depth: int, reserve: int = 0):
     """The shipped ranking's head of ``depth`` (ids, in the hand-set order) and the library's feature rows
     (:func:`agentmem.store.learned_rank.features`: exactly what recall computes), the question-text cues
-    (``_head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
-    and of the turn-context pools (``_head_cues.widen``: a wider head the learned order can lift from)."""
+    (``head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
+    and of the turn-context pools (``head_cues.widen``: a wider head the learned order can lift from)."""
     p = for_query(p, q.text)
     scores, fused, spilled = rank_parts(cands, p)
     ranked = best_first(scores)
@@ -144,10 +144,54 @@ def columns_of(cue_set: str) -> list[int]:
     return list(range(len(FEATURES))) + [len(FEATURES) + CUES.index(n) for n in names]
 
 
-def fit_lr(X: np.ndarray, y: np.ndarray, l2: float, steps: int = 40) -> np.ndarray:
-    """Logistic regression by Newton's method on standardised columns (weights include the scaling and bias)."""
+# ``--monotone`` sets: feature columns whose weight is held >= 0 (more of it never ranks an entry lower)
+MONOTONE = {"none": (), "dense": ("dense", "dense_rank", "context", "context_rank", "in_dense"),
+            "evidence": ("dense", "dense_rank", "context", "context_rank", "in_dense", "lexical", "lexical_rank",
+                         "in_lexical", "share", "score")}
+
+
+def fit_logistic_nonneg(x: np.ndarray, y: np.ndarray, *, l2: float, nonneg: list[int], steps: int = 60
+                        ) -> np.ndarray:
+    """:func:`fit_logistic` with the weights of the ``nonneg`` columns held >= 0: projected Newton with an active
+    set (a held column at 0 whose gradient pushes it below 0 is left out of the step), then clamped.
+
+    Example:
+        >>> x = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+        >>> w = fit_logistic_nonneg(x, np.array([1.0, 0.0, 1.0, 0.0]), l2=1.0, nonneg=[0])
+        >>> bool(w[0] == 0.0 and w[1] > 0)
+        True
+    """
+    design = np.column_stack([x, np.ones(len(x))])
+    d = design.shape[1]
+    w = np.zeros(d)
+    reg = l2 * np.eye(d)
+    reg[-1, -1] = 0.0
+    held = np.zeros(d, dtype=bool)
+    held[list(nonneg)] = True
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -30, 30)))
+        grad = design.T @ (p - y) + reg @ w
+        hess = (design * (p * (1 - p))[:, None]).T @ design + reg
+        free = ~(held & (w <= 0) & (grad > 0))
+        step = np.zeros(d)
+        step[free] = np.linalg.solve(hess[np.ix_(free, free)], grad[free])
+        new = w - step
+        new[held] = np.maximum(new[held], 0.0)
+        moved = float(np.abs(new - w).max())
+        w = new
+        if moved < 1e-8:
+            break
+    return w
+
+
+def fit_lr(X: np.ndarray, y: np.ndarray, l2: float, steps: int = 40, nonneg: list[int] | None = None
+           ) -> np.ndarray:
+    """Logistic regression by Newton's method on standardised columns (weights include the scaling and bias);
+    ``nonneg``: columns whose weight is held >= 0 (standardising keeps a weight's sign)."""
     mu, sd = X.mean(0), X.std(0) + 1e-9
-    w = fit_logistic((X - mu) / sd, np.asarray(y, dtype=np.float64), l2=l2, steps=steps)
+    Z, yy = (X - mu) / sd, np.asarray(y, dtype=np.float64)
+    w = fit_logistic_nonneg(Z, yy, l2=l2, nonneg=nonneg, steps=2 * steps) if nonneg else \
+        fit_logistic(Z, yy, l2=l2, steps=steps)
     return np.concatenate([w[:-1] / sd, [w[-1] - float((w[:-1] / sd) @ mu)]])
 
 
@@ -159,16 +203,16 @@ def lr_rank(ids: list[str], X: np.ndarray, w: np.ndarray, blend: float) -> list[
 
 
 def ltr(data: Data, p: RetrievalParams, depth: int, cols: list[int] | None = None, feats: list | None = None,
-        reserve: int = 0) -> dict[str, Any]:
+        reserve: int = 0, nonneg: list[int] | None = None) -> dict[str, Any]:
     """LTR over the head of ``depth`` (the feature columns ``cols``, default the shipped 20); l2 and blend chosen
     inside the 4 training conversations. ``feats``: :func:`head_features` of every question, when already made."""
     feats = feats or [head_features(q, q.cands, data.rows, p, depth, reserve) for q in data.questions]
     cols = cols or list(range(len(FEATURES)))
-    return ltr_nested(data, {"": [(ids, X[:, cols]) for ids, X in feats]})
+    return ltr_nested(data, {"": [(ids, X[:, cols]) for ids, X in feats]}, nonneg=nonneg)
 
 
-def ltr_nested(data: Data, variants: dict[str, list], settings: list[tuple[float, float]] | None = None
-               ) -> dict[str, Any]:
+def ltr_nested(data: Data, variants: dict[str, list], settings: list[tuple[float, float]] | None = None,
+               nonneg: list[int] | None = None) -> dict[str, Any]:
     """LTR with the head / feature set (``variants``: name -> every question's (head ids, feature rows)), the l2
     weight and the blend (of ``settings``, default a grid) all chosen by leave-one-conversation-out inside the 4
     training conversations; one variant and one setting: that model fitted on each fold's 4 (how the shipped
@@ -183,7 +227,7 @@ def ltr_nested(data: Data, variants: dict[str, list], settings: list[tuple[float
     def train(members: list[int], cfg) -> np.ndarray:
         X = np.concatenate([variants[cfg[0]][j][1] for j in members])
         y = np.concatenate([labels[cfg[0]][j] for j in members])
-        return fit_lr(X, y, cfg[1])
+        return fit_lr(X, y, cfg[1], nonneg=nonneg)
 
     def score(members: list[int], w: np.ndarray, cfg) -> list[dict[int, float]]:
         return [recall_of(qs[j], lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
@@ -336,6 +380,41 @@ def adapter(data: Data, p: RetrievalParams) -> dict[str, Any]:
             "inner": inner_scores}
 
 
+def run_ltr(data: Data, p: RetrievalParams, args: argparse.Namespace, feats_of: Any, nonneg: list[int] | None,
+            tag: str, result: dict[str, Any]) -> None:
+    """The ``ltr`` / ``ltr_choose`` / ``fit`` signals of ``args`` with the ``nonneg`` weights held >= 0, each
+    result stored under its name + ``tag``."""
+    if "ltr" in args.signals:
+        for depth, reserve in itertools.product(args.depth, args.reserve):
+            feats = feats_of(depth, reserve)
+            for cue_set in args.cues:
+                t0 = time.time()
+                name = f"ltr_d{depth}" + (f"r{reserve}" if reserve else "")
+                name += ("" if cue_set == "none" else f"+{cue_set}") + tag
+                result[name] = ltr(data, p, depth, columns_of(cue_set), feats, nonneg=nonneg)
+                print(name, {k: v for k, v in result[name].items() if k != "weights"}, round(time.time() - t0, 1),
+                      flush=True)
+    if "ltr_choose" in args.signals:  # the head's width and the feature set chosen inside the folds too
+        variants = {}
+        for depth, reserve in itertools.product(args.depth, args.reserve):
+            feats = feats_of(depth, reserve)
+            for cue_set in args.cues:
+                cols = columns_of(cue_set)
+                variants[f"d{depth}r{reserve}+{cue_set}"] = [(ids, X[:, cols]) for ids, X in feats]
+        t0 = time.time()
+        result["ltr_choose" + tag] = ltr_nested(data, variants, nonneg=nonneg)
+        print("ltr_choose" + tag, {k: v for k, v in result["ltr_choose" + tag].items() if k != "weights"},
+              round(time.time() - t0, 1), flush=True)
+    if "fit" in args.signals:  # the shipped setting fitted per fold: its held-out figure and the median weights
+        depth, reserve, cue_set = args.depth[0], args.reserve[0], args.cues[0]
+        feats = feats_of(depth, reserve)
+        cols = columns_of(cue_set)
+        result["fit" + tag] = ltr_nested(data, {f"d{depth}r{reserve}+{cue_set}": [(ids, X[:, cols])
+                                                                                  for ids, X in feats]},
+                                         [(args.fit_l2, args.fit_blend)], nonneg=nonneg)
+        print("fit" + tag, {k: v for k, v in result["fit" + tag].items() if k != "weights"}, flush=True)
+
+
 class _Unpickler(pickle.Unpickler):
     """The cache's rows were pickled by ``_locomo_cache`` run as ``__main__``: find their class there."""
 
@@ -360,9 +439,11 @@ def main() -> None:
                     help="ltr's head also holds this many of the best of the dense and turn-context pools")
     ap.add_argument("--fit-l2", type=float, default=10.0, help="fit: the L2 weight (standardised features)")
     ap.add_argument("--fit-blend", type=float, default=1.0, help="fit: the blend with the hand-set order")
+    ap.add_argument("--monotone", nargs="+", default=["none"], choices=list(MONOTONE),
+                    help="weights held >= 0: none, dense (the dense / context features), evidence (+ BM25, share)")
     ap.add_argument("--cues", nargs="+", default=["none"],
                     help="feature sets for ltr: none (the shipped 20), all, or question-text cue names joined by "
-                    "commas (_head_cues.CUES), each added to the 20")
+                    "commas (agentmem.store.head_cues.CUES), each added to the 20")
     args = ap.parse_args()
     data = Data(**load_cache(args.cache))
     p = RetrievalParams(learned_head=False)  # the baseline: the ranking without the learned head order
@@ -376,34 +457,10 @@ def main() -> None:
     # every question's head and feature rows for one head shape, made once for all the signals that use it
     feats_of = functools.cache(lambda depth, reserve: [head_features(q, q.cands, data.rows, p, depth, reserve)
                                                        for q in data.questions])
-    if "ltr" in args.signals:
-        for depth, reserve in itertools.product(args.depth, args.reserve):
-            feats = feats_of(depth, reserve)
-            for cue_set in args.cues:
-                t0 = time.time()
-                name = f"ltr_d{depth}" + (f"r{reserve}" if reserve else "")
-                name += "" if cue_set == "none" else f"+{cue_set}"
-                result[name] = ltr(data, p, depth, columns_of(cue_set), feats)
-                print(name, {k: v for k, v in result[name].items() if k != "weights"}, round(time.time() - t0, 1),
-                      flush=True)
-    if "ltr_choose" in args.signals:  # the head's width and the feature set chosen inside the folds too
-        variants = {}
-        for depth, reserve in itertools.product(args.depth, args.reserve):
-            feats = feats_of(depth, reserve)
-            for cue_set in args.cues:
-                cols = columns_of(cue_set)
-                variants[f"d{depth}r{reserve}+{cue_set}"] = [(ids, X[:, cols]) for ids, X in feats]
-        t0 = time.time()
-        result["ltr_choose"] = ltr_nested(data, variants)
-        print("ltr_choose", {k: v for k, v in result["ltr_choose"].items() if k != "weights"},
-              round(time.time() - t0, 1), flush=True)
-    if "fit" in args.signals:  # the shipped setting fitted per fold: its held-out figure and the median weights
-        depth, reserve, cue_set = args.depth[0], args.reserve[0], args.cues[0]
-        feats = feats_of(depth, reserve)
-        cols = columns_of(cue_set)
-        result["fit"] = ltr_nested(data, {f"d{depth}r{reserve}+{cue_set}": [(ids, X[:, cols]) for ids, X in feats]},
-                                   [(args.fit_l2, args.fit_blend)])
-        print("fit", {k: v for k, v in result["fit"].items() if k != "weights"}, flush=True)
+    for mono in args.monotone:  # each set of weights held >= 0 ("none": the unconstrained fit)
+        nonneg = [FEATURES.index(f) for f in MONOTONE[mono]] or None
+        tag = "" if mono == "none" else f"~{mono}"
+        run_ltr(data, p, args, feats_of, nonneg, tag, result)
     if "adapter" in args.signals:
         t0 = time.time()
         result["adapter"] = adapter(data, p)

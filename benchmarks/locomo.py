@@ -44,6 +44,7 @@ from agentmem import AgentMemory, MemoryConfig
 from agentmem.store.calibration import Calibration
 from agentmem.store.entries import Scope
 from agentmem.store.multihop import for_query
+from agentmem.store.head_cues import widen
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.learned_rank import reorder
 from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts
@@ -148,6 +149,8 @@ def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalPa
     scores, fused, spilled = rank_parts(cands, p)
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
     depth = max(2 * k, p.rerank_depth)
+    if p.learned_head and p.head_reserve:
+        ranked, depth = widen(ranked, cands, depth, p.head_reserve)
     head = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]
     order = rerank(q.text, head, p)
     if p.learned_head:

@@ -42,6 +42,7 @@ from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.context import context_cosines, neighbours
 from agentmem.store.context_vectors import ContextVectors
 from agentmem.ports.vectors import CONTEXT_SPACE
+from agentmem.store.head_cues import widen
 from agentmem.store.learned_rank import reorder
 from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, fuse, rank_parts
 from agentmem.store.vectors import chroma_where
@@ -490,6 +491,8 @@ class EntryStore:
         scores, fused, spilled = rank_parts(cands, params)
         ranked = best_first(scores)
         depth = max(2 * k, params.rerank_depth)
+        if params.learned_head and params.head_reserve:  # the pools' best join the head the learned order sees
+            ranked, depth = widen(ranked, cands, depth, params.head_reserve)
         admitted: list[tuple[EntryRecord, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}

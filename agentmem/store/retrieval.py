@@ -72,6 +72,10 @@ class RetrievalParams:
     # the head re-ordered by a logistic model over the features recall already has (agentmem.store.learned_rank;
     # trained on LoCoMo dev questions, CV over conversations); False = the hand-set order of the re-ranking alone
     learned_head: bool = True
+    # the learned order's head also holds the best `head_reserve` of the dense and turn-context pools
+    # (agentmem.store.head_cues.widen: up to 2 × head_reserve more rows loaded, ~19 on LoCoMo; nested CV chose 20 of
+    # 0 / 20 / 40, docs/retrieval.md session 10); 0 = the fused head alone
+    head_reserve: int = 20
 
 
 class Placement(Protocol):

@@ -1,21 +1,17 @@
 """Question-text cues and the widened head that benchmarks/learned_ablation.py measures for the learned head order
-(benchmarks/_head_cues.py): what each cue reads from the question and the head's turns, and what joins the head."""
+(agentmem/store/head_cues.py): what each cue reads from the question and the head's turns, and what joins the head."""
 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
+from agentmem.store.head_cues import CUES, cue_columns, cues, question_words, stem, widen
 from agentmem.store.learned_rank import FEATURES, HeadModel, features, reorder
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-from _head_cues import CUES, cue_columns, cues, question_words, stem, widen  # noqa: E402
 
 
 class Place:

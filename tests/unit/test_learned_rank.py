@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from agentmem import AgentMemory
-from agentmem.store.learned_rank import FEATURES, WEIGHTS, HeadModel, features, reorder
+from agentmem.store.learned_rank import FEATURES, HEAD_CUES, WEIGHTS, HeadModel, features, reorder
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts, rank_scores
 
@@ -41,11 +41,25 @@ def test_features_read_the_ranking_parts() -> None:
     X = features("Where did Bob go?", HEAD, order, CANDS, fused, spilled, p)
     col = {name: n for n, name in enumerate(FEATURES)}
     row = {i: X[n] for n, (i, _) in enumerate(order)}
-    assert X.shape == (3, len(FEATURES)) and len(WEIGHTS) == len(FEATURES)
+    assert X.shape == (3, len(FEATURES)) and len(WEIGHTS) == len(FEATURES) + len(HEAD_CUES)
     assert row["q"][col["is_question"]] == 1.0 and row["a"][col["is_question"]] == 0.0
     assert row["a"][col["speaker_match"]] == 1.0 and row["q"][col["speaker_other"]] == 1.0
     assert row["c"][col["in_lexical"]] == 0.0 and row["c"][col["lexical_rank"]] == 0.0
     assert row["q"][col["dense"]] == 1.0 and row["c"][col["dense"]] == 0.0
+
+
+def test_more_similar_never_ranks_lower() -> None:
+    """The weights of the dense and context features are held >= 0 in the fit: of two turns alike in every other
+    way, the one closer to the query in the dense and context pools is not put below the other."""
+    dense_like = ("dense", "in_dense", "context", "dense_rank", "context_rank")
+    assert all(WEIGHTS[FEATURES.index(f)] >= 0 for f in dense_like)
+    head = [HeadEntry("x", 1.0, "Ann", "[1 May 2023] Ann: we walked by the river"),
+            HeadEntry("y", 1.0, "Ann", "[1 May 2023] Ann: we walked by the river")]
+    for near, far in (("x", "y"), ("y", "x")):
+        # no BM25 pool: equal BM25 scores would rank by id, and the lexical rank is a feature of its own
+        cands = Candidates({near: 0.8, far: 0.4}, {}, turn_context={near: 0.7, far: 0.3})
+        for order in ([(near, 1.0), (far, 1.0)], [(far, 1.0), (near, 1.0)]):  # whichever the hand-set order put first
+            assert reorder("Where did Ann walk?", head, order, cands, {}, {}, RetrievalParams())[0][0] == near
 
 
 def test_recall_can_switch_the_learned_order_off(tmp_path: Path) -> None:

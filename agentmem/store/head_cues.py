@@ -1,5 +1,5 @@
-"""Question-text cues and a widened head for the learned head order, measured by ``learned_ablation.py``
-(docs/retrieval.md, session 9; not in the library: the best variant broke two small recall tests, see there).
+"""Question-text cues and a widened head for the learned head order (:mod:`agentmem.store.learned_rank`), measured
+by ``benchmarks/learned_ablation.py`` (docs/retrieval.md, sessions 9 and 10).
 
 - ``overlap``: the share of the question's content words (function words and the speakers' names left out) that
   the turn repeats, by a crude stem (:func:`stem`: "painting" meets "paints"); ``rare_overlap`` the same weighted
