@@ -212,12 +212,13 @@ def session_first_stage(scores: Mapping[str, float], session_of: Mapping[str, st
 def best_first(scores: Mapping[str, float]) -> list[tuple[str, float]]:
     """``scores`` as (id, score), best first, equal scores by id: ``sorted(key=lambda kv: (-kv[1], kv[0]))``
     without a Python call per item (two C-level sorts; the second is stable, reverse included). A recall ranks
-    ~900 scored ids (spillover neighbours included): 0.67 -> 0.50 ms.
+    ~900 scored ids (spillover neighbours included): 0.67 -> 0.50 ms; keyed by the id alone (no tuple comparison),
+    0.33 -> 0.24 ms (session 10, the same lists).
 
     >>> best_first({"b": 1.0, "c": 2.0, "a": 1.0})
     [('c', 2.0), ('a', 1.0), ('b', 1.0)]
     """
-    items = sorted(scores.items())  # by id: ids are unique, so scores are never compared here
+    items = sorted(scores.items(), key=itemgetter(0))  # by id (unique): strings compared, not tuples
     items.sort(key=itemgetter(1), reverse=True)
     return items
 
@@ -254,14 +255,31 @@ def rank_parts(cands: Candidates, params: RetrievalParams = RetrievalParams()
         fused = session_first_stage(fused, {i: p.session_id for i, p in cands.places.items()},
                                     weight=params.session_first, top=params.session_top)
     spilled = spill_over(fused, cands.places, share=params.spillover)
-    # neighbours reached by spillover share the session of the turn that reached them (the first such turn in
-    # placement order; a placed entry keeps its own): written in reverse, so the first turn's write is the last
+    return session_boost(spilled, _sessions(cands.places), weight=params.session_weight), fused, spilled
+
+
+def _sessions(places: Mapping[str, Placement]) -> dict[str, str | None]:
+    """The session of every placed entry and of its neighbours: a neighbour reached by spillover shares the session
+    of the first turn in placement order that lists it; a placed entry keeps its own. ``setdefault`` in placement
+    order (0.15 ms for ~230 placements) rather than ``dict.fromkeys`` written in reverse (0.43 ms): the same values;
+    the key order differs, and the session boost only looks sessions up.
+
+    >>> class P:
+    ...     def __init__(self, s, before, after): self.session_id, self.before, self.after = s, before, after
+    >>> _sessions({"b": P("s1", ("a",), ("c",)), "c": P("s2", ("b",), ())})
+    {'a': 's1', 'c': 's2', 'b': 's1'}
+    """
     sessions: dict[str, str | None] = {}
-    for place in reversed(list(cands.places.values())):
-        sessions.update(dict.fromkeys(place.before, place.session_id))
-        sessions.update(dict.fromkeys(place.after, place.session_id))
-    sessions.update({i: p.session_id for i, p in cands.places.items()})
-    return session_boost(spilled, sessions, weight=params.session_weight), fused, spilled
+    first = sessions.setdefault
+    for place in places.values():
+        session = place.session_id
+        for neighbour in place.before:
+            first(neighbour, session)
+        for neighbour in place.after:
+            first(neighbour, session)
+    for entry_id, place in places.items():
+        sessions[entry_id] = place.session_id
+    return sessions
 
 
 __all__ = ["CONTEXT_VECTOR_WEIGHT", "DENSE_WEIGHT", "SESSION_WEIGHT", "SPILLOVER", "Candidates", "Placement", "RetrievalParams", "best_first", "fuse",
