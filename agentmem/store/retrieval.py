@@ -112,7 +112,12 @@ class Candidates:
 
 
 def fuse(dense: Mapping[str, float], lexical: Mapping[str, float], *, dense_weight: float = DENSE_WEIGHT) -> dict[str, float]:
-    """Combine cosine similarities and BM25 scores (higher is better) into one score in [0, 1]."""
+    """Combine cosine similarities and BM25 scores (higher is better) into one score in [0, 1], ids in order.
+
+    In id order, not a set's: later steps add scores up in this dict's order (spillover), and a set of strings
+    iterates in an order that differs between processes (hash randomisation), so the sums differed in their last
+    bits and near-equal candidates swapped places: a store reopened elsewhere re-scored hits by 4e-5..2e-3.
+    """
     scaled_dense: dict[str, float] = {}
     if dense:
         lo, hi = min(dense.values()), max(dense.values())
@@ -124,7 +129,7 @@ def fuse(dense: Mapping[str, float], lexical: Mapping[str, float], *, dense_weig
         scaled_lex = {i: (s / best if best > 0 else 0.0) for i, s in lexical.items()}
     return {
         i: dense_weight * scaled_dense.get(i, 0.0) + (1 - dense_weight) * scaled_lex.get(i, 0.0)
-        for i in scaled_dense.keys() | scaled_lex.keys()
+        for i in sorted(scaled_dense.keys() | scaled_lex.keys())
     }
 
 
