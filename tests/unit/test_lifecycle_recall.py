@@ -154,7 +154,8 @@ def test_the_conflict_check_settles_the_same_head_whatever_k(tmp_path: Path) -> 
              "We drove to Lisbon last summer.", "I took the night train to Prague.", "Amsterdam is full of bikes.",
              "I went to Tokyo for work once.", "My trip to New York was exhausting.",
              "Barcelona's beaches were crowded.", "I stopped in Munich on the way home.", "I visited my aunt in Dublin.",
-             "Athens was very hot in August.", "I saw the fjords near Bergen."]
+             "Athens was very hot in August.", "I saw the fjords near Bergen.", "Florence had the best gelato.",
+             "I spent a rainy week in Edinburgh.", "Zurich was spotless when I visited."]
     new = "I might have found a spot for the dance studio downtown."
     query = "Which cities have I visited?"
     with AgentMemory(tmp_path / "s") as mem:
