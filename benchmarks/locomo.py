@@ -47,7 +47,7 @@ from agentmem.store.multihop import for_query
 from agentmem.store.head_cues import widen
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.learned_rank import reorder
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
@@ -147,7 +147,7 @@ def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalPa
     """The store's ranking (EntryStore._ranked without scope filters) for one setting."""
     p = for_query(p, q.text)
     scores, fused, spilled = rank_parts(cands, p)
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    ranked = best_first(scores)
     depth = max(2 * k, p.rerank_depth)
     if p.learned_head and p.head_reserve:
         ranked, depth = widen(ranked, cands, depth, p.head_reserve)

@@ -72,26 +72,41 @@ class Calibration:
         return cls(*(round(float(v), 3) for v in w))
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50) -> np.ndarray:
+def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50,
+                 nonneg: Sequence[int] = ()) -> np.ndarray:
     """Maximum-likelihood logistic regression by Newton's method with an L2 penalty on the weights (not the bias):
     the weights of ``x``'s columns, then the bias. Shared by the calibration and the learned head's fits.
+    ``nonneg``: columns whose weight is held >= 0 (projected Newton with an active set: a held weight at 0 whose
+    gradient pushes it below 0 is left out of the step, then held weights are clamped at 0).
 
     Example:
         >>> w = fit_logistic(np.array([[0.0], [1.0], [0.0], [1.0]]), np.array([0.0, 1.0, 0.0, 1.0]), l2=1.0)
         >>> bool(w[0] > 0 > w[1])
         True
+        >>> x = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+        >>> w = fit_logistic(x, np.array([1.0, 0.0, 1.0, 0.0]), l2=1.0, nonneg=[0])
+        >>> bool(w[0] == 0.0 and w[1] > 0)
+        True
     """
     design = np.column_stack([x, np.ones(len(x))])
-    w = np.zeros(design.shape[1])
-    reg = l2 * np.eye(design.shape[1])
+    d = design.shape[1]
+    w = np.zeros(d)
+    reg = l2 * np.eye(d)
     reg[-1, -1] = 0.0  # the bias is not shrunk
+    held = np.zeros(d, dtype=bool)
+    held[list(nonneg)] = True
     for _ in range(steps):
         p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -30, 30)))
         grad = design.T @ (p - y) + reg @ w
         hess = (design * (p * (1 - p))[:, None]).T @ design + reg
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if float(np.abs(step).max()) < 1e-8:
+        free = ~(held & (w <= 0) & (grad > 0))
+        step = np.zeros(d)
+        step[free] = np.linalg.solve(hess[np.ix_(free, free)], grad[free])
+        new = w - step
+        new[held] = np.maximum(new[held], 0.0)
+        moved = float(np.abs(new - w).max())
+        w = new
+        if moved < 1e-8:
             break
     return w
 
