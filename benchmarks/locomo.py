@@ -43,11 +43,9 @@ from _backends import BACKENDS, backend_urls
 from agentmem import AgentMemory, MemoryConfig
 from agentmem.store.calibration import Calibration
 from agentmem.store.entries import Scope
-from agentmem.store.multihop import for_query
-from agentmem.store.head_cues import widen
-from agentmem.store.rerank import HeadEntry, rerank
-from agentmem.store.learned_rank import reorder
-from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts
+from agentmem.store.head import rank_candidates
+from agentmem.store.rerank import HeadEntry
+from agentmem.store.retrieval import Candidates, RetrievalParams
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
@@ -144,18 +142,12 @@ def end_to_end(mem: AgentMemory, questions: list[Question], ks: list[int]) -> di
 
 
 def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int) -> list[tuple[str, float]]:
-    """The store's ranking (EntryStore._ranked without scope filters) for one setting."""
-    p = for_query(p, q.text)
-    scores, fused, spilled = rank_parts(cands, p)
-    ranked = best_first(scores)
-    depth = max(2 * k, p.rerank_depth)
-    if p.learned_head and p.head_reserve:
-        ranked, depth = widen(ranked, cands, depth, p.head_reserve)
-    head = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]
-    order = rerank(q.text, head, p)
-    if p.learned_head:
-        order = reorder(q.text, head, order, cands, fused, spilled, p)
-    return (order + ranked[depth:])[:k]
+    """The store's ranking (``agentmem.store.head.rank_candidates``, what recall orders by) for one setting, every
+    row admitted (no scope filters, no versions followed)."""
+    def load(ranked: list[tuple[str, float]], depth: int) -> tuple[list[HeadEntry], list[tuple[str, float]]]:
+        return [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]], ranked[depth:]
+
+    return rank_candidates(q.text, cands, p, k, load)
 
 
 def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int], folds: int) -> dict[str, Any]:

@@ -37,14 +37,12 @@ from agentmem.store.filters import Predicate
 from agentmem.store.calibration import Calibration
 from agentmem.store.chain_ends import ChainEnds
 from agentmem.store.consolidation_recall import CHAIN, current_versions, pages
-from agentmem.store.multihop import for_query
-from agentmem.store.rerank import HeadEntry, rerank
+from agentmem.store.rerank import HeadEntry
 from agentmem.store.context import context_cosines, neighbours
 from agentmem.store.context_vectors import ContextVectors
 from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.store.head_cues import widen
-from agentmem.store.learned_rank import reorder
-from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, fuse, rank_parts
+from agentmem.store.head import rank_candidates
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, fuse
 from agentmem.store.vectors import chroma_where
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher
@@ -487,12 +485,38 @@ class EntryStore:
 
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
                 k: int, follow_versions: bool = False, chain_stamp: int | None = None) -> list[ScoredRow]:
-        params = for_query(self.params, query)  # a list question: a weaker session boost (store.multihop)
-        scores, fused, spilled = rank_parts(cands, params)
-        ranked = best_first(scores)
-        depth = max(2 * k, params.rerank_depth)
-        if params.learned_head and params.head_reserve:  # the pools' best join the head the learned order sees
-            ranked, depth = widen(ranked, cands, depth, params.head_reserve)
+        admitted: list[tuple[EntryRecord, float]] = []
+
+        def load(ranked: list[tuple[str, float]], depth: int) -> tuple[list[HeadEntry], list[tuple[str, float]]]:
+            """The head's rows, admitted by scope (current versions when following them): agentmem.store.head."""
+            admitted.extend(self._admitted(ranked, depth, scope, now, follow_versions, chain_stamp))
+            return ([HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in admitted[:depth]],
+                    [(row.id, s) for row, s in admitted[depth:]])
+
+        order = rank_candidates(query, cands, self.params, k, load)
+        by_id = {row.id: row for row, _ in admitted}
+        missing = [i for i, _ in order if i not in cands.dense]
+        # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)
+        cosine = {**cands.dense, **dict(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), ids=missing))} \
+            if missing else cands.dense
+        best_dense, best_lexical = cands.best_dense, cands.best_lexical
+        out: list[ScoredRow] = []
+        for entry_id, score in order:
+            parts = {"rank": score}
+            if entry_id in cosine:  # by the hit's own id: a successor reports its own cosine, not the old text's
+                parts["dense"] = cosine[entry_id]
+            if entry_id in cands.lexical:
+                parts["lexical"] = cands.lexical[entry_id]
+            if entry_id in cands.turn_context:
+                parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
+            calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
+            out.append(ScoredRow(by_id[entry_id], calibrated, parts))
+        return out
+
+    def _admitted(self, ranked: Sequence[tuple[str, float]], depth: int, scope: Scope, now: float,
+                  follow_versions: bool, chain_stamp: int | None) -> list[tuple[EntryRecord, float]]:
+        """The rows of ``ranked``'s best that ``scope`` admits (their current versions with ``follow_versions``),
+        best first, loaded page by page until ``depth`` are admitted."""
         admitted: list[tuple[EntryRecord, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}
@@ -513,33 +537,7 @@ class EntryStore:
                 admitted += [(rows[i], s) for i, s in page if i in rows and scope.admits(rows[i], now)]
             if len(admitted) >= depth:
                 break
-        # the head is re-ranked with what only rows tell (speaker, time expressions); boosts are >= 1, so the
-        # head never falls below the rows not loaded
-        head, tail = admitted[:depth], admitted[depth:]
-        by_id = {row.id: row for row, _ in admitted}
-        head_entries = [HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in head]
-        order = rerank(query, head_entries, params)
-        if params.learned_head:  # agentmem.store.learned_rank: the head re-ordered, its scores kept in order
-            order = reorder(query, head_entries, order, cands, fused, spilled, params)
-        order += [(row.id, s) for row, s in tail]
-        order = order[:k]
-        missing = [i for i, _ in order if i not in cands.dense]
-        # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)
-        cosine = {**cands.dense, **dict(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), ids=missing))} \
-            if missing else cands.dense
-        best_dense, best_lexical = cands.best_dense, cands.best_lexical
-        out: list[ScoredRow] = []
-        for entry_id, score in order:
-            parts = {"rank": score}
-            if entry_id in cosine:  # by the hit's own id: a successor reports its own cosine, not the old text's
-                parts["dense"] = cosine[entry_id]
-            if entry_id in cands.lexical:
-                parts["lexical"] = cands.lexical[entry_id]
-            if entry_id in cands.turn_context:
-                parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
-            calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
-            out.append(ScoredRow(by_id[entry_id], calibrated, parts))
-        return out
+        return admitted
 
     def _superseded_ids(self, user_id: str) -> list[str]:
         """Ids of ``user_id``'s entries with a ``superseded_by`` (any status, as :data:`_SUPERSEDED_IDS` says): the

@@ -1,0 +1,58 @@
+"""The order recall gives one query's candidates: the pure ranking steps, shared by ``EntryStore._ranked`` and the
+LoCoMo benchmarks (``benchmarks/locomo.py``'s ``ranking``), so a change to the ranking is made in one place.
+
+The steps: the query's own parameters (:func:`agentmem.store.multihop.for_query`), fusion, spillover and the
+session boost (:func:`agentmem.store.retrieval.rank_parts`), best first, the head widened by the pools' best
+(:func:`agentmem.store.head_cues.widen`, with ``head_reserve`` and the learned order), the head's rows read by the
+caller (``load``: the store pages its rows in, filters them by scope and follows versions; a benchmark reads them
+from a dict), the hand-set re-ranking (:func:`agentmem.store.rerank.rerank`) and the learned re-ordering
+(:func:`agentmem.store.learned_rank.reorder`), then the tail the caller kept after the head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agentmem.store.head_cues import widen
+from agentmem.store.learned_rank import reorder
+from agentmem.store.multihop import for_query
+from agentmem.store.rerank import HeadEntry, rerank
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts
+
+Ranked = list[tuple[str, float]]
+# (the ranked candidates, best first, and the head's depth) -> (the head's entries, the ranked rest after them)
+HeadLoader = Callable[[Ranked, int], tuple[list[HeadEntry], Ranked]]
+
+
+def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: int, load: HeadLoader) -> Ranked:
+    """The best ``k`` of ``cands`` as (id, score), best first: the order ``recall`` returns.
+
+    ``load(ranked, depth)`` gets every scored candidate best first and the head's depth (``max(2k, rerank_depth)``,
+    plus the pools' best the widening moved up); it returns the head's entries (at most ``depth``, the rows'
+    speaker and memory line with the ranked score) and the ranked candidates after them. The store drops there the
+    rows its scope rejects and swaps in current versions; with every row admitted it is the plain split below.
+
+    Example:
+        >>> rows = {"a": ("Ann", "[1 May 2023] Ann: I went hiking"), "b": ("Bob", "[1 May 2023] Bob: where to?")}
+        >>> def load(ranked, depth):
+        ...     return [HeadEntry(i, s, *rows[i]) for i, s in ranked[:depth]], ranked[depth:]
+        >>> cands = Candidates({"a": 0.6, "b": 0.5}, {"a": 2.0, "b": 3.0})
+        >>> [i for i, _ in rank_candidates("Where did Ann go?", cands, RetrievalParams(), 5, load)]
+        ['a', 'b']
+    """
+    params = for_query(params, query)  # a list question: a weaker session boost (store.multihop)
+    scores, fused, spilled = rank_parts(cands, params)
+    ranked = best_first(scores)
+    depth = max(2 * k, params.rerank_depth)
+    if params.learned_head and params.head_reserve:  # the pools' best join the head the learned order sees
+        ranked, depth = widen(ranked, cands, depth, params.head_reserve)
+    head, tail = load(ranked, depth)
+    # the head is re-ranked with what only rows tell (speaker, time expressions); boosts are >= 1, so the head never
+    # falls below the rows not loaded
+    order = rerank(query, head, params)
+    if params.learned_head:  # agentmem.store.learned_rank: the head re-ordered, its scores kept in order
+        order = reorder(query, head, order, cands, fused, spilled, params)
+    return (order + list(tail))[:k]
+
+
+__all__ = ["HeadLoader", "Ranked", "rank_candidates"]

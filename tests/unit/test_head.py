@@ -1,0 +1,104 @@
+"""The benchmarks rank with recall's own order (agentmem.store.head.rank_candidates): LoCoMo's ``ranking``, which the
+cross-validation, the calibration fits and the learned-head ablations score, must return exactly the ids and rank
+scores ``recall`` returns over the same candidates, on a real store ingested by the benchmark's own loader."""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agentmem import AgentMemory
+from agentmem.store.head import rank_candidates
+from agentmem.store.head_cues import widen
+from agentmem.store.multihop import for_query
+from agentmem.store.rerank import HeadEntry
+from agentmem.store.retrieval import RetrievalParams, best_first, rank_parts
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+import locomo  # noqa: E402
+from recall_latency import OBJECTS, SUBJECTS, VERBS  # noqa: E402
+
+SPEAKERS = ("Ann", "Bob")
+WHEN = ("yesterday", "last week", "on Saturday", "two days ago", "", "", "")
+
+
+def _conversation(cid: str, rng: random.Random) -> dict:
+    """A LoCoMo-shaped conversation: 6 dated sessions of 14 turns, two speakers, some questions among the turns."""
+    sessions = []
+    for s in range(6):
+        turns = []
+        for t in range(14):
+            text = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(WHEN)}".strip()
+            if t % 5 == 4:
+                text = f"did {rng.choice(SUBJECTS)} really go to {rng.choice(OBJECTS)}?"
+            turns.append({"speaker": SPEAKERS[t % 2], "dia_id": f"D{s + 1}:{t + 1}", "text": text})
+        sessions.append({"session": s + 1, "date_time": f"{s + 1} May 2023", "turns": turns})
+    return {"conversation_id": cid, "sessions": sessions, "qa": []}
+
+
+def _questions(rng: random.Random) -> list[str]:
+    asks = [f"When did {rng.choice(SPEAKERS)} say {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}?"
+            for _ in range(12)]
+    asks += [f"What did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(8)]
+    return asks + ["What things did Ann buy?", "Which places did Bob visit?", "Where did the dog go?"]
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AgentMemory, list[locomo.Question], dict]]:
+    rng = random.Random(7)
+    conversations = [_conversation(c, rng) for c in ("a", "b")]
+    # consolidation off: recall is then the store's search alone (no version following, no conflict demotion), the
+    # ranking locomo.py's cross-validation scores
+    with AgentMemory(tmp_path_factory.mktemp("head") / "m", kv_encoding="off", consolidation="off") as mem:
+        locomo.load_conversations(mem, conversations)
+        questions = [locomo.Question(c, text, 1, set()) for c in ("a", "b") for text in _questions(rng)]
+        rows = locomo.gather_candidates(mem, questions, max(mem.config.candidate_pool, 40))  # as locomo.py --k 5 10
+        yield mem, questions, rows
+
+
+@pytest.mark.parametrize("k", [5, 10])
+def test_locomo_ranking_is_the_order_recall_returns(bench, k: int) -> None:
+    mem, questions, rows = bench
+    params = mem._store.params
+    for q in questions:
+        cands, _ = mem._store.candidates(q.text, locomo.Scope(f"locomo-{q.conv}"),
+                                         pool=max(mem.config.candidate_pool, 4 * k))
+        hits = mem.recall(q.text, user_id=f"locomo-{q.conv}", k=k)
+        got = locomo.ranking(q, cands, rows, params, k)
+        assert [h.id for h in hits] == [i for i, _ in got], q.text
+        assert [h.scores["rank"] for h in hits] == pytest.approx([s for _, s in got], abs=0, rel=1e-12), q.text
+
+
+def test_the_comparison_sees_every_step(bench) -> None:
+    """Not vacuous: on these questions, leaving out the learned order, the widening or the query's own parameters
+    changes the order, so a benchmark copy that drifted from recall in any of them fails the test above."""
+    mem, questions, rows = bench
+    params, k = mem._store.params, 10
+    shipped = [locomo.ranking(q, q.cands, rows, params, k) for q in questions]
+    for changed in (replace(params, learned_head=False), replace(params, head_reserve=0)):
+        assert [locomo.ranking(q, q.cands, rows, changed, k) for q in questions] != shipped
+    assert any(for_query(params, q.text) != params for q in questions)  # a list question among them
+    widened = [widen(best_first(rank_parts(q.cands, for_query(params, q.text))[0]), q.cands, 20,
+                     params.head_reserve)[1] for q in questions]
+    assert max(widened) > 20  # the pools' best moved into the head
+
+
+def test_the_loader_decides_the_head() -> None:
+    """What ``load`` leaves out of the head (a row the scope rejects) is not ranked; its tail follows the head."""
+    from agentmem.store.retrieval import Candidates
+
+    lines = {"a": ("Ann", "[1 May 2023] Ann: I went hiking"), "b": ("Bob", "[1 May 2023] Bob: where to?"),
+             "c": ("Ann", "[2 May 2023] Ann: hiking again")}
+    cands = Candidates({"a": 0.6, "b": 0.5, "c": 0.4}, {"a": 2.0, "b": 3.0, "c": 1.0})
+
+    def without_a(ranked, depth):
+        kept = [(i, s) for i, s in ranked if i != "a"]
+        return [HeadEntry(i, s, *lines[i]) for i, s in kept[:1]], kept[1:]
+
+    order = rank_candidates("Where did Ann go?", cands, RetrievalParams(), 5, without_a)
+    assert "a" not in [i for i, _ in order] and len(order) == 2
