@@ -35,6 +35,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, joinedload, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.lexical_bounds import WILDCARD, can_stop, doc_bounds, idf, prefix_of, term_bound
 
 if TYPE_CHECKING:
@@ -156,15 +157,6 @@ def lexical_ddl(table: str) -> str:
     """DDL of one user's FTS5 table (``IF NOT EXISTS``)."""
     return f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
-# Function words carry no topic; dropping them keeps BM25's OR-query from matching everything.
-_STOPWORDS = frozenset(
-    """a an the and or but if of at by for with about against between into through during before after above below
-    to from up down in out on off over under again further then once here there when where why how all any both each
-    few more most other some such no nor not only own same so than too very s t can will just don should now is are
-    was were be been being have has had having do does did doing i me my myself we our ours you your yours he him his
-    she her hers it its they them their what which who whom this that these those am would could shall might must
-    ever also yet""".split()
-)
 
 
 def fts_query(query: str, *, blind: Callable[[str], str] | None = None) -> str | None:
@@ -175,7 +167,7 @@ def fts_query(query: str, *, blind: Callable[[str], str] | None = None) -> str |
     words: list[str] = []
     for w in _WORD.findall(query.lower()):
         w = w.split("'")[0]
-        if not w or w in _STOPWORDS:
+        if not w or w in STOPWORDS:
             continue
         if blind is not None:
             w = blind(w)

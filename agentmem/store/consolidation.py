@@ -44,7 +44,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from agentmem.store.catalog import _STOPWORDS, EntryRow
+from agentmem.store.catalog import EntryRow
+from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 
@@ -68,7 +69,7 @@ T = TypeVar("T")
 
 def content_words(text: str) -> set[str]:
     """Lower-cased words that carry content (stopwords dropped)."""
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS}
+    return {w for w in _WORD.findall(text.lower()) if w not in STOPWORDS}
 
 
 def jaccard(a: set[str], b: set[str]) -> float:

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from agentmem.store.catalog import _STOPWORDS
+from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.consolidation import content_words
 from agentmem.store.multihop import list_question
 from agentmem.store.rerank import HeadEntry
@@ -72,7 +72,7 @@ def question_words(query: str, speakers: Iterable[str | None]) -> list[str]:
     out: list[str] = []
     for w in _WORD.findall(query.lower()):
         s = stem(w)
-        if w not in _STOPWORDS and s not in skip and s not in out:
+        if w not in STOPWORDS and s not in skip and s not in out:
             out.append(s)
     return out
 
