@@ -5,7 +5,9 @@ exported graph on ONNX Runtime (already installed: Chroma depends on it) gives t
 ~1e-7 here) about 2.5× faster (measured on this 2-core CPU: 5.5 ms vs 14.9 ms per query), which is most of a
 recall's latency budget. Stored entries keep the sentence-transformers path: batches do not pay that overhead.
 
-The export needs the ``onnx`` package and takes ~2 s once per model; the file is cached under
+The query graph (int8 feed-forward weights) is written node by node from a plain BERT's weights with ONNX
+Runtime's fused kernels (:func:`_fused_bert`), else exported. The export needs the ``onnx`` package and takes
+~2 s once per model; each file is cached under
 ``<cache_dir>/embeddings/`` keyed by the weights file's path, size and modification time, written atomically.
 Anything missing or failing means ``None``: the caller keeps the PyTorch path.
 
@@ -34,7 +36,8 @@ from agentmem._fs import publish
 log = logging.getLogger(__name__)
 
 _EXPORT_VERSION = "1"  # bump when the exported graph's inputs or outputs change
-_FFN8_VERSION = "1"  # bump when the quantised nodes or settings change
+_FFN8_VERSION = "2"  # bump when the quantised nodes or settings change
+_FUSED_VERSION = "1"  # bump when the hand-built query graph (:func:`_fused_bert`) changes
 _lock = threading.Lock()
 
 
@@ -47,12 +50,14 @@ class OnnxQueryEncoder:
         self._max_length = max_length
         self._inputs = [i.name for i in session.get_inputs()]
         self._single = _single_text_tokenizer(tokenizer, max_length)
+        self._masked = "attention_mask" in self._inputs  # else a graph for one unpadded text (_fused_bert)
 
     @classmethod
     def for_model(cls, model: Any, *, cache_dir: Path, ffn_int8: bool = False) -> OnnxQueryEncoder | None:
         """An encoder for a sentence-transformers ``model`` (Transformer + mean Pooling [+ Normalize]), or None
-        when the model has another shape or ONNX Runtime / the export is unavailable. ``ffn_int8``: the graph with
-        its feed-forward weights quantised to int8 (:func:`_ffn_int8`; for queries only, docs/retrieval.md)."""
+        when the model has another shape or ONNX Runtime / the export is unavailable. ``ffn_int8``: the query
+        graph, its feed-forward weights quantised to int8 (:func:`_ffn_int8`; for queries only, docs/retrieval.md),
+        built by hand with ONNX Runtime's fused kernels when the model is a plain BERT (:func:`_fused_bert`)."""
         from agentmem.store.vectors import is_mean_pooled
 
         if not is_mean_pooled(model):
@@ -70,8 +75,9 @@ class OnnxQueryEncoder:
             return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
         def exported() -> Path:
-            path = _exported(model[0], cache_dir)
-            return _ffn_int8(path) if ffn_int8 else path
+            if not ffn_int8:
+                return _exported(model[0], cache_dir)
+            return _ffn_int8(_fused_bert(model[0], cache_dir) or _exported(model[0], cache_dir))
 
         try:
             path = exported()
@@ -92,14 +98,16 @@ class OnnxQueryEncoder:
             >>> encoder.encode(["where does the user live?"]).shape                  # doctest: +SKIP
             (1, 384)
         """
+        if len(texts) > 1 and not self._masked:  # no mask input: no padding, so one text at a time
+            return np.concatenate([self.encode([text]) for text in texts])
         if len(texts) == 1 and self._single is not None:  # a query: no padding, and the GIL is kept (see below)
             encoding = self._single.encode(texts[0])
             batch = {"input_ids": np.array([encoding.ids], dtype=np.int64),
                      "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
                      "token_type_ids": np.array([encoding.type_ids], dtype=np.int64)}
         else:
-            batch = self._tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length,
-                                    return_tensors="np")
+            batch = dict(self._tokenizer(list(texts), padding=True, truncation=True, max_length=self._max_length,
+                                         return_tensors="np"))
         feeds = {name: batch[name].astype(np.int64, copy=False) for name in self._inputs}
         hidden = self._session.run(None, feeds)[0]
         mask = batch["attention_mask"][..., None].astype(np.float32)
@@ -129,22 +137,26 @@ def _single_text_tokenizer(tokenizer: Any, max_length: int) -> Any:
 
 
 def _ffn_nodes(path: Path) -> list[str]:
-    """The feed-forward MatMuls of our exported BERT graph (``.../intermediate/dense/MatMul`` and the layer's
-    ``.../output/dense/MatMul``; not the attention's ``.../attention/output/dense/MatMul``)."""
+    """The feed-forward MatMuls of our BERT graphs: exported (``.../intermediate/dense/MatMul`` and the layer's
+    ``.../output/dense/MatMul``; not the attention's ``.../attention/output/dense/MatMul``) or hand-built
+    (``ffn_in_<layer>``, ``ffn_out_<layer>``)."""
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    return [n.name for n in graph.node if n.op_type == "MatMul"
-            and ("/intermediate/dense/" in n.name or ("/output/dense/" in n.name and "/attention/" not in n.name))]
+    return [n.name for n in graph.node if n.op_type == "MatMul" and (
+        n.name.startswith(("ffn_in_", "ffn_out_"))
+        or "/intermediate/dense/" in n.name or ("/output/dense/" in n.name and "/attention/" not in n.name))]
 
 
 def _ffn_int8(path: Path) -> Path:
-    """The exported graph at ``path`` with only its feed-forward weights quantised to int8 (ONNX Runtime's dynamic
-    quantisation, per output channel), cached beside it; ``path`` itself when the graph has no such nodes.
+    """The graph at ``path`` (exported or :func:`_fused_bert`'s) with only its feed-forward weights quantised to
+    int8 (ONNX Runtime's dynamic quantisation, per output channel), cached beside it; ``path`` itself when the graph
+    has no such nodes.
 
-    Why only those: a query embeds in 8.1 ms float, 5.3 ms so (cosine to the float vector 0.996 on average, 0.994
-    at worst, 200 LoCoMo questions), and LoCoMo's cross-validated recall moves by -0.003 at most (-0.0025 @10):
-    every MatMul in int8 is faster still (2.3 ms) but lost 0.004 @10 (docs/retrieval.md, latency).
+    Why only those (session 7, on the exported graph): a query embeds in 8.1 ms float, 5.3 ms so (cosine to the
+    float vector 0.996 on average, 0.994 at worst, 200 LoCoMo questions), and LoCoMo's cross-validated recall moves
+    by -0.003 at most (-0.0025 @10): every MatMul in int8 is faster still (2.3 ms) but lost 0.004 @10
+    (docs/retrieval.md, latency; session 13 re-measured the variants on the fused graph).
     """
     target = path.with_name(f"{path.stem}.ffn8-{_FFN8_VERSION}.onnx")
     if target.exists():
@@ -161,7 +173,8 @@ def _ffn_int8(path: Path) -> Path:
         try:
             with _quantizer_advice_muted():
                 quantize_dynamic(str(path), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-                                 nodes_to_quantize=nodes)
+                                 nodes_to_quantize=nodes,
+                                 extra_options={"DefaultTensorType": 1})  # FLOAT: for _fused_bert's contrib ops
             publish(tmp, target)
         finally:
             tmp.unlink(missing_ok=True)
@@ -241,6 +254,145 @@ def _exported(transformer: Any, cache_dir: Path) -> Path:
             tmp.unlink(missing_ok=True)
             hf.train(was_training)
     return target
+
+
+
+def _fused_bert(transformer: Any, cache_dir: Path) -> Path | None:
+    """A query graph written node by node from a plain BERT's weights with ONNX Runtime's fused CPU kernels
+    (``Attention``, ``SkipLayerNormalization``, ``BiasGelu``), for one unpadded text (input ``input_ids`` only,
+    token type 0), cached under ``<cache_dir>/embeddings/`` like :func:`_exported`; None for another model, or when
+    the graph's output differs from the model's own on a sample (then the exported graph serves).
+
+    Why: the exported graph spends ~1.5 of its ~5.5 ms (ONNX Runtime's profiler, int8 feed-forward weights) in
+    small ops (masks, reshapes, transposes) that one text needs none of, and ONNX Runtime's transformer optimiser
+    does not recognise the attention that transformers 5 exports. Same arithmetic (max difference ~2e-7 on unit
+    vectors); per query, interleaved, 300 LoCoMo questions: float 6.1 → 5.5 ms, int8 feed-forward 4.2 → 3.7 ms
+    (docs/retrieval.md, session 13).
+    """
+    hf = transformer.auto_model
+    config = hf.config
+    if (getattr(config, "model_type", None) != "bert" or getattr(config, "hidden_act", None) != "gelu"
+            or getattr(config, "position_embedding_type", "absolute") != "absolute"
+            or getattr(config, "is_decoder", False)):
+        return None
+    key = hashlib.sha256(f"fused|{_FUSED_VERSION}|{_weights_identity(transformer)}".encode()).hexdigest()[:24]
+    target = Path(cache_dir).expanduser() / "embeddings" / f"{key}.fused.onnx"
+    if target.exists():
+        return target
+    import onnx
+
+    with _lock:
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{threading.get_ident()}.tmp")
+        try:
+            onnx.save(_bert_graph(hf), str(tmp))
+            if not _same_as_model(tmp, transformer):
+                log.info("hand-built query graph differs from the model: the exported graph serves")
+                return None
+            publish(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return target
+
+
+def _same_as_model(path: Path, transformer: Any) -> bool:
+    """Whether the graph at ``path`` gives the model's own last hidden state (within 1e-4) on a sample text."""
+    import onnxruntime as ort
+    import torch
+
+    ids = transformer.tokenizer(["Where did Caroline move to, and when? 42 km."], return_tensors="pt")["input_ids"]
+    hf = transformer.auto_model
+    was_training = hf.training
+    hf.eval()
+    try:
+        with torch.inference_mode():
+            expected = hf(input_ids=ids).last_hidden_state.float().numpy()
+    finally:
+        hf.train(was_training)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input_ids": ids.numpy().astype(np.int64)})[0]
+    return got.shape == expected.shape and float(np.abs(got - expected).max()) < 1e-4
+
+
+def _bert_graph(hf: Any) -> Any:
+    """The ONNX model of :func:`_fused_bert`: embeddings (word + position + token type 0) and LayerNorm, then per
+    layer ``Attention`` (packed QKV), the output MatMul into ``SkipLayerNormalization`` (bias fused), the feed-forward
+    MatMuls ``ffn_in_<l>`` / ``ffn_out_<l>`` around ``BiasGelu``, and a second ``SkipLayerNormalization``."""
+    import torch
+    from onnx import TensorProto, helper, numpy_helper
+
+    with torch.no_grad():
+        weights = {k: v.detach().float().cpu().numpy() for k, v in hf.state_dict().items()}
+    config = hf.config
+    eps = float(config.layer_norm_eps)
+    inits: list[Any] = []
+
+    def init(name: str, value: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    e = "embeddings."
+    init("positions", weights[e + "position_embeddings.weight"] + weights[e + "token_type_embeddings.weight"][0])
+    for name, value in (("one", [1]), ("zero", [0]), ("two", [2])):
+        init(name, np.array(value, dtype=np.int64))
+    nodes = [helper.make_node("Gather", [init("words", weights[e + "word_embeddings.weight"]), "input_ids"], ["w"]),
+             helper.make_node("Shape", ["input_ids"], ["shape"]),
+             helper.make_node("Slice", ["shape", "one", "two"], ["tokens"]),
+             helper.make_node("Slice", ["positions", "zero", "tokens"], ["p"]),
+             helper.make_node("Add", ["w", "p"], ["sum"]),
+             helper.make_node("LayerNormalization", ["sum", init("emb_g", weights[e + "LayerNorm.weight"]),
+                                                     init("emb_b", weights[e + "LayerNorm.bias"])], ["x0"],
+                              axis=-1, epsilon=eps)]
+    layers = int(config.num_hidden_layers)
+    for layer in range(layers):
+        out = "last_hidden_state" if layer == layers - 1 else f"x{layer + 1}"
+        nodes += _bert_layer(weights, f"encoder.layer.{layer}.", layer, f"x{layer}", out, init,
+                             heads=int(config.num_attention_heads), eps=eps)
+    graph = helper.make_graph(
+        nodes, "agentmem_bert_query", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "tokens"])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, "tokens", config.hidden_size])],
+        inits)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    return model
+
+
+def _bert_layer(w: dict[str, np.ndarray], p: str, n: int, x: str, out: str, init: Any, *, heads: int,
+                eps: float) -> list[Any]:
+    """One encoder layer's nodes for :func:`_bert_graph` (weights ``w`` under prefix ``p``, layer index ``n``)."""
+    from onnx import helper
+
+    a = p + "attention."
+    qkv = np.concatenate([w[a + f"self.{m}.weight"].T for m in ("query", "key", "value")], axis=1)
+    qkv_bias = np.concatenate([w[a + f"self.{m}.bias"] for m in ("query", "key", "value")])
+    ms = "com.microsoft"
+    return [
+        helper.make_node("Attention", [x, init(f"qkv{n}", qkv), init(f"qkv_b{n}", qkv_bias)], [f"att{n}"],
+                         name=f"attention_{n}", domain=ms, num_heads=heads),
+        helper.make_node("MatMul", [f"att{n}", init(f"ao{n}", w[a + "output.dense.weight"].T)], [f"ao{n}_out"],
+                         name=f"attention_out_{n}"),
+        helper.make_node("SkipLayerNormalization",
+                         [f"ao{n}_out", x, init(f"ln1_g{n}", w[a + "output.LayerNorm.weight"]),
+                          init(f"ln1_b{n}", w[a + "output.LayerNorm.bias"]),
+                          init(f"ao_b{n}", w[a + "output.dense.bias"])],
+                         [f"y{n}"], name=f"skip_ln1_{n}", domain=ms, epsilon=eps),
+        helper.make_node("MatMul", [f"y{n}", init(f"fi{n}", w[p + "intermediate.dense.weight"].T)], [f"fi{n}_out"],
+                         name=f"ffn_in_{n}"),
+        helper.make_node("BiasGelu", [f"fi{n}_out", init(f"fi_b{n}", w[p + "intermediate.dense.bias"])], [f"g{n}"],
+                         name=f"gelu_{n}", domain=ms),
+        helper.make_node("MatMul", [f"g{n}", init(f"fo{n}", w[p + "output.dense.weight"].T)], [f"fo{n}_out"],
+                         name=f"ffn_out_{n}"),
+        helper.make_node("SkipLayerNormalization",
+                         [f"fo{n}_out", f"y{n}", init(f"ln2_g{n}", w[p + "output.LayerNorm.weight"]),
+                          init(f"ln2_b{n}", w[p + "output.LayerNorm.bias"]),
+                          init(f"fo_b{n}", w[p + "output.dense.bias"])],
+                         [out], name=f"skip_ln2_{n}", domain=ms, epsilon=eps),
+    ]
 
 
 __all__ = ["OnnxQueryEncoder"]

@@ -154,9 +154,56 @@ def test_query_vectors_with_int8_feed_forward_weights_stay_close_and_stored_vect
     assert cosines.min() > 0.98 and cosines.mean() > 0.99  # close (a two-token "hi": 0.988)
     assert not np.allclose(quantised, reference, atol=1e-4)  # and not the float graph
     assert len(list((tmp_path / "embeddings").glob("*.ffn8-*.onnx"))) == 1  # quantised once, cached
+    assert len(list((tmp_path / "embeddings").glob("*.onnx"))) == 2  # from the fused graph: no export for it
     np.testing.assert_allclose(emb.encode(QUERIES[:1]), reference[:1], atol=1e-5)  # what is stored: float
     plain = Embedder(cache_dir=tmp_path, int8_queries=False)
     np.testing.assert_array_equal(plain.encode_query(QUERIES[0]), plain.encode(QUERIES[:1])[0])
+
+
+def test_the_hand_built_query_graph_gives_the_models_vectors_and_carries_the_int8_feed_forward(tmp_path: Path) -> None:
+    # the fused graph (Attention / SkipLayerNormalization / BiasGelu written from the weights) is the same
+    # arithmetic as the model: float, its vectors equal sentence-transformers' to 1e-5 (long queries truncated at
+    # 256 tokens as there); the query graph is that graph with the feed-forward MatMuls, and only those, in int8
+    import onnx
+    import onnxruntime as ort
+
+    from agentmem.store.onnx_query import OnnxQueryEncoder, _fused_bert
+
+    emb = Embedder(cache_dir=tmp_path)
+    model = emb.model
+    fused = _fused_bert(model[0], tmp_path)
+    assert fused is not None and fused.name.endswith(".fused.onnx")
+    session = ort.InferenceSession(str(fused), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["input_ids"]
+    ops = {n.op_type for n in onnx.load(str(fused)).graph.node}
+    assert {"Attention", "SkipLayerNormalization", "BiasGelu"} <= ops and "Softmax" not in ops
+    encoder = OnnxQueryEncoder(session, model[0].tokenizer, int(model.max_seq_length))
+    reference = model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
+    np.testing.assert_allclose(np.stack([encoder.encode([q])[0] for q in QUERIES]), reference, atol=1e-5)
+    np.testing.assert_allclose(encoder.encode(QUERIES), reference, atol=1e-5)  # several texts: one at a time
+    quantised = np.stack([emb.encode_query(q) for q in QUERIES])  # the query path: built from the fused graph
+    [int8] = list((tmp_path / "embeddings").glob("*.fused.ffn8-*.onnx"))
+    graph = onnx.load(str(int8)).graph
+    float_matmuls = sorted(n.name.rsplit("_", 1)[0] for n in graph.node if n.op_type == "MatMul")
+    assert float_matmuls == ["attention_out"] * 6 and sum(n.op_type == "Attention" for n in graph.node) == 6
+    cosines = (quantised * reference).sum(1)
+    assert cosines.min() > 0.98 and cosines.mean() > 0.99
+    assert not np.allclose(quantised, reference, atol=1e-4)
+
+
+def test_the_hand_built_graph_is_refused_for_another_architecture(tmp_path: Path) -> None:
+    # a model whose config is not a plain BERT keeps the exported graph (queries still go through ONNX)
+    from agentmem.store.onnx_query import _fused_bert
+
+    transformer = Embedder(cache_dir=tmp_path).model[0]
+    config = transformer.auto_model.config
+    saved = config.hidden_act
+    try:
+        config.hidden_act = "gelu_new"  # the tanh approximation: BiasGelu would be the wrong function
+        assert _fused_bert(transformer, tmp_path) is None
+    finally:
+        config.hidden_act = saved
+    assert not list((tmp_path / "embeddings").glob("*.fused.onnx"))
 
 
 def test_building_the_int8_query_graph_leaves_the_processs_logging_alone(tmp_path: Path) -> None:
