@@ -1,14 +1,16 @@
 """The score calibration's held-out quality under the ranking recall ships (``RetrievalParams()``), on the LoCoMo
 candidate cache of ``benchmarks/_locomo_cache.py`` (no store touched, ~1 minute).
 
-``benchmarks/locomo.py --folds 5`` fits and measures the calibration under each fold's grid choice of ranking
-constants, which is not the ranking the library uses; this script measures under the shipped defaults:
+``benchmarks/locomo.py --folds 5`` fits and measures the refits under each fold's grid choice of ranking
+constants, which is not the ranking the library uses (only its ``calibration_shipped_heldout`` is under the
+defaults); this script measures them all under the shipped defaults:
 
-- ``refit``: each fold's fit on 4 conversations, measured on the 5th (what ``calibration_heldout`` reports);
+- ``refit``: each fold's fit on 4 conversations, measured on the 5th (``calibration_heldout``, but under the
+  defaults);
 - ``median_nested``: the shipping procedure itself held out: for each held-out conversation, the per-weight median
   of the 4 fits made inside the other 4 (each on 3 of them), measured on it;
-- ``shipped``: ``Calibration()``'s constants on every conversation, and any
-  ``--also name=w_rank,w_dense,w_lexical,bias``.
+- ``shipped``: ``Calibration()``'s constants on every conversation (locomo.py's ``calibration_shipped_heldout``), and
+  any ``--also name=w_rank,w_dense,w_lexical,bias``.
 
     python benchmarks/calibration_check.py --cache /tmp/q-cache.pkl [--also grid_median=1.975,3.83,0.21,-9.166]
 
