@@ -185,7 +185,8 @@ VARIANTS = {  # name: (widening, extra columns)
     "rescue100": ("rescue:100", ""), "rescue_any50": ("rescue:50:dense:any", ""),
     "rescue_ctx50": ("rescue:50:context", ""), "rescue_both50": ("rescue:50:dense,context", ""),
     "rescue+sessdraw": ("rescue+sessdraw", ""), "rescue_lex50": ("rescue:50:dense:lex", ""),
-    "sess+coh_mean": ("", "sess,coh_mean"), "rescue_lex70": ("rescue:70:dense:lex", ""), "rescue_lex100": ("rescue:100:dense:lex", ""), "rescue+coh_mean": ("rescue", "coh_mean"),
+    "sess+coh_mean": ("", "sess,coh_mean"), "rescue_any100": ("rescue:100:dense:any", ""),
+    "rescue_any100+coh": ("rescue:100:dense:any", "coh"), "rescue_any100+sess": ("rescue:100:dense:any", "sess"), "rescue_lex70": ("rescue:70:dense:lex", ""), "rescue_lex100": ("rescue:100:dense:lex", ""), "rescue+coh_mean": ("rescue", "coh_mean"),
 }
 
 
