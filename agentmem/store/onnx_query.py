@@ -74,21 +74,27 @@ class OnnxQueryEncoder:
         def open_session(path: Path) -> Any:
             return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
-        def exported() -> Path:
-            if not ffn_int8:
-                return _exported(model[0], cache_dir)
-            return _ffn_int8(_fused_bert(model[0], cache_dir) or _exported(model[0], cache_dir))
+        built: list[Path] = []  # the cache files this encoder's graph comes from, the one to load last
 
-        try:
-            path = exported()
+        def exported() -> Path:
+            built.clear()
+            if not ffn_int8:
+                built.append(_exported(model[0], cache_dir))
+                return built[-1]
+            built.append(_fused_bert(model[0], cache_dir) or _exported(model[0], cache_dir))
+            built.append(_ffn_int8(built[-1]))
+            return built[-1]
+
+        for attempt in (1, 2):
             try:
-                session = open_session(path)
-            except Exception:
-                path.unlink(missing_ok=True)  # a damaged cache file: export again, once
                 session = open_session(exported())
-        except Exception as exc:  # export or load failed: the PyTorch path still works
-            log.info("query embeddings stay on PyTorch: ONNX export unavailable (%s)", type(exc).__name__)
-            return None
+                break
+            except Exception as exc:  # export, quantisation or load failed
+                if attempt == 2 or not built:  # twice, or nothing cached to blame: the PyTorch path still works
+                    log.info("query embeddings stay on PyTorch: ONNX graph unavailable (%s)", type(exc).__name__)
+                    return None
+                for path in built:  # a damaged cache file (the int8 graph or the graph it was made from): again
+                    path.unlink(missing_ok=True)
         return cls(session, model[0].tokenizer, int(model.max_seq_length))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -237,6 +237,28 @@ def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path:
     np.testing.assert_allclose(again.encode(["hello there"]), first.encode(["hello there"]), atol=1e-6)
 
 
+def test_a_damaged_query_graph_or_the_graph_it_was_quantised_from_is_rebuilt(tmp_path: Path) -> None:
+    # the int8 query graph is made from the hand-built float one: a damaged file at either step is rebuilt (once),
+    # and the encoder gives the same vectors as before; nothing falls back to PyTorch
+    from agentmem.store.onnx_query import OnnxQueryEncoder
+
+    model = Embedder().model
+    first = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path, ffn_int8=True)
+    assert first is not None
+    [fused] = list((tmp_path / "embeddings").glob("*.fused.onnx"))
+    [int8] = list((tmp_path / "embeddings").glob("*.fused.ffn8-*.onnx"))
+    expected = first.encode(["hello there"])
+    int8.write_bytes(b"not a model")  # the graph that is loaded
+    again = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path, ffn_int8=True)
+    assert again is not None and int8.stat().st_size > 1000
+    np.testing.assert_allclose(again.encode(["hello there"]), expected, atol=1e-6)
+    int8.unlink()
+    fused.write_bytes(b"not a model")  # the graph it is quantised from: quantisation fails on it
+    third = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path, ffn_int8=True)
+    assert third is not None and fused.stat().st_size > 1000 and int8.exists()
+    np.testing.assert_allclose(third.encode(["hello there"]), expected, atol=1e-6)
+
+
 def test_recall_spreads_to_the_reply_and_its_session(mem_path: Path) -> None:
     with AgentMemory(mem_path) as mem:
         turns = ["Did you ever get the kayak repaired?", "Yes, the shop on Quai Perrache fixed it for 40 euros.",
