@@ -184,9 +184,6 @@ class TurnContext(NamedTuple):
     after: tuple[str, ...]
 
 
-MMAP_BYTES = 256 << 20  # per connection; the OS's page cache backs it, so no private memory is taken
-
-
 class Catalog:
     """SQLite catalog of entries (WAL mode, busy timeout, secure delete)."""
 
@@ -207,10 +204,6 @@ class Catalog:
             # Erased memories must not linger in free pages of the file.
             cur.execute("PRAGMA secure_delete=ON")
             cur.execute("PRAGMA synchronous=NORMAL")
-            # reads through memory-mapped pages, not a read() into the connection's 2 MB page cache per miss: a
-            # recall's placement (turn_context) and row reads touch ~100 scattered B-tree pages of a 14 MB file
-            # (10,000 entries); the same rows, ~2-3 ms less per recall (docs/retrieval.md, "Latency", session 13)
-            cur.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
             cur.close()
 
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

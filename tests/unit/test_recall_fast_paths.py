@@ -213,26 +213,3 @@ def test_pair_features_in_place_are_the_stacked_features_bit_for_bit(dtype) -> N
                 assert np.array_equal(got, want)
                 if model is not None and dtype is np.float32:
                     assert np.array_equal(got @ model.weights + model.bias, want @ model.weights + model.bias)
-
-
-def _mmap_size(catalog: Catalog) -> int:
-    with catalog.engine.connect() as conn:
-        return conn.exec_driver_sql("PRAGMA mmap_size").scalar_one()
-
-
-def test_memory_mapped_catalog_reads_give_the_same_recalls_as_read_calls(mem: AgentMemory, monkeypatch) -> None:
-    from agentmem.store import catalog as catalog_module
-
-    catalog = mem._store.catalog
-    assert _mmap_size(catalog) == catalog_module.MMAP_BYTES > 0  # every pooled connection maps the file
-    mapped = _all_recalls(mem)
-    monkeypatch.setattr(catalog_module, "MMAP_BYTES", 0)  # new connections read pages with read(), as before
-    catalog.engine.dispose()
-    try:
-        assert _mmap_size(catalog) == 0
-        unmapped = _all_recalls(mem)
-    finally:
-        monkeypatch.undo()
-        catalog.engine.dispose()
-    assert _mmap_size(catalog) == catalog_module.MMAP_BYTES
-    assert mapped == unmapped and any(mapped)
