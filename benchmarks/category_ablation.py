@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learned_ablation as la  # noqa: E402
 
-from agentmem.store.head_cues import cue_columns, question_words, widen, _stems, _body  # noqa: E402
+from agentmem.store.head_cues import _body, _stems, cue_columns, move_up, question_words, widen  # noqa: E402
 from agentmem.store.learned_rank import FEATURES, features  # noqa: E402
 from agentmem.store.multihop import for_query  # noqa: E402
 from agentmem.store.rerank import HeadEntry, rerank  # noqa: E402
@@ -95,7 +95,7 @@ def rescue(ranked: list[tuple[str, float]], cands: Candidates, depth: int, query
     moved = {i for pool in chosen for i, _ in best_first(pool)[lo:hi]
              if i not in top and i in rows and (not cue or (i in cands.lexical if cue == "lexical"
                                                               else words & _stems(_body(rows[i].memory_text))))}
-    return _move(ranked, depth, moved)
+    return move_up(ranked, depth, moved)
 
 
 def sessdraw(ranked: list[tuple[str, float]], cands: Candidates, depth: int, n_sessions: int, per: int
@@ -112,22 +112,7 @@ def sessdraw(ranked: list[tuple[str, float]], cands: Candidates, depth: int, n_s
             taken[s] += 1
             if i not in top:
                 moved.add(i)
-    return _move(ranked, depth, moved)
-
-
-def _move(ranked: list[tuple[str, float]], depth: int, moved: set[str]) -> tuple[list[tuple[str, float]], int]:
-    """``moved`` ids from below the head moved up behind it (in their order), and the new depth.
-
-    Example:
-        >>> _move([("a", 3.0), ("b", 2.0), ("c", 1.0)], 1, {"c"})
-        ([('a', 3.0), ('c', 1.0), ('b', 2.0)], 2)
-    """
-    if not moved:
-        return list(ranked), depth
-    extra, rest = [], []
-    for kv in ranked[depth:]:
-        (extra if kv[0] in moved else rest).append(kv)
-    return list(ranked[:depth]) + extra + rest, depth + len(extra)
+    return move_up(ranked, depth, moved)
 
 
 def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], args: argparse.Namespace,

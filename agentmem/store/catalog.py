@@ -35,8 +35,8 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, joinedload, mapped_column, relationship, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.lexical_bounds import WILDCARD, can_stop, doc_bounds, idf, prefix_of, term_bound
+from agentmem.store.stopwords import STOPWORDS
 
 if TYPE_CHECKING:
     from agentmem.store.entry_records import EntryRecord

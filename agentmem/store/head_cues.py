@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import lru_cache
 
 import numpy as np
 
-from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.consolidation import content_words
 from agentmem.store.multihop import list_question
 from agentmem.store.rerank import HeadEntry
+from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.retrieval import Candidates, best_first
 
 CUES = ("overlap", "rare_overlap", "session_first", "session_mass", "list_first")
@@ -140,6 +140,17 @@ def widen(ranked: Sequence[tuple[str, float]], cands: Candidates, depth: int, re
     """
     top = {i for i, _ in ranked[:depth]}
     moved = {i for pool in (cands.dense, cands.turn_context) for i, _ in best_first(pool)[:reserve]} - top
+    return move_up(ranked, depth, moved)
+
+
+def move_up(ranked: Sequence[tuple[str, float]], depth: int, moved: Collection[str]
+            ) -> tuple[list[tuple[str, float]], int]:
+    """``ranked`` with the ``moved`` ids found below its first ``depth`` moved up to follow them, and the new depth.
+
+    Example:
+        >>> move_up([("a", 3.0), ("b", 2.0), ("c", 1.0)], 1, {"c"})
+        ([('a', 3.0), ('c', 1.0), ('b', 2.0)], 2)
+    """
     if not moved:
         return list(ranked), depth
     # one pass over the rest: the moved ids keep their fused order (the re-ranking sorts the head by score anyway)
@@ -149,4 +160,4 @@ def widen(ranked: Sequence[tuple[str, float]], cands: Candidates, depth: int, re
     return list(ranked[:depth]) + extra + rest, depth + len(extra)
 
 
-__all__ = ["CUES", "cue_columns", "cues", "question_words", "stem", "widen"]
+__all__ = ["CUES", "cue_columns", "cues", "move_up", "question_words", "stem", "widen"]

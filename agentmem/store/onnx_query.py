@@ -262,7 +262,6 @@ def _exported(transformer: Any, cache_dir: Path) -> Path:
     return target
 
 
-
 def _fused_bert(transformer: Any, cache_dir: Path) -> Path | None:
     """A query graph written node by node from a plain BERT's weights with ONNX Runtime's fused CPU kernels
     (``Attention``, ``SkipLayerNormalization``, ``BiasGelu``), for one unpadded text (input ``input_ids`` only,
