@@ -177,7 +177,7 @@ class PgVectorIndex:
         # relaxed order: re-sort exactly (the scan may hand rows back slightly out of order)
         return sorted(((i, float(s)) for i, s in rows), key=lambda kv: -kv[1])
 
-    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int | Sequence[int], spaces: Sequence[str],
                      where: dict[str, Any] | None = None,
                      ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
         """:meth:`query` in each of ``spaces`` (results in their order), one search after the other.

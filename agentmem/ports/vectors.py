@@ -71,11 +71,12 @@ class VectorIndex(Protocol):
         """
         ...
 
-    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int | Sequence[int], spaces: Sequence[str],
                      where: dict[str, Any] | None = None,
                      ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
         """:meth:`query` in each of ``spaces``, one result list per space in their order: for every space the
-        same hits as ``query(vector, ..., space=s)``. Recall searches the entries' own space and
+        same hits as ``query(vector, ..., space=s)``. ``n``: one count for every space, or one per space (recall
+        asks the context space for fewer, ``RetrievalParams.context_pool``; :func:`per_space` spells it out). Recall searches the entries' own space and
         :data:`CONTEXT_SPACE` with one query vector; a backend may run the searches side by side (embedded
         Chroma) or one after the other (:func:`query_each_space`). A space the user holds nothing in gives ``[]``.
         """
@@ -108,7 +109,21 @@ class VectorIndex(Protocol):
         ...
 
 
-def query_each_space(index: VectorIndex, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+def per_space(n: int | Sequence[int], spaces: Sequence[str]) -> list[int]:
+    """:meth:`VectorIndex.query_spaces`'s ``n`` as one count per space.
+
+    Example:
+        >>> per_space(100, ("", CONTEXT_SPACE)), per_space((100, 50), ("", CONTEXT_SPACE))
+        ([100, 100], [100, 50])
+    """
+    counts = [n] * len(spaces) if isinstance(n, int) else list(n)
+    if len(counts) != len(spaces):
+        raise ValueError(f"{len(counts)} counts for {len(spaces)} spaces")
+    return counts
+
+
+def query_each_space(index: VectorIndex, vector: np.ndarray, *, user_id: str, n: int | Sequence[int],
+                     spaces: Sequence[str],
                      where: dict[str, Any] | None = None,
                      ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
     """:meth:`VectorIndex.query_spaces` by one :meth:`~VectorIndex.query` per space in turn: the implementation
@@ -121,7 +136,8 @@ def query_each_space(index: VectorIndex, vector: np.ndarray, *, user_id: str, n:
         >>> query_each_space(One(), np.ones(2), user_id="u", n=1, spaces=("", CONTEXT_SPACE))
         [[('own', 1.0)], [('context', 1.0)]]
     """
-    return [index.query(vector, user_id=user_id, n=n, where=where, ids=ids, space=s) for s in spaces]
+    return [index.query(vector, user_id=user_id, n=c, where=where, ids=ids, space=s)
+            for s, c in zip(spaces, per_space(n, spaces))]
 
 
-__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space", "query_each_space"]
+__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space", "per_space", "query_each_space"]

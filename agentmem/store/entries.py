@@ -411,11 +411,13 @@ class EntryStore:
     def _dense(self, vec: np.ndarray, scope: Scope, pool: int, where: Any,
                ids: Sequence[str] | None) -> tuple[dict[str, float], dict[str, float]]:
         """The dense candidates and, where turns are searched, the turn context vectors' (their own space,
-        agentmem.store.context_vectors): both in one ``query_spaces`` (side by side where the index can)."""
+        agentmem.store.context_vectors): both in one ``query_spaces`` (side by side where the index can), the
+        context space asked for ``params.context_pool`` (at most ``pool``)."""
         search = {"user_id": scope.user_id, "n": pool, "where": where, "ids": ids}
         if not (self.params.context_vector_weight > 0 and self.contexts.enabled
                 and (not scope.kinds or "turn" in scope.kinds)):
             return dict(self.vectors.query(vec, **search)), {}
+        search["n"] = (pool, min(pool, self.params.context_pool))  # fewer context hits: fewer to place
         dense, context = self.vectors.query_spaces(vec, spaces=("", CONTEXT_SPACE), **search)
         return dict(dense), dict(context)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from agentmem.ports.vectors import SPACES, check_space
+from agentmem.ports.vectors import SPACES, check_space, per_space
 from agentmem.security.chroma_erase import (
     erase_collection_residue, has_rebuilds, recover_rebuilds, scrub_freed_memory,
 )
@@ -319,7 +319,7 @@ class VectorIndex:
         """Nearest entries of ``user_id`` in ``space`` as [(id, cosine similarity)], best first."""
         return self._handle.retry_stale(lambda: self._query_once(vector, user_id, n, where, ids, space))
 
-    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int, spaces: Sequence[str],
+    def query_spaces(self, vector: np.ndarray, *, user_id: str, n: int | Sequence[int], spaces: Sequence[str],
                      where: dict[str, Any] | None = None,
                      ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
         """:meth:`query` in each of ``spaces`` (results in their order), the searches side by side under one read.
@@ -330,7 +330,8 @@ class VectorIndex:
         Example:
             >>> dense, context = index.query_spaces(vec, user_id="u1", n=100, spaces=("", "context"))  # doctest: +SKIP
         """
-        return self._handle.retry_stale(lambda: self._query_spaces_once(vector, user_id, n, where, ids, spaces))
+        counts = per_space(n, spaces)
+        return self._handle.retry_stale(lambda: self._query_spaces_once(vector, user_id, counts, where, ids, spaces))
 
     def _query_once(self, vector: np.ndarray, user_id: str, n: int, where: dict[str, Any] | None,
                     ids: Sequence[str] | None, space: str = "") -> list[tuple[str, float]]:
@@ -338,15 +339,16 @@ class VectorIndex:
             col = self._collection(client, user_id, create=False, space=space)
             return [] if col is None else self._search(col, vector, n, where, ids)
 
-    def _query_spaces_once(self, vector: np.ndarray, user_id: str, n: int, where: dict[str, Any] | None,
+    def _query_spaces_once(self, vector: np.ndarray, user_id: str, n: list[int], where: dict[str, Any] | None,
                            ids: Sequence[str] | None, spaces: Sequence[str]) -> list[list[tuple[str, float]]]:
         with self._handle.reading() as client:
             # collections resolved here, on this thread (it may open one); the side threads only search
             cols = [self._collection(client, user_id, create=False, space=s) for s in spaces]
             pool = _side_searches()
-            jobs = [pool.submit(self._search, col, vector, n, where, ids) for col in cols[1:] if col is not None]
+            jobs = [pool.submit(self._search, col, vector, c, where, ids)
+                    for col, c in zip(cols[1:], n[1:]) if col is not None]
             try:
-                first = [] if not cols or cols[0] is None else self._search(cols[0], vector, n, where, ids)
+                first = [] if not cols or cols[0] is None else self._search(cols[0], vector, n[0], where, ids)
             finally:
                 futures.wait(jobs)  # never leave the read (its lock) while a side search still runs
             found = iter([j.result() for j in jobs])

@@ -163,6 +163,12 @@ def test_query_spaces_finds_per_space_what_query_finds_in_that_space(index: Vect
             assert [[i for i, _ in hits] for hits in both] == [[i for i, _ in hits] for hits in apart], (user, kwargs, n)
             assert [s for hits in both for _, s in hits] == pytest.approx([s for hits in apart for _, s in hits], abs=1e-6)
             assert both[0]  # every case finds something in the entries' own space
+    for n in ((5, 2), (2, 5)):  # one count per space
+        both = index.query_spaces(vecs[4], user_id="u", n=n, spaces=spaces)
+        assert [[i for i, _ in h] for h in both] == [[i for i, _ in index.query(vecs[4], user_id="u", n=c, space=s)]
+                                                     for s, c in zip(spaces, n)] and [len(h) for h in both] == list(n)
+    with pytest.raises(ValueError):
+        index.query_spaces(vecs[4], user_id="u", n=(5,), spaces=spaces)
     assert index.query_spaces(vecs[4], user_id="v", n=5, spaces=spaces)[1] == []
     assert index.query_spaces(vecs[4], user_id="nobody", n=5, spaces=spaces) == [[], []]
     assert [[i for i, _ in h] for h in index.query_spaces(ctx[0], user_id="u", n=2, spaces=(CONTEXT_SPACE, ""))] \

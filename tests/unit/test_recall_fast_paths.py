@@ -70,6 +70,34 @@ def test_query_spaces_equals_query_per_space_with_where_ids_and_missing_spaces(m
     assert store.vectors.query_spaces(vec, user_id="nobody", n=5, spaces=("", CONTEXT_SPACE)) == [[], []]
 
 
+def test_the_context_search_asks_for_context_pool_and_finds_that_many(mem: AgentMemory, monkeypatch) -> None:
+    store = mem._store
+    vectors = store.vectors
+    asked = []
+    real = vectors.query_spaces
+
+    def spy(vector, **kwargs):
+        got = real(vector, **kwargs)
+        asked.append((kwargs["n"], [len(h) for h in got]))
+        return got
+
+    monkeypatch.setattr(vectors, "query_spaces", spy)
+    assert store.params.context_pool == 50 < store.config.candidate_pool == 100
+    mem.recall("what did the dog eat?", user_id="u1", k=5)
+    # the dense search asks for the pool (100), the context search for 50 and gets 50 (the user holds 300+ turns)
+    assert asked == [((100, 50), [100, 50])]
+    asked.clear()
+    store.params = replace(store.params, context_pool=7)
+    try:
+        cands, _ = store.candidates("what did the dog eat?", Scope("u1"), pool=100)
+        assert asked == [((100, 7), [100, 7])] and len(cands.turn_context) == 7 and len(cands.dense) == 100
+        asked.clear()
+        store.candidates("what did the dog eat?", Scope("u1"), pool=5)  # never more than the pool
+        assert asked == [((5, 5), [5, 5])]
+    finally:
+        store.params = replace(store.params, context_pool=50)
+
+
 def test_a_side_search_that_fails_fails_the_query_after_both_ended(mem: AgentMemory, monkeypatch) -> None:
     vectors = mem._store.vectors
     real = vectors._search
