@@ -76,7 +76,7 @@ class VectorIndex(Protocol):
                      ids: Sequence[str] | None = None) -> list[list[tuple[str, float]]]:
         """:meth:`query` in each of ``spaces``, one result list per space in their order: for every space the
         same hits as ``query(vector, ..., space=s)``. ``n``: one count for every space, or one per space (recall
-        asks the context space for fewer, ``RetrievalParams.context_pool``; :func:`per_space` spells it out).
+        can ask the context space for fewer, ``RetrievalParams.context_pool``; :func:`per_space` spells it out).
         Recall searches the entries' own space and :data:`CONTEXT_SPACE` with one query vector; a backend may run
         the searches side by side (embedded Chroma) or one after the other (:func:`query_each_space`). A space the
         user holds nothing in gives ``[]``.

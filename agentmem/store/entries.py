@@ -417,7 +417,7 @@ class EntryStore:
         if not (self.params.context_vector_weight > 0 and self.contexts.enabled
                 and (not scope.kinds or "turn" in scope.kinds)):
             return dict(self.vectors.query(vec, **search)), {}
-        search["n"] = (pool, min(pool, self.params.context_pool))  # fewer context hits: fewer to place
+        search["n"] = (pool, min(pool, self.params.context_pool))  # context_pool: the pool unless set lower
         dense, context = self.vectors.query_spaces(vec, spaces=("", CONTEXT_SPACE), **search)
         return dict(dense), dict(context)
 

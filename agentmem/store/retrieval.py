@@ -67,13 +67,12 @@ class RetrievalParams:
     context_depth: int = 50
     # turn context vectors (a second vector per turn, searched beside the first): see CONTEXT_VECTOR_WEIGHT
     context_vector_weight: float = CONTEXT_VECTOR_WEIGHT
-    # how many the turn-context search asks for (at most the dense pool): 50, not the pool's 100. The context-only
-    # hits are placed (catalog.turn_context) on recall's critical path: 61 -> 27 of them at 10k entries, candidates
-    # 0.6-1.1 ms faster (interleaved);
-    # LoCoMo nested CV on the pools cut to their best 50, head weights refitted in the folds: held-out @5 / @10
-    # 0.7482 / 0.8165 -> 0.7484 / 0.8191, no category lower (30: cat. 2 -0.010); with the shipped weights (fitted
-    # on the 100-pool, in-sample) 0.7555 / 0.8193 -> 0.7515 / 0.8208, cat. 3 -0.007; docs/retrieval.md session 13
-    context_pool: int = 50
+    # how many the turn-context search asks for (at most the dense pool). Kept at the pool's 100: 50 places fewer
+    # context-only hits on recall's critical path (61 -> 27 at 10k entries, candidates 0.6-1.1 ms faster) and passes
+    # nested CV with the head weights refitted in the folds (0.7482 / 0.8165 -> 0.7484 / 0.8191), but with the
+    # shipped weights end to end (locomo.py --folds 5) it lost @5 0.7559 -> 0.7520 and cat. 3 0.508 -> 0.500, for a
+    # saving below a whole recall's noise; docs/retrieval.md session 13
+    context_pool: int = 100
     # session weight for questions whose answer is a list (agentmem.store.multihop; CV: all 5 folds chose 0.25)
     list_session_weight: float = 0.25
     # the head re-ordered by a logistic model over the features recall already has (agentmem.store.learned_rank;

@@ -82,12 +82,17 @@ def test_the_context_search_asks_for_context_pool_and_finds_that_many(mem: Agent
         return got
 
     monkeypatch.setattr(vectors, "query_spaces", spy)
-    assert store.params.context_pool == 50 < store.config.candidate_pool == 100
+    default = store.params
+    assert default.context_pool == store.config.candidate_pool == 100
     mem.recall("what did the dog eat?", user_id="u1", k=5)
-    # the dense search asks for the pool (100), the context search for 50 and gets 50 (the user holds 300+ turns)
+    # both searches ask for the pool (100) and get 100 (the user holds 300+ turns)
+    assert asked == [((100, 100), [100, 100])]
+    asked.clear()
+    store.params = replace(default, context_pool=50)
+    mem.recall("what did the dog eat?", user_id="u1", k=5)
     assert asked == [((100, 50), [100, 50])]
     asked.clear()
-    store.params = replace(store.params, context_pool=7)
+    store.params = replace(default, context_pool=7)
     try:
         cands, _ = store.candidates("what did the dog eat?", Scope("u1"), pool=100)
         assert asked == [((100, 7), [100, 7])] and len(cands.turn_context) == 7 and len(cands.dense) == 100
@@ -95,7 +100,7 @@ def test_the_context_search_asks_for_context_pool_and_finds_that_many(mem: Agent
         store.candidates("what did the dog eat?", Scope("u1"), pool=5)  # never more than the pool
         assert asked == [((5, 5), [5, 5])]
     finally:
-        store.params = replace(store.params, context_pool=50)
+        store.params = default
 
 
 def test_a_side_search_that_fails_fails_the_query_after_both_ended(mem: AgentMemory, monkeypatch) -> None:
