@@ -45,9 +45,9 @@ from typing import TypeVar
 import numpy as np
 
 from agentmem.store.catalog import EntryRow
-from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.consolidation_pairs import PairModel
 from agentmem.store.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
+from agentmem.store.stopwords import STOPWORDS
 
 DUPLICATE = 0.92  # cosine of the texts: near-identical wording (same speaker, same kind)
 SAME_WORDS = 0.6  # Jaccard of content words: "the same statement", not just the same topic

@@ -29,8 +29,8 @@ import numpy as np
 from agentmem.store.consolidation import content_words
 from agentmem.store.multihop import list_question
 from agentmem.store.rerank import HeadEntry
-from agentmem.store.stopwords import STOPWORDS
 from agentmem.store.retrieval import Candidates, best_first
+from agentmem.store.stopwords import STOPWORDS
 
 CUES = ("overlap", "rare_overlap", "session_first", "session_mass", "list_first")
 
