@@ -6,15 +6,18 @@ session boost (:func:`agentmem.store.retrieval.rank_parts`), best first, the hea
 (:func:`agentmem.store.head_cues.widen`, with ``head_reserve`` and the learned order), the head's rows read by the
 caller (``load``: the store pages its rows in, filters them by scope and follows versions; a benchmark reads them
 from a dict), the hand-set re-ranking (:func:`agentmem.store.rerank.rerank`) and the learned re-ordering
-(:func:`agentmem.store.learned_rank.reorder`), then the tail the caller kept after the head.
+(:func:`agentmem.store.learned_rank.reorder`, by default with the shipped weights), then the tail the caller kept
+after the head. The steps before the learned order are :func:`head_of`, which the LoCoMo ablations also call with
+other head depths and widenings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from agentmem.store.head_cues import widen
-from agentmem.store.learned_rank import reorder
+from agentmem.store.learned_rank import HeadModel, reorder
 from agentmem.store.multihop import for_query
 from agentmem.store.rerank import HeadEntry, rerank
 from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts
@@ -24,13 +27,52 @@ Ranked = list[tuple[str, float]]
 HeadLoader = Callable[[Ranked, int], tuple[list[HeadEntry], Ranked]]
 
 
-def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: int, load: HeadLoader) -> Ranked:
+class Head(NamedTuple):
+    """One query's head before the learned order, and what the learned order reads besides it."""
+
+    params: RetrievalParams  # the query's own parameters (multihop.for_query)
+    entries: list[HeadEntry]  # the head's rows, with the scores before re-ranking
+    order: Ranked  # the head re-ranked by the hand-set boosts (rerank.rerank), best first
+    fused: dict[str, float]  # the scores before spillover (retrieval.rank_parts)
+    spilled: dict[str, float]  # the scores after spillover, before the session boost
+    tail: Ranked  # the ranked candidates the loader kept after the head
+
+
+def head_of(query: str, cands: Candidates, params: RetrievalParams, depth: int, reserve: int,
+            load: HeadLoader) -> Head:
+    """The head of ``depth`` candidates (widened by the best ``reserve`` of the dense and turn-context pools when
+    ``reserve`` > 0) in the hand-set order: the steps of :func:`rank_candidates` before the learned order, which
+    the LoCoMo ablations also take with other depths and widenings (their ``load`` may widen further).
+
+    Example:
+        >>> rows = {"a": ("Ann", "[1 May 2023] Ann: I went hiking"), "b": ("Bob", "[1 May 2023] Bob: where to?")}
+        >>> def load(ranked, depth):
+        ...     return [HeadEntry(i, s, *rows[i]) for i, s in ranked[:depth]], ranked[depth:]
+        >>> h = head_of("Where did Bob go?", Candidates({"a": 0.6, "b": 0.5}, {}), RetrievalParams(), 1, 0, load)
+        >>> [e.id for e in h.entries], [i for i, _ in h.tail]
+        (['a'], ['b'])
+    """
+    params = for_query(params, query)  # a list question: a weaker session boost (store.multihop)
+    scores, fused, spilled = rank_parts(cands, params)
+    ranked = best_first(scores)
+    if reserve:  # the pools' best join the head the learned order sees
+        ranked, depth = widen(ranked, cands, depth, reserve)
+    entries, tail = load(ranked, depth)
+    # the head is re-ranked with what only rows tell (speaker, time expressions); boosts are >= 1, so the head never
+    # falls below the rows not loaded
+    return Head(params, entries, rerank(query, entries, params), fused, spilled, tail)
+
+
+def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: int, load: HeadLoader,
+                    model: HeadModel = HeadModel()) -> Ranked:
     """The best ``k`` of ``cands`` as (id, score), best first: the order ``recall`` returns.
 
     ``load(ranked, depth)`` gets every scored candidate best first and the head's depth (``max(2k, rerank_depth)``,
     plus the pools' best the widening moved up); it returns the head's entries (at most ``depth``, the rows'
     speaker and memory line with the ranked score) and the ranked candidates after them. The store drops there the
     rows its scope rejects and swaps in current versions; with every row admitted it is the plain split below.
+    ``model``: the learned order's weights (:class:`agentmem.store.learned_rank.HeadModel`, default the shipped
+    ones; a benchmark passes refitted ones).
 
     Example:
         >>> rows = {"a": ("Ann", "[1 May 2023] Ann: I went hiking"), "b": ("Bob", "[1 May 2023] Bob: where to?")}
@@ -40,19 +82,12 @@ def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: i
         >>> [i for i, _ in rank_candidates("Where did Ann go?", cands, RetrievalParams(), 5, load)]
         ['a', 'b']
     """
-    params = for_query(params, query)  # a list question: a weaker session boost (store.multihop)
-    scores, fused, spilled = rank_parts(cands, params)
-    ranked = best_first(scores)
-    depth = max(2 * k, params.rerank_depth)
-    if params.learned_head and params.head_reserve:  # the pools' best join the head the learned order sees
-        ranked, depth = widen(ranked, cands, depth, params.head_reserve)
-    head, tail = load(ranked, depth)
-    # the head is re-ranked with what only rows tell (speaker, time expressions); boosts are >= 1, so the head never
-    # falls below the rows not loaded
-    order = rerank(query, head, params)
+    reserve = params.head_reserve if params.learned_head else 0  # widened only for the learned order
+    head = head_of(query, cands, params, max(2 * k, params.rerank_depth), reserve, load)
+    order = head.order
     if params.learned_head:  # agentmem.store.learned_rank: the head re-ordered, its scores kept in order
-        order = reorder(query, head, order, cands, fused, spilled, params)
-    return (order + list(tail))[:k]
+        order = reorder(query, head.entries, order, cands, head.fused, head.spilled, head.params, model)
+    return (order + list(head.tail))[:k]
 
 
-__all__ = ["HeadLoader", "Ranked", "rank_candidates"]
+__all__ = ["Head", "HeadLoader", "Ranked", "head_of", "rank_candidates"]

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.store.head import rank_candidates
+from agentmem.store.head import head_of, rank_candidates
 from agentmem.store.head_cues import widen
+from agentmem.store.learned_rank import HeadModel, reorder
 from agentmem.store.multihop import for_query
 from agentmem.store.rerank import HeadEntry
 from agentmem.store.retrieval import RetrievalParams, best_first, rank_parts
@@ -102,3 +103,38 @@ def test_the_loader_decides_the_head() -> None:
 
     order = rank_candidates("Where did Ann go?", cands, RetrievalParams(), 5, without_a)
     assert "a" not in [i for i, _ in order] and len(order) == 2
+
+
+def _loader(rows: dict):
+    """locomo.ranking's loader: every row admitted."""
+    return lambda ranked, depth: ([HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]],
+                                  ranked[depth:])
+
+
+def test_the_head_model_is_an_argument(bench) -> None:
+    """``model`` omitted is the shipped weights; other weights change the order through the argument alone (no
+    default of ``reorder`` is touched, as benchmarks/context_pool_ablation.py's refit once did)."""
+    mem, questions, rows = bench
+    params, k = mem._store.params, 10
+    load = _loader(rows)
+    defaults = reorder.__defaults__
+    shipped = [rank_candidates(q.text, q.cands, params, k, load) for q in questions]
+    assert [rank_candidates(q.text, q.cands, params, k, load, HeadModel()) for q in questions] == shipped
+    flipped = HeadModel(weights=tuple(-w for w in HeadModel().weights))
+    other = [rank_candidates(q.text, q.cands, params, k, load, flipped) for q in questions]
+    assert other != shipped
+    # the head re-ordered, its scores kept in their order
+    assert [[s for _, s in o] for o in other] == [[s for _, s in o] for o in shipped]
+    assert reorder.__defaults__ == defaults
+
+
+def test_head_of_is_the_hand_set_ranking(bench) -> None:
+    """Without the learned order, the ranking is ``head_of``'s hand-set head then its tail (what the ablations'
+    features are computed on)."""
+    mem, questions, rows = bench
+    hand, k = replace(mem._store.params, learned_head=False), 10
+    load = _loader(rows)
+    for q in questions:
+        h = head_of(q.text, q.cands, hand, max(2 * k, hand.rerank_depth), 0, load)
+        assert (h.order + h.tail)[:k] == rank_candidates(q.text, q.cands, hand, k, load), q.text
+        assert h.params == for_query(hand, q.text)
