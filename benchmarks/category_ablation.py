@@ -32,11 +32,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learned_ablation as la  # noqa: E402
 
-from agentmem.store.head_cues import _body, _stems, cue_columns, move_up, question_words, widen  # noqa: E402
+from agentmem.store.head import Ranked, head_of  # noqa: E402
+from agentmem.store.head_cues import _body, _stems, cue_columns, move_up, question_words  # noqa: E402
 from agentmem.store.learned_rank import FEATURES, features  # noqa: E402
-from agentmem.store.multihop import for_query  # noqa: E402
-from agentmem.store.rerank import HeadEntry, rerank  # noqa: E402
-from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts  # noqa: E402
+from agentmem.store.rerank import HeadEntry  # noqa: E402
+from agentmem.store.retrieval import Candidates, RetrievalParams, best_first  # noqa: E402
 
 SHIPPED_CUES = "overlap,rare_overlap,session_mass,list_first"
 
@@ -115,29 +115,32 @@ def sessdraw(ranked: list[tuple[str, float]], cands: Candidates, depth: int, n_s
     return move_up(ranked, depth, moved)
 
 
-def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], args: argparse.Namespace,
-         widening: str) -> tuple[list[str], np.ndarray]:
-    """The shipped head (plus ``widening``'s extra entries): ids in the hand-set order, the 20 features + 5 cues
-    + the extra columns (coherence 3, session 3)."""
-    cands = q.cands
-    pq = for_query(p, q.text)
-    scores, fused, spilled = rank_parts(cands, pq)
-    ranked = best_first(scores)
-    ranked, depth = widen(ranked, cands, 20, 20)
+def widened(ranked: Ranked, depth: int, q: Any, rows: dict, args: argparse.Namespace, widening: str
+            ) -> tuple[Ranked, int]:
+    """The head of ``depth`` in ``ranked`` with ``widening``'s steps ("rescue[:hi[:pools[:any|lex]]]", "sessdraw",
+    joined by "+") moving further entries up behind it."""
     for step in widening.split("+"):
         if step.startswith("rescue"):  # rescue[:hi[:pools[:any]]]
             bits = step.split(":")
             hi = int(bits[1]) if len(bits) > 1 else args.rescue_depth
             pools = bits[2] if len(bits) > 2 else "dense"
             cue = True if len(bits) < 4 else "lexical" if bits[3] == "lex" else False
-            ranked, depth = rescue(ranked, cands, depth, q.text, rows, 20, hi, pools, cue=cue)
+            ranked, depth = rescue(ranked, q.cands, depth, q.text, rows, 20, hi, pools, cue=cue)
         elif step == "sessdraw":
-            ranked, depth = sessdraw(ranked, cands, depth, args.draw_sessions, 2)
-    entries = [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]]
-    order = rerank(q.text, entries, pq)
-    X = features(q.text, entries, order, cands, fused, spilled, pq)
-    C = cue_columns(q.text, entries, order, cands)
-    ids = [i for i, _ in order]
+            ranked, depth = sessdraw(ranked, q.cands, depth, args.draw_sessions, 2)
+    return ranked, depth
+
+
+def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], args: argparse.Namespace,
+         widening: str) -> tuple[list[str], np.ndarray]:
+    """The shipped head (20 widened by the pools' best 20, plus ``widening``'s extra entries): ids in the hand-set
+    order, the 20 features + 5 cues + the extra columns (coherence 3, session 3)."""
+    cands = q.cands
+    load = la.row_loader(rows)
+    h = head_of(q.text, cands, p, 20, 20, lambda ranked, depth: load(*widened(ranked, depth, q, rows, args, widening)))
+    X = features(q.text, h.entries, h.order, cands, h.fused, h.spilled, h.params)
+    C = cue_columns(q.text, h.entries, h.order, cands)
+    ids = [i for i, _ in h.order]
     U = np.stack([vecs[i] for i in ids])
     S = U @ U.T
     n = len(ids)
@@ -171,7 +174,9 @@ VARIANTS = {  # name: (widening, extra columns)
     "rescue_ctx50": ("rescue:50:context", ""), "rescue_both50": ("rescue:50:dense,context", ""),
     "rescue+sessdraw": ("rescue+sessdraw", ""), "rescue_lex50": ("rescue:50:dense:lex", ""),
     "sess+coh_mean": ("", "sess,coh_mean"), "rescue_any100": ("rescue:100:dense:any", ""),
-    "rescue_any100+coh": ("rescue:100:dense:any", "coh"), "rescue_any100+sess": ("rescue:100:dense:any", "sess"), "rescue_lex70": ("rescue:70:dense:lex", ""), "rescue_lex100": ("rescue:100:dense:lex", ""), "rescue+coh_mean": ("rescue", "coh_mean"),
+    "rescue_any100+coh": ("rescue:100:dense:any", "coh"), "rescue_any100+sess": ("rescue:100:dense:any", "sess"),
+    "rescue_lex70": ("rescue:70:dense:lex", ""), "rescue_lex100": ("rescue:100:dense:lex", ""),
+    "rescue+coh_mean": ("rescue", "coh_mean"),
 }
 
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import category_ablation as ca  # noqa: E402
 import learned_ablation as la  # noqa: E402
 
-from agentmem.store.learned_rank import FEATURES, HeadModel, reorder  # noqa: E402
+from agentmem.store.learned_rank import FEATURES, HeadModel  # noqa: E402
 from agentmem.store.retrieval import Candidates, RetrievalParams, best_first  # noqa: E402
 
 
@@ -70,13 +70,8 @@ def main() -> None:
         if args.refit_weights:  # the shipped setting (L2 0.1, blend 1) fitted per fold; its median weights shipped
             med = la.ltr_nested(data, {"base": feats}, [(0.1, 1.0)], nonneg=nonneg)["median_weights"]
             model = HeadModel(weights=tuple(med[:-1]), bias=med[-1])
-            saved = reorder.__defaults__
-            reorder.__defaults__ = (model,)
-            try:
-                refitted = la.summary(qs, [la.recall_of(q, la.shipped(q, q.cands, data.rows, RetrievalParams()))
-                                           for q in qs])
-            finally:
-                reorder.__defaults__ = saved
+            refitted = la.summary(qs, [la.recall_of(q, la.shipped(q, q.cands, data.rows, RetrievalParams(),
+                                                                  model=model)) for q in qs])
             refitted["median_weights"] = med
         result[str(n)] = {"fixed": fixed, "fixed_refitted_weights": refitted, "refit": r["cv"], "chosen": r["chosen"],
                           "head_mean": round(sum(len(i) for i, _ in feats) / len(feats), 1)}
