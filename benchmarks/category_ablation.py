@@ -32,10 +32,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learned_ablation as la  # noqa: E402
 
-from agentmem.store.head import Ranked, head_of  # noqa: E402
-from agentmem.store.head_cues import _body, _stems, cue_columns, move_up, question_words  # noqa: E402
-from agentmem.store.learned_rank import FEATURES, features  # noqa: E402
-from agentmem.store.rerank import HeadEntry  # noqa: E402
+from agentmem.store.head import Ranked  # noqa: E402
+from agentmem.store.head_cues import _body, _stems, move_up, question_words  # noqa: E402
+from agentmem.store.learned_rank import FEATURES  # noqa: E402
 from agentmem.store.retrieval import Candidates, RetrievalParams, best_first  # noqa: E402
 
 SHIPPED_CUES = "overlap,rare_overlap,session_mass,list_first"
@@ -135,12 +134,9 @@ def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], ar
          widening: str) -> tuple[list[str], np.ndarray]:
     """The shipped head (20 widened by the pools' best 20, plus ``widening``'s extra entries): ids in the hand-set
     order, the 20 features + 5 cues + the extra columns (coherence 3, session 3)."""
-    cands = q.cands
-    load = la.row_loader(rows)
-    h = head_of(q.text, cands, p, 20, 20, lambda ranked, depth: load(*widened(ranked, depth, q, rows, args, widening)))
-    X = features(q.text, h.entries, h.order, cands, h.fused, h.spilled, h.params)
-    C = cue_columns(q.text, h.entries, h.order, cands)
-    ids = [i for i, _ in h.order]
+    cands, load = q.cands, la.row_loader(rows)
+    ids, XC = la.head_features(q, cands, rows, p, 20, 20,
+                               lambda ranked, depth: load(*widened(ranked, depth, q, rows, args, widening)))
     U = np.stack([vecs[i] for i in ids])
     S = U @ U.T
     n = len(ids)
@@ -151,7 +147,7 @@ def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], ar
         top3 = np.nan_to_num(np.nanmean(S[:, :3], 1)) if n > 1 else np.zeros(n)
     table = session_table(cands)
     sess = np.asarray([table.get(session_of(cands, i), (0.0, 0.0, 0.0)) for i in ids]).reshape(n, 3)
-    return ids, np.hstack([X, C, np.c_[mean_o, max_o, top3], sess])
+    return ids, np.hstack([XC, np.c_[mean_o, max_o, top3], sess])
 
 
 def columns(extra: str) -> list[int]:

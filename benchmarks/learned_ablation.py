@@ -140,12 +140,14 @@ def diagnose(data: Data, p: RetrievalParams) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- learning to rank over the head's features
 
-def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, depth: int, reserve: int = 0):
+def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, depth: int, reserve: int = 0,
+                  load: HeadLoader | None = None) -> tuple[list[str], np.ndarray]:
     """The shipped ranking's head of ``depth`` (ids, in the hand-set order) and the library's feature rows
     (:func:`agentmem.store.learned_rank.features`: exactly what recall computes), the question-text cues
     (``head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
-    and of the turn-context pools (``head_cues.widen``: a wider head the learned order can lift from)."""
-    h = head_of(q.text, cands, p, depth, reserve, row_loader(rows))
+    and of the turn-context pools (``head_cues.widen``: a wider head the learned order can lift from). ``load``:
+    the head's loader (:func:`agentmem.store.head.head_of`; default :func:`row_loader`, which a widening one calls)."""
+    h = head_of(q.text, cands, p, depth, reserve, load or row_loader(rows))
     X = features(q.text, h.entries, h.order, cands, h.fused, h.spilled, h.params)
     return [i for i, _ in h.order], np.hstack([X, cue_columns(q.text, h.entries, h.order, cands)])
 
