@@ -44,7 +44,7 @@ import category_ablation as ca  # noqa: E402
 import learned_ablation as la  # noqa: E402
 
 from agentmem.store.learned_rank import FEATURES  # noqa: E402
-from agentmem.store.retrieval import Candidates, RetrievalParams  # noqa: E402
+from agentmem.store.retrieval import DENSE_WEIGHT, Candidates, RetrievalParams  # noqa: E402
 
 
 def embed_texts(model_dir: Path, texts: list[str], batch: int = 32) -> np.ndarray:
@@ -181,10 +181,12 @@ def nested_pick(data: la.Data, per: dict[str, list[dict[int, float]]]) -> tuple[
     return held, chosen
 
 
-def head_feats(qs: list[Any], rows: dict, vecs: dict[str, np.ndarray]) -> list[tuple[list[str], np.ndarray]]:
-    """Every question's shipped head and its feature columns (``category_ablation``'s ``base``)."""
+def head_feats(qs: list[Any], rows: dict, vecs: dict[str, np.ndarray], dense_weight: float = DENSE_WEIGHT
+               ) -> list[tuple[list[str], np.ndarray]]:
+    """Every question's shipped head and its feature columns (``category_ablation``'s ``base``), fused with
+    ``dense_weight``."""
     opts = argparse.Namespace(rescue_depth=50, draw_sessions=3)
-    hand = RetrievalParams(learned_head=False)
+    hand = RetrievalParams(learned_head=False, dense_weight=dense_weight)
     cols = ca.columns("")
     return [(ids, X[:, cols]) for ids, X in (ca.head(q, rows, hand, vecs, opts, "") for q in qs)]
 
@@ -196,7 +198,8 @@ def refit(data: la.Data, variants: dict[str, list]) -> dict[str, Any]:
     return {"cv": r["cv"], "chosen": r["chosen"]}
 
 
-def quality(data: la.Data, spaces: Spaces, qmp: np.ndarray, alphas: list[float]) -> dict[str, Any]:
+def quality(data: la.Data, spaces: Spaces, qmp: np.ndarray, alphas: list[float],
+            dense_weights: list[float] | None = None) -> dict[str, Any]:
     """Every variant scored with the fixed head and with the head refitted in the folds."""
     vecs = ca.unit_vectors(data)
     qs = {"cache": data.questions}
@@ -215,6 +218,22 @@ def quality(data: la.Data, spaces: Spaces, qmp: np.ndarray, alphas: list[float])
     r = refit(data, {k: feats[k] for k in fuse_keys})
     out["fuse_cv"] = {"fixed": la.summary(data.questions, held), "fixed_chosen": chosen, "refit": r["cv"],
                       "refit_chosen": [c.get("variant") for c in r["chosen"]]}
+    if dense_weights:
+        out |= retuned(data, qs, vecs, alphas, dense_weights)
+    return out
+
+
+def retuned(data: la.Data, qs: dict[str, list[Any]], vecs: dict[str, np.ndarray], alphas: list[float],
+            dense_weights: list[float]) -> dict[str, Any]:
+    """The head refitted with the fusion's dense weight (BM25 leads at 0.35, fitted on MiniLM) chosen inside the
+    folds too: for MiniLM alone (``minilm_dw``, the same freedom for the baseline) and for mpnet / the fusions
+    (``fuse_dw``: alpha and dense weight chosen together)."""
+    feats = {(a, w): head_feats(qs[f"a{a:g}"], data.rows, vecs, w)
+             for a in tqdm([0.0, *alphas, 1.0], desc="dense weights") for w in dense_weights}
+    out = {}
+    for name, keep in (("minilm_dw", [0.0]), ("fuse_dw", [*alphas, 1.0])):
+        r = refit(data, {f"a{a:g}|dw{w:g}": f for (a, w), f in feats.items() if a in keep})
+        out[name] = {"refit": r["cv"], "refit_chosen": [c.get("variant") for c in r["chosen"]]}
     return out
 
 
@@ -286,7 +305,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in ("cache", "minilm", "mpnet", "fuse0.5", "fuse_cv") if n in result]
+    names = [n for n in ("cache", "minilm", "minilm_dw", "mpnet", "fuse0.5", "fuse_cv", "fuse_dw") if n in result]
     groups = ["all", "1", "2", "3", "4"]
     labels = ["overall", "1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop"]
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -298,9 +317,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.axhline(0.55, color="grey", lw=0.8, ls="--")
     ax.set_xticks(np.arange(len(groups)) + width * (len(names) - 1) / 2, labels)
     ax.set_ylabel("held-out recall@10")
-    ax.set_ylim(0.3, 1.0)
+    ax.set_ylim(0.3, 1.08)
     ax.set_title("LoCoMo dev5, nested CV, head refitted: MiniLM vs all-mpnet-base-v2")
-    ax.legend(fontsize=8, ncol=len(names))
+    ax.legend(fontsize=7, ncol=4, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -311,6 +330,9 @@ def main() -> None:
     ap.add_argument("--model", required=True, type=Path)
     ap.add_argument("--vectors", type=Path, default=Path("/tmp/mpnet-vecs.npz"))
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.25, 0.5, 0.75])
+    ap.add_argument("--dense-weights", type=float, nargs="*", default=[0.35, 0.5, 0.65],
+                    help="also: the fusion's dense weight chosen inside the folds from these (none: skipped)")
+    ap.add_argument("--out", type=Path, help="also: the result as JSON here")
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--embed-only", action="store_true")
     ap.add_argument("--latency", type=int, default=0, help="only: query latency over this many questions")
@@ -327,9 +349,11 @@ def main() -> None:
         return
     pred = predecessors(data)
     print("predecessors:", sum(p is not None for p in pred.values()), "of", len(pred), flush=True)
-    result = quality(data, Spaces(data, mp, pred), qmp, args.alphas)
+    result = quality(data, Spaces(data, mp, pred), qmp, args.alphas, args.dense_weights)
     for name, r in result.items():
         print(name, json.dumps(r), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(result))
     if args.plot:
         plot(result, args.plot)
     print(json.dumps(result), flush=True)
