@@ -305,7 +305,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in ("cache", "minilm", "minilm_dw", "mpnet", "fuse0.5", "fuse_cv", "fuse_dw") if n in result]
+    names = [n for n in ("cache", "minilm", "mpnet", "fuse0.5", "fuse_cv") if n in result]  # _dw: the same as these
     groups = ["all", "1", "2", "3", "4"]
     labels = ["overall", "1 multi-hop", "2 temporal", "3 open-domain", "4 single-hop"]
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -319,7 +319,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("held-out recall@10")
     ax.set_ylim(0.3, 1.08)
     ax.set_title("LoCoMo dev5, nested CV, head refitted: MiniLM vs all-mpnet-base-v2")
-    ax.legend(fontsize=7, ncol=4, loc="upper right")
+    ax.legend(fontsize=8, ncol=5, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
