@@ -83,6 +83,21 @@ def cached_vectors(path: Path, model_dir: Path, ids: list[str], lines: list[str]
 
 
 
+def int8_queries(model_dir: Path, onnx_dir: Path, questions: list[str], path: Path) -> np.ndarray:
+    """The questions' mpnet vectors through the query path recall would use for it (``Embedder.encode_query``:
+    the exported graph with int8 feed-forward weights, one thread), cached at ``path``."""
+    if path.exists():
+        got = np.load(path, allow_pickle=False)
+        if str(got["key"]) == texts_key(questions):
+            return got["questions"]
+    from agentmem.store.vectors import Embedder
+
+    mp = Embedder(str(model_dir), cache_dir=onnx_dir)
+    qv = np.stack([mp.encode_query(t) for t in tqdm(questions, desc="int8 queries")])
+    np.savez(path, key=np.asarray(texts_key(questions)), questions=qv)
+    return qv
+
+
 def predecessors(data: la.Data) -> dict[str, str | None]:
     """Each entry's predecessor as its stored context vector was made from (``normalise(own + previous)``): the
     id whose vector, added to the entry's own, best reproduces the cached MiniLM context vector; None where the
@@ -333,6 +348,7 @@ def main() -> None:
     ap.add_argument("--dense-weights", type=float, nargs="*", default=[0.35, 0.5, 0.65],
                     help="also: the fusion's dense weight chosen inside the folds from these (none: skipped)")
     ap.add_argument("--out", type=Path, help="also: the result as JSON here")
+    ap.add_argument("--int8-queries", type=Path, help="mpnet questions through the int8 query path, cached here")
     ap.add_argument("--plot", type=Path)
     ap.add_argument("--embed-only", action="store_true")
     ap.add_argument("--latency", type=int, default=0, help="only: query latency over this many questions")
@@ -347,6 +363,8 @@ def main() -> None:
                              [q.text for q in data.questions])
     if args.embed_only:
         return
+    if args.int8_queries:
+        qmp = int8_queries(args.model, args.onnx_dir, [q.text for q in data.questions], args.int8_queries)
     pred = predecessors(data)
     print("predecessors:", sum(p is not None for p in pred.values()), "of", len(pred), flush=True)
     result = quality(data, Spaces(data, mp, pred), qmp, args.alphas, args.dense_weights)
