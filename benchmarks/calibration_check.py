@@ -47,16 +47,6 @@ def fit_on(samples: dict[str, tuple[list, list]], convs: list[str]) -> Calibrati
     return Calibration.fit(xs, ys)
 
 
-def median_of(fits: list[Calibration]) -> Calibration:
-    """The per-weight median of ``fits`` (how the shipped constants are made).
-
-    Example:
-        >>> median_of([Calibration(1, 2, 3, -4), Calibration(3, 2, 1, -6), Calibration(2, 2, 2, -5)]).w_rank
-        2
-    """
-    return Calibration(**{k: statistics.median(asdict(f)[k] for f in fits) for k in asdict(fits[0])})
-
-
 def check(questions: list[Any], rows: dict[str, Any], extra: dict[str, Calibration], k: int = 10) -> dict[str, Any]:
     """Leave-one-conversation-out calibration figures under ``RetrievalParams()`` (see the module docstring)."""
     p = RetrievalParams()
@@ -66,13 +56,13 @@ def check(questions: list[Any], rows: dict[str, Any], extra: dict[str, Calibrati
     for held in convs:
         train = [c for c in convs if c != held]
         fits.append(fit_on(samples, train))
-        inner = median_of([fit_on(samples, [c for c in train if c != g]) for g in train])
+        inner = locomo.median_of([fit_on(samples, [c for c in train if c != g]) for g in train])
         test = [q for q in questions if q.conv == held]
         for name, cal in (("refit", fits[-1]), ("median_nested", inner), ("shipped", Calibration()), *extra.items()):
             quality[name].append(locomo.calibration_quality(test, rows, p, k, cal))
         print(held, {n: round(v[-1]["ece"], 4) for n, v in quality.items()}, file=sys.stderr, flush=True)
     return {"params": "RetrievalParams()", "shipped": asdict(Calibration()), "fits": [asdict(f) for f in fits],
-            "median": asdict(median_of(fits)),
+            "median": asdict(locomo.median_of(fits)),
             "heldout": {n: {m: round(statistics.fmean(d[m] for d in v), 4) for m in v[0]} for n, v in quality.items()}}
 
 

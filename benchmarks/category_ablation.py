@@ -134,7 +134,7 @@ def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], ar
          widening: str) -> tuple[list[str], np.ndarray]:
     """The shipped head (20 widened by the pools' best 20, plus ``widening``'s extra entries): ids in the hand-set
     order, the 20 features + 5 cues + the extra columns (coherence 3, session 3)."""
-    cands, load = q.cands, la.row_loader(rows)
+    cands, load = q.cands, la.locomo.row_loader(rows)
     ids, XC = la.head_features(q, cands, rows, p, 20, 20,
                                lambda ranked, depth: load(*widened(ranked, depth, q, rows, args, widening)))
     U = np.stack([vecs[i] for i in ids])

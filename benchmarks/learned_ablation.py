@@ -49,11 +49,10 @@ import _locomo_cache  # noqa: E402,F401  (the cache's row type must be importabl
 import locomo  # noqa: E402
 
 from agentmem.store.calibration import fit_logistic  # noqa: E402
-from agentmem.store.head import HeadLoader, Ranked, head_of, rank_candidates  # noqa: E402
+from agentmem.store.head import HeadLoader, head_of  # noqa: E402
 from agentmem.store.head_cues import CUES, cue_columns  # noqa: E402
 from agentmem.store.learned_rank import FEATURES, HeadModel, features  # noqa: E402
 from agentmem.store.multihop import for_query  # noqa: E402
-from agentmem.store.rerank import HeadEntry  # noqa: E402
 from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts  # noqa: E402
 
 KS = [5, 10]
@@ -91,26 +90,11 @@ def summary(qs: list[Any], rec: list[dict[int, float]]) -> dict[str, Any]:
     return out
 
 
-def row_loader(rows: dict[str, Any]) -> HeadLoader:
-    """The head loader of the cached rows, every row admitted (as ``locomo.ranking``'s).
-
-    Example:
-        >>> from types import SimpleNamespace as Row
-        >>> head, tail = row_loader({"a": Row(speaker="Ann", memory_text="Ann: hi")})([("a", 1.0), ("b", 0.5)], 1)
-        >>> [h.id for h in head], tail
-        (['a'], [('b', 0.5)])
-    """
-    def load(ranked: Ranked, depth: int) -> tuple[list[HeadEntry], Ranked]:
-        return [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]], ranked[depth:]
-
-    return load
-
-
 def shipped(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, k: int = 10,
             model: HeadModel = HeadModel()) -> list[str]:
     """The best ``k`` ids of recall's ranking (``agentmem.store.head.rank_candidates``, every row admitted) under
     ``p``, the learned order with ``model``'s weights (default the shipped ones)."""
-    return [i for i, _ in rank_candidates(q.text, cands, p, k, row_loader(rows), model)]
+    return [i for i, _ in locomo.ranking(q, cands, rows, p, k, model)]
 
 
 # ---------------------------------------------------------------- where the evidence sits
@@ -146,8 +130,8 @@ def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, dep
     (:func:`agentmem.store.learned_rank.features`: exactly what recall computes), the question-text cues
     (``head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
     and of the turn-context pools (``head_cues.widen``: a wider head the learned order can lift from). ``load``:
-    the head's loader (:func:`agentmem.store.head.head_of`; default :func:`row_loader`, which a widening one calls)."""
-    h = head_of(q.text, cands, p, depth, reserve, load or row_loader(rows))
+    the head's loader (:func:`agentmem.store.head.head_of`; default :func:`locomo.row_loader`, which a widening one calls)."""
+    h = head_of(q.text, cands, p, depth, reserve, load or locomo.row_loader(rows))
     X = features(q.text, h.entries, h.order, cands, h.fused, h.spilled, h.params)
     return [i for i, _ in h.order], np.hstack([X, cue_columns(q.text, h.entries, h.order, cands)])
 

@@ -47,7 +47,8 @@ from _backends import BACKENDS, backend_urls
 from agentmem import AgentMemory, MemoryConfig
 from agentmem.store.calibration import Calibration
 from agentmem.store.entries import Scope
-from agentmem.store.head import rank_candidates
+from agentmem.store.head import HeadLoader, Ranked, rank_candidates
+from agentmem.store.learned_rank import HeadModel
 from agentmem.store.rerank import HeadEntry
 from agentmem.store.retrieval import Candidates, RetrievalParams
 
@@ -145,13 +146,36 @@ def end_to_end(mem: AgentMemory, questions: list[Question], ks: list[int]) -> di
     return result
 
 
-def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int) -> list[tuple[str, float]]:
-    """The store's ranking (``agentmem.store.head.rank_candidates``, what recall orders by) for one setting, every
-    row admitted (no scope filters, no versions followed)."""
-    def load(ranked: list[tuple[str, float]], depth: int) -> tuple[list[HeadEntry], list[tuple[str, float]]]:
+def row_loader(rows: dict[str, Any]) -> HeadLoader:
+    """The head loader of cached rows, every row admitted (no scope filters, no versions followed).
+
+    Example:
+        >>> from types import SimpleNamespace as Row
+        >>> head, tail = row_loader({"a": Row(speaker="Ann", memory_text="Ann: hi")})([("a", 1.0), ("b", 0.5)], 1)
+        >>> [h.id for h in head], tail
+        (['a'], [('b', 0.5)])
+    """
+    def load(ranked: Ranked, depth: int) -> tuple[list[HeadEntry], Ranked]:
         return [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]], ranked[depth:]
 
-    return rank_candidates(q.text, cands, p, k, load)
+    return load
+
+
+def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int,
+            model: HeadModel = HeadModel()) -> list[tuple[str, float]]:
+    """The store's ranking (``agentmem.store.head.rank_candidates``, what recall orders by) for one setting, every
+    row admitted, the head's learned order with ``model``'s weights (default the shipped ones)."""
+    return rank_candidates(q.text, cands, p, k, row_loader(rows), model)
+
+
+def median_of(fits: list[Calibration]) -> Calibration:
+    """The per-weight median of ``fits`` (how the shipped calibration constants are made).
+
+    Example:
+        >>> median_of([Calibration(1, 2, 3, -4), Calibration(3, 2, 1, -6), Calibration(2, 2, 2, -5)]).w_rank
+        2
+    """
+    return Calibration(**{k: statistics.median(asdict(f)[k] for f in fits) for k in asdict(fits[0])})
 
 
 def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int], folds: int) -> dict[str, Any]:
@@ -204,7 +228,7 @@ def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int
         for f in range(folds)), 4) for k in ks}
     out["chosen"] = chosen
     out["calibration_fits"] = fits
-    out["calibration_median"] = {name: statistics.median(fit[name] for fit in fits) for name in fits[0]}
+    out["calibration_median"] = asdict(median_of([Calibration(**fit) for fit in fits]))
     out["calibration_heldout"] = {name: round(statistics.fmean(v), 4) for name, v in calib.items()}
     out["calibration_shipped_heldout"] = {name: round(statistics.fmean(v), 4) for name, v in shipped.items()}
     out["calibration_shipped_heldout_grid"] = {name: round(statistics.fmean(v), 4) for name, v in shipped_grid.items()}
