@@ -13,6 +13,9 @@ the BM25 pool and the placements are the cache's. Variants:
 - ``minilm``: the same MiniLM vectors searched exactly (the fair baseline for the exact mpnet pools);
 - ``mpnet``: mpnet in place of MiniLM (fp32 query vector);
 - ``fuse``: cosine = (1 - a) × MiniLM + a × mpnet for both pools, ``a`` chosen inside the folds from ``--alphas``.
+- ``mapq<a>`` (``--map-alphas``): the query side kept MiniLM: the mpnet query replaced by ``normalise(W · q_minilm)``,
+  W a ridge map (with bias) fitted per outer fold on the 4 training conversations' memory lines only (no labels;
+  ridge chosen inside by held-out lines' cosine), fused at ``a`` like ``fuse``; head refitted in that fold.
 
 Each is scored two ways: ``fixed``, the shipped ranking with its learned-head weights (fitted on MiniLM cosines);
 ``refit``, the shipped head refitted inside the nested CV (``benchmarks/category_ablation.py``'s ``base``: fitted on
@@ -252,6 +255,137 @@ def retuned(data: la.Data, qs: dict[str, list[Any]], vecs: dict[str, np.ndarray]
     return out
 
 
+MAP_RIDGES = (0.01, 0.1, 1.0, 10.0)  # the map's ridge, chosen inside the folds by held-out memory lines' cosine
+
+
+def fit_map(X: np.ndarray, Y: np.ndarray, ridge: float) -> np.ndarray:
+    """Ridge least squares ``W`` ((d_x + 1) × d_y, last row the bias, not penalised) with ``[X, 1] @ W ≈ Y``.
+
+    Example:
+        >>> W = fit_map(minilm_lines, mpnet_lines, 1.0); W.shape                          # doctest: +SKIP
+        (385, 768)
+    """
+    A = np.hstack([X, np.ones((len(X), 1))]).astype(np.float64)
+    R = ridge * np.eye(A.shape[1])
+    R[-1, -1] = 0.0
+    return np.linalg.solve(A.T @ A + R, A.T @ Y.astype(np.float64))
+
+
+def apply_map(W: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Unit rows of ``[X, 1] @ W`` (X: one vector or a matrix of rows).
+
+    Example:
+        >>> apply_map(fit_map(X, X, 0.0), X[:1])  # the identity map: X's first row, normalised  # doctest: +SKIP
+    """
+    X2 = np.atleast_2d(X).astype(np.float64)
+    v = np.hstack([X2, np.ones((len(X2), 1))]) @ W
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return (v if np.ndim(X) == 2 else v[0]).astype(np.float32)
+
+
+def lines_of(spaces: Spaces, convs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The MiniLM and mpnet unit vectors of the memory lines of ``convs`` (rows aligned)."""
+    return (np.concatenate([spaces.conv[c][1]["minilm"] for c in convs]),
+            np.concatenate([spaces.conv[c][1]["mpnet"] for c in convs]))
+
+
+def line_cos(W: np.ndarray, spaces: Spaces, convs: list[str]) -> float:
+    """Mean cosine of the mapped MiniLM memory lines of ``convs`` to their true mpnet vectors."""
+    X, Y = lines_of(spaces, convs)
+    return float(np.mean(np.sum(apply_map(W, X) * Y, axis=1)))
+
+
+def fold_map(spaces: Spaces, train: list[str], ridges: tuple[float, ...] = MAP_RIDGES) -> tuple[np.ndarray, float]:
+    """The MiniLM -> mpnet map fitted on the memory lines of ``train`` only (no questions, no labels), its ridge
+    chosen by leave-one-conversation-out inside ``train`` (mean cosine of the left-out lines); the ridge."""
+    def inner(r: float) -> float:
+        return sum(line_cos(fit_map(*lines_of(spaces, [d for d in train if d != v]), r), spaces, [v])
+                   for v in train)
+
+    best = max(ridges, key=inner) if len(ridges) > 1 else ridges[0]
+    return fit_map(*lines_of(spaces, train), best), best
+
+
+def refit_fold(data: la.Data, variants: dict[str, list], c: str) -> tuple[dict[int, dict[int, float]], dict]:
+    """``learned_ablation.ltr_nested``'s one outer fold: the head fitted on every conversation but ``c`` (variant,
+    L2 and blend chosen by leave-one-conversation-out inside them), ``c``'s questions scored; question index ->
+    recall, and the choice."""
+    qs, nonneg = data.questions, [FEATURES.index(f) for f in la.MONOTONE["dense"]]
+    configs = [(n, l2, b) for n in variants for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
+
+    def train(members: list[int], cfg: tuple) -> np.ndarray:
+        X = np.concatenate([variants[cfg[0]][j][1] for j in members])
+        y = np.concatenate([[float(i in qs[j].gold) for i in variants[cfg[0]][j][0]] for j in members])
+        return la.fit_lr(X, y, cfg[1], nonneg=nonneg)
+
+    def score(members: list[int], w: np.ndarray, cfg: tuple) -> list[dict[int, float]]:
+        return [la.recall_of(qs[j], la.lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
+
+    rest = [d for d in data.convs if d != c]
+    inner: dict[tuple, float] = defaultdict(float)
+    for v in rest:
+        tr = [j for j, q in enumerate(qs) if q.conv in rest and q.conv != v]
+        va = [j for j, q in enumerate(qs) if q.conv == v]
+        for cfg in configs:
+            inner[cfg] += sum(r[k] for r in score(va, train(tr, cfg), cfg) for k in la.KS)
+    best = max(configs, key=lambda cfg: inner[cfg])
+    te = [j for j, q in enumerate(qs) if q.conv == c]
+    w = train([j for j, q in enumerate(qs) if q.conv != c], best)
+    return dict(zip(te, score(te, w, best))), {"variant": best[0], "l2": best[1], "blend": best[2]}
+
+
+def mapped_queries(data: la.Data, spaces: Spaces, qmp: np.ndarray, alphas: list[float]) -> dict[str, Any]:
+    """The mpnet query replaced by ``normalise(W · q_minilm)``, W fitted per outer fold on the 4 training
+    conversations' memory lines (:func:`fold_map`), fused with MiniLM's cosine at each of ``alphas`` (1: the
+    mapped query alone) and scored with the fixed head and the head refitted in the fold (every question's
+    features from that fold's map); ``mapq_cv``: alpha (of those < 1) chosen inside the fold too. Also: the mapped
+    query's cosine to the true mpnet query, the held-out lines' cosine, ``minilm_refold`` (MiniLM through
+    :func:`refit_fold`: must equal ``minilm``'s refit)."""
+    vecs, qs, n = ca.unit_vectors(data), data.questions, len(data.questions)
+    names = [f"mapq{a:g}" for a in alphas] + ["mapq_cv", "minilm_refold"]
+    fixed = {k: [{}] * n for k in names}
+    held: dict[str, list[dict[int, float]]] = {k: [{}] * n for k in names}
+    chosen: dict[str, list] = defaultdict(list)
+    cands: list[Any] = [None] * n
+    qcos, lcos, ridges = [0.0] * n, [], []
+    base = head_feats(with_cands(qs, [exact_pools(q, spaces.conv[q.conv], data.qvecs[j], qmp[j], 0.0,
+                                                  data.places) for j, q in enumerate(qs)]), data.rows, vecs)
+    for c in tqdm(data.convs, desc="mapped query folds"):
+        W, r = fold_map(spaces, [d for d in data.convs if d != c])
+        ridges.append(r)
+        lcos.append(line_cos(W, spaces, [c]))
+        qmap = apply_map(W, data.qvecs)
+        te = [j for j, q in enumerate(qs) if q.conv == c]
+        for j in te:
+            qcos[j] = float(qmap[j] @ (qmp[j] / np.linalg.norm(qmp[j])))
+        feats = {}
+        for a in alphas:
+            qa = with_cands(qs, [exact_pools(q, spaces.conv[q.conv], data.qvecs[j], qmap[j], a, data.places)
+                                 for j, q in enumerate(qs)])
+            for j, rec in zip(te, fixed_recall([qa[j] for j in te], data.rows)):
+                fixed[f"mapq{a:g}"][j] = rec
+            if a == 0.5 or len(alphas) == 1:
+                for j in te:
+                    cands[j] = qa[j]
+            feats[f"a{a:g}"] = head_feats(qa, data.rows, vecs)
+        jobs = {f"mapq{a:g}": {f"a{a:g}": feats[f"a{a:g}"]} for a in alphas}
+        jobs |= {"mapq_cv": {k: f for k, f in feats.items() if k != "a1"}, "minilm_refold": {"a0": base}}
+        for name, variants in jobs.items():
+            got, ch = refit_fold(data, variants, c)
+            for j, rec in got.items():
+                held[name][j] = rec
+            chosen[name].append(ch["variant"] if name == "mapq_cv" else f"l2={ch['l2']:g},b={ch['blend']:g}")
+    out: dict[str, Any] = {}
+    for name in names:
+        out[name] = {"refit": la.summary(qs, held[name]), "refit_chosen": chosen[name]}
+        if name in fixed and fixed[name][0]:
+            out[name]["fixed"] = la.summary(qs, fixed[name])
+    out["mapq_info"] = {"query_cos_to_mpnet": round(float(np.mean(qcos)), 4),
+                        "heldout_line_cos": [round(x, 4) for x in lcos], "ridge_chosen": ridges,
+                        "reach": pool_reach(cands)}
+    return out
+
+
 def query_encoders(model_dir: Path, onnx_dir: Path) -> dict[str, Any]:
     """name -> f(text) -> unit vector: the shipped MiniLM query path and mpnet on torch fp32 (one thread, as the
     store's torch fallback) and on ONNX Runtime (one thread, as ``agentmem.store.onnx_query``): the exported fp32
@@ -347,6 +481,8 @@ def main() -> None:
     ap.add_argument("--alphas", type=float, nargs="+", default=[0.25, 0.5, 0.75])
     ap.add_argument("--dense-weights", type=float, nargs="*", default=[0.35, 0.5, 0.65],
                     help="also: the fusion's dense weight chosen inside the folds from these (none: skipped)")
+    ap.add_argument("--map-alphas", type=float, nargs="*", default=[],
+                    help="also: the MiniLM query mapped into mpnet's space, fused at these alphas (none: skipped)")
     ap.add_argument("--out", type=Path, help="also: the result as JSON here")
     ap.add_argument("--int8-queries", type=Path, help="mpnet questions through the int8 query path, cached here")
     ap.add_argument("--plot", type=Path)
@@ -367,7 +503,10 @@ def main() -> None:
         qmp = int8_queries(args.model, args.onnx_dir, [q.text for q in data.questions], args.int8_queries)
     pred = predecessors(data)
     print("predecessors:", sum(p is not None for p in pred.values()), "of", len(pred), flush=True)
-    result = quality(data, Spaces(data, mp, pred), qmp, args.alphas, args.dense_weights)
+    spaces = Spaces(data, mp, pred)
+    result = quality(data, spaces, qmp, args.alphas, args.dense_weights)
+    if args.map_alphas:
+        result |= mapped_queries(data, spaces, qmp, args.map_alphas)
     for name, r in result.items():
         print(name, json.dumps(r), flush=True)
     if args.out:

@@ -60,3 +60,33 @@ def test_nested_pick_chooses_on_the_other_conversations() -> None:
 
 def test_texts_key_depends_on_order() -> None:
     assert ea.texts_key(["a", "b"]) != ea.texts_key(["b", "a"])
+
+
+def test_the_identity_map_gives_back_the_minilm_query_and_pools() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 6)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    W = ea.fit_map(X, X, 0.0)  # MiniLM -> MiniLM: the map must be the identity (bias 0)
+    q = rng.normal(size=6).astype(np.float32)
+    np.testing.assert_allclose(ea.apply_map(W, q), q / np.linalg.norm(q), atol=1e-5)
+    ids = [f"e{n}" for n in range(40)]
+    m = {"minilm": X, "minilm_ctx": X, "mpnet": X, "mpnet_ctx": X}
+    qq = SimpleNamespace(cands=Candidates({}, {}))
+    base = ea.exact_pools(qq, (ids, m), q, q, 0.0, {})
+    for a in (0.5, 1.0):  # the identity-mapped query fused with itself: the MiniLM baseline's pools
+        got = ea.exact_pools(qq, (ids, m), q, ea.apply_map(W, q), a, {})
+        assert list(got.dense) == list(base.dense)
+        np.testing.assert_allclose(list(got.dense.values()), list(base.dense.values()), atol=1e-5)
+
+
+def test_the_map_is_fitted_on_the_training_lines_and_its_ridge_chosen_inside() -> None:
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(4, 3))  # a true linear map MiniLM -> mpnet: the least ridge wins, held out cos ~1
+    conv = {}
+    for c in "wxyz":
+        X = rng.normal(size=(30, 4)).astype(np.float32)
+        conv[c] = ([], {"minilm": X, "mpnet": (X @ A).astype(np.float32)})
+    spaces = SimpleNamespace(conv=conv)
+    W, ridge = ea.fold_map(spaces, ["w", "x", "y"])
+    assert ridge == min(ea.MAP_RIDGES)
+    assert ea.line_cos(W, spaces, ["z"]) > 0.999
