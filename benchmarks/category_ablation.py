@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learned_ablation as la  # noqa: E402
+import locomo  # noqa: E402
 
 from agentmem.store.head import Ranked  # noqa: E402
 from agentmem.store.head_cues import _body, _stems, move_up, question_words  # noqa: E402
@@ -134,7 +135,7 @@ def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], ar
          widening: str) -> tuple[list[str], np.ndarray]:
     """The shipped head (20 widened by the pools' best 20, plus ``widening``'s extra entries): ids in the hand-set
     order, the 20 features + 5 cues + the extra columns (coherence 3, session 3)."""
-    cands, load = q.cands, la.locomo.row_loader(rows)
+    cands, load = q.cands, locomo.row_loader(rows)
     ids, XC = la.head_features(q, cands, rows, p, 20, 20,
                                lambda ranked, depth: load(*widened(ranked, depth, q, rows, args, widening)))
     U = np.stack([vecs[i] for i in ids])

@@ -85,7 +85,6 @@ def cached_vectors(path: Path, model_dir: Path, ids: list[str], lines: list[str]
     return dict(zip(ids, turns)), qv
 
 
-
 def int8_queries(model_dir: Path, onnx_dir: Path, questions: list[str], path: Path) -> np.ndarray:
     """The questions' mpnet vectors through the query path recall would use for it (``Embedder.encode_query``:
     the exported graph with int8 feed-forward weights, one thread), cached at ``path``."""
@@ -306,42 +305,15 @@ def fold_map(spaces: Spaces, train: list[str], ridges: tuple[float, ...] = MAP_R
     return fit_map(*lines_of(spaces, train), best), best
 
 
-def refit_fold(data: la.Data, variants: dict[str, list], c: str) -> tuple[dict[int, dict[int, float]], dict]:
-    """``learned_ablation.ltr_nested``'s one outer fold: the head fitted on every conversation but ``c`` (variant,
-    L2 and blend chosen by leave-one-conversation-out inside them), ``c``'s questions scored; question index ->
-    recall, and the choice."""
-    qs, nonneg = data.questions, [FEATURES.index(f) for f in la.MONOTONE["dense"]]
-    configs = [(n, l2, b) for n in variants for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
-
-    def train(members: list[int], cfg: tuple) -> np.ndarray:
-        X = np.concatenate([variants[cfg[0]][j][1] for j in members])
-        y = np.concatenate([[float(i in qs[j].gold) for i in variants[cfg[0]][j][0]] for j in members])
-        return la.fit_lr(X, y, cfg[1], nonneg=nonneg)
-
-    def score(members: list[int], w: np.ndarray, cfg: tuple) -> list[dict[int, float]]:
-        return [la.recall_of(qs[j], la.lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
-
-    rest = [d for d in data.convs if d != c]
-    inner: dict[tuple, float] = defaultdict(float)
-    for v in rest:
-        tr = [j for j, q in enumerate(qs) if q.conv in rest and q.conv != v]
-        va = [j for j, q in enumerate(qs) if q.conv == v]
-        for cfg in configs:
-            inner[cfg] += sum(r[k] for r in score(va, train(tr, cfg), cfg) for k in la.KS)
-    best = max(configs, key=lambda cfg: inner[cfg])
-    te = [j for j, q in enumerate(qs) if q.conv == c]
-    w = train([j for j, q in enumerate(qs) if q.conv != c], best)
-    return dict(zip(te, score(te, w, best))), {"variant": best[0], "l2": best[1], "blend": best[2]}
-
-
 def mapped_queries(data: la.Data, spaces: Spaces, qmp: np.ndarray, alphas: list[float]) -> dict[str, Any]:
     """The mpnet query replaced by ``normalise(W · q_minilm)``, W fitted per outer fold on the 4 training
     conversations' memory lines (:func:`fold_map`), fused with MiniLM's cosine at each of ``alphas`` (1: the
     mapped query alone) and scored with the fixed head and the head refitted in the fold (every question's
     features from that fold's map); ``mapq_cv``: alpha (of those < 1) chosen inside the fold too. Also: the mapped
     query's cosine to the true mpnet query, the held-out lines' cosine, ``minilm_refold`` (MiniLM through
-    :func:`refit_fold`: must equal ``minilm``'s refit)."""
+    :func:`learned_ablation.ltr_fold` fold by fold: must equal ``minilm``'s refit)."""
     vecs, qs, n = ca.unit_vectors(data), data.questions, len(data.questions)
+    nonneg = [FEATURES.index(f) for f in la.MONOTONE["dense"]]
     names = [f"mapq{a:g}" for a in alphas] + ["mapq_cv", "minilm_refold"]
     fixed = {k: [{}] * n for k in names}
     held: dict[str, list[dict[int, float]]] = {k: [{}] * n for k in names}
@@ -371,10 +343,10 @@ def mapped_queries(data: la.Data, spaces: Spaces, qmp: np.ndarray, alphas: list[
         jobs = {f"mapq{a:g}": {f"a{a:g}": feats[f"a{a:g}"]} for a in alphas}
         jobs |= {"mapq_cv": {k: f for k, f in feats.items() if k != "a1"}, "minilm_refold": {"a0": base}}
         for name, variants in jobs.items():
-            got, ch = refit_fold(data, variants, c)
+            got, (variant, l2, blend), _ = la.ltr_fold(data, variants, c, nonneg=nonneg)
             for j, rec in got.items():
                 held[name][j] = rec
-            chosen[name].append(ch["variant"] if name == "mapq_cv" else f"l2={ch['l2']:g},b={ch['blend']:g}")
+            chosen[name].append(variant if name == "mapq_cv" else f"l2={l2:g},b={blend:g}")
     out: dict[str, Any] = {}
     for name in names:
         out[name] = {"refit": la.summary(qs, held[name]), "refit_chosen": chosen[name]}

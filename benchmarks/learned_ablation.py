@@ -175,42 +175,50 @@ def ltr(data: Data, p: RetrievalParams, depth: int, cols: list[int] | None = Non
     return ltr_nested(data, {"": [(ids, X[:, cols]) for ids, X in feats]}, nonneg=nonneg)
 
 
+def ltr_fold(data: Data, variants: dict[str, list], held_conv: str,
+             settings: list[tuple[float, float]] | None = None, nonneg: list[int] | None = None
+             ) -> tuple[dict[int, dict[int, float]], tuple[str, float, float], np.ndarray]:
+    """One outer fold of :func:`ltr_nested`: the head / feature set (``variants``: name -> every question's (head
+    ids, feature rows)), the l2 weight and the blend (of ``settings``, default a grid) chosen by
+    leave-one-conversation-out inside every conversation but ``held_conv``, fitted on all of them and scored on
+    ``held_conv``'s questions. Returns question index -> recall, the chosen (variant, l2, blend), the weights."""
+    qs = data.questions
+    settings = settings or [(l2, b) for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
+    configs = [(name, l2, b) for name in variants for l2, b in settings]
+
+    def train(members: list[int], cfg: tuple[str, float, float]) -> np.ndarray:
+        X = np.concatenate([variants[cfg[0]][j][1] for j in members])
+        y = np.concatenate([[float(i in qs[j].gold) for i in variants[cfg[0]][j][0]] for j in members])
+        return fit_lr(X, y, cfg[1], nonneg=nonneg)
+
+    def score(members: list[int], w: np.ndarray, cfg: tuple[str, float, float]) -> list[dict[int, float]]:
+        return [recall_of(qs[j], lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
+
+    train_convs = [d for d in data.convs if d != held_conv]
+    inner: dict[Any, float] = defaultdict(float)
+    for v in train_convs if len(configs) > 1 else ():
+        tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
+        va = [j for j, q in enumerate(qs) if q.conv == v]
+        for cfg in configs:
+            inner[cfg] += sum(r[k] for r in score(va, train(tr, cfg), cfg) for k in KS)
+    best = max(configs, key=lambda cfg: inner[cfg])
+    te = [j for j, q in enumerate(qs) if q.conv == held_conv]
+    w = train([j for j, q in enumerate(qs) if q.conv != held_conv], best)
+    return dict(zip(te, score(te, w, best))), best, w
+
+
 def ltr_nested(data: Data, variants: dict[str, list], settings: list[tuple[float, float]] | None = None,
                nonneg: list[int] | None = None) -> dict[str, Any]:
     """LTR with the head / feature set (``variants``: name -> every question's (head ids, feature rows)), the l2
     weight and the blend (of ``settings``, default a grid) all chosen by leave-one-conversation-out inside the 4
-    training conversations; one variant and one setting: that model fitted on each fold's 4 (how the shipped
-    weights are made: the median of the five fits)."""
+    training conversations (:func:`ltr_fold`); one variant and one setting: that model fitted on each fold's 4
+    (how the shipped weights are made: the median of the five fits)."""
     qs = data.questions
-    labels = {name: [np.array([float(i in q.gold) for i in ids]) for q, (ids, _) in zip(qs, feats)]
-              for name, feats in variants.items()}
-    convs = data.convs
-    settings = settings or [(l2, b) for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
-    configs = [(name, l2, b) for name in variants for l2, b in settings]
-
-    def train(members: list[int], cfg) -> np.ndarray:
-        X = np.concatenate([variants[cfg[0]][j][1] for j in members])
-        y = np.concatenate([labels[cfg[0]][j] for j in members])
-        return fit_lr(X, y, cfg[1], nonneg=nonneg)
-
-    def score(members: list[int], w: np.ndarray, cfg) -> list[dict[int, float]]:
-        return [recall_of(qs[j], lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
-
     held: list[dict[int, float]] = [{} for _ in qs]
     chosen, weights = [], []
-    for c in convs:
-        train_convs = [d for d in convs if d != c]
-        inner: dict[Any, float] = defaultdict(float)
-        for v in train_convs if len(configs) > 1 else ():
-            tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
-            va = [j for j, q in enumerate(qs) if q.conv == v]
-            for cfg in configs:
-                inner[cfg] += sum(r[k] for r in score(va, train(tr, cfg), cfg) for k in KS)
-        best = max(configs, key=lambda cfg: inner[cfg])
-        tr = [j for j, q in enumerate(qs) if q.conv != c]
-        te = [j for j, q in enumerate(qs) if q.conv == c]
-        w = train(tr, best)
-        for j, r in zip(te, score(te, w, best)):
+    for c in data.convs:
+        got, best, w = ltr_fold(data, variants, c, settings, nonneg)
+        for j, r in got.items():
             held[j] = r
         chosen.append({"l2": best[1], "blend": best[2]} | ({"variant": best[0]} if len(variants) > 1 else {}))
         weights.append([round(float(v), 4) for v in w])

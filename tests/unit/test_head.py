@@ -105,18 +105,12 @@ def test_the_loader_decides_the_head() -> None:
     assert "a" not in [i for i, _ in order] and len(order) == 2
 
 
-def _loader(rows: dict):
-    """locomo.ranking's loader: every row admitted."""
-    return lambda ranked, depth: ([HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]],
-                                  ranked[depth:])
-
-
 def test_the_head_model_is_an_argument(bench) -> None:
     """``model`` omitted is the shipped weights; other weights change the order through the argument alone (no
     default of ``reorder`` is touched, as benchmarks/context_pool_ablation.py's refit once did)."""
     mem, questions, rows = bench
     params, k = mem._store.params, 10
-    load = _loader(rows)
+    load = locomo.row_loader(rows)
     defaults = reorder.__defaults__
     shipped = [rank_candidates(q.text, q.cands, params, k, load) for q in questions]
     assert [rank_candidates(q.text, q.cands, params, k, load, HeadModel()) for q in questions] == shipped
@@ -133,7 +127,7 @@ def test_head_of_is_the_hand_set_ranking(bench) -> None:
     features are computed on)."""
     mem, questions, rows = bench
     hand, k = replace(mem._store.params, learned_head=False), 10
-    load = _loader(rows)
+    load = locomo.row_loader(rows)
     for q in questions:
         h = head_of(q.text, q.cands, hand, max(2 * k, hand.rerank_depth), 0, load)
         assert (h.order + h.tail)[:k] == rank_candidates(q.text, q.cands, hand, k, load), q.text
