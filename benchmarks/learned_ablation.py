@@ -38,6 +38,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, dep
     (:func:`agentmem.store.learned_rank.features`: exactly what recall computes), the question-text cues
     (``head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
     and of the turn-context pools (``head_cues.widen``: a wider head the learned order can lift from). ``load``:
-    the head's loader (:func:`agentmem.store.head.head_of`; default :func:`locomo.row_loader`, which a widening one calls)."""
+    the head's loader (:func:`agentmem.store.head.head_of`; default :func:`locomo.row_loader`, which a widening
+    one calls)."""
     h = head_of(q.text, cands, p, depth, reserve, load or locomo.row_loader(rows))
     X = features(q.text, h.entries, h.order, cands, h.fused, h.spilled, h.params)
     return [i for i, _ in h.order], np.hstack([X, cue_columns(q.text, h.entries, h.order, cands)])
@@ -175,6 +177,26 @@ def ltr(data: Data, p: RetrievalParams, depth: int, cols: list[int] | None = Non
     return ltr_nested(data, {"": [(ids, X[:, cols]) for ids, X in feats]}, nonneg=nonneg)
 
 
+def inner_cv(qs: list[Any], train_convs: list[str], configs: list[Any],
+             recall_on: Callable[[list[int], list[int], Any], list[dict[int, float]]]) -> dict[Any, float]:
+    """Each config's summed recall@5 + @10, leave-one-conversation-out inside ``train_convs``: ``recall_on(train,
+    validation, cfg)`` (question indices) fits on the one and returns the other's per-question recall. Empty (every
+    config 0) when there is one config: nothing to choose.
+
+    Example:
+        >>> qs = [type("Q", (), {"conv": c})() for c in "xyz"]
+        >>> dict(inner_cv(qs, ["x", "y"], ["a", "b"], lambda tr, va, cfg: [{5: 1.0, 10: float(cfg == "b")}] * len(va)))
+        {'a': 2.0, 'b': 4.0}
+    """
+    inner: dict[Any, float] = defaultdict(float)
+    for v in train_convs if len(configs) > 1 else ():
+        tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
+        va = [j for j, q in enumerate(qs) if q.conv == v]
+        for cfg in configs:
+            inner[cfg] += sum(r[k] for r in recall_on(tr, va, cfg) for k in KS)
+    return inner
+
+
 def ltr_fold(data: Data, variants: dict[str, list], held_conv: str,
              settings: list[tuple[float, float]] | None = None, nonneg: list[int] | None = None
              ) -> tuple[dict[int, dict[int, float]], tuple[str, float, float], np.ndarray]:
@@ -195,12 +217,7 @@ def ltr_fold(data: Data, variants: dict[str, list], held_conv: str,
         return [recall_of(qs[j], lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
 
     train_convs = [d for d in data.convs if d != held_conv]
-    inner: dict[Any, float] = defaultdict(float)
-    for v in train_convs if len(configs) > 1 else ():
-        tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
-        va = [j for j, q in enumerate(qs) if q.conv == v]
-        for cfg in configs:
-            inner[cfg] += sum(r[k] for r in score(va, train(tr, cfg), cfg) for k in KS)
+    inner = inner_cv(qs, train_convs, configs, lambda tr, va, cfg: score(va, train(tr, cfg), cfg))
     best = max(configs, key=lambda cfg: inner[cfg])
     te = [j for j, q in enumerate(qs) if q.conv == held_conv]
     w = train([j for j, q in enumerate(qs) if q.conv != held_conv], best)
@@ -333,12 +350,7 @@ def adapter(data: Data, p: RetrievalParams) -> dict[str, Any]:
     chosen, inner_scores = [], []
     for c in data.convs:
         train_convs = [d for d in data.convs if d != c]
-        inner: dict[Any, float] = defaultdict(float)
-        for v in train_convs if len(configs) > 1 else ():
-            tr = [j for j, q in enumerate(qs) if q.conv in train_convs and q.conv != v]
-            va = [j for j, q in enumerate(qs) if q.conv == v]
-            for cfg in configs:
-                inner[cfg] += sum(r[k] for r in run(va, fit(tr, cfg)) for k in KS)
+        inner = inner_cv(qs, train_convs, configs, lambda tr, va, cfg: run(va, fit(tr, cfg)))
         best = max(configs, key=lambda cfg: (inner[cfg], cfg is None))
         tr = [j for j, q in enumerate(qs) if q.conv != c]
         te = [j for j, q in enumerate(qs) if q.conv == c]
