@@ -197,24 +197,49 @@ def inner_cv(qs: list[Any], train_convs: list[str], configs: list[Any],
     return inner
 
 
+@dataclass(frozen=True)
+class Logistic:
+    """:func:`fit_lr` / :func:`lr_rank` as :func:`ltr_fold`'s learner: a setting is (l2, blend); ``nonneg``: the
+    columns whose weight is held >= 0. Another learner (``benchmarks/head_model_ablation.py``) has the same two
+    methods: ``fit(X, y, sizes, setting)`` (``sizes``: the rows of each head, in order) and ``rank(heads, model,
+    setting)`` (every head's ids re-ordered).
+
+    Example:
+        >>> m = Logistic().fit(np.array([[0.0], [1.0]] * 5), np.array([0.0, 1.0] * 5), [2] * 5, (1.0, 1.0))
+        >>> Logistic().rank([(["a", "b"], np.array([[0.0], [1.0]]))], m, (1.0, 1.0))
+        [['b', 'a']]
+    """
+
+    nonneg: tuple[int, ...] | None = None
+
+    def fit(self, X: np.ndarray, y: np.ndarray, sizes: list[int], setting: tuple) -> np.ndarray:
+        return fit_lr(X, y, setting[0], nonneg=list(self.nonneg) if self.nonneg else None)
+
+    def rank(self, heads: list[tuple[list[str], np.ndarray]], w: np.ndarray, setting: tuple) -> list[list[str]]:
+        return [lr_rank(ids, X, w, setting[1]) for ids, X in heads]
+
+
 def ltr_fold(data: Data, variants: dict[str, list], held_conv: str,
-             settings: list[tuple[float, float]] | None = None, nonneg: list[int] | None = None
-             ) -> tuple[dict[int, dict[int, float]], tuple[str, float, float], np.ndarray]:
+             settings: list[tuple] | None = None, nonneg: list[int] | None = None, learner: Any = None
+             ) -> tuple[dict[int, dict[int, float]], tuple, Any]:
     """One outer fold of :func:`ltr_nested`: the head / feature set (``variants``: name -> every question's (head
     ids, feature rows)), the l2 weight and the blend (of ``settings``, default a grid) chosen by
     leave-one-conversation-out inside every conversation but ``held_conv``, fitted on all of them and scored on
-    ``held_conv``'s questions. Returns question index -> recall, the chosen (variant, l2, blend), the weights."""
+    ``held_conv``'s questions. ``learner``: the model (default :class:`Logistic` with ``nonneg``; another one's
+    ``settings`` are its own). Returns question index -> recall, the chosen (variant, *setting), the fitted model."""
     qs = data.questions
+    learner = learner or Logistic(tuple(nonneg) if nonneg else None)
     settings = settings or [(l2, b) for l2 in (0.1, 10.0, 1000.0) for b in (0.25, 0.5, 1.0)]
-    configs = [(name, l2, b) for name in variants for l2, b in settings]
+    configs = [(name, *s) for name in variants for s in settings]
 
-    def train(members: list[int], cfg: tuple[str, float, float]) -> np.ndarray:
+    def train(members: list[int], cfg: tuple) -> Any:
         X = np.concatenate([variants[cfg[0]][j][1] for j in members])
         y = np.concatenate([[float(i in qs[j].gold) for i in variants[cfg[0]][j][0]] for j in members])
-        return fit_lr(X, y, cfg[1], nonneg=nonneg)
+        return learner.fit(X, y, [len(variants[cfg[0]][j][0]) for j in members], cfg[1:])
 
-    def score(members: list[int], w: np.ndarray, cfg: tuple[str, float, float]) -> list[dict[int, float]]:
-        return [recall_of(qs[j], lr_rank(*variants[cfg[0]][j], w, cfg[2])) for j in members]
+    def score(members: list[int], w: Any, cfg: tuple) -> list[dict[int, float]]:
+        ranked = learner.rank([variants[cfg[0]][j] for j in members], w, cfg[1:])
+        return [recall_of(qs[j], ids) for j, ids in zip(members, ranked)]
 
     train_convs = [d for d in data.convs if d != held_conv]
     inner = inner_cv(qs, train_convs, configs, lambda tr, va, cfg: score(va, train(tr, cfg), cfg))
