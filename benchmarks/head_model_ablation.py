@@ -52,7 +52,8 @@ LOGISTIC = (0.1, 1.0)  # the (L2, blend) every fold of base chose inside on /tmp
 # the tree grid: (max_leaf_nodes, max_depth, learning_rate, max_iter, l2_regularization); few leaves, shallow
 TREES = [(leaves, depth, rate, iters, l2) for (leaves, depth) in ((7, 3), (15, 4)) for rate in (0.05, 0.1)
          for iters in (100, 300) for l2 in (0.0, 1.0)]
-BLENDS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# 0.1: a first run's inner folds all chose 0.25, the grid's lowest blend above 0
+BLENDS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0)
 # (name, left column, right column or "list" for the list-question flag, held >= 0): chosen by what each should
 # carry, not by the data. A list question gathers evidence across sessions, so its session mass, head rank and plain
 # cosine may matter differently; a named speaker's or a dated turn with a high share is the likely answer; a
@@ -175,7 +176,21 @@ def nested(data: la.Data, feats: list, settings: list[tuple], learner: Any, name
             held[j] = r
         chosen.append(list(best[1:]))
         models.append((model, best[1:]))
-    return {"cv": la.summary(data.questions, held), "chosen": chosen, "models": models}
+    per_conv = {c: round(float(np.mean([r[10] for r, q in zip(held, data.questions) if q.conv == c])), 4)
+                for c in data.convs}
+    return {"cv": la.summary(data.questions, held), "per_conv@10": per_conv, "chosen": chosen, "models": models,
+            "held": held}
+
+
+def against(held: list[dict[int, float]], base: list[dict[int, float]]) -> dict[str, int]:
+    """Questions whose held-out recall@10 went up / down against ``base``'s (how many moved, not by how much).
+
+    Example:
+        >>> against([{10: 1.0}, {10: 0.5}, {10: 0.0}], [{10: 0.5}, {10: 0.5}, {10: 1.0}])
+        {'up': 1, 'down': 1}
+    """
+    pairs = list(zip(held, base))
+    return {"up": sum(a[10] > b[10] for a, b in pairs), "down": sum(a[10] < b[10] for a, b in pairs)}
 
 
 def sister_head() -> tuple[list[str], np.ndarray, str]:
@@ -300,9 +315,11 @@ def main() -> None:
         rows = [(ids, make(q, X)) for q, (ids, X) in zip(data.questions, feats)]
         t0 = time.time()
         result[name] = nested(data, rows, settings, learner, name)
-        print(name, json.dumps({k: v for k, v in result[name].items() if k != "models"}),
+        print(name, json.dumps({k: v for k, v in result[name].items() if k not in ("models", "held")}),
               round(time.time() - t0, 1), flush=True)
-    out: dict[str, Any] = {k: {m: v for m, v in r.items() if m != "models"} for k, r in result.items()}
+    out: dict[str, Any] = {k: {m: v for m, v in r.items() if m not in ("models", "held")} for k, r in result.items()}
+    for name in [n for n in result if n != "base" and "base" in result]:
+        out[name]["vs_base@10"] = against(result[name]["held"], result["base"]["held"])
     if args.sister:
         sister_q = type("Q", (), {"text": "sister's name"})()
         out["sister_first"] = sister_check(result, {k: table[k][0] for k in result},
