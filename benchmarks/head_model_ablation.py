@@ -166,8 +166,9 @@ def interactions(q: Any, X: np.ndarray) -> tuple[np.ndarray, list[int]]:
 
 def nested(data: la.Data, feats: list, settings: list[tuple], learner: Any, name: str) -> dict[str, Any]:
     """``learner`` over every question's (head ids, feature rows) ``feats``, nested over the conversations with
-    :func:`learned_ablation.ltr_fold`: held-out summary, each fold's chosen setting, and the five fitted models
-    (under ``"models"``, left out of the JSON)."""
+    :func:`learned_ablation.ltr_fold`: held-out summary, the all-dev one (:func:`all_dev`, at the setting most folds
+    chose), each fold's chosen setting, and the five fitted models and per-question recall (``"models"``, ``"held"``,
+    left out of the JSON)."""
     held: list[dict[int, float]] = [{} for _ in data.questions]
     chosen, models = [], []
     for c in tqdm(data.convs, desc=name, file=sys.stderr):
@@ -176,10 +177,21 @@ def nested(data: la.Data, feats: list, settings: list[tuple], learner: Any, name
             held[j] = r
         chosen.append(list(best[1:]))
         models.append((model, best[1:]))
+    common = max(chosen, key=chosen.count)  # the setting most folds chose (the first of a tie)
     per_conv = {c: round(float(np.mean([r[10] for r, q in zip(held, data.questions) if q.conv == c])), 4)
                 for c in data.convs}
-    return {"cv": la.summary(data.questions, held), "per_conv@10": per_conv, "chosen": chosen, "models": models,
-            "held": held}
+    return {"cv": la.summary(data.questions, held), "all_dev": all_dev(data, feats, learner, tuple(common)),
+            "per_conv@10": per_conv, "chosen": chosen, "models": models, "held": held}
+
+
+def all_dev(data: la.Data, feats: list, learner: Any, setting: tuple) -> dict[str, Any]:
+    """The all-dev figure beside the held-out one: ``learner`` at ``setting`` fitted on every question and scored on
+    the same (in-sample: how much the model can fit at all, not what it generalises)."""
+    qs = data.questions
+    X = np.concatenate([x for _, x in feats])
+    y = np.concatenate([[float(i in q.gold) for i in ids] for q, (ids, _) in zip(qs, feats)])
+    model = learner.fit(X, y, [len(ids) for ids, _ in feats], setting)
+    return la.summary(qs, [la.recall_of(q, ids) for q, ids in zip(qs, learner.rank(feats, model, setting))])
 
 
 def against(held: list[dict[int, float]], base: list[dict[int, float]]) -> dict[str, int]:

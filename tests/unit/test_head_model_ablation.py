@@ -23,6 +23,7 @@ TREE = (7, 3, 0.1, 60, 0.0)
 class Q(NamedTuple):
     conv: str
     gold: set[str]
+    category: int = 1
 
 
 def _toy(seed: int = 0, n: int = 600) -> tuple[np.ndarray, np.ndarray]:
@@ -93,7 +94,8 @@ class Spy(la.Logistic):
         return super().fit(X, y, sizes, setting)
 
 
-def test_a_fold_never_fits_on_its_held_out_conversation() -> None:
+def _nested_toy() -> tuple[la.Data, list]:
+    """4 conversations of 6 heads of 5; each head's evidence: its top of column 0; column 1: the conversation."""
     rng = np.random.default_rng(4)
     qs, feats = [], []
     for c in range(4):
@@ -102,7 +104,20 @@ def test_a_fold_never_fits_on_its_held_out_conversation() -> None:
             X = np.c_[rng.random(5), np.full(5, c)]
             qs.append(Q(f"c{c}", {ids[int(np.argmax(X[:, 0]))]}))
             feats.append((ids, X))
-    data = la.Data(qs, {}, {}, {}, {}, {}, np.zeros((len(qs), 1)))
+    return la.Data(qs, {}, {}, {}, {}, {}, np.zeros((len(qs), 1))), feats
+
+
+def test_the_all_dev_figure_fits_and_scores_every_question() -> None:
+    data, feats = _nested_toy()
+    Spy.seen = []
+    out = hm.all_dev(data, feats, Spy(), (1.0, 1.0))
+    assert Spy.seen == [{0, 1, 2, 3}] and out["recall@5"] == 1.0  # one fit on all four; column 0 separates
+    assert out["by_cat"] == {"1": 1.0}
+
+
+def test_a_fold_never_fits_on_its_held_out_conversation() -> None:
+    data, feats = _nested_toy()
+    qs = data.questions
     for held in range(4):
         Spy.seen = []
         got, best, _ = la.ltr_fold(data, {"v": feats}, f"c{held}", [(1.0, 1.0), (10.0, 0.5)], learner=Spy())
