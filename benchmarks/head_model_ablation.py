@@ -85,8 +85,8 @@ def digest(*arrays: np.ndarray) -> str:
 @dataclass
 class Boosted:
     """``ltr_fold``'s learner: a monotone ``HistGradientBoostingClassifier`` blended with the logistic model. A
-    setting is (*one of :data:`TREES` / :data:`TREES_REG`, blend); the fits are memoised on the training set and the tree setting, so
-    the blends share them.
+    setting is (*one of :data:`TREES` / :data:`TREES_REG`, blend); the fits are memoised on the training set and
+    the tree setting, so the blends share them.
 
     Example:
         >>> X = np.random.default_rng(0).random((200, 3)); y = (X[:, 0] > 0.7).astype(float)
