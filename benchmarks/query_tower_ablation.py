@@ -14,6 +14,9 @@ and turn-context pools are searched exactly with the fused cosine ``(1 - a) V q 
 (``embedder_ablation.exact_pools``, MiniLM in both slots). Scored two ways: ``fixed``, the shipped learned head;
 ``refit``, the head refitted in the fold (``learned_ablation.ltr_fold``) on cross-fitted pools (a training
 conversation d's questions read a tower trained on the other 3, never on d). Baseline: the same at a = 0.
+``--arm mapq`` (session 14's ``mapq`` with a tower): the tower's output goes through a linear 384 -> 768 started at
+the fold's ridge map (``embedder_ablation.fold_map``, memory lines only) and trained with it against mpnet's turn
+vectors (``--vectors``); the pools fuse MiniLM's cosine with that mapped query's mpnet cosine.
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice python benchmarks/query_tower_ablation.py --cache /tmp/q-cache.pkl
 
@@ -122,20 +125,23 @@ class Tower:
         out = layer(h, attention_mask=additive_mask(mask))
         return out[0] if isinstance(out, tuple) else out
 
-    def encode(self, layers: nn.ModuleList, idx: list[int] | np.ndarray) -> torch.Tensor:
-        """Unit mean-pooled vectors of questions ``idx`` through ``layers`` (the top ones, tuned or not)."""
+    def encode(self, layers: nn.ModuleList, idx: list[int] | np.ndarray, out: nn.Module | None = None
+               ) -> torch.Tensor:
+        """Unit mean-pooled vectors of questions ``idx`` through ``layers`` (the top ones, tuned or not); ``out``:
+        an output map applied to the unit vector (then normalised again)."""
         m = self.mask[idx]
         width = int(m.sum(1).max())  # the batch's own width: the cached states past it are padding
         h, m = self.hidden[idx, :width], m[:, :width]
         for layer in layers:
             h = self._run(layer, h, m)
         mf = m.unsqueeze(-1).float()
-        return nn.functional.normalize((h * mf).sum(1) / mf.sum(1), dim=1)
+        v = nn.functional.normalize((h * mf).sum(1) / mf.sum(1), dim=1)
+        return v if out is None else nn.functional.normalize(out(v), dim=1)
 
-    def encode_all(self, layers: nn.ModuleList, batch: int = 128) -> np.ndarray:
-        """Every question's vector through ``layers`` (no gradient)."""
+    def encode_all(self, layers: nn.ModuleList, out: nn.Module | None = None, batch: int = 128) -> np.ndarray:
+        """Every question's vector through ``layers`` (and ``out``; no gradient)."""
         with torch.no_grad():
-            return np.concatenate([self.encode(layers, list(range(i, min(i + batch, len(self.mask))))).numpy()
+            return np.concatenate([self.encode(layers, list(range(i, min(i + batch, len(self.mask)))), out).numpy()
                                    for i in range(0, len(self.mask), batch)])
 
     def fresh(self, rank: int, alpha: float, seed: int = 0) -> tuple[nn.ModuleList, list[nn.Parameter]]:
@@ -150,7 +156,7 @@ def tower_loss(q: torch.Tensor, convs: list[str], gold: list[list[int]], V: dict
 
     Example:
         >>> V = {"c": torch.eye(3)}; q = nn.functional.normalize(torch.tensor([[1.0, 0.1, 0.0]]), dim=1)
-        >>> round(float(tower_loss(q, ["c"], [[0]], V, 0.05)), 3) < round(float(tower_loss(q, ["c"], [[2]], V, 0.05)), 3)
+        >>> float(tower_loss(q, ["c"], [[0]], V, 0.05)) < float(tower_loss(q, ["c"], [[2]], V, 0.05))
         True
     """
     total = q.new_zeros(())
@@ -166,29 +172,31 @@ def tower_loss(q: torch.Tensor, convs: list[str], gold: list[list[int]], V: dict
 
 def train_tower(tower: Tower, train: list[int], convs: list[str], gold: list[list[int]], V: dict[str, np.ndarray],
                 lr: float, checkpoints: list[int], *, rank: int = 8, alpha: float = 16.0, tau: float = 0.05,
-                batch: int = 32, seed: int = 0) -> tuple[Fits, list[float]]:
+                batch: int = 32, seed: int = 0, out: nn.Module | None = None) -> tuple[Fits, list[float]]:
     """LoRA on the tower's top layers trained on questions ``train`` (those with evidence); every question's vector
-    at each epoch of ``checkpoints``, and the mean training loss per epoch."""
+    at each epoch of ``checkpoints``, and the mean training loss per epoch. ``out``: an output map trained with it
+    (arm 2: MiniLM -> mpnet, ``V`` then mpnet's turn vectors)."""
     torch.manual_seed(seed)
     layers, params = tower.fresh(rank, alpha, seed)
+    params += list(out.parameters()) if out is not None else []
     opt = torch.optim.Adam(params, lr=lr)
     Vt = {c: torch.tensor(v, dtype=torch.float32) for c, v in V.items()}
     train = [j for j in train if gold[j]]
     rng = np.random.default_rng(seed)
-    fits: Fits = {0: tower.encode_all(layers)} if 0 in checkpoints else {}
+    fits: Fits = {0: tower.encode_all(layers, out)} if 0 in checkpoints else {}
     losses = []
     for ep in range(1, max(checkpoints) + 1):
         order, run = rng.permutation(train), 0.0
         for i in range(0, len(order), batch):
             b = order[i:i + batch]
-            loss = tower_loss(tower.encode(layers, b), [convs[j] for j in b], [gold[j] for j in b], Vt, tau)
+            loss = tower_loss(tower.encode(layers, b, out), [convs[j] for j in b], [gold[j] for j in b], Vt, tau)
             opt.zero_grad()
             loss.backward()
             opt.step()
             run += float(loss.detach()) * len(b)
         losses.append(round(run / len(order), 4))
         if ep in checkpoints:
-            fits[ep] = tower.encode_all(layers)
+            fits[ep] = tower.encode_all(layers, out)
     return fits, losses
 
 
@@ -243,6 +251,14 @@ def nested(convs_of: list[str], fit: Callable[[frozenset, float], Fits],
     return out
 
 
+def mpnet_spaces(data: la.Data, path: Path) -> ea.Spaces:
+    """``embedder_ablation.Spaces`` (MiniLM and mpnet turn / turn-context vectors) from its cached mpnet vectors."""
+    ids = sorted(data.rows)
+    mp, _ = ea.cached_vectors(path, Path("/tmp/mpnet/all-mpnet-base-v2"), ids,
+                              [data.rows[i].memory_text for i in ids], [q.text for q in data.questions])
+    return ea.Spaces(data, mp, ea.predecessors(data))
+
+
 def spaces_of(data: la.Data) -> dict[str, tuple[list[str], dict[str, np.ndarray]]]:
     """Per conversation, ``exact_pools``'s conv pair with MiniLM in both slots (the tower's query reads the same
     stored vectors)."""
@@ -294,26 +310,50 @@ def scored(data: la.Data, spaces: dict, result: dict[str, Any], variant: str, do
     return out
 
 
+def baseline(data: la.Data, spaces: dict, refit: bool) -> dict[str, Any]:
+    """MiniLM exact (a = 0): the fixed head, the pools' reach and (``refit``) the head refitted per fold."""
+    qs = data.questions
+    cands = cands_of(data, spaces, data.qvecs, 0.0, list(range(len(qs))))
+    out = {"fixed": la.summary(qs, ea.fixed_recall(cands, data.rows)), "reach": ea.pool_reach(cands)}
+    if refit:
+        held: list[dict[int, float]] = [{} for _ in qs]
+        for c in tqdm(data.convs, desc="baseline refit"):
+            for j, rec in refit_fold(data, cands, c).items():
+                held[j] = rec
+        out["refit"] = la.summary(qs, held)
+    return out
+
+
+def map_module(W: np.ndarray) -> nn.Linear:
+    """``embedder_ablation.fit_map``'s ridge map ((384 + 1) x 768, last row the bias) as a linear layer.
+
+    Example:
+        >>> lin = map_module(np.vstack([np.eye(2), np.zeros((1, 2))])); lin(torch.ones(1, 2)).tolist()
+        [[1.0, 1.0]]
+    """
+    lin = nn.Linear(W.shape[0] - 1, W.shape[1])
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor(W[:-1].T, dtype=torch.float32))
+        lin.bias.copy_(torch.tensor(W[-1], dtype=torch.float32))
+    return lin
+
+
 def run(data: la.Data, tower: Tower, args: argparse.Namespace) -> dict[str, Any]:
-    """The baseline (a = 0), the nested tower variants (a fixed at each ``--alphas``, and chosen inside) and info."""
-    qs, spaces, gold = data.questions, spaces_of(data), gold_rows(data)
+    """The baseline (a = 0), the nested tower variants (a fixed at each ``--alphas``, and chosen inside) and info.
+    ``--arm mapq``: the tower's output mapped into mpnet's space (a linear 384 -> 768 from the fold's ridge map,
+    trained with it against mpnet's turn vectors) and fused with MiniLM's cosine as session 14's ``mapq``."""
+    qs, gold = data.questions, gold_rows(data)
     convs_of = [q.conv for q in qs]
-    V = {c: v[1]["minilm"] for c, v in spaces.items()}
     every = list(range(len(qs)))
     base = tower.encode_all(tower.top_layers)
     qv = data.qvecs / np.linalg.norm(data.qvecs, axis=1, keepdims=True)
     info: dict[str, Any] = {"float_vs_cache_cos": [round(float(x), 4) for x in
                                                    (np.mean(np.sum(base * qv, 1)), np.min(np.sum(base * qv, 1)))],
                             "fits": {}}
-    out: dict[str, Any] = {}
-    b_cands = cands_of(data, spaces, base, 0.0, every)
-    out["minilm"] = {"fixed": la.summary(qs, ea.fixed_recall(b_cands, data.rows)), "reach": ea.pool_reach(b_cands)}
-    if args.refit:
-        held: list[dict[int, float]] = [{} for _ in qs]
-        for c in tqdm(data.convs, desc="baseline refit"):
-            for j, rec in refit_fold(data, b_cands, c).items():
-                held[j] = rec
-        out["minilm"]["refit"] = la.summary(qs, held)
+    mp = mpnet_spaces(data, args.vectors) if args.arm == "mapq" else None
+    spaces = mp.conv if mp else spaces_of(data)
+    V = {c: v[1]["mpnet" if mp else "minilm"] for c, v in spaces.items()}
+    out: dict[str, Any] = {"minilm": baseline(data, spaces_of(data), args.refit)}
     print("minilm", json.dumps(out["minilm"]), flush=True)
     fits: dict[tuple[frozenset, float], Fits] = {}
     bar = tqdm(total=10 * len(args.lrs) + 5, desc="tower fits")
@@ -322,8 +362,10 @@ def run(data: la.Data, tower: Tower, args: argparse.Namespace) -> dict[str, Any]
         if (train_convs, lr) not in fits:
             t0 = time.time()
             members = [j for j in every if convs_of[j] in train_convs]
+            head = map_module(ea.fold_map(mp, sorted(train_convs))[0]) if mp else None
             fits[train_convs, lr], losses = train_tower(tower, members, convs_of, gold, V, lr, args.epochs,
-                                                        rank=args.rank, alpha=2.0 * args.rank, tau=args.tau)
+                                                        rank=args.rank, alpha=2.0 * args.rank, tau=args.tau,
+                                                        out=head, seed=args.seed)
             info["fits"]["+".join(sorted(train_convs)) + f"|{lr:g}"] = {"s": round(time.time() - t0, 1),
                                                                        "loss": losses}
             bar.update()
@@ -333,7 +375,8 @@ def run(data: la.Data, tower: Tower, args: argparse.Namespace) -> dict[str, Any]
         return ea.fixed_recall(cands_of(data, spaces, Q, a, idx), data.rows)
 
     configs = [(lr, ep, a) for lr in args.lrs for ep in args.epochs for a in args.alphas]
-    variants = {f"tower_a{a:g}": [c for c in configs if c[2] == a] for a in args.alphas} | {"tower_cv": configs}
+    arm = "maptower" if mp else "tower"
+    variants = {f"{arm}_a{a:g}": [c for c in configs if c[2] == a] for a in args.alphas} | {f"{arm}_cv": configs}
     result = nested(convs_of, fit, recall, configs, variants)
     bar.close()
     for name in variants:
@@ -352,7 +395,12 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--top", type=int, default=2, help="LoRA on this many top layers (those below frozen)")
     ap.add_argument("--tau", type=float, default=0.05)
+    ap.add_argument("--seed", type=int, default=0, help="LoRA's A and the batch order")
     ap.add_argument("--refit", action="store_true", help="also: the head refitted per fold on cross-fitted pools")
+    ap.add_argument("--arm", choices=["minilm", "mapq"], default="minilm",
+                    help="mapq: the tower's output mapped into mpnet's space (needs --vectors)")
+    ap.add_argument("--vectors", type=Path, default=Path("/tmp/mpnet-vecs.npz"),
+                    help="embedder_ablation's cached mpnet vectors of the memory lines and questions")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     torch.set_num_threads(1)  # one core; another helper's job has the other
