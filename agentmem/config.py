@@ -47,6 +47,12 @@ class MemoryConfig(BaseModel):
     embedding_model: str | None = Field(
         default=None, description="Path of a sentence-transformers model; None = bundled all-MiniLM-L6-v2."
     )
+    query_tower: str | None = Field(
+        default="auto",
+        description="Search queries through a tuned query tower (agentmem.store.query_tower): 'auto' = the bundled "
+        "tower with the bundled model and none with another embedding_model; a path = that tower file; None = off. "
+        "Stored vectors never depend on it.",
+    )
     embedding_batch_size: int = Field(default=64, gt=0)
     keep_text_in_index: bool = Field(
         default=False,

@@ -157,7 +157,27 @@ def _files(url: str | None, ctx: BuildContext) -> Any:
 def _minilm(url: str | None, ctx: BuildContext) -> Any:
     from agentmem.store.vectors import Embedder
 
-    return Embedder(ctx.config.embedding_model, cache_dir=ctx.config.cache_dir)
+    return Embedder(ctx.config.embedding_model, cache_dir=ctx.config.cache_dir,
+                    query_tower=query_tower_path(ctx.config.query_tower, ctx.config.embedding_model))
+
+
+def query_tower_path(setting: str | None, embedding_model: str | None) -> Path | None:
+    """The query tower file ``setting`` names (``Config.query_tower``): "auto" → the bundled tower for the bundled
+    model (none for another model, or where the package has none), None → off, else that path.
+
+    Example:
+        >>> query_tower_path(None, None) is None
+        True
+        >>> query_tower_path("auto", "/models/other") is None
+        True
+    """
+    from agentmem.store.query_tower import BUNDLED_TOWER
+
+    if setting is None:
+        return None
+    if setting == "auto":
+        return BUNDLED_TOWER if embedding_model is None and BUNDLED_TOWER.is_file() else None
+    return Path(setting)
 
 
 register("catalog", "embedded", _sqlite_catalog)

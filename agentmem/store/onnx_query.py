@@ -219,6 +219,8 @@ def _weights_identity(transformer: Any) -> str:
     files = sorted(source.glob("*.safetensors")) + sorted(source.glob("*.bin")) if source.is_dir() else []
     parts = [str(source.resolve()) if source.exists() else str(source)]
     parts += [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files]
+    if getattr(transformer, "query_tower", None):  # the same files with a query tower merged in: other weights
+        parts.append(f"tower:{transformer.query_tower}")
     return "|".join(parts)
 
 

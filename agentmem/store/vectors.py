@@ -27,6 +27,7 @@ from agentmem.security.chroma_erase import (
     erase_collection_residue, has_rebuilds, recover_rebuilds, scrub_freed_memory,
 )
 from agentmem.store.chroma_sync import ChromaHandle
+from agentmem.store.query_tower import QueryTower
 
 # ef_search: the HNSW beam width at query time (Chroma's default is 100, the size of recall's candidate pool, so
 # the walk missed ~1 of the exact 100 nearest per LoCoMo query, and which one depended on how the index was loaded:
@@ -57,27 +58,46 @@ class Embedder:
     _lock = threading.Lock()
 
     def __init__(self, model_path: str | None = None, *, cache_dir: Path | None = None, onnx_queries: bool = True,
-                 int8_queries: bool = True) -> None:
+                 int8_queries: bool = True, query_tower: str | Path | None = None) -> None:
         from agentmem.config import default_cache_dir
 
         self.model_path = model_path or bundled_embedding_model_path()
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.onnx_queries = onnx_queries
         self.int8_queries = int8_queries  # encode_query: feed-forward weights in int8 (agentmem.store.onnx_query)
+        # encode_query through the model with a tuned query tower merged in (agentmem.store.query_tower); what is
+        # stored keeps the base model, so the tower can be switched on or off over an existing store
+        self.query_tower = QueryTower.load(query_tower) if query_tower is not None else None
 
-    def _query_encoder(self, ffn_int8: bool = False) -> Any:
-        """The ONNX query encoder for this model, float or with int8 feed-forward weights (built once per process;
-        None if unavailable)."""
+    def _query_encoder(self, ffn_int8: bool = False, tower: bool = False) -> Any:
+        """The ONNX encoder for this model (``tower``: with the query tower merged in), float or with int8
+        feed-forward weights (built once per process; None if unavailable)."""
         cache = self.cache_dir
-        key = (self.model_path, str(cache), ffn_int8)
+        digest = self.query_tower.digest if tower and self.query_tower is not None else ""
+        key = (self.model_path, str(cache), ffn_int8, digest)
         if key not in Embedder._onnx:
-            model = self.model
+            model = self.tuned_model if digest else self.model
             from agentmem.store.onnx_query import OnnxQueryEncoder
 
             encoder = OnnxQueryEncoder.for_model(model, cache_dir=cache, ffn_int8=ffn_int8)
             with Embedder._lock:
                 Embedder._onnx.setdefault(key, encoder)
         return Embedder._onnx[key]
+
+    @property
+    def tuned_model(self) -> Any:
+        """The model with the query tower merged in (a copy, made once per process and tower; the model itself
+        when there is no tower)."""
+        if self.query_tower is None:
+            return self.model
+        key = f"{self.model_path}|tower:{self.query_tower.digest}"
+        with Embedder._lock:
+            tuned = Embedder._shared.get(key)
+        if tuned is None:
+            tuned = self.query_tower.merged(self.model)
+            with Embedder._lock:
+                tuned = Embedder._shared.setdefault(key, tuned)
+        return tuned
 
     @property
     def model(self) -> Any:
@@ -103,14 +123,25 @@ class Embedder:
         """One search query's unit vector: through the ONNX graph whose feed-forward weights are int8 when
         ``int8_queries`` (hand-built with fused kernels for a plain BERT: 3.7 vs 6.1 ms for the exported float
         graph, cosine ~0.996 to the float vector; docs/retrieval.md), else as
-        :meth:`encode`. What is stored always goes through :meth:`encode` (float), so the index is the same.
+        :meth:`encode`. With a ``query_tower`` the same paths run the tuned model (:attr:`tuned_model`). What is
+        stored always goes through :meth:`encode` (float, the base model), so the index is the same.
 
         Example:
             >>> Embedder().encode_query("where does she live?").shape               # doctest: +SKIP
             (384,)
         """
-        onnx = self._query_encoder(ffn_int8=True) if self.onnx_queries and self.int8_queries else None
-        return onnx.encode([text])[0] if onnx is not None else self.encode([text])[0]
+        if self.query_tower is None:
+            onnx = self._query_encoder(ffn_int8=True) if self.onnx_queries and self.int8_queries else None
+            return onnx.encode([text])[0] if onnx is not None else self.encode([text])[0]
+        onnx = self._query_encoder(ffn_int8=self.int8_queries, tower=True) if self.onnx_queries else None
+        if onnx is not None:
+            return onnx.encode([text])[0]
+        with _single_thread():
+            fast = _mean_pooled_forward(self.tuned_model, [text])
+        if fast is not None:
+            return fast[0]
+        return np.asarray(self.tuned_model.encode([text], normalize_embeddings=True, convert_to_numpy=True,
+                                                  show_progress_bar=False)[0], dtype=np.float32)
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
         if not texts:
