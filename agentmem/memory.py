@@ -400,8 +400,10 @@ class AgentMemory(KVBankMethods):
         follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
         demote = consolidating and cfg.recall_conflict_demotion
         want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
+        # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
+        # is the one the learned head was fitted and measured on (docs/retrieval.md, session 15)
         found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow,
-                                   chain_stamp=chain_stamp)
+                                   chain_stamp=chain_stamp, head_k=k)
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             head = found[:CHECKED]  # the same head for every k (consolidation.CHECKED)
             conflicts = self._consolidator.conflicts([s.row for s in head],

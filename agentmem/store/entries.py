@@ -452,9 +452,11 @@ class EntryStore:
 
     def search(self, query: str, scope: Scope, *, k: int, now: float | None = None,
                query_vector: np.ndarray | None = None, min_score: float | None = None,
-               follow_versions: bool = False, chain_stamp: int | None = None) -> list[ScoredRow]:
+               follow_versions: bool = False, chain_stamp: int | None = None,
+               head_k: int | None = None) -> list[ScoredRow]:
         """Hybrid dense + lexical search within ``scope``; best first, at most ``k``, each scored with a
-        calibrated relevance in [0, 1] (:mod:`agentmem.store.calibration`), none below ``min_score``.
+        calibrated relevance in [0, 1] (:mod:`agentmem.store.calibration`), none below ``min_score``. ``head_k``:
+        the k the re-ranked head is sized for (default ``k``; :func:`agentmem.store.head.rank_candidates`).
 
         ``follow_versions``: a superseded candidate stands for its current version (the active entry at the end of
         its ``superseded_by`` chain, :mod:`agentmem.store.consolidation_recall`), which takes the candidate's place
@@ -469,7 +471,7 @@ class EntryStore:
         now = time.time() if now is None else now
         pool = max(self.config.candidate_pool, 4 * k)
         cands, vec = self.candidates(query, scope, pool=pool, query_vector=query_vector)
-        hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp)
+        hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp, head_k)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
             allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
@@ -481,12 +483,13 @@ class EntryStore:
             if allowed:
                 cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
                                              ids=allowed)
-                hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp)
+                hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp, head_k)
         hits = hits[:k]
         return hits if min_score is None else [h for h in hits if h.score >= min_score]
 
     def _ranked(self, query: str, vec: np.ndarray, cands: Candidates, scope: Scope, now: float,
-                k: int, follow_versions: bool = False, chain_stamp: int | None = None) -> list[ScoredRow]:
+                k: int, follow_versions: bool = False, chain_stamp: int | None = None,
+                head_k: int | None = None) -> list[ScoredRow]:
         admitted: list[tuple[EntryRecord, float]] = []
 
         def load(ranked: list[tuple[str, float]], depth: int) -> tuple[list[HeadEntry], list[tuple[str, float]]]:
@@ -495,7 +498,7 @@ class EntryStore:
             return ([HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in admitted[:depth]],
                     [(row.id, s) for row, s in admitted[depth:]])
 
-        order = rank_candidates(query, cands, self.params, k, load)
+        order = rank_candidates(query, cands, self.params, k, load, head_k=head_k)
         by_id = {row.id: row for row, _ in admitted}
         missing = [i for i, _ in order if i not in cands.dense]
         # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)

@@ -64,7 +64,7 @@ def head_of(query: str, cands: Candidates, params: RetrievalParams, depth: int, 
 
 
 def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: int, load: HeadLoader,
-                    model: HeadModel = HeadModel()) -> Ranked:
+                    model: HeadModel = HeadModel(), head_k: int | None = None) -> Ranked:
     """The best ``k`` of ``cands`` as (id, score), best first: the order ``recall`` returns.
 
     ``load(ranked, depth)`` gets every scored candidate best first and the head's depth (``max(2k, rerank_depth)``,
@@ -72,7 +72,9 @@ def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: i
     speaker and memory line with the ranked score) and the ranked candidates after them. The store drops there the
     rows its scope rejects and swaps in current versions; with every row admitted it is the plain split below.
     ``model``: the learned order's weights (:class:`agentmem.store.learned_rank.HeadModel`, default the shipped
-    ones; a benchmark passes refitted ones).
+    ones; a benchmark passes refitted ones). ``head_k``: the k the head is sized for (default ``k``): recall asks
+    for a few hits more than it returns (its conflict check's look-ahead) and sizes the head for what it returns,
+    so its top k is the order the learned head was fitted on, whatever the look-ahead.
 
     Example:
         >>> rows = {"a": ("Ann", "[1 May 2023] Ann: I went hiking"), "b": ("Bob", "[1 May 2023] Bob: where to?")}
@@ -83,7 +85,8 @@ def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: i
         ['a', 'b']
     """
     reserve = params.head_reserve if params.learned_head else 0  # widened only for the learned order
-    head = head_of(query, cands, params, max(2 * k, params.rerank_depth), reserve, load)
+    head = head_of(query, cands, params, max(2 * (k if head_k is None else head_k), params.rerank_depth), reserve,
+                   load)
     order = head.order
     if params.learned_head:  # agentmem.store.learned_rank: the head re-ordered, its scores kept in order
         order = reorder(query, head.entries, order, cands, head.fused, head.spilled, head.params, model)
