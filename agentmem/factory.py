@@ -162,8 +162,8 @@ def _minilm(url: str | None, ctx: BuildContext) -> Any:
 
 
 def query_tower_path(setting: str | None, embedding_model: str | None) -> Path | None:
-    """The query tower file ``setting`` names (``Config.query_tower``): "auto" → the bundled tower for the bundled
-    model (none for another model, or where the package has none), None → off, else that path.
+    """The query tower file ``setting`` names (``MemoryConfig.query_tower``): "auto" → the bundled tower for the
+    bundled model (none for another model, or where the package has none), None → off, else that path.
 
     Example:
         >>> query_tower_path(None, None) is None

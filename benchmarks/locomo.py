@@ -22,12 +22,18 @@ rank scores the calibration reads, so it overstates the shipped miscalibration).
 candidates (``EntryStore.candidates``, retrieved once per question) with the library's ranking functions, so a
 setting costs no new retrieval.
 
+``--query-tower`` sets ``MemoryConfig.query_tower`` (``none``: the plain MiniLM query); ``--held-out-towers DIR`` adds
+the figure with each conversation's questions asked through a tower trained without that conversation
+(``benchmarks/train_query_tower.py --hold-out DIR``), the held-out figure of the shipped tower's path; with it, the
+``--folds`` grid and calibration read those held-out towers' candidates too.
+
 Last line: {"backend": ..., "consolidation": ..., "recall@5": ..., "recall@10": ..., "questions": N, ..., "cv": {...}}
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -36,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -130,20 +137,62 @@ def questions_of(conversations: list[dict], id_maps: dict[str, dict[str, str]]) 
 
 def end_to_end(mem: AgentMemory, questions: list[Question], ks: list[int]) -> dict[str, Any]:
     """recall() through the public API with the library's defaults."""
-    kmax = max(ks)
-    per_k: dict[int, list[float]] = defaultdict(list)
-    per_cat: dict[int, list[float]] = defaultdict(list)
     t0 = time.time()
-    for q in tqdm(questions, desc="recalling", unit="q", disable=None):
-        ranked = [h.id for h in mem.recall(q.text, user_id=f"locomo-{q.conv}", k=kmax)]
-        for k in ks:
-            per_k[k].append(len(q.gold & set(ranked[:k])) / len(q.gold))
-        per_cat[q.category].append(len(q.gold & set(ranked[:kmax])) / len(q.gold))
+    ranked = recalled(mem, questions, max(ks))
+    result = recall_summary(questions, ranked, ks)
+    result["recall_ms_mean"] = round(1000 * (time.time() - t0) / max(1, len(questions)), 2)
+    return result
+
+
+def recalled(mem: AgentMemory, questions: list[Question], k: int) -> list[list[str]]:
+    """Every question's top-``k`` ids from ``recall()``."""
+    return [[h.id for h in mem.recall(q.text, user_id=f"locomo-{q.conv}", k=k)]
+            for q in tqdm(questions, desc="recalling", unit="q", disable=None)]
+
+
+def recall_summary(questions: list[Question], ranked: list[list[str]], ks: list[int]) -> dict[str, Any]:
+    """recall@k (the share of a question's evidence turns in its top k) pooled over questions, and by category at
+    the largest k."""
+    kmax = max(ks)
+    per_k = {k: [len(q.gold & set(r[:k])) / len(q.gold) for q, r in zip(questions, ranked)] for k in ks}
+    per_cat: dict[int, list[float]] = defaultdict(list)
+    for q, r in zip(questions, ranked):
+        per_cat[q.category].append(len(q.gold & set(r[:kmax])) / len(q.gold))
     result: dict[str, Any] = {f"recall@{k}": round(statistics.fmean(v), 4) for k, v in sorted(per_k.items())}
     result["questions"] = len(questions)
     result[f"recall@{kmax}_by_category"] = {str(c): round(statistics.fmean(v), 4) for c, v in sorted(per_cat.items())}
-    result["recall_ms_mean"] = round(1000 * (time.time() - t0) / max(1, len(questions)), 2)
     return result
+
+
+def held_out_towers(mem: AgentMemory, questions: list[Question], ks: list[int], towers: Path) -> dict[str, Any]:
+    """``end_to_end`` with each conversation's questions asked through the query tower trained without that
+    conversation (:func:`conversation_tower`): the held-out figure of the shipped path (ONNX int8 tower, Chroma's
+    HNSW, the shipped head and calibration)."""
+    ranked: list[list[str]] = [[] for _ in questions]
+    for conv in sorted({q.conv for q in questions}):
+        idx = [j for j, q in enumerate(questions) if q.conv == conv]
+        with conversation_tower(mem, towers, conv):
+            for j, r in zip(idx, recalled(mem, [questions[j] for j in idx], max(ks))):
+                ranked[j] = r
+    return recall_summary(questions, ranked, ks)
+
+
+@contextlib.contextmanager
+def conversation_tower(mem: AgentMemory, towers: Path | None, conv: str) -> Iterator[None]:
+    """Inside the block the store's embedder asks through ``towers/<conv>.safetensors`` (a query tower trained
+    without conversation ``conv``: ``benchmarks/train_query_tower.py --hold-out``); nothing changes when ``towers``
+    is None. The benchmark swaps the tower in place, as it reaches into the store for candidates."""
+    if towers is None:
+        yield
+        return
+    from agentmem.store.query_tower import QueryTower
+
+    embedder = mem._store.embedder
+    before, embedder.query_tower = embedder.query_tower, QueryTower.load(towers / f"{conv}.safetensors")
+    try:
+        yield
+    finally:
+        embedder.query_tower = before
 
 
 def row_loader(rows: dict[str, Any]) -> HeadLoader:
@@ -279,14 +328,22 @@ def calibration_quality(qs: list[Question], rows: dict[str, Any], p: RetrievalPa
     }
 
 
-def gather_candidates(mem: AgentMemory, questions: list[Question], pool: int) -> dict[str, Any]:
-    """Retrieve every question's candidates once (own user and a foreign one); return every turn's row."""
+def gather_candidates(mem: AgentMemory, questions: list[Question], pool: int,
+                      towers: Path | None = None) -> dict[str, Any]:
+    """Retrieve every question's candidates once (own user and a foreign one; with ``towers``, each conversation's
+    through its held-out tower); return every turn's row."""
     store = mem._store  # the benchmark re-ranks the store's own candidates: see the module docstring
     convs = sorted({q.conv for q in questions})
     foreign_of = {c: convs[(i + 1) % len(convs)] for i, c in enumerate(convs)}
-    for q in tqdm(questions, desc="candidates", unit="q", disable=None):
-        q.cands, vec = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)
-        q.foreign, _ = store.candidates(q.text, Scope(f"locomo-{foreign_of[q.conv]}"), pool=pool, query_vector=vec)
+    bar = tqdm(total=len(questions), desc="candidates", unit="q", disable=None)
+    for conv in convs:
+        with conversation_tower(mem, towers, conv):
+            for q in (q for q in questions if q.conv == conv):
+                q.cands, vec = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)
+                q.foreign, _ = store.candidates(q.text, Scope(f"locomo-{foreign_of[q.conv]}"), pool=pool,
+                                                query_vector=vec)
+                bar.update()
+    bar.close()
     rows: dict[str, Any] = {}
     for c in convs:
         ids = [i for page in store.catalog.iter_ids(store.catalog.scope_select(user_id=f"locomo-{c}")) for i in page]
@@ -307,6 +364,11 @@ def main() -> None:
     ap.add_argument("--consolidation", choices=["off", "local", "llm"], default=MemoryConfig().consolidation,
                     help="remember()'s consolidation (default: the library's; what 'local' costs against 'off' on "
                     "LoCoMo is measured in docs/lifecycle.md)")
+    ap.add_argument("--query-tower", default="auto",
+                    help="MemoryConfig.query_tower for recall: auto (the bundled tower), none (off) or a tower file")
+    ap.add_argument("--held-out-towers", type=Path, default=None,
+                    help="also: each conversation's questions through DIR/<conversation>.safetensors, a tower trained "
+                    "without it (benchmarks/train_query_tower.py --hold-out)")
     args = ap.parse_args()
 
     conversations = json.loads(args.data.read_text())[: args.conversations]
@@ -316,7 +378,8 @@ def main() -> None:
         made_by = {"data": str(args.data.resolve()), "backend": args.backend, "consolidation": args.consolidation,
                    "conversations": args.conversations}
         with backend_urls(args.backend, store.parent / f"{store.name}-servers", keep=args.store is not None) as urls, \
-                AgentMemory(store, kv_encoding="off", consolidation=args.consolidation, **urls) as mem:
+                AgentMemory(store, kv_encoding="off", consolidation=args.consolidation,
+                            query_tower=None if args.query_tower == "none" else args.query_tower, **urls) as mem:
             t0 = time.time()
             id_maps = ingest_once(mem, conversations, store / "locomo-ids.json", made_by)
             ingest_s = time.time() - t0
@@ -324,8 +387,11 @@ def main() -> None:
             result = {"backend": args.backend, "consolidation": args.consolidation,
                       **end_to_end(mem, questions, args.k)}
             result["ingest_s"] = round(ingest_s, 1)
+            if args.held_out_towers:
+                result["held_out_towers"] = held_out_towers(mem, questions, args.k, args.held_out_towers)
             if args.folds:
-                rows = gather_candidates(mem, questions, max(mem.config.candidate_pool, 4 * max(args.k)))
+                rows = gather_candidates(mem, questions, max(mem.config.candidate_pool, 4 * max(args.k)),
+                                         args.held_out_towers)
                 result["cv"] = cross_validate(questions, rows, args.k, args.folds)
     print(json.dumps(result), flush=True)
     sys.exit(0)

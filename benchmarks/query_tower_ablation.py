@@ -172,10 +172,12 @@ def tower_loss(q: torch.Tensor, convs: list[str], gold: list[list[int]], V: dict
 
 def train_tower(tower: Tower, train: list[int], convs: list[str], gold: list[list[int]], V: dict[str, np.ndarray],
                 lr: float, checkpoints: list[int], *, rank: int = 8, alpha: float = 16.0, tau: float = 0.05,
-                batch: int = 32, seed: int = 0, out: nn.Module | None = None) -> tuple[Fits, list[float]]:
+                batch: int = 32, seed: int = 0, out: nn.Module | None = None, keep: list[nn.ModuleList] | None = None
+                ) -> tuple[Fits, list[float]]:
     """LoRA on the tower's top layers trained on questions ``train`` (those with evidence); every question's vector
     at each epoch of ``checkpoints``, and the mean training loss per epoch. ``out``: an output map trained with it
-    (arm 2: MiniLM -> mpnet, ``V`` then mpnet's turn vectors)."""
+    (arm 2: MiniLM -> mpnet, ``V`` then mpnet's turn vectors). ``keep``: the trained layers are appended to it
+    (``benchmarks/train_query_tower.py`` writes them out)."""
     torch.manual_seed(seed)
     layers, params = tower.fresh(rank, alpha, seed)
     params += list(out.parameters()) if out is not None else []
@@ -197,6 +199,8 @@ def train_tower(tower: Tower, train: list[int], convs: list[str], gold: list[lis
         losses.append(round(run / len(order), 4))
         if ep in checkpoints:
             fits[ep] = tower.encode_all(layers, out)
+    if keep is not None:
+        keep.append(layers)
     return fits, losses
 
 

@@ -90,3 +90,23 @@ def test_the_config_setting_names_the_tower_the_embedder_gets(tmp_path: Path) ->
     assert query_tower_path("auto", "/models/another") is None  # the bundled tower is MiniLM's only
     assert query_tower_path("auto", None) == (BUNDLED_TOWER if BUNDLED_TOWER.is_file() else None)
     assert query_tower_path(str(tmp_path / "t.safetensors"), "/models/another") == tmp_path / "t.safetensors"
+
+
+def test_the_bundled_tower_is_minilms_and_the_default_for_the_bundled_model(tmp_path: Path) -> None:
+    from agentmem import AgentMemory
+
+    tower = QueryTower.load(BUNDLED_TOWER)
+    assert tower.base == BUNDLED_BASE and len(tower.modules) == 12  # 6 linear layers in each of the top two
+    assert {m.split(".")[2] for m in tower.modules} == {"4", "5"}
+    with AgentMemory(tmp_path / "on") as on, AgentMemory(tmp_path / "off", query_tower=None) as off:
+        assert on._store.embedder.query_tower.digest == tower.digest and off._store.embedder.query_tower is None
+        for mem in (on, off):
+            mem.remember("I'm still looking into counseling and mental health jobs.", user_id="u")
+            mem.remember("The quarterly report is due to the finance team on Friday.", user_id="u")
+        # the same stored vectors, another query vector: the tower is a query-side change only
+        line = "I'm still looking into counseling and mental health jobs."
+        np.testing.assert_array_equal(on._store.embedder.encode([line]), off._store.embedder.encode([line]))
+        question = "Would she pursue a career in psychology?"
+        assert float(on._store.embed_query(question) @ off._store.embed_query(question)) < 0.99
+        for mem in (on, off):
+            assert "counseling" in mem.recall(question, user_id="u", k=1)[0].text
