@@ -174,7 +174,18 @@ def held_out_towers(mem: AgentMemory, questions: list[Question], ks: list[int], 
         with conversation_tower(mem, towers, conv):
             for j, r in zip(idx, recalled(mem, [questions[j] for j in idx], max(ks))):
                 ranked[j] = r
-    return recall_summary(questions, ranked, ks)
+    return {**recall_summary(questions, ranked, ks), "by_conversation": by_conversation(questions, ranked, ks)}
+
+
+def by_conversation(questions: list[Question], ranked: list[list[str]], ks: list[int]) -> dict[str, Any]:
+    """:func:`recall_summary` of each conversation's questions alone: how far the figure moves from one conversation
+    to the next is what a held-out conversation may see (a category's recall@10 has ~10-70 questions behind it in one
+    conversation)."""
+    result: dict[str, Any] = {}
+    for conv in sorted({q.conv for q in questions}):
+        idx = [j for j, q in enumerate(questions) if q.conv == conv]
+        result[conv] = recall_summary([questions[j] for j in idx], [ranked[j] for j in idx], ks)
+    return result
 
 
 @contextlib.contextmanager

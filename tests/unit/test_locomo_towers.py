@@ -33,6 +33,15 @@ def test_recall_summary_pools_questions_and_splits_categories() -> None:
     assert got == {"recall@1": 0.25, "recall@2": 0.75, "questions": 2, "recall@2_by_category": {"1": 0.5, "3": 1.0}}
 
 
+def test_by_conversation_summarises_each_conversations_questions_alone() -> None:
+    qs = [locomo.Question("a", "q1", 1, {"x", "y"}), locomo.Question("b", "q2", 3, {"z"}),
+          locomo.Question("a", "q3", 3, {"w"})]
+    got = locomo.by_conversation(qs, [["x", "n", "y"], ["n", "z"], ["w"]], [1, 2])
+    assert got == {"a": {"recall@1": 0.75, "recall@2": 0.75, "questions": 2,
+                         "recall@2_by_category": {"1": 0.5, "3": 1.0}},
+                   "b": {"recall@1": 0.0, "recall@2": 1.0, "questions": 1, "recall@2_by_category": {"3": 1.0}}}
+
+
 @pytest.fixture()
 def mem(tmp_path: Path):
     with AgentMemory(tmp_path / "store", kv_encoding="off", query_tower=None) as m:
@@ -54,6 +63,8 @@ def test_each_conversation_is_asked_through_its_own_tower_and_the_stores_tower_c
     plain = locomo.end_to_end(mem, qs, [1, 2])
     held = locomo.held_out_towers(mem, qs, [1, 2], zero)  # zero towers: the plain model's ranking
     assert {k: held[k] for k in ("recall@1", "recall@2")} == {k: plain[k] for k in ("recall@1", "recall@2")}
+    assert sorted(held["by_conversation"]) == ["a", "b"]
+    assert all(v["questions"] == 1 for v in held["by_conversation"].values())
     assert mem._store.embedder.query_tower is None
     tuned = tmp_path / "tuned"
     tuned.mkdir()
