@@ -37,9 +37,10 @@ import json
 import logging
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -134,6 +135,63 @@ def _run_identity(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+@contextmanager
+def _frozen_weights(model: Any) -> Iterator[None]:
+    was_training = model.training
+    flags = [p.requires_grad for p in model.parameters()]
+    model.eval()
+    model.requires_grad_(False)  # only the prefix learns; weights stay bit-identical
+    try:
+        yield
+    finally:
+        for p, flag in zip(model.parameters(), flags):
+            p.requires_grad_(flag)
+        model.train(was_training)
+
+
+@dataclass
+class _PrefixRun:
+    """The state one run mutates, shared by the optimisation loop, the checkpoints and the final record."""
+
+    k_init: torch.Tensor
+    v_init: torch.Tensor
+    head_kv: tuple[torch.Tensor, torch.Tensor]  # preamble KV plus the frozen prefix slot, if any
+    k: torch.Tensor
+    v: torch.Tensor
+    n_frozen: int
+    opt: torch.optim.Optimizer
+    data: selfstudy.SelfStudyData
+    step: int
+    losses: list[float]
+    prior_wall: float  # wall seconds spent before this process resumed the run
+    started: float
+    identity: str
+    checkpoint_path: str | os.PathLike[str] | None
+
+    def wall_seconds(self) -> float:
+        return self.prior_wall + time.monotonic() - self.started
+
+    def snapshot(self) -> None:
+        if self.checkpoint_path:
+            wall = self.wall_seconds()
+            save_state(self.checkpoint_path,
+                       _checkpoint_tensors(self.head_kv, self.k, self.v, self.n_frozen, self.data, self.opt),
+                       {"identity": self.identity, "step": self.step, "losses": self.losses, "wall_seconds": wall})
+
+    def optimiser_step(self, model: Any, seed: int, batch_size: int) -> None:
+        idx = _batch_indices(len(self.data), batch_size, seed, self.step)
+        loss = _student_loss(model, self.head_kv, self.k, self.v, self.data, idx)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.step += 1
+        self.losses.append(round(loss.item(), 6))
+
+    def trained_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.cat([self.k_init[:, :, :self.n_frozen], self.k.detach()], 2),
+                torch.cat([self.v_init[:, :, :self.n_frozen], self.v.detach()], 2))
+
+
 def train_prefix(
     model: Any,
     tokenizer: Any,
@@ -175,17 +233,10 @@ def train_prefix(
         >>> blob, record = tp.to_bytes(), tp.record                                    # doctest: +SKIP
     """
     opts = options or TrainOptions()
-    if tokens <= 0 or steps < 0:
-        raise InvalidInputError("tokens must be > 0 and steps >= 0")
-    if not document or not document.strip():
-        raise InvalidInputError("cannot train an entry on an empty document")
-    _kv.check_rope_model(model)
+    _check_request(model, document, tokens, steps)
     layout = layout or PromptLayout.for_tokenizer(tokenizer)
     preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)
-    doc_ids = layout.document_ids(document)
-    if len(doc_ids) <= tokens:
-        raise InvalidInputError(
-            f"document is {len(doc_ids)} tokens, not longer than the {tokens}-token prefix; store it as text/KV")
+    doc_ids = _document_ids(layout, document, tokens)
     started = time.monotonic()
     fingerprint = fingerprint or _kv.model_fingerprint(model, tokenizer)
     freeze_first = (not preamble) if opts.freeze_first is None else opts.freeze_first
@@ -194,97 +245,115 @@ def train_prefix(
                              preamble=preamble, layout=layout.identity(),
                              options={k: v for k, v in asdict(opts).items()
                                       if k not in ("checkpoint_every", "time_budget_s")})
-
-    was_training = model.training
-    flags = [p.requires_grad for p in model.parameters()]
-    model.eval()
-    model.requires_grad_(False)  # only the prefix learns; weights stay bit-identical
-    try:
-        pre = torch.tensor(preamble, dtype=torch.long)
-        pre_kv = _kv.encode(model, pre) if preamble else _kv.empty(model)
-        state = _load_checkpoint(checkpoint_path, identity) if (checkpoint_path and resume) else None
-        if state is not None:
-            k_init, v_init, data, step, losses, prior_wall, adam = state
-            log.info("resuming trained-entry run at step %d from %s", step, checkpoint_path)
-        else:
-            k_init, v_init = _kv.encode(model, torch.tensor(doc_ids[:tokens]), pre_kv)
-            if data is None:
-                data = make_data(model, layout, document, preamble_ids=preamble, seed=seed, options=opts,
-                                 progress=progress)
-            step, losses, prior_wall, adam = 0, [], 0.0, None
-        n_frozen = 1 if freeze_first else 0
-        head_kv = (torch.cat([pre_kv[0], k_init[:, :, :n_frozen]], 2),
-                   torch.cat([pre_kv[1], v_init[:, :, :n_frozen]], 2))
-        k = k_init[:, :, n_frozen:].clone().requires_grad_(True)
-        v = v_init[:, :, n_frozen:].clone().requires_grad_(True)
-        opt = torch.optim.Adam([k, v], lr=lr)
-        if adam is not None:
-            _restore_adam(opt, adam)
-
-        def snapshot() -> None:
-            if checkpoint_path:
-                wall = prior_wall + time.monotonic() - started
-                save_state(checkpoint_path, _checkpoint_tensors(head_kv, k, v, n_frozen, data, opt),
-                           {"identity": identity, "step": step, "losses": losses, "wall_seconds": wall})
-
-        if state is None:
-            snapshot()  # the synthetic data is the expensive part of an early interruption
-        bar = _progress(total=steps, initial=min(step, steps), enabled=progress, desc="training prefix")
-        stopped = None
-        try:
-            while step < steps:
-                if opts.time_budget_s is not None and prior_wall + time.monotonic() - started > opts.time_budget_s:
-                    stopped = "time_budget"
-                    break
-                idx = _batch_indices(len(data), opts.batch_size, seed, step)
-                loss = _student_loss(model, head_kv, k, v, data, idx)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                step += 1
-                losses.append(round(loss.item(), 6))
-                bar.update(1)
-                bar.set_postfix(loss=f"{losses[-1]:.4f}")
-                if checkpoint_path and step % max(1, opts.checkpoint_every) == 0:
-                    snapshot()
-                if callback is not None and callback(step, losses[-1]) is False:
-                    stopped = "callback"
-                    break
-        except KeyboardInterrupt:
-            snapshot()
-            raise
-        finally:
-            bar.close()
-        snapshot()
-        keys = torch.cat([k_init[:, :, :n_frozen], k.detach()], 2)
-        values = torch.cat([v_init[:, :, :n_frozen], v.detach()], 2)
-        record = {
-            "format": RECORD_FORMAT,
-            "document_sha256": document_digest(document),
-            "model_fingerprint": fingerprint,
-            "preamble_digest": hashlib.sha256(",".join(map(str, preamble)).encode()).hexdigest(),
-            "tokens": tokens,
-            "document_tokens": len(doc_ids),
-            "offset": len(preamble),
-            "seed": seed,
-            "lr": lr,
-            "steps": step,
-            "steps_requested": steps,
-            "stopped_early": stopped,
-            "losses": losses,
-            "init": "first_tokens",
-            "frozen_first_token": bool(freeze_first),
-            "samples": len(data),
-            "options": asdict(opts),
-            "wall_seconds": round(prior_wall + time.monotonic() - started, 3),
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "torch": torch.__version__,
-        }
+    with _frozen_weights(model):
+        run = _start_run(model, layout, document, doc_ids[:tokens], preamble, seed=seed, lr=lr, opts=opts,
+                         progress=progress, freeze_first=freeze_first, identity=identity, started=started,
+                         checkpoint_path=checkpoint_path, resume=resume, data=data)
+        stopped = _optimise(run, model, steps=steps, seed=seed, opts=opts, progress=progress, callback=callback)
+        run.snapshot()
+        keys, values = run.trained_kv()
+        record = _training_record(run, document=document, fingerprint=fingerprint, preamble=preamble,
+                                  tokens=tokens, document_tokens=len(doc_ids), seed=seed, lr=lr, steps=steps,
+                                  stopped=stopped, freeze_first=freeze_first, opts=opts)
         return TrainedPrefix(keys, values, doc_ids[:tokens], len(preamble), record)
+
+
+def _check_request(model: Any, document: str, tokens: int, steps: int) -> None:
+    if tokens <= 0 or steps < 0:
+        raise InvalidInputError("tokens must be > 0 and steps >= 0")
+    if not document or not document.strip():
+        raise InvalidInputError("cannot train an entry on an empty document")
+    _kv.check_rope_model(model)
+
+
+def _document_ids(layout: PromptLayout, document: str, tokens: int) -> list[int]:
+    doc_ids = layout.document_ids(document)
+    if len(doc_ids) <= tokens:
+        raise InvalidInputError(
+            f"document is {len(doc_ids)} tokens, not longer than the {tokens}-token prefix; store it as text/KV")
+    return doc_ids
+
+
+def _start_run(model: Any, layout: PromptLayout, document: str, prefix_ids: list[int], preamble: list[int], *,
+               seed: int, lr: float, opts: TrainOptions, progress: bool, freeze_first: bool, identity: str,
+               started: float, checkpoint_path: str | os.PathLike[str] | None, resume: bool,
+               data: selfstudy.SelfStudyData | None) -> _PrefixRun:
+    pre = torch.tensor(preamble, dtype=torch.long)
+    pre_kv = _kv.encode(model, pre) if preamble else _kv.empty(model)
+    state = _load_checkpoint(checkpoint_path, identity) if (checkpoint_path and resume) else None
+    if state is not None:
+        k_init, v_init, data, step, losses, prior_wall, adam = state
+        log.info("resuming trained-entry run at step %d from %s", step, checkpoint_path)
+    else:
+        k_init, v_init = _kv.encode(model, torch.tensor(prefix_ids), pre_kv)
+        if data is None:
+            data = make_data(model, layout, document, preamble_ids=preamble, seed=seed, options=opts,
+                             progress=progress)
+        step, losses, prior_wall, adam = 0, [], 0.0, None
+    n_frozen = 1 if freeze_first else 0
+    head_kv = (torch.cat([pre_kv[0], k_init[:, :, :n_frozen]], 2),
+               torch.cat([pre_kv[1], v_init[:, :, :n_frozen]], 2))
+    k = k_init[:, :, n_frozen:].clone().requires_grad_(True)
+    v = v_init[:, :, n_frozen:].clone().requires_grad_(True)
+    opt = torch.optim.Adam([k, v], lr=lr)
+    if adam is not None:
+        _restore_adam(opt, adam)
+    run = _PrefixRun(k_init=k_init, v_init=v_init, head_kv=head_kv, k=k, v=v, n_frozen=n_frozen, opt=opt, data=data,
+                     step=step, losses=losses, prior_wall=prior_wall, started=started, identity=identity,
+                     checkpoint_path=checkpoint_path)
+    if state is None:
+        run.snapshot()  # the synthetic data is the expensive part of an early interruption
+    return run
+
+
+def _optimise(run: _PrefixRun, model: Any, *, steps: int, seed: int, opts: TrainOptions, progress: bool,
+              callback: Callable[[int, float], bool | None] | None) -> str | None:
+    """Train until ``steps``; returns why it stopped early (``"time_budget"``, ``"callback"``) or None."""
+    bar = _progress(total=steps, initial=min(run.step, steps), enabled=progress, desc="training prefix")
+    try:
+        while run.step < steps:
+            if opts.time_budget_s is not None and run.wall_seconds() > opts.time_budget_s:
+                return "time_budget"
+            run.optimiser_step(model, seed, opts.batch_size)
+            bar.update(1)
+            bar.set_postfix(loss=f"{run.losses[-1]:.4f}")
+            if run.checkpoint_path and run.step % max(1, opts.checkpoint_every) == 0:
+                run.snapshot()
+            if callback is not None and callback(run.step, run.losses[-1]) is False:
+                return "callback"
+        return None
+    except KeyboardInterrupt:
+        run.snapshot()
+        raise
     finally:
-        for p, flag in zip(model.parameters(), flags):
-            p.requires_grad_(flag)
-        model.train(was_training)
+        bar.close()
+
+
+def _training_record(run: _PrefixRun, *, document: str, fingerprint: str, preamble: list[int], tokens: int,
+                     document_tokens: int, seed: int, lr: float, steps: int, stopped: str | None,
+                     freeze_first: bool, opts: TrainOptions) -> dict[str, Any]:
+    return {
+        "format": RECORD_FORMAT,
+        "document_sha256": document_digest(document),
+        "model_fingerprint": fingerprint,
+        "preamble_digest": hashlib.sha256(",".join(map(str, preamble)).encode()).hexdigest(),
+        "tokens": tokens,
+        "document_tokens": document_tokens,
+        "offset": len(preamble),
+        "seed": seed,
+        "lr": lr,
+        "steps": run.step,
+        "steps_requested": steps,
+        "stopped_early": stopped,
+        "losses": run.losses,
+        "init": "first_tokens",
+        "frozen_first_token": bool(freeze_first),
+        "samples": len(run.data),
+        "options": asdict(opts),
+        "wall_seconds": round(run.wall_seconds(), 3),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+    }
 
 
 def make_data(model: Any, layout: PromptLayout, document: str, *, preamble_ids: list[int] | None = None,
