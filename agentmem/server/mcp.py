@@ -1,4 +1,5 @@
-"""MCP server (the official ``mcp`` SDK): tools ``remember``, ``recall`` and ``forget`` over stdio or streamable HTTP.
+"""MCP server (the official ``mcp`` SDK): tools ``remember``, ``recall``, ``list``, ``get``, ``update``, ``history``
+and ``forget`` over stdio or streamable HTTP.
 
 Over HTTP it is mounted at ``/mcp`` of the agentmem server and every call is checked against the caller's API key
 (the same keys as the REST API). Over stdio (``agentmem mcp --path P --user u1``) the process belongs to whoever
@@ -11,21 +12,25 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from starlette.responses import JSONResponse
 
-from agentmem.errors import AgentMemError, InvalidInputError
+from agentmem.errors import AgentMemError, InvalidInputError, NotFoundError
 from agentmem.server.auth import ANY_USER, Principal
 from agentmem.server.errors import error_body
+from agentmem.server.schemas import record_json
 
 __all__ = ["McpAuth", "build_mcp"]
 
 _INSTRUCTIONS = ("Long-term memory. Call recall before answering questions about the user or earlier work, "
-                 "remember to store facts worth keeping, forget to erase an entry by id.")
+                 "remember to store facts worth keeping, list / get to read entries, update to correct one "
+                 "(history shows its earlier versions), forget to erase an entry by id.")
 
 
 class _Access:
@@ -61,20 +66,45 @@ def _hit(h: Any) -> dict[str, Any]:
             "kind": h.kind, "tags": list(h.tags), "occurred_at": h.occurred_at}
 
 
+def _tool(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A tool body whose typed agentmem errors reach the client as tool errors carrying their message
+    (``ToolError``: the SDK passes its text on; any other exception it hides as "Error executing tool")."""
+
+    @functools.wraps(fn)
+    async def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fn(*args, **kwargs)
+        except AgentMemError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+    return guarded
+
+
 def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None) -> MCPServer:
-    """An MCP server whose tools call ``mem``. With ``keys`` (a :class:`KeyStore`) each HTTP call is authorised by
-    its request's API key; otherwise by ``users`` (None = any user: a local stdio process, or ``--no-auth``).
+    """An MCP server whose tools (remember, recall, list, get, update, history, forget) call ``mem``. With ``keys``
+    (a :class:`KeyStore`) each HTTP call is authorised by its request's API key; otherwise by ``users`` (None = any
+    user: a local stdio process, or ``--no-auth``). A refused call is a tool error naming the typed error and why.
+
+    Example:
+        >>> server = build_mcp(AgentMemory("./memdata"), users=["u1"])                # doctest: +SKIP
+        >>> server.run("stdio")                                                       # doctest: +SKIP
     """
     server = MCPServer("agentmem", instructions=_INSTRUCTIONS, version="0.1.0", log_level="WARNING")
     access = _Access(None if keys is not None else Principal(None, frozenset(users) if users else ANY_USER), keys)
 
     async def run(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
-        except AgentMemError as exc:  # surfaced to the client as a tool error with the message
-            raise ValueError(f"{type(exc).__name__}: {exc}") from exc
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+
+    async def owned(ctx: Context | None, entry_id: str) -> Any:
+        """The entry if the caller may touch its user; another tenant's entry reads as a missing one."""
+        who = access.principal(ctx)
+        rec = await run(mem.get, entry_id)
+        if not who.may(rec.user_id):
+            raise NotFoundError(f"no memory entry with id {entry_id!r}")
+        return rec
 
     @server.tool(description="Store a memory for a user. Returns the new entry's id.")
+    @_tool
     async def remember(text: str, user_id: str | None = None, session_id: str | None = None,
                        tags: list[str] | None = None, ctx: Context | None = None) -> dict[str, Any]:
         uid = access.user(ctx, user_id)
@@ -82,22 +112,47 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
         return {"id": rec.id, "user_id": rec.user_id, "memory_text": rec.memory_text}
 
     @server.tool(description="The k memories of a user most relevant to a query, best first.")
+    @_tool
     async def recall(query: str, user_id: str | None = None, k: int = 5,
                      ctx: Context | None = None) -> dict[str, Any]:
         uid = access.user(ctx, user_id)
         hits = await run(mem.recall, query, user_id=uid, k=k)
         return {"hits": [_hit(h) for h in hits]}
 
+    @server.tool(name="list", description="A user's memory entries, oldest first (optionally one session's).")
+    @_tool
+    async def list_(user_id: str | None = None, session_id: str | None = None, limit: int = 50, offset: int = 0,
+                    ctx: Context | None = None) -> dict[str, Any]:
+        uid = access.user(ctx, user_id)
+        rows = await run(mem.list, user_id=uid, session_id=session_id, limit=limit, offset=offset)
+        return {"memories": [record_json(r) for r in rows]}
+
+    @server.tool(description="One memory entry by id (all its fields).")
+    @_tool
+    async def get(entry_id: str, ctx: Context | None = None) -> dict[str, Any]:
+        return record_json(await owned(ctx, entry_id))
+
+    @server.tool(description="Replace a memory entry's text (a new version; the old text stays in its history).")
+    @_tool
+    async def update(entry_id: str, text: str, tags: list[str] | None = None, reason: str | None = None,
+                     ctx: Context | None = None) -> dict[str, Any]:
+        await owned(ctx, entry_id)
+        return record_json(await run(mem.update, entry_id, text=text, tags=tags, reason=reason))
+
+    @server.tool(description="A memory entry's versions and events (add, update, supersede, merge), oldest first.")
+    @_tool
+    async def history(entry_id: str, ctx: Context | None = None) -> dict[str, Any]:
+        await owned(ctx, entry_id)
+        return {"versions": [record_json(v) for v in await run(mem.history, entry_id)]}
+
     @server.tool(description="Erase one memory entry by id (row, vector and KV blob). Returns how many were erased.")
+    @_tool
     async def forget(entry_id: str, ctx: Context | None = None) -> dict[str, Any]:
-        who = access.principal(ctx)
         try:
-            rec = await run(mem.get, entry_id)
-        except ValueError:
+            rec = await owned(ctx, entry_id)
+        except NotFoundError:  # forgetting what is not there (or not yours) erases nothing
             return {"deleted": 0}
-        if not who.may(rec.user_id):  # another tenant's entry looks like a missing one
-            return {"deleted": 0}
-        return {"deleted": await run(mem.forget, entry_id)}
+        return {"deleted": await run(mem.forget, entry_id, user_id=rec.user_id)}
 
     return server
 
