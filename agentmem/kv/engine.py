@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -36,8 +37,8 @@ from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
 from agentmem.kv.streaming import text_callback
-from agentmem.kv.turn import TurnOutput, TurnRequest
-from agentmem.kv.types import EncodedEntry, GenerationResult, Mode, MountMemory
+from agentmem.kv.turn import TurnOutput, TurnRequest, load_memories, run_turn
+from agentmem.kv.types import EncodedEntry, GenerationResult, MemoryItem, Mode, MountChoice, MountMemory
 
 __all__ = ["KVEngine", "MountChoice", "PreparedPrompt"]
 
@@ -48,33 +49,6 @@ def _fallback_level(reason: str | None) -> int:
     """INFO for the normal first mount of a not-yet-encoded entry, WARNING when stored KV was unusable."""
     return logging.INFO if str(reason).startswith("no stored KV") else logging.WARNING
 _MODES = ("kv", "kv+fix", "text")
-
-
-@dataclass
-class MountChoice:
-    """The engine's one decision for a memory about to be mounted (:meth:`KVEngine.mount_entry`).
-
-    One-shot prompts (``generate``, ``prepare``) and conversation turns (``KVEngine.turn``) both take it here.
-    """
-
-    entry: EncodedEntry | None  # what to mount; None: left out (a trained entry whose learned KV is unusable)
-    reason: str | None  # why the stored KV was not mounted as stored (None: it was)
-    load_s: float  # seconds spent loading / checking the stored KV
-    encode_s: float  # seconds spent encoding the text instead
-
-    def record(self, memory_id: str, timings: dict[str, float], fallbacks: list[tuple[str, str]]) -> bool:
-        """Add this choice's seconds to ``timings`` and its reason (if any) to ``fallbacks``; whether there is an
-        entry to mount. The one bookkeeping step of ``prepare``/``generate`` and of conversation turns.
-
-        Example:
-            >>> if choice.record(memory.id, timings, fallbacks):
-            ...     entries.append(choice.entry)
-        """
-        timings["load"] += self.load_s
-        timings["encode"] += self.encode_s
-        if self.reason is not None:
-            fallbacks.append((memory_id, self.reason))
-        return self.entry is not None
 
 
 @dataclass
@@ -92,6 +66,28 @@ class PreparedPrompt:
     notes: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     recomputed_tokens: int = 0  # kv+fix: entry tokens recomputed in context
+
+
+@dataclass
+class _Mounted:
+    """What ``prepare`` placed in its cache: the memories actually mounted, in order, and where each sits."""
+
+    memories: list[MountMemory]
+    cache: BufferedCache
+    spans: list[tuple[int, int]]
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)
+    recomputed: int = 0  # kv+fix: entry tokens recomputed in context
+
+
+def _spans_after(start: int, ids: list[list[int]]) -> list[tuple[int, int]]:
+    """``(start, end)`` positions of memories placed back to back from ``start`` (text mode's spans).
+
+    Example:
+        >>> _spans_after(4, [[1, 2], [3]])
+        [(4, 6), (6, 7)]
+    """
+    ends = list(itertools.accumulate((len(x) for x in ids), initial=start))
+    return list(zip(ends[:-1], ends[1:]))
 
 
 class KVEngine:
@@ -261,8 +257,8 @@ class KVEngine:
     # -- mounting ---------------------------------------------------------------------------------------------
     def _planned_ids(self, memory: MountMemory, mode: str) -> list[int]:
         """Token ids a memory occupies; a trained entry occupies its learned KV length (text mode: its document)."""
-        if mode != "text" and getattr(memory, "trained", False):
-            return [-1] * int(getattr(memory, "kv_tokens", 0) or 0)
+        if mode != "text" and memory.trained:
+            return [-1] * int(memory.kv_tokens or 0)
         return self.layout.entry_ids(memory.text)
 
     def load_stored(self, memory: MountMemory, want_ids: list[int], strict: bool, *, mount_trained: bool = True
@@ -274,7 +270,7 @@ class KVEngine:
         A trained entry's learned KV stands for no token ids, so its ids are not compared, unless
         ``mount_trained=False`` (a caller that plans every memory by its text, like sessions).
         """
-        loader = getattr(memory, "load_kv", None)
+        loader = memory.load_kv
         if loader is None:
             return None, "no stored KV"
         try:
@@ -287,10 +283,10 @@ class KVEngine:
             reason = "stored KV was encoded by a different model"
         elif entry.preamble_digest != self.layout.preamble_digest:
             reason = "stored KV was encoded after a different preamble"
-        elif not (mount_trained and getattr(memory, "trained", False)) and entry.token_ids.tolist() != want_ids:
+        elif not (mount_trained and memory.trained) and entry.token_ids.tolist() != want_ids:
             reason = "stored KV token ids do not match the memory text"
         else:
-            return entry, getattr(memory, "load_fallback", None)
+            return entry, memory.load_fallback
         if strict:
             raise FingerprintMismatchError(f"memory {memory.id}: {reason}")
         return None, reason
@@ -319,7 +315,7 @@ class KVEngine:
                 log.log(_fallback_level(reason), "memory %s: stored KV replaced by a fresh encoding (%s)",
                         memory.id, reason)
             return MountChoice(entry, reason, load_s, 0.0)
-        if mount_trained and getattr(memory, "trained", False):
+        if mount_trained and memory.trained:
             # learned KV cannot be rebuilt from text: leave it out rather than mount the whole document
             log.warning("trained memory %s not mounted (%s)", memory.id, reason)
             return MountChoice(None, str(reason), load_s, 0.0)
@@ -339,12 +335,10 @@ class KVEngine:
             >>> out = engine.turn(TurnRequest(plan, new, ids, history=kv, kv_len=len(ids), capacity=512))
             >>> out.text, out.fallbacks, out.timings["prefill"]
         """
-        from agentmem.kv import turn as turns
-
         timings = dict.fromkeys(("load", "encode", "rebuild", "mount", "prefill", "decode", "append"), 0.0)
-        entries, fallbacks = turns.load_memories(self, request, timings)
+        entries, fallbacks = load_memories(self, request, timings)
         with self._lock:
-            return turns.run_turn(self, request, entries, fallbacks, timings)
+            return run_turn(self, request, entries, fallbacks, timings)
 
     def prepare(
         self,
@@ -371,14 +365,7 @@ class KVEngine:
     def _prepare(
         self, question, memories, mode, max_new_tokens, budget_tokens, strict, extra_capacity, workspace
     ) -> PreparedPrompt:
-        if mode not in _MODES:
-            raise InvalidInputError(f"mode must be one of {_MODES}, got {mode!r}")
-        if not isinstance(question, str) or not question.strip():
-            raise InvalidInputError("question must be a non-empty string")
-        if max_new_tokens < 0:
-            raise InvalidInputError("max_new_tokens must be >= 0")
-        if mode != "text":
-            self._require_kv()
+        self._check_request(question, mode, max_new_tokens)
         timings = dict.fromkeys(("load", "encode", "mount", "fix"), 0.0)
         t0 = time.perf_counter()
         preamble_ids = self.layout.preamble_ids
@@ -401,67 +388,79 @@ class KVEngine:
         if mode == "kv+fix":  # recomputed tokens are appended before being spliced back: leave room, never regrow
             capacity += max_recomputed(self.fix, [len(x) for x in kept_ids])
         ws = self._workspace if workspace else None
-        fallbacks: list[tuple[str, str]] = []
-        spans: list[tuple[int, int]] = []
-        recomputed = 0
         timings["mount"] += time.perf_counter() - t0
         if mode == "text":
+            mounted = _Mounted(kept, self._blank_cache(capacity, ws), _spans_after(len(preamble_ids), kept_ids))
             pending = preamble_ids + [t for ids in kept_ids for t in ids] + suffix_ids
-            cache = self._blank_cache(capacity, ws)
-            pos = len(preamble_ids)
-            for ids in kept_ids:  # where each memory sits in the prompt, as in the kv modes
-                spans.append((pos, pos + len(ids)))
-                pos += len(ids)
         else:
-            t = time.perf_counter()
-            mount = Mount(*self.preamble_kv(), self._inv_freq, capacity=capacity, workspace=ws)
-            timings["mount"] += time.perf_counter() - t
-            loaded: list[MountMemory] = []
-            entries: list[EncodedEntry] = []
-            all_ids = list(preamble_ids)
-            # Load every entry, then place them all: placement can then run on two threads (Mount.place_all).
-            # Loaders must therefore return KV that stay valid until the mount is built (mapped files and fresh
-            # buffers do; one buffer reused for every blob would not).
-            for memory, ids in zip(kept, kept_ids):
-                choice = self.mount_entry(memory, ids, strict)  # the one "stored KV or re-encode" decision
-                if not choice.record(memory.id, timings, fallbacks):
-                    continue
-                entry = choice.entry
-                if mode == "kv+fix":  # only the fix re-reads the ids
-                    all_ids.extend(entry.token_ids.tolist())
-                entries.append(entry)
-                loaded.append(memory)
-            t = time.perf_counter()
-            mount.place_all(entries)
-            timings["mount"] += time.perf_counter() - t
-            t = time.perf_counter()
-            entries.clear()  # releasing the blobs (e.g. unmapping mapped files) is part of loading them
-            entry = choice = None
-            timings["load"] += time.perf_counter() - t
-            kept = loaded
-            cache, spans = mount.cache(), mount.spans
-            if mode == "kv+fix":
-                t = time.perf_counter()
-                # a trained entry's KV stands for no token sequence: there is nothing to recompute in it
-                fix_spans = [sp for sp, m in zip(spans, kept) if not getattr(m, "trained", False)]
-                recomputed = apply_fix(
-                    self.model, cache, torch.tensor(all_ids), fix_spans, self.fix, exact_end=len(preamble_ids)
-                )
-                timings["fix"] = time.perf_counter() - t
+            mounted = self._mount_stored(kept, kept_ids, mode, strict, capacity, ws, timings)
             pending = suffix_ids
         return PreparedPrompt(
-            cache=cache,
+            cache=mounted.cache,
             pending_ids=pending,
-            mounted=[m.id for m in kept],
+            mounted=[m.id for m in mounted.memories],
             dropped=[memories[i].id for i in plan.drop],
-            fallbacks=fallbacks,
+            fallbacks=mounted.fallbacks,
             timings=timings,
             prompt_tokens=total,
             max_new_tokens=plan.max_new_tokens,
             notes=plan.notes,
-            spans=spans,
-            recomputed_tokens=recomputed,
+            spans=mounted.spans,
+            recomputed_tokens=mounted.recomputed,
         )
+
+    def _check_request(self, question: str, mode: str, max_new_tokens: int) -> None:
+        """Typed errors for a bad mode, question or token count (and for KV modes on a model without KV support)."""
+        if mode not in _MODES:
+            raise InvalidInputError(f"mode must be one of {_MODES}, got {mode!r}")
+        if not isinstance(question, str) or not question.strip():
+            raise InvalidInputError("question must be a non-empty string")
+        if max_new_tokens < 0:
+            raise InvalidInputError("max_new_tokens must be >= 0")
+        if mode != "text":
+            self._require_kv()
+
+    def _mount_stored(self, kept: list[MountMemory], kept_ids: list[list[int]], mode: str, strict: bool,
+                      capacity: int, ws: Workspace | None, timings: dict[str, float]) -> _Mounted:
+        """The kv modes: every kept memory's stored KV (or its text encoded now) placed after the preamble, and
+        in ``kv+fix`` a few tokens of each recomputed in context."""
+        t = time.perf_counter()
+        mount = Mount(*self.preamble_kv(), self._inv_freq, capacity=capacity, workspace=ws)
+        timings["mount"] += time.perf_counter() - t
+        loaded: list[MountMemory] = []
+        entries: list[EncodedEntry] = []
+        fallbacks: list[tuple[str, str]] = []
+        all_ids = list(self.layout.preamble_ids)
+        # Load every entry, then place them all: placement can then run on two threads (Mount.place_all).
+        # Loaders must therefore return KV that stay valid until the mount is built (mapped files and fresh
+        # buffers do; one buffer reused for every blob would not).
+        for memory, ids in zip(kept, kept_ids):
+            choice = self.mount_entry(memory, ids, strict)  # the one "stored KV or re-encode" decision
+            if not choice.record(memory.id, timings, fallbacks):
+                continue
+            entry = choice.entry
+            if mode == "kv+fix":  # only the fix re-reads the ids
+                all_ids.extend(entry.token_ids.tolist())
+            entries.append(entry)
+            loaded.append(memory)
+        t = time.perf_counter()
+        mount.place_all(entries)
+        timings["mount"] += time.perf_counter() - t
+        t = time.perf_counter()
+        entries.clear()  # releasing the blobs (e.g. unmapping mapped files) is part of loading them
+        entry = choice = None
+        timings["load"] += time.perf_counter() - t
+        mounted = _Mounted(loaded, mount.cache(), mount.spans, fallbacks)
+        if mode == "kv+fix":
+            t = time.perf_counter()
+            # a trained entry's KV stands for no token sequence: there is nothing to recompute in it
+            fix_spans = [sp for sp, m in zip(mounted.spans, loaded) if not m.trained]
+            mounted.recomputed = apply_fix(
+                self.model, mounted.cache, torch.tensor(all_ids), fix_spans, self.fix,
+                exact_end=len(self.layout.preamble_ids),
+            )
+            timings["fix"] = time.perf_counter() - t
+        return mounted
 
     # -- answering --------------------------------------------------------------------------------------------
     def generate(
@@ -572,8 +571,6 @@ class KVEngine:
     def warmup(self) -> None:
         """Do the one-time work ahead of the first request: the preamble KV, and (KV models) one encode and a mount
         that re-rotates, which compiles the fused CPU kernel. The workspace is released afterwards."""
-        from agentmem.kv.types import MemoryItem
-
         with self._lock:
             self.preamble_kv()
             if self.supports_kv:

@@ -28,25 +28,60 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from agentmem.errors import InvalidInputError
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, cache_layers, cache_length, remove_cache_span
 from agentmem.kv.cache import stacked_from_cache
+from agentmem.kv.fingerprint import ModelFingerprint
 from agentmem.kv.mount import Workspace, assemble, plan_mount
+from agentmem.kv.prompt import PromptLayout
 from agentmem.kv.rope import rerotate_keys
 from agentmem.kv.runner import Sampling, decode, next_token, prefill
 from agentmem.kv.streaming import text_callback
-from agentmem.kv.types import EncodedEntry, MountMemory
+from agentmem.kv.types import EncodedEntry, MountChoice, MountMemory
 
-if TYPE_CHECKING:
-    from agentmem.kv.engine import KVEngine
-
-__all__ = ["SessionKV", "TurnOutput", "TurnPlan", "TurnRequest", "plan_turn", "run_turn", "shift_history"]
+__all__ = [
+    "SessionKV", "TurnEngine", "TurnOutput", "TurnPlan", "TurnRequest", "plan_turn", "run_turn", "shift_history",
+]
 
 _TURN_MODES = ("kv", "history-text", "text")
+
+
+class TurnEngine(Protocol):
+    """What a turn needs of the engine (``agentmem.kv.engine.KVEngine`` is the one): its model and prompt layout,
+    the shared preamble's KV, and its one "stored KV or re-encode" decision. Declared here so that this module
+    does not import the engine that calls it.
+
+    Example:
+        >>> engine: TurnEngine = KVEngine(model, tokenizer)
+        >>> plan = plan_turn(engine, memories, history_len=0, new_len=12, max_new_tokens=32)
+    """
+
+    model: Any  # the loaded causal LM
+    tokenizer: Any
+    device: torch.device
+    layout: PromptLayout
+    max_positions: int
+    position_margin: int
+    mount_budget: int | None
+
+    @property
+    def fingerprint(self) -> ModelFingerprint: ...
+
+    @property
+    def inv_freq(self) -> torch.Tensor | None: ...
+
+    @property
+    def eos_ids(self) -> list[int]: ...
+
+    def preamble_kv(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def mount_entry(self, memory: MountMemory, want_ids: list[int], strict: bool, *, mount_trained: bool = True
+                    ) -> MountChoice: ...
+
 
 
 @dataclass
@@ -112,7 +147,7 @@ class TurnPlan:
 
 
 def plan_turn(
-    engine: KVEngine,
+    engine: TurnEngine,
     memories: Sequence[MountMemory],
     *,
     history_len: int,
@@ -132,8 +167,8 @@ def plan_turn(
     ids = [engine.layout.entry_ids(m.text) for m in memories]
     plan = plan_mount(
         [len(x) for x in ids], preamble_len=P, suffix_len=history_len + new_len, max_new_tokens=max_new_tokens,
-        max_positions=int(engine.max_positions), margin=int(getattr(engine, "position_margin", 0)),
-        budget_tokens=budget_tokens if budget_tokens is not None else getattr(engine, "mount_budget", None),
+        max_positions=int(engine.max_positions), margin=int(engine.position_margin),
+        budget_tokens=budget_tokens if budget_tokens is not None else engine.mount_budget,
     )
     kept_ids = [ids[i] for i in plan.keep]
     ends = list(itertools.accumulate((len(x) for x in kept_ids), initial=P))
@@ -180,7 +215,7 @@ class TurnOutput:
     workspace_bytes: int = 0  # the largest prompt cache this turn built in the workspace
 
 
-def load_memories(engine: KVEngine, req: TurnRequest, timings: dict[str, float]
+def load_memories(engine: TurnEngine, req: TurnRequest, timings: dict[str, float]
                   ) -> tuple[list[EncodedEntry], list[tuple[str, str]]]:
     """Each kept memory's KV, through the engine's one "stored or re-encode" decision (call outside its lock)."""
     entries, fallbacks = [], []
@@ -192,7 +227,7 @@ def load_memories(engine: KVEngine, req: TurnRequest, timings: dict[str, float]
     return entries, fallbacks
 
 
-def run_turn(engine: KVEngine, req: TurnRequest, entries: list[EncodedEntry], fallbacks: list[tuple[str, str]],
+def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], fallbacks: list[tuple[str, str]],
              timings: dict[str, float]) -> TurnOutput:
     """The model part of a turn (caller holds the engine lock): ready the KV, mount, prefill, decode, append."""
     if req.mode not in _TURN_MODES:
@@ -235,7 +270,7 @@ def run_turn(engine: KVEngine, req: TurnRequest, entries: list[EncodedEntry], fa
     )
 
 
-def _ready_kv(engine: KVEngine, req: TurnRequest) -> tuple[SessionKV | None, bool, int]:
+def _ready_kv(engine: TurnEngine, req: TurnRequest) -> tuple[SessionKV | None, bool, int]:
     """The working KV with room for this turn: as given, grown, or rebuilt from the history ids (and their count)."""
     kv = req.history
     if req.peek:
@@ -248,7 +283,7 @@ def _ready_kv(engine: KVEngine, req: TurnRequest) -> tuple[SessionKV | None, boo
     return kv, False, 0
 
 
-def _prompt_cache(engine: KVEngine, req: TurnRequest, kv: SessionKV | None, kv_len: int,
+def _prompt_cache(engine: TurnEngine, req: TurnRequest, kv: SessionKV | None, kv_len: int,
                   entries: list[EncodedEntry], step: list[int]) -> tuple[BufferedCache, bool, list[int], int]:
     """The cache to prefill on: straight on the working buffers, or assembled in the workspace.
 
@@ -279,7 +314,7 @@ def _prompt_cache(engine: KVEngine, req: TurnRequest, kv: SessionKV | None, kv_l
     return kv.cache(), True, step, 0
 
 
-def _append(engine: KVEngine, req: TurnRequest, kv: SessionKV | None, cache: BufferedCache, own: bool,
+def _append(engine: TurnEngine, req: TurnRequest, kv: SessionKV | None, cache: BufferedCache, own: bool,
             turn_ids: list[int], base: int, kv_len: int) -> SessionKV | None:
     """Append the turn (pending history + message + reply) to the working KV; returns it (maybe a new object)."""
     assert kv is not None
@@ -295,7 +330,7 @@ def _append(engine: KVEngine, req: TurnRequest, kv: SessionKV | None, cache: Buf
     return adopt(kv, own_cache)
 
 
-def _copy_back(engine: KVEngine, kv: SessionKV, cache: BufferedCache, dst: int, src: int, shift: int) -> None:
+def _copy_back(engine: TurnEngine, kv: SessionKV, cache: BufferedCache, dst: int, src: int, shift: int) -> None:
     """``as_generated``: move the turn's KV from the workspace into the session, ``shift`` positions back."""
     end = cache_length(cache)
     keys, values = stacked_from_cache(cache, src, end)
@@ -312,7 +347,7 @@ def _bytes_per_token(pre_k: torch.Tensor) -> int:
     return 2 * L * H * D * pre_k.element_size()
 
 
-def fresh_kv(engine: KVEngine, capacity: int) -> SessionKV:
+def fresh_kv(engine: TurnEngine, capacity: int) -> SessionKV:
     """Buffers for ``capacity`` tokens holding just the preamble.
 
     Example:
@@ -329,7 +364,7 @@ def fresh_kv(engine: KVEngine, capacity: int) -> SessionKV:
     return SessionKV(keys, values, P)
 
 
-def rebuild(engine: KVEngine, history_ids: list[int], capacity: int) -> SessionKV:
+def rebuild(engine: TurnEngine, history_ids: list[int], capacity: int) -> SessionKV:
     """The working KV re-encoded from scratch: preamble, then every history id (caller holds the engine lock).
 
     Example:
@@ -352,7 +387,7 @@ def adopt(kv: SessionKV, cache: BufferedCache) -> SessionKV:
     return SessionKV(keys, values, keys.shape[3])
 
 
-def history_entry(engine: KVEngine, kv: SessionKV, ids: Sequence[int], n: int) -> EncodedEntry:
+def history_entry(engine: TurnEngine, kv: SessionKV, ids: Sequence[int], n: int) -> EncodedEntry:
     """The first ``n`` history tokens of ``kv`` as a mountable entry encoded at the preamble offset."""
     P = len(engine.layout.preamble_ids)
     return EncodedEntry(

@@ -1,4 +1,5 @@
-"""Value types shared by the KV engine's modules: an encoded entry, a memory to mount, a generation result."""
+"""Value types shared by the KV engine's modules: an encoded entry, a memory to mount, the engine's mount decision,
+a generation result."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Literal, Protocol
 
 import torch
 
-__all__ = ["EncodedEntry", "GenerationResult", "MemoryItem", "Mode", "MountMemory"]
+__all__ = ["EncodedEntry", "GenerationResult", "MemoryItem", "Mode", "MountChoice", "MountMemory"]
 
 Mode = Literal["kv", "kv+fix", "text"]
 
@@ -50,7 +51,9 @@ class EncodedEntry:
 
 
 class MountMemory(Protocol):
-    """What ``KVEngine.generate`` takes per memory: an id, its text, and a way to load its stored KV.
+    """What ``KVEngine.generate`` takes per memory: an id, its text, a way to load its stored KV, and what the
+    engine must know about that KV (:class:`MemoryItem` is the plain concrete one; the facade's is
+    ``agentmem.bank.BankMemory``).
 
     ``load_kv`` may be ``None`` (no KV stored yet: encoded on the fly) and may raise
     ``FingerprintMismatchError`` / ``BlobCorruptedError`` (falls back to encoding the text). The engine calls the
@@ -58,23 +61,67 @@ class MountMemory(Protocol):
     returned entry must stay valid until then: decode a memory-mapped file or a fresh buffer, never one buffer
     reused for every blob.
 
-    A loader that cannot use the stored KV but re-encodes the text itself (the facade's "hot update") returns the
-    fresh entry and sets an optional ``load_fallback`` attribute on the memory to the reason (``None`` otherwise):
-    the engine mounts the entry and reports ``(id, load_fallback)`` in ``GenerationResult.fallbacks``.
+    ``trained`` marks learned KV (a trained entry): mounted as stored, never compared with its text's ids nor
+    recomputed, and it occupies ``kv_tokens`` positions. A loader that cannot use the stored KV but re-encodes
+    the text itself (the facade's "hot update") returns the fresh entry and sets ``load_fallback`` to the reason
+    (``None`` otherwise): the engine mounts the entry and reports ``(id, load_fallback)`` in
+    ``GenerationResult.fallbacks``.
+
+    Example:
+        >>> memory: MountMemory = MemoryItem("m1", "Alice moved to Lisbon.", lambda: entry)
+        >>> memory.trained, memory.load_fallback
+        (False, None)
     """
 
     id: str
     text: str
     load_kv: Callable[[], EncodedEntry] | None
+    trained: bool
+    kv_tokens: int | None
+    load_fallback: str | None
 
 
 @dataclass
 class MemoryItem:
-    """A simple concrete :class:`MountMemory`."""
+    """A simple concrete :class:`MountMemory`.
+
+    Example:
+        >>> MemoryItem("m1", "Alice moved to Lisbon.", lambda: engine.from_bytes(blob))
+    """
 
     id: str
     text: str
     load_kv: Callable[[], EncodedEntry] | None = None
+    trained: bool = False  # learned KV (a trained entry): mounted as stored, occupying ``kv_tokens`` positions
+    kv_tokens: int | None = None
+    load_fallback: str | None = None  # set by ``load_kv`` when it had to re-encode: why
+
+
+@dataclass
+class MountChoice:
+    """The engine's one decision for a memory about to be mounted (``KVEngine.mount_entry``).
+
+    One-shot prompts (``generate``, ``prepare``) and conversation turns (``KVEngine.turn``) both take it here.
+    """
+
+    entry: EncodedEntry | None  # what to mount; None: left out (a trained entry whose learned KV is unusable)
+    reason: str | None  # why the stored KV was not mounted as stored (None: it was)
+    load_s: float  # seconds spent loading / checking the stored KV
+    encode_s: float  # seconds spent encoding the text instead
+
+    def record(self, memory_id: str, timings: dict[str, float], fallbacks: list[tuple[str, str]]) -> bool:
+        """Add this choice's seconds to ``timings`` and its reason (if any) to ``fallbacks``; whether there is an
+        entry to mount. The one bookkeeping step of ``prepare``/``generate`` and of conversation turns.
+
+        Example:
+            >>> if choice.record(memory.id, timings, fallbacks):
+            ...     entries.append(choice.entry)
+        """
+        timings["load"] += self.load_s
+        timings["encode"] += self.encode_s
+        if self.reason is not None:
+            fallbacks.append((memory_id, self.reason))
+        return self.entry is not None
 
 
 @dataclass

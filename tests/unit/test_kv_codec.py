@@ -106,14 +106,9 @@ def test_zero_copy_decode_does_not_touch_the_blob(engine, entry):
     blob = engine.to_bytes(entry)
     snapshot = bytes(blob)
     back = engine.from_bytes(blob)
-    engine.generate("What did Melanie paint?", [_Item("m", TEXT, lambda: back)], max_new_tokens=3)
+    engine.generate("What did Melanie paint?", [MemoryItem("m", TEXT, lambda: back)], max_new_tokens=3)
     assert blob == snapshot
     assert torch.equal(back.keys, entry.keys)
-
-
-class _Item:
-    def __init__(self, id, text, load_kv):
-        self.id, self.text, self.load_kv = id, text, load_kv
 
 
 def test_mapped_blob_file_decodes_bit_exact_without_copying(engine, entry, tmp_path):
@@ -125,7 +120,7 @@ def test_mapped_blob_file_decodes_bit_exact_without_copying(engine, entry, tmp_p
     assert torch.equal(back.token_ids, entry.token_ids)
     base = np.frombuffer(view, dtype=np.uint8).ctypes.data  # zero-copy: the tensors live inside the mapping
     assert base <= back.keys.data_ptr() < base + len(view) and base <= back.values.data_ptr() < base + len(view)
-    out = engine.generate("What did Melanie paint?", [_Item("m", TEXT, lambda: engine.from_bytes(map_file(path)))],
+    out = engine.generate("What did Melanie paint?", [MemoryItem("m", TEXT, lambda: engine.from_bytes(map_file(path)))],
                           max_new_tokens=2)
     assert out.mounted == ["m"] and out.fallbacks == []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from agentmem.kv.engine import KVEngine
 from agentmem.kv.prompt import PromptLayout
 from agentmem.kv.testing import tiny_causal_lm, tiny_tokenizer
+from agentmem.kv.types import MemoryItem
 
 NO_SYSTEM_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system role') }}{% endif %}"
@@ -58,14 +59,9 @@ def test_text_and_kv_modes_run_the_same_token_ids():
     engine = KVEngine(*tiny_causal_lm("llama"))
     memories = ["Alice likes tea.", "Bob likes coffee."]
     entries = engine.encode_many(memories)
-    prep = engine.prepare("Who likes tea?", [_Item(f"m{i}", t, e) for i, (t, e) in enumerate(zip(memories, entries))])
-    plain = [_Item("m0", memories[0], None), _Item("m1", memories[1], None)]
+    stored = [MemoryItem(f"m{i}", t, lambda e=e: e) for i, (t, e) in enumerate(zip(memories, entries))]
+    prep = engine.prepare("Who likes tea?", stored)
+    plain = [MemoryItem("m0", memories[0]), MemoryItem("m1", memories[1])]
     text = engine.prepare("Who likes tea?", plain, mode="text")
     mounted_ids = engine.layout.preamble_ids + [t for e in entries for t in e.token_ids.tolist()] + prep.pending_ids
     assert mounted_ids == text.pending_ids
-
-
-class _Item:
-    def __init__(self, id, text, entry):
-        self.id, self.text = id, text
-        self.load_kv = (lambda: entry) if entry is not None else None
