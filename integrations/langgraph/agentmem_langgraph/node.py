@@ -126,14 +126,18 @@ class MemoryNode:
         return "kv" if _is_agentmem_model(self.model) else "text"
 
     # --- recall ----------------------------------------------------------------------------------
-    def search(self, state: Any, config: RunnableConfig | None = None, runtime: Any = None) -> list[Hit]:
-        """The memories relevant to the latest messages, leaving out those already in the conversation."""
+    def search(self, state: Any, config: RunnableConfig | None = None, runtime: Any = None, *,
+               mode: Literal["kv", "text"] | None = None) -> list[Hit]:
+        """The memories relevant to the latest messages, leaving out those already in the conversation.
+
+        ``mode`` is the mount mode they are for (default: :attr:`mount_mode`).
+        """
         messages = state_messages(state)
         query = self._query(messages)
         if not query:
             return []
         user, thread = resolve_scope(config, runtime, default_user=self.user_id)
-        if self.mount_mode == "kv" and thread:
+        if (mode or self.mount_mode) == "kv" and thread:
             # ChatAgentMem answers through the thread's agentmem session, whose working KV already holds the
             # thread's turns and which recalls k memories minus those: choose exactly what it will mount
             hits = self.memory.recall(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags)

@@ -1,4 +1,5 @@
-"""docs/langgraph.md's quick start is executed as written (and once on a tiny model, for speed)."""
+"""docs/langgraph.md's python blocks are executed as written, in order, in one namespace, as a reader running the
+page would (on a tiny model, for speed; the quick start also verbatim on SmolLM2 in the slow run)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from pathlib import Path
 import pytest
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "langgraph.md"
+
+
+def blocks() -> list[str]:
+    """Every python block of the page, in order."""
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
 
 
 def quick_start() -> str:
@@ -35,6 +41,24 @@ def test_quick_start_runs_on_a_tiny_model(tmp_path, monkeypatch, capsys, tiny_lm
     assert told.text == "My dog is called Rex."
     assert told.id in namespace["out"]["messages"][-1].response_metadata["agentmem"]["mounted"]
     assert capsys.readouterr().out.strip()
+    mem.close()
+
+
+def test_every_block_of_the_page_runs_in_order(tmp_path, monkeypatch, capsys, tiny_lm):
+    monkeypatch.chdir(tmp_path)
+    namespace = {"TINY": tiny_lm}
+    found = blocks()
+    assert len(found) >= 5 and found[0] == quick_start()
+    for i, code in enumerate(found):
+        code = code.replace('AgentMemory("./memdata")', 'AgentMemory("./memdata", model=TINY)')
+        exec(compile(code, f"{DOC}[block {i}]", "exec"), namespace)
+    mem = namespace["mem"]
+    # the middleware block: the hosted model's turn was remembered through the middleware
+    assert namespace["out"]["messages"][-1].content == "Yes, a dog called Rex."
+    assert [r.text for r in mem.list(user_id="alice", session_id="3")] == ["Do I have a pet?",
+                                                                          "Yes, a dog called Rex."]
+    assert any(r.text == "I live in Lyon." for r in mem.list(user_id="alice"))  # the "as nodes" graph stored it
+    assert namespace["msg"].response_metadata["agentmem"]["user_id"] == "alice"  # the ChatAgentMem block
     mem.close()
 
 
