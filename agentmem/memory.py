@@ -528,7 +528,12 @@ class AgentMemory(KVBankMethods):
             if self._sessions is None:
                 from agentmem import factory
                 from agentmem.sessions import SessionManager
+                from agentmem.sessions.topic import TopicDetector
 
+                topic = None
+                if self.config.topic_switch_threshold is not None:
+                    topic = TopicDetector(self._store.embedder.encode,  # type: ignore[attr-defined]
+                                          threshold=self.config.topic_switch_threshold)
                 self._sessions = SessionManager(
                     engine=lambda: self._bank.engine,
                     retrieve=self._mountable,
@@ -540,12 +545,8 @@ class AgentMemory(KVBankMethods):
                     cipher=self._cipher,
                     cold_store=factory.build_session_store(
                         factory.BuildContext(root=self.path, config=self.config, cipher=self._cipher)),
+                    topic=topic,
                 )
-                if self.config.topic_switch_threshold is not None:
-                    from agentmem.sessions.topic import TopicDetector
-
-                    self._sessions.topic = TopicDetector(self._store.embedder.encode,  # type: ignore[attr-defined]
-                                                         threshold=self.config.topic_switch_threshold)
             return self._sessions
 
     def session(self, session_id: str, *, user_id: str) -> Session:

@@ -1,19 +1,21 @@
 """Serving a session under its lease, and the shared invalidation epoch, as the session manager uses them.
 
-A mixin of :class:`~agentmem.sessions.manager.SessionManager` over :class:`~agentmem.sessions.shared.Leases`:
+A part the :class:`~agentmem.sessions.manager.SessionManager` holds, over :class:`~agentmem.sessions.shared.Leases`:
 take the lease before a turn (a newer cold copy written by another worker meanwhile wins over ours), renew it
 while the KV stays in memory, drop this worker's copy if the lease went elsewhere, release it when cold.
 
 Example:
-    >>> mgr.serve(session)        # caller holds session.slot.lock; waits, or raises SessionBusyError   # doctest: +SKIP
+    >>> leasing = Leasing(registry, Leases(store, worker_id(), ttl_s=30, wait_s=5))         # doctest: +SKIP
+    >>> leasing.serve(session)    # caller holds session.slot.lock; waits, or raises SessionBusyError   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agentmem.sessions.registry import Registry
 from agentmem.sessions.shared import Leases, load_epoch
 
 if TYPE_CHECKING:
@@ -25,13 +27,15 @@ log = logging.getLogger(__name__)
 
 
 class Leasing:
-    """Lease handling per session (mixed into ``SessionManager``; caller holds the session's lock)."""
+    """Lease handling per session (caller holds the session's lock)."""
 
-    store: Any
-    leases: Leases
+    def __init__(self, registry: Registry, leases: Leases) -> None:
+        self._reg = registry
+        self.store = registry.store
+        self.leases = leases
 
     @property
-    def _epoch(self) -> str:
+    def epoch(self) -> str:
         """The current epoch, read from the store each time: another worker's invalidation counts here too."""
         return load_epoch(self.store)
 
@@ -51,7 +55,7 @@ class Leasing:
                 s.slot.tier, s.slot.last_used = "cold", stamp
         s.slot.lease_until = until
 
-    def _keep_lease(self, s: Session, *, early: bool = False) -> bool:
+    def keep(self, s: Session, *, early: bool = False) -> bool:
         """Renew ``s``'s lease if it is in this worker's memory; False (and our copy dropped) if it was lost.
 
         ``early`` (the sweep): skip the store while more than two thirds of the lease are left.
@@ -72,10 +76,11 @@ class Leasing:
     def _forget_copy(self, s: Session) -> None:
         """Drop this worker's in-memory copy of ``s``, leaving the store's copy alone."""
         s.slot.disk_version = None  # so drop_kv does not delete the store's (another worker's) copy
-        self.drop_kv(s)
+        self._reg.drop_kv(s)
         s.slot.state, s.slot.tier, s.slot.lease_until = None, None, 0.0
 
-    def _release(self, s: Session) -> None:
+    def release(self, s: Session) -> None:
+        """Give up ``s``'s lease (its KV left this worker's memory)."""
         if s.slot.lease_until > 0:
             s.slot.lease_until = 0.0
             self.leases.release(s.slot.key)

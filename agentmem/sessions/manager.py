@@ -12,8 +12,11 @@ Locks: each session has its own (a second ``send`` on one session waits its turn
 bookkeeping and is never held across a model call or a disk write; the engine's lock serialises model calls.
 
 What the manager keeps per session is the public :class:`~agentmem.sessions.slot.SessionSlot` (``session.slot``);
-the manager's own parts are mixins, one job each: :mod:`~agentmem.sessions.moves` (tier movement),
-:mod:`~agentmem.sessions.worker` (idle offload, TTL, write-behind), :mod:`~agentmem.sessions.leasing` (leases).
+the manager holds its parts, one job each, over one shared :class:`~agentmem.sessions.registry.Registry` (open
+sessions, tiers, counters): :class:`~agentmem.sessions.moves.TierMoves` (tier movement),
+:class:`~agentmem.sessions.worker.Background` (idle offload, TTL, write-behind),
+:class:`~agentmem.sessions.leasing.Leasing` (leases). A :class:`~agentmem.sessions.session.Session` sees the manager
+only through :class:`~agentmem.sessions.session.SessionHost`.
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.kv.mount import Workspace
 from agentmem.ports.sessions import SessionTierStore
 from agentmem.security.sealer import Sealer
-from agentmem.sessions.holds import WorkerHolds
 from agentmem.sessions.leasing import Leasing
-from agentmem.sessions.moves import TierMoves
-from agentmem.sessions.session import Session
+from agentmem.sessions.moves import SLACK_TOKENS, TierMoves
+from agentmem.sessions.registry import Registry
+from agentmem.sessions.session import Session, TopicSwitch
 from agentmem.sessions.shared import Leases, load_epoch, new_epoch, worker_id
 from agentmem.sessions.state import SessionKV, Transcript, load_session
 from agentmem.sessions.tiers import MemoryBackend, Tier
@@ -49,7 +52,7 @@ log = logging.getLogger(__name__)
 _EPOCH_FILE = "epoch"
 
 
-class SessionManager(TierMoves, Background, Leasing):
+class SessionManager:
     """Owns every session's working KV across the hot / warm / cold tiers (see the module docstring).
 
     Args:
@@ -66,6 +69,8 @@ class SessionManager(TierMoves, Background, Leasing):
             a turn that mounted memories is re-encoded once without them after its reply. ``"as_generated"``
             keeps the KV the turn was generated with (it attended to that turn's memories), shifted back.
         start_worker: run the background idle/TTL worker (tests may call :meth:`sweep` by hand instead).
+        topic: decides when a message starts a new topic (the session resets first), e.g. a
+            :class:`~agentmem.sessions.topic.TopicDetector`; None: never.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class SessionManager(TierMoves, Background, Leasing):
         start_worker: bool = True,
         sweep_interval: float | None = None,
         cold_store: SessionTierStore | None = None,
+        topic: TopicSwitch | None = None,
     ) -> None:
         if history_kv not in ("clean", "as_generated"):
             raise InvalidInputError("history_kv must be 'clean' or 'as_generated'")
@@ -91,40 +97,34 @@ class SessionManager(TierMoves, Background, Leasing):
         self.remember_turn = remember_turn
         self.scan = scan
         self.kb_version = kb_version
+        self.topic = topic
         self.root = Path(root)
         self.config = config
         self._cipher = cipher
-        self._sealer = Sealer(cipher)
         self.history_kv = history_kv
-        self._lock = threading.RLock()
         self._ctx_lock = threading.Lock()
         self._ctx: EngineContext | None = None
-        self._sessions: dict[tuple[str, str], Session] = {}  # (user_id, session_id): ids are per user
-        self._by_key: dict[str, Session] = {}
         self.hot = Tier(MemoryBackend("hot", device=None), config.session_hot_bytes)
         self.warm = Tier(MemoryBackend("warm", device="cpu"), config.session_warm_bytes)
         self.store: SessionTierStore = cold_store if cold_store is not None else FileSessionStore(self.root)
         self.cold = Tier(self.store, None)
+        self._reg = Registry(self.hot, self.warm, self.cold, self.store)
+        self.counts: Counter[str] = self._reg.counts
         self.workspace = Workspace()
         self.workspace_peak = 0
-        self.counts: Counter[str] = Counter()
         self.owner = worker_id()  # whose leases these are (several managers may share one cold store)
         self.leases = Leases(self.store, self.owner, ttl_s=config.session_lease_seconds,
                              wait_s=config.session_lease_wait_seconds)
+        self._leasing = Leasing(self._reg, self.leases)
+        self._moves = TierMoves(self._reg, self._leasing, Sealer(cipher), config, kb_version)
         load_epoch(self.store, self.root / _EPOCH_FILE)
         self._closed = False
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._write_behind: set[str] = set()
-        self._holds = WorkerHolds()  # sessions the worker holds right now: a turn making room waits for those
         ttl = config.session_ttl_seconds
-        self._interval = sweep_interval or max(0.05, min(30.0, config.session_idle_seconds / 4,
-                                                         (ttl / 4) if ttl else 30.0,
-                                                         config.session_lease_seconds / 3))
-        self._worker: threading.Thread | None = None
+        interval = sweep_interval or max(0.05, min(30.0, config.session_idle_seconds / 4,
+                                                   (ttl / 4) if ttl else 30.0, config.session_lease_seconds / 3))
+        self._background = Background(self._reg, self._moves, self._leasing, config, interval)
         if start_worker:
-            self._worker = threading.Thread(target=self._run_worker, name="agentmem-sessions", daemon=True)
-            self._worker.start()
+            self._background.start()
 
     # -- public API -------------------------------------------------------------------------------------
     def open(self, session_id: str, *, user_id: str) -> Session:
@@ -132,8 +132,8 @@ class SessionManager(TierMoves, Background, Leasing):
         self.check_open()
         if not session_id or not user_id:
             raise InvalidInputError("open needs a session_id and a user_id")
-        with self._lock:
-            s = self._sessions.get((user_id, session_id))
+        with self._reg.lock:
+            s = self._reg.sessions.get((user_id, session_id))
             if s is not None:
                 return s
             key = self._key_for(user_id, session_id)
@@ -153,11 +153,11 @@ class SessionManager(TierMoves, Background, Leasing):
         Example:
             >>> mgr.get("s1", user_id="u1")                                            # doctest: +SKIP
         """
-        with self._lock:
+        with self._reg.lock:
             if user_id is not None:
-                found = [s] if (s := self._sessions.get((user_id, session_id))) is not None else []
+                found = [s] if (s := self._reg.sessions.get((user_id, session_id))) is not None else []
             else:
-                found = [s for (_, sid), s in self._sessions.items() if sid == session_id]
+                found = [s for (_, sid), s in self._reg.sessions.items() if sid == session_id]
         if not found:
             raise NotFoundError(f"no open session {session_id!r}")
         if len(found) > 1:
@@ -166,8 +166,8 @@ class SessionManager(TierMoves, Background, Leasing):
 
     def list(self, *, user_id: str | None = None) -> list[str]:
         """Ids of registered sessions (optionally of one user)."""
-        with self._lock:
-            return [sid for (uid, sid) in self._sessions if user_id is None or uid == user_id]
+        with self._reg.lock:
+            return [sid for (uid, sid) in self._reg.sessions if user_id is None or uid == user_id]
 
     def offload(self, session_id: str, to: str = "disk", *, user_id: str | None = None) -> str | None:
         """Move a session's KV down to ``"warm"`` or ``"disk"``/``"cold"`` now (waits for an in-flight send).
@@ -180,9 +180,9 @@ class SessionManager(TierMoves, Background, Leasing):
         s = self.get(session_id, user_id=user_id)
         with s.slot.lock:
             if s.slot.tier == "hot":
-                self._move_down(s, self.hot, to_cold=target == "cold")
+                self._moves.move_down(s, self.hot, to_cold=target == "cold")
             if s.slot.tier == "warm" and target == "cold":
-                self._move_down(s, self.warm, to_cold=True)
+                self._moves.move_down(s, self.warm, to_cold=True)
             return s.slot.tier
 
     def restore(self, session_id: str, *, user_id: str | None = None) -> dict[str, Any]:
@@ -198,7 +198,7 @@ class SessionManager(TierMoves, Background, Leasing):
             source, seconds, evict = self.bring_hot(s, ctx)
             self.validate(s, ctx)
             s.slot.last_used = time.time()
-            with self._lock:
+            with self._reg.lock:
                 if self.hot.backend.contains(s.slot.key):
                     self.hot.policy.touch(s.slot.key)
         self.fit(self.hot)
@@ -213,13 +213,13 @@ class SessionManager(TierMoves, Background, Leasing):
             >>> mgr.end("s1", user_id="u1")                                            # doctest: +SKIP
             True
         """
-        with self._lock:
-            mine = [s for (uid, sid), s in self._sessions.items()
+        with self._reg.lock:
+            mine = [s for (uid, sid), s in self._reg.sessions.items()
                     if sid == session_id and (user_id is None or uid == user_id)]
         n = 0
         for s in mine:
             with s.slot.lock:
-                n += self._erase(s)
+                n += self._moves.erase(s)
         if user_id is not None:  # sessions no process has opened since a restart
             n += self.store.delete(self._key_for(user_id, session_id))
         else:
@@ -232,12 +232,12 @@ class SessionManager(TierMoves, Background, Leasing):
 
     def end_user(self, user_id: str) -> int:
         """Erase every session of ``user_id`` from every tier; returns how many were erased."""
-        with self._lock:
-            mine = [s for s in self._sessions.values() if s.user_id == user_id]
+        with self._reg.lock:
+            mine = [s for s in self._reg.sessions.values() if s.user_id == user_id]
         n = 0
         for s in mine:
             with s.slot.lock:
-                n += self._erase(s)
+                n += self._moves.erase(s)
         n += sum(self.store.delete(k) for k in self.store.keys(self._hash("u", user_id)))
         self.store.purge()
         self.count("ended", n)
@@ -249,8 +249,8 @@ class SessionManager(TierMoves, Background, Leasing):
         A new epoch is written to the cold store, so KV there is never mounted after this either, by any worker.
         """
         new_epoch(self.store)
-        with self._lock:
-            sessions = list(self._sessions.values())
+        with self._reg.lock:
+            sessions = list(self._reg.sessions.values())
         dropped = 0
         for s in sessions:
             if not s.slot.lock.acquire(blocking=False):
@@ -268,8 +268,8 @@ class SessionManager(TierMoves, Background, Leasing):
     def stats(self) -> dict[str, Any]:
         """Per tier: sessions, bytes, budget, peak, hits, misses, offloads, restores, restore latency."""
         tiers = {t.name: t.stats() for t in (self.hot, self.warm, self.cold)}
-        with self._lock:
-            registered = len(self._sessions)
+        with self._reg.lock:
+            registered = len(self._reg.sessions)
         return {
             **tiers,
             "restore_latency_s": {"warm": tiers["warm"]["restore_latency_s"], "cold": tiers["cold"]["restore_latency_s"]},
@@ -286,19 +286,16 @@ class SessionManager(TierMoves, Background, Leasing):
         """Stop the worker and write every in-memory session to disk (they are restored after a restart)."""
         if self._closed:
             return
-        self._stop.set()
-        self._wake.set()
-        if self._worker is not None:
-            self._worker.join(timeout=10)
-        with self._lock:
-            sessions = list(self._sessions.values())
+        self._background.stop()
+        with self._reg.lock:
+            sessions = list(self._reg.sessions.values())
         for s in sessions:
             with s.slot.lock:
                 try:
                     if s.slot.tier == "hot":
-                        self._move_down(s, self.hot, to_cold=True)
+                        self._moves.move_down(s, self.hot, to_cold=True)
                     elif s.slot.tier == "warm":
-                        self._move_down(s, self.warm, to_cold=True)
+                        self._moves.move_down(s, self.warm, to_cold=True)
                 except Exception:
                     log.exception("could not write a session to disk at close")
         self.store.purge()
@@ -333,22 +330,18 @@ class SessionManager(TierMoves, Background, Leasing):
         return f"{self._hash('u', user_id)}/{self._hash('s', session_id)}"
 
     def register(self, s: Session) -> None:
-        with self._lock:
-            current = self._sessions.get((s.user_id, s.session_id))
+        with self._reg.lock:
+            current = self._reg.sessions.get((s.user_id, s.session_id))
             if current is not None and current is not s:
                 raise InvalidInputError(
                     f"session {s.session_id!r} was ended and reopened through another handle; use that one"
                 )
-            self._sessions[(s.user_id, s.session_id)] = s
-            self._by_key[s.slot.key] = s
+            self._reg.sessions[(s.user_id, s.session_id)] = s
+            self._reg.by_key[s.slot.key] = s
 
     def count(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self.counts[name] += n
-
-    def _bump(self, tier: Tier, field: str) -> None:
-        with self._lock:
-            setattr(tier.counters, field, getattr(tier.counters, field) + 1)
+        """Add ``n`` to the counter ``name`` (``stats()``)."""
+        self._reg.count(name, n)
 
     def check_open(self) -> None:
         if self._closed:
@@ -357,7 +350,7 @@ class SessionManager(TierMoves, Background, Leasing):
     # -- what a Session asks of its manager (caller holds the session's lock) ---------------------------
     def validity_key(self, ctx: EngineContext) -> dict[str, Any]:
         """The key KV built now is valid under: model, preamble, knowledge-base version, shared epoch."""
-        return ctx.validity_key(self.kb_version(), self._epoch)
+        return ctx.validity_key(self.kb_version(), self._leasing.epoch)
 
     def read_transcript(self, s: Session) -> Transcript | None:
         """``s``'s transcript without restoring anything: in memory, else read from its cold file (no KV)."""
@@ -366,7 +359,7 @@ class SessionManager(TierMoves, Background, Leasing):
         if s.slot.tier != "cold":
             return None
         blob = self.store.get(s.slot.key)
-        return load_session(self._unseal(s.slot.key, blob), with_kv=False)[0] if blob is not None else None
+        return load_session(self._moves.unseal(s.slot.key, blob), with_kv=False)[0] if blob is not None else None
 
     def hot_kv(self, s: Session) -> SessionKV | None:
         """``s``'s working KV if it is in the hot tier."""
@@ -376,7 +369,7 @@ class SessionManager(TierMoves, Background, Leasing):
         """Make ``kv`` ``s``'s working KV in the hot tier (most recently used)."""
         self.hot.backend.put(s.slot.key, kv)
         s.slot.tier = "hot"
-        with self._lock:
+        with self._reg.lock:
             self.hot.policy.touch(s.slot.key)
         self.hot.note_bytes()
 
@@ -402,7 +395,7 @@ class SessionManager(TierMoves, Background, Leasing):
         s.slot.last_used = time.time()
         if s.slot.state is not None:
             s.slot.state.last_used = s.slot.last_used
-        with self._lock:
+        with self._reg.lock:
             if self.hot.backend.contains(s.slot.key):
                 self.hot.policy.touch(s.slot.key)
 
@@ -413,5 +406,35 @@ class SessionManager(TierMoves, Background, Leasing):
         """
         self.fit(self.hot)
         self.fit(self.warm)
-        if self._worker is not None:
-            self._queue_likely_victims()
+        if self._background.running:
+            self._background.queue_likely_victims()
+
+    def serve(self, s: Session) -> None:
+        """Hold ``s``'s lease before serving it (waits, or raises SessionBusyError; see :class:`Leasing`)."""
+        self._leasing.serve(s)
+
+    def bring_hot(self, s: Session, ctx: EngineContext, extra: int = SLACK_TOKENS) -> tuple[str | None, float, float]:
+        """Restore ``s``'s KV to the hot tier; where from, seconds restoring, seconds making room (TierMoves)."""
+        return self._moves.bring_hot(s, ctx, extra)
+
+    def validate(self, s: Session, ctx: EngineContext) -> str | None:
+        """Drop ``s``'s KV if built under another model, preamble, kb version or epoch; why (:class:`TierMoves`)."""
+        return self._moves.validate(s, ctx)
+
+    def fit(self, tier: Tier, *, incoming: int = 0, exclude: Session | None = None) -> None:
+        """Move least recently used sessions out of ``tier`` until ``incoming`` more bytes fit its budget."""
+        self._moves.fit(tier, incoming=incoming, exclude=exclude)
+
+    def drop_kv(self, s: Session) -> bool:
+        """Forget ``s``'s KV in memory (its transcript stays); True if there was any."""
+        return self._reg.drop_kv(s)
+
+    # -- the background worker --------------------------------------------------------------------------
+    def sweep(self) -> dict[str, int]:
+        """One pass of the background worker by hand: offload idle sessions to disk, erase expired ones.
+
+        Example:
+            >>> mgr.sweep()                                                            # doctest: +SKIP
+            {'idle_offloads': 1}
+        """
+        return self._background.sweep()

@@ -1,25 +1,31 @@
 """How a session's working KV moves between the tiers: down (hot → warm → cold), back up to hot, or out.
 
-A mixin of :class:`~agentmem.sessions.manager.SessionManager` (the state it uses is set up there): moving down
+A part the :class:`~agentmem.sessions.manager.SessionManager` holds (over its shared
+:class:`~agentmem.sessions.registry.Registry`): moving down
 when a tier is over budget (least recently used first), restoring to hot before a turn, reading a cold file back,
 dropping KV that was built under another model / preamble / kb version / epoch, erasing a session. Every method
 here expects the caller to hold the session's lock (``session.slot.lock``).
 
 Example:
-    >>> mgr.fit(mgr.hot, incoming=1 << 20)      # make room for 1 MiB more in the hot tier   # doctest: +SKIP
+    >>> moves = TierMoves(registry, leasing, Sealer(cipher), config, kb_version=lambda: None)   # doctest: +SKIP
+    >>> moves.fit(registry.hot, incoming=1 << 20)      # make room for 1 MiB more in the hot tier   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agentmem.errors import BlobCorruptedError, EncryptionError
 from agentmem.ports.sessions import put
+from agentmem.security.sealer import Sealer
+from agentmem.sessions.leasing import Leasing
+from agentmem.sessions.registry import Registry
 from agentmem.sessions.state import PackedSessionKV, SessionKV, Transcript, dump_session, load_session
 from agentmem.sessions.tiers import Tier
-from agentmem.sessions.turn import EngineContext
+from agentmem.sessions.turn import EngineContext, retokenize
 
 if TYPE_CHECKING:
     from agentmem.sessions.session import Session
@@ -31,39 +37,42 @@ SLACK_TOKENS = 128  # spare room a restored session gets for its next turn
 
 
 class TierMoves:
-    """Tier movement of a session's KV (mixed into ``SessionManager``; caller holds the session's lock)."""
+    """Tier movement of a session's KV (caller holds the session's lock)."""
 
-    hot: Tier
-    warm: Tier
-    cold: Tier
-    config: Any
-    store: Any
+    def __init__(self, registry: Registry, leasing: Leasing, sealer: Sealer, config: Any,
+                 kb_version: Callable[[], str | None]) -> None:
+        self._reg = registry
+        self._leasing = leasing
+        self._sealer = sealer
+        self.config = config
+        self.kb_version = kb_version
+        self.hot, self.warm, self.cold, self.store = registry.hot, registry.warm, registry.cold, registry.store
 
-    def _dump(self, state: Transcript, kv: SessionKV | None) -> bytes:
+    def dump(self, state: Transcript, kv: SessionKV | None) -> bytes:
         return dump_session(state, kv, codec=self.config.session_kv_codec)  # cold files: maybe an integer codec
 
-    def _seal(self, key: str, data: bytes) -> bytes:
+    def seal(self, key: str, data: bytes) -> bytes:
         return self._sealer.seal_session(key, data)
 
-    def _unseal(self, key: str, blob: bytes) -> bytes:
+    def unseal(self, key: str, blob: bytes) -> bytes:
         return self._sealer.open_session(key, blob)
 
     def _write_cold(self, s: Session, kv: SessionKV | None) -> None:
         assert s.slot.state is not None
-        blob = self._seal(s.slot.key, self._dump(s.slot.state, kv))
-        if not self._keep_lease(s):
+        blob = self.seal(s.slot.key, self.dump(s.slot.state, kv))
+        if not self._leasing.keep(s):
             return  # another worker serves it now: our copy was dropped, not written over theirs
         put(self.store, s.slot.key, blob, last_used=s.slot.last_used)
         s.slot.disk_version = s.slot.version
         s.slot.state = None  # the transcript now lives in the file
         s.slot.tier = "cold"
         self.cold.note_bytes()
-        self._release(s)
+        self._leasing.release(s)
 
-    def _move_down(self, s: Session, src: Tier, *, to_cold: bool) -> None:
+    def move_down(self, s: Session, src: Tier, *, to_cold: bool) -> None:
         """Move ``s`` from ``src`` (hot or warm) to warm, or to cold when ``to_cold`` or warm cannot take it."""
         kv = src.backend.pop(s.slot.key)
-        with self._lock:
+        with self._reg.lock:
             src.policy.remove(s.slot.key)
             src.counters.offloads += 1
         if kv is None or s.slot.state is None:
@@ -74,22 +83,22 @@ class TierMoves:
             self.fit(self.warm, incoming=warm_kv.nbytes, exclude=s)
             self.warm.backend.put(s.slot.key, warm_kv)
             s.slot.tier = "warm"
-            with self._lock:
+            with self._reg.lock:
                 self.warm.policy.touch(s.slot.key)
                 if s.slot.state.turns and s.slot.disk_version != s.slot.version:
-                    self._write_behind.add(s.slot.key)  # the worker writes a clean disk copy ahead of need
+                    self._reg.write_behind.add(s.slot.key)  # the worker writes a clean disk copy ahead of need
             self.warm.note_bytes()
-            self._wake.set()
+            self._reg.wake.set()
             return
         if not s.slot.state.turns:  # an empty conversation: nothing worth a file
             s.slot.state, s.slot.tier = None, None
-            self._release(s)
+            self._leasing.release(s)
             return
         if s.slot.disk_version == s.slot.version and self.store.last_used(s.slot.key) is not None:
             s.slot.state, s.slot.tier = None, "cold"  # its clean copy is already on disk: nothing to write
-            with self._lock:
-                self.counts["clean_demotions"] += 1
-            self._release(s)
+            with self._reg.lock:
+                self._reg.counts["clean_demotions"] += 1
+            self._leasing.release(s)
             return
         self._write_cold(s, kv)
 
@@ -117,32 +126,32 @@ class TierMoves:
         and the seconds spent first moving other sessions down to make room.
         """
         if s.slot.tier == "hot" and self.hot.backend.contains(s.slot.key):
-            self._bump(self.hot, "hits")
+            self._reg.bump(self.hot, "hits")
             if s.slot.disk_version is not None:  # its write-behind copy is about to go stale
                 self.store.delete(s.slot.key)
                 s.slot.disk_version = None
             return None, 0.0, 0.0
         t0 = time.perf_counter()
-        self._bump(self.hot, "misses")
+        self._reg.bump(self.hot, "misses")
         source: Tier | None = None
         kv: SessionKV | None = None
         if s.slot.tier == "warm":
-            self._bump(self.warm, "hits")
+            self._reg.bump(self.warm, "hits")
             kv = self.warm.backend.pop(s.slot.key)
-            with self._lock:
+            with self._reg.lock:
                 self.warm.policy.remove(s.slot.key)
-                self._write_behind.discard(s.slot.key)
+                self._reg.write_behind.discard(s.slot.key)
             if s.slot.disk_version is not None:
                 self.store.delete(s.slot.key)  # a file exists only while it is current
             source = self.warm
         else:
-            self._bump(self.warm, "misses")
+            self._reg.bump(self.warm, "misses")
             if s.slot.tier == "cold":
-                self._bump(self.cold, "hits")
+                self._reg.bump(self.cold, "hits")
                 source = self.cold
                 kv = self._read_cold(s, ctx)
             else:
-                self._bump(self.cold, "misses")
+                self._reg.bump(self.cold, "misses")
         if s.slot.state is None:
             s.slot.state = Transcript(s.session_id, s.user_id)
         s.slot.tier = None
@@ -156,12 +165,12 @@ class TierMoves:
         kv = kv.moved(ctx.device, capacity=capacity)
         self.hot.backend.put(s.slot.key, kv)
         s.slot.tier = "hot"
-        with self._lock:
+        with self._reg.lock:
             self.hot.policy.touch(s.slot.key)
         self.hot.note_bytes()
         seconds = time.perf_counter() - t0 - evict
         assert source is not None
-        with self._lock:
+        with self._reg.lock:
             source.counters.restores += 1
             source.counters.restore_seconds.append(seconds)
         return source.name, seconds, evict
@@ -172,12 +181,12 @@ class TierMoves:
             return None
         self.store.delete(s.slot.key)  # a file exists only while it is current (purged later, off this path)
         try:
-            transcript, kv = load_session(self._unseal(s.slot.key, blob))
+            transcript, kv = load_session(self.unseal(s.slot.key, blob))
             if transcript.session_id != s.session_id or transcript.user_id != s.user_id:
                 raise BlobCorruptedError("session file belongs to another session")
         except (BlobCorruptedError, EncryptionError) as exc:
             log.warning("session file %s unusable (%s); starting the conversation over", s.slot.key, exc)
-            self.count("corrupted", 1)
+            self._reg.count("corrupted", 1)
             s.slot.state = None
             return None
         s.slot.state = transcript
@@ -196,21 +205,19 @@ class TierMoves:
 
         Returns None when the cached KV can be used as is (or there is no history to encode).
         """
-        from agentmem.sessions.turn import retokenize
-
         st = s.slot.state
         if st is None:
             return None
-        want = ctx.validity_key(self.kb_version(), self._epoch)
+        want = ctx.validity_key(self.kb_version(), self._leasing.epoch)
         have = st.key
         if have is not None and have != want:
             changed = next(name for name in ("fingerprint", "preamble", "kb", "epoch") if have.get(name) != want[name])
             reason = {"fingerprint": "model changed", "preamble": "preamble changed",
                       "kb": "knowledge-base version changed", "epoch": "invalidated"}[changed]
-            self.count("invalidated_sessions", 1)
+            self._reg.count("invalidated_sessions", 1)
             if changed in ("fingerprint", "preamble"):
                 retokenize(ctx, st)  # another tokenizer or template may split the texts differently
-            self.drop_kv(s)
+            self._reg.drop_kv(s)
             st.key = None
             return reason if st.ids else None
         if not self.hot.backend.contains(s.slot.key):
@@ -218,52 +225,34 @@ class TierMoves:
             return "no cached KV" if st.ids else None
         return None
 
-    def drop_kv(self, s: Session) -> bool:
-        """Forget ``s``'s KV in memory (its transcript and validity key stay); True if there was any."""
-        had = False
-        for tier in (self.hot, self.warm):
-            if tier.backend.pop(s.slot.key) is not None:
-                had = True
-            with self._lock:
-                tier.policy.remove(s.slot.key)
-        if s.slot.state is not None:
-            s.slot.state.kv_len = 0
-        if s.slot.tier in ("hot", "warm"):
-            s.slot.tier = None
-            if s.slot.disk_version is not None:
-                self.store.delete(s.slot.key)
-        s.slot.version += 1
-        s.slot.disk_version = None
-        return had
-
-    def _erase(self, s: Session) -> bool:
+    def erase(self, s: Session) -> bool:
         """Erase ``s`` from every tier and the registry; True if it held anything."""
         had = s.slot.state is not None or s.slot.tier is not None
         had = self.store.delete(s.slot.key) or had  # the caller purges (overwrites) it
         s.slot.disk_version = None
-        self.drop_kv(s)
+        self._reg.drop_kv(s)
         s.slot.state, s.slot.tier = None, None
-        self._release(s)
-        with self._lock:
-            if self._sessions.get((s.user_id, s.session_id)) is s:
-                del self._sessions[(s.user_id, s.session_id)]
-            self._by_key.pop(s.slot.key, None)
+        self._leasing.release(s)
+        with self._reg.lock:
+            if self._reg.sessions.get((s.user_id, s.session_id)) is s:
+                del self._reg.sessions[(s.user_id, s.session_id)]
+            self._reg.by_key.pop(s.slot.key, None)
         return had
 
     def fit(self, tier: Tier, *, incoming: int = 0, exclude: Session | None = None) -> None:
         """Move least recently used sessions out of ``tier`` until ``incoming`` more bytes fit its budget."""
         if tier.budget is None:
             return
-        with self._lock:
-            order = [self._by_key.get(k) for k in tier.policy.victims()]
+        with self._reg.lock:
+            order = [self._reg.by_key.get(k) for k in tier.policy.victims()]
         for victim in order:
             if tier.bytes() + incoming <= tier.budget:
                 return
             # a session answering a turn is skipped; one the worker holds for a moment is waited for (holds.py)
-            if victim is None or victim is exclude or victim.slot.busy or not self._holds.lock_victim(victim.slot):
+            if victim is None or victim is exclude or victim.slot.busy or not self._reg.holds.lock_victim(victim.slot):
                 continue
             try:
                 if not victim.slot.busy and victim.slot.tier == tier.name:
-                    self._move_down(victim, tier, to_cold=tier is self.warm)
+                    self.move_down(victim, tier, to_cold=tier is self.warm)
             finally:
                 victim.slot.lock.release()

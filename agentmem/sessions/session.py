@@ -24,24 +24,75 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentmem.errors import InvalidInputError
+from agentmem.kv.mount import Workspace
 from agentmem.kv.runner import Sampling
 from agentmem.kv.turn import SessionKV, TurnOutput, TurnRequest, plan_turn, shift_history
 from agentmem.sessions.slot import SessionSlot
 from agentmem.sessions.state import Transcript, Turn
+from agentmem.sessions.tiers import Tier
+from agentmem.sessions.turn import EngineContext
 from agentmem.validation import check_generation, check_text
 
-if TYPE_CHECKING:
-    from agentmem.sessions.manager import SessionManager
-    from agentmem.sessions.turn import EngineContext
-
-__all__ = ["Session", "TurnResult"]
+__all__ = ["Session", "SessionHost", "TopicSwitch", "TurnResult"]
 
 log = logging.getLogger(__name__)
 _MODES = ("kv", "history-text", "text")
 _GROW_TOKENS = 128  # capacity is rounded up to this many tokens so most turns append without reallocating
+
+
+class TopicSwitch(Protocol):
+    """Decides whether a message leaves the topic of the recent user turns (e.g.
+    :class:`~agentmem.sessions.topic.TopicDetector`).
+
+    Example:
+        >>> detector.switched("How do I file my taxes?", ["I love hiking", "Trails near Chamonix"])   # doctest: +SKIP
+        True
+    """
+
+    def switched(self, message: str, recent: Sequence[str]) -> bool: ...
+
+
+class SessionHost(Protocol):
+    """What a :class:`Session` needs of its manager (:class:`~agentmem.sessions.manager.SessionManager` is the one):
+    declared here so the session does not import the manager that creates it. Every method but ``check_open``,
+    ``register``, ``scan``, ``context``, ``settle`` and ``end`` expects the caller to hold the session's lock.
+
+    Example:
+        >>> host: SessionHost = SessionManager(engine=..., retrieve=..., ...)                # doctest: +SKIP
+        >>> Session(host, "s1", "u1", key="...").send("Hello")                                  # doctest: +SKIP
+    """
+
+    config: Any  # a MemoryConfig
+    history_kv: str  # "clean" or "as_generated" (TurnRequest.history_kv)
+    topic: TopicSwitch | None
+    hot: Tier
+    workspace: Workspace
+    retrieve: Callable[..., list[Any]]
+    remember_turn: Callable[[str, str, str, str], Any]
+    scan: Callable[[str], str]
+
+    def check_open(self) -> None: ...
+    def register(self, s: Session) -> None: ...
+    def serve(self, s: Session) -> None: ...
+    def context(self) -> EngineContext: ...
+    def limit(self, ctx: EngineContext) -> int: ...
+    def count(self, name: str, n: int = 1) -> None: ...
+    def end_turn(self, s: Session, *, changed: bool) -> None: ...
+    def settle(self) -> None: ...
+    def end(self, session_id: str, *, user_id: str | None = None) -> bool: ...
+    def read_transcript(self, s: Session) -> Transcript | None: ...
+    def reset_session(self, s: Session) -> None: ...
+    def bring_hot(self, s: Session, ctx: EngineContext, extra: int = ...) -> tuple[str | None, float, float]: ...
+    def validate(self, s: Session, ctx: EngineContext) -> str | None: ...
+    def validity_key(self, ctx: EngineContext) -> dict[str, Any]: ...
+    def hot_kv(self, s: Session) -> SessionKV | None: ...
+    def put_hot(self, s: Session, kv: SessionKV) -> None: ...
+    def fit(self, tier: Tier, *, incoming: int = 0, exclude: Session | None = None) -> None: ...
+    def drop_kv(self, s: Session) -> bool: ...
+    def note_workspace(self, nbytes: int) -> None: ...
 
 
 @dataclass
@@ -93,7 +144,7 @@ def _check_send(text: str, mode: str, k: int, entry_ids: Sequence[str] | None) -
 class Session:
     """One conversation of one user; get it from ``mem.session(session_id, user_id=...)``."""
 
-    def __init__(self, manager: SessionManager, session_id: str, user_id: str, key: str) -> None:
+    def __init__(self, manager: SessionHost, session_id: str, user_id: str, key: str) -> None:
         self.session_id = session_id
         self.user_id = user_id
         self._mgr = manager
@@ -186,11 +237,8 @@ class Session:
             ctx = mgr.context()
             if mode != "text":
                 ctx.require_kv()
-            topic = getattr(mgr, "topic", None)  # agentmem/sessions/topic.py, set by the facade when configured
-            if commit and topic is not None and self.slot.state is not None and self.slot.state.turns and topic.switched(
-                    user_text, [t.user for t in self.slot.state.turns]):
-                self.reset()  # the old topic's working KV stops being mounted; its turns stay long-term memories
-                mgr.count("topic_switches", 1)
+            if commit:
+                self._follow_topic(user_text)
             self.slot.busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
@@ -247,6 +295,13 @@ class Session:
         )
 
     # -- helpers (caller holds the session lock) --------------------------------------------------------
+    def _follow_topic(self, user_text: str) -> None:
+        """Reset the session first when ``user_text`` leaves the topic of its turns (the manager's ``topic``, if any)."""
+        topic, st = self._mgr.topic, self.slot.state  # topic: None unless the config sets topic_switch_threshold
+        if topic is not None and st is not None and st.turns and topic.switched(user_text, [t.user for t in st.turns]):
+            self.reset()  # the old topic's working KV stops being mounted; its turns stay long-term memories
+            self._mgr.count("topic_switches", 1)
+
     def _ready(self, ctx: EngineContext, user_text: str, max_new_tokens: int, peek: bool, commit: bool,
                notes: list[str], tm: dict[str, float]) -> tuple[Transcript, list[int], int, str | None, str | None, int]:
         """The session's KV on the model's device, valid, with room for this turn under the session limit.

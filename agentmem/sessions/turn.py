@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from agentmem.errors import UnsupportedModelError
+from agentmem.kv.engine import KVEngine
 from agentmem.sessions.layout import ChatLayout
 from agentmem.sessions.state import Transcript
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 class EngineContext:
     """What sessions need from a loaded engine, computed once."""
 
-    engine: Any
+    engine: KVEngine
     chat: ChatLayout
     pre_k: torch.Tensor  # [L, 1, H, P, D]
     pre_v: torch.Tensor
@@ -39,7 +40,13 @@ class EngineContext:
     margin: int
 
     @classmethod
-    def from_engine(cls, engine: Any) -> EngineContext:
+    def from_engine(cls, engine: KVEngine) -> EngineContext:
+        """Read once what sessions need off a loaded engine (its preamble KV is computed now if it was not).
+
+        Example:
+            >>> ctx = EngineContext.from_engine(engine); ctx.preamble_len == len(engine.layout.preamble_ids)
+            True
+        """
         pre_k, pre_v = engine.preamble_kv()
         return cls(
             engine=engine,
@@ -53,7 +60,7 @@ class EngineContext:
             device=pre_k.device,
             dtype=pre_k.dtype,
             max_positions=int(engine.max_positions),
-            margin=int(getattr(engine, "position_margin", 0)),
+            margin=int(engine.position_margin),
         )
 
     @property
@@ -66,7 +73,7 @@ class EngineContext:
         return 2 * L * H * D * self.pre_k.element_size()
 
     def require_kv(self) -> None:
-        reason = getattr(self.engine, "kv_unsupported_reason", None)
+        reason = self.engine.kv_unsupported_reason
         if reason is not None:
             raise UnsupportedModelError(f"{reason} (sessions with mode='kv' need exact RoPE re-rotation)")
 

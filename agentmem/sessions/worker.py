@@ -1,13 +1,14 @@
 """The background worker of the session manager: idle offloads, TTL expiry and write-behind disk copies.
 
-A mixin of :class:`~agentmem.sessions.manager.SessionManager`. The worker only ever *tries* a session's lock
+A part the :class:`~agentmem.sessions.manager.SessionManager` holds. The worker only ever *tries* a session's lock
 (:class:`~agentmem.sessions.holds.WorkerHolds`), so it never makes a ``send`` wait: it snapshots a session under
 its lock, serialises and writes the file without it, then publishes the file only if nothing touched the session
 meanwhile. Write-behind: sessions a tier would move down next get a clean disk copy ahead of need, so moving them
 to disk later costs a ``send`` nothing.
 
 Example:
-    >>> mgr.sweep()                     # one pass by hand (tests; the worker runs it on its own)   # doctest: +SKIP
+    >>> worker = Background(registry, moves, leasing, config, interval=1.0)                  # doctest: +SKIP
+    >>> worker.sweep()                  # one pass by hand (tests; the worker runs it on its own)   # doctest: +SKIP
     {'idle_offloads': 1}
 """
 
@@ -20,8 +21,9 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from agentmem.sessions.holds import WorkerHolds
-from agentmem.sessions.tiers import Tier
+from agentmem.sessions.leasing import Leasing
+from agentmem.sessions.moves import TierMoves
+from agentmem.sessions.registry import Registry
 
 if TYPE_CHECKING:
     from agentmem.sessions.session import Session
@@ -32,36 +34,52 @@ log = logging.getLogger(__name__)
 
 
 class Background:
-    """The worker's passes (mixed into ``SessionManager``)."""
+    """The worker's passes, and the daemon thread that runs them every ``interval`` seconds (:meth:`start`)."""
 
-    hot: Tier
-    warm: Tier
-    cold: Tier
-    config: Any
-    store: Any
-    counts: Counter[str]
-    _holds: WorkerHolds
-    _write_behind: set[str]
-    _stop: threading.Event
-    _wake: threading.Event
+    def __init__(self, registry: Registry, moves: TierMoves, leasing: Leasing, config: Any, interval: float) -> None:
+        self._reg = registry
+        self._moves = moves
+        self._leasing = leasing
+        self.config = config
+        self.interval = interval
+        self.hot, self.warm, self.cold, self.store = registry.hot, registry.warm, registry.cold, registry.store
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the background thread was started (and not stopped)."""
+        return self._thread is not None and not self._stop.is_set()
+
+    def start(self) -> None:
+        """Run the passes on a daemon thread until :meth:`stop`."""
+        self._thread = threading.Thread(target=self._run, name="agentmem-sessions", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10) -> None:
+        """Stop the thread (waits up to ``timeout`` seconds for the pass in progress)."""
+        self._stop.set()
+        self._reg.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
 
     def sweep(self) -> dict[str, int]:
         """One pass of the background worker: offload idle sessions to disk, erase expired ones."""
         now = time.time()
         idle_s, ttl = self.config.session_idle_seconds, self.config.session_ttl_seconds
         done = Counter()
-        with self._lock:
-            sessions = list(self._sessions.values())
+        with self._reg.lock:
+            sessions = list(self._reg.sessions.values())
         for s in sessions:
-            with self._holds.hold(s.slot) as held:
+            with self._reg.holds.hold(s.slot) as held:
                 if not held:
                     continue
                 try:
-                    if s.slot.busy or not self._keep_lease(s, early=True):
+                    if s.slot.busy or not self._leasing.keep(s, early=True):
                         continue
                     age = now - s.slot.last_used
                     if ttl is not None and age > ttl:
-                        if self._erase(s):
+                        if self._moves.erase(s):
                             done["expired"] += 1
                         continue
                     idle = age > idle_s and s.slot.tier in ("hot", "warm")
@@ -70,31 +88,31 @@ class Background:
                     continue
             if idle:
                 try:
-                    moved = self._offload_idle(s)
+                    moved = self.offload_idle(s)
                     done["idle_offloads"] += moved
-                    self.count("idle_offloads", moved)  # now, not at the sweep's end (just after the tier change)
+                    self._reg.count("idle_offloads", moved)  # now, not at the sweep's end (just after the tier change)
                 except Exception:
                     log.exception("idle offload failed for one session")
         if ttl is not None:  # files of sessions no process has opened since a restart
-            with self._lock:
-                known = set(self._by_key)
+            with self._reg.lock:
+                known = set(self._reg.by_key)
             for key in self.store.keys():
                 stamp = self.store.last_used(key)
                 if key not in known and stamp is not None and now - stamp > ttl and self.store.delete(key):
                     done["expired"] += 1
         self.store.purge()
-        with self._lock:
-            self.counts.update({k: v for k, v in done.items() if k != "idle_offloads"})
+        with self._reg.lock:
+            self._reg.counts.update({k: v for k, v in done.items() if k != "idle_offloads"})
         return dict(done)
 
-    def _offload_idle(self, s: Session) -> bool:
+    def offload_idle(self, s: Session) -> bool:
         """Move an idle session to disk without holding its lock across the serialisation and the write.
 
         Snapshot under the lock, write a staged file without it, then publish the file and drop the in-memory
         KV only if nothing touched the session meanwhile (same version and tier); otherwise discard the file.
         A ``send`` that arrives during the write therefore never waits for the disk.
         """
-        with self._holds.hold(s.slot) as held:
+        with self._reg.holds.hold(s.slot) as held:
             if not held or s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None:
                 return False
             tier = self.hot if s.slot.tier == "hot" else self.warm
@@ -102,41 +120,41 @@ class Background:
             if kv is None:
                 return False
             if not s.slot.state.turns:  # an empty conversation: nothing worth a file
-                self.drop_kv(s)
+                self._reg.drop_kv(s)
                 s.slot.state = None
-                self._release(s)
+                self._leasing.release(s)
                 return True
             if s.slot.disk_version == s.slot.version and self.store.last_used(s.slot.key) is not None:
-                self._move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
+                self._moves.move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
                 return True
             version, tier_name, last_used = s.slot.version, s.slot.tier, s.slot.last_used
             state = copy.deepcopy(s.slot.state)
-        staged = self.store.stage(s.slot.key, self._seal(s.slot.key, self._dump(state, kv)), last_used=last_used)
+        staged = self.store.stage(s.slot.key, self._moves.seal(s.slot.key, self._moves.dump(state, kv)), last_used=last_used)
         published = False
-        with self._holds.hold(s.slot) as held:
-            if held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name and self._keep_lease(s):
+        with self._reg.holds.hold(s.slot) as held:
+            if held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name and self._leasing.keep(s):
                 self.store.publish(staged)
                 published = True
                 s.slot.disk_version = version
                 tier.backend.pop(s.slot.key)
-                with self._lock:
+                with self._reg.lock:
                     tier.policy.remove(s.slot.key)
                     tier.counters.offloads += 1
                 s.slot.state, s.slot.tier = None, "cold"
                 self.cold.note_bytes()
-                self._release(s)
+                self._leasing.release(s)
         if not published:
             self.store.discard(staged)
         return published
 
-    def _queue_likely_victims(self) -> None:
+    def queue_likely_victims(self) -> None:
         """Write-behind watermark: queue clean disk copies of the sessions each tier would move down next.
 
         For every tier above half its budget, its least recently used sessions covering the excess get a copy
         written in the background; moving one of them to disk later is then free (no write on a ``send``'s path).
         """
         queued = False
-        with self._lock:
+        with self._reg.lock:
             for tier in (self.hot, self.warm):
                 if not tier.budget:
                     continue
@@ -144,23 +162,23 @@ class Background:
                 for key in tier.policy.victims():
                     if excess <= 0:
                         break
-                    s = self._by_key.get(key)
+                    s = self._reg.by_key.get(key)
                     if s is None or s.slot.busy:
                         continue
                     excess -= tier.backend.size(key)
                     st = s.slot.state
                     if s.slot.disk_version != s.slot.version and st is not None and st.turns:
-                        self._write_behind.add(key)
+                        self._reg.write_behind.add(key)
                         queued = True
         if queued:
-            self._wake.set()
+            self._reg.wake.set()
 
     def _write_clean_copy(self, s: Session) -> bool | None:
         """Write-behind: put a current copy of a hot or warm session on disk, keeping it in memory; lock-free write.
 
         True: written. False: not needed (or the session changed meanwhile). None: the session was busy; retry.
         """
-        with self._holds.hold(s.slot) as held:
+        with self._reg.holds.hold(s.slot) as held:
             if not held:
                 return None
             if s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None or s.slot.disk_version == s.slot.version:
@@ -171,9 +189,9 @@ class Background:
                 return False
             version, last_used = s.slot.version, s.slot.last_used
             state = copy.deepcopy(s.slot.state)
-        staged = self.store.stage(s.slot.key, self._seal(s.slot.key, self._dump(state, kv)), last_used=last_used)
-        with self._holds.hold(s.slot) as held:
-            if held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm") and self._keep_lease(s):
+        staged = self.store.stage(s.slot.key, self._moves.seal(s.slot.key, self._moves.dump(state, kv)), last_used=last_used)
+        with self._reg.holds.hold(s.slot) as held:
+            if held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm") and self._leasing.keep(s):
                 self.store.publish(staged)
                 s.slot.disk_version = version
                 self.cold.note_bytes()
@@ -182,9 +200,9 @@ class Background:
         return False
 
     def _drain_write_behind(self) -> int:
-        with self._lock:
-            keys, self._write_behind = list(self._write_behind), set()
-            sessions = [self._by_key.get(k) for k in keys]
+        with self._reg.lock:
+            keys, self._reg.write_behind = list(self._reg.write_behind), set()
+            sessions = [self._reg.by_key.get(k) for k in keys]
         done = 0
         for key, s in zip(keys, sessions):
             if s is not None and not self._stop.is_set():
@@ -194,25 +212,25 @@ class Background:
                     log.exception("write-behind failed for one session")
                     continue
                 if result is None:
-                    with self._lock:
-                        self._write_behind.add(key)  # busy right now: try again shortly
+                    with self._reg.lock:
+                        self._reg.write_behind.add(key)  # busy right now: try again shortly
                 done += bool(result)
         if done:
-            self.count("clean_copies", done)
+            self._reg.count("clean_copies", done)
         return done
 
-    def _run_worker(self) -> None:
+    def _run(self) -> None:
         last_sweep = time.monotonic()
         while not self._stop.is_set():
-            with self._lock:
-                pending = bool(self._write_behind)
-            self._wake.wait(0.05 if pending else self._interval)
-            self._wake.clear()
+            with self._reg.lock:
+                pending = bool(self._reg.write_behind)
+            self._reg.wake.wait(0.05 if pending else self.interval)
+            self._reg.wake.clear()
             if self._stop.is_set():
                 break
             try:
                 self._drain_write_behind()
-                if time.monotonic() - last_sweep >= self._interval:
+                if time.monotonic() - last_sweep >= self.interval:
                     last_sweep = time.monotonic()
                     self.sweep()
             except Exception:  # a failed pass must not kill the worker; the next one retries

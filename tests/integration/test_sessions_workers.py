@@ -75,9 +75,7 @@ def test_a_lapsed_lease_lets_another_worker_take_over(tmp_path: Path, fresh_redi
         with pytest.raises(SessionBusyError):
             _turn(on_b, MESSAGES[0])
         mgr = a.sessions
-        mgr._stop.set()
-        mgr._wake.set()
-        mgr._worker.join(timeout=10)  # A stalls: nothing renews its lease any more
+        mgr._background.stop()  # A stalls: nothing renews its lease any more
         time.sleep(0.8)
         r = _turn(on_b, MESSAGES[0])  # A's lease lapsed: B serves the session now
         assert r.restored_from is None and r.token_ids == twin[0]  # A never wrote it out: B starts it over

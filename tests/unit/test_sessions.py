@@ -269,11 +269,11 @@ def test_idle_offload_writes_without_the_lock_and_yields_to_a_send(engine, tmp_p
         return real_stage(key, value, **kwargs)
 
     mgr.cold.backend.stage = stage_during_a_send
-    assert mgr._offload_idle(chat) is False  # the snapshot is stale: discarded, the session stays in memory
+    assert mgr._background.offload_idle(chat) is False  # the snapshot is stale: discarded, the session stays in memory
     assert seen["send_done"] and chat.tier == "hot" and len(chat.history()) == 4
     assert not session_files(tmp_path) and not list(tmp_path.glob("*/.*.tmp"))
     mgr.cold.backend.stage = real_stage
-    assert mgr._offload_idle(chat) is True and chat.tier == "cold"
+    assert mgr._background.offload_idle(chat) is True and chat.tier == "cold"
     assert chat.send(MESSAGES[2], k=0, max_new_tokens=NEW).restored_from == "cold"
     mgr.close()
 
