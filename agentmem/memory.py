@@ -15,15 +15,15 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentmem.bank import BankMemory, KVBank
+from agentmem.answer import Answerer
+from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError, NotFoundError
-from agentmem.memory_kv import KVBankMethods
 from agentmem.store.entries import EntryStore, NewEntry, Scope
 from agentmem.store.consolidation import (CHECKED, LocalConsolidator, apply_decisions, demote_older, demotion_pool,
                                          pack_vector)
@@ -42,6 +42,7 @@ from agentmem.validation import (
 from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
 
 if TYPE_CHECKING:
+    from agentmem.kv.types import GenerationResult, Mode
     from agentmem.store.catalog import EntryRow
     from agentmem.store.consolidation_llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
@@ -50,7 +51,7 @@ log = logging.getLogger("agentmem")
 install_log_filter("agentmem")  # INFO+ logs never carry memory text or KV
 
 
-class AgentMemory(KVBankMethods):
+class AgentMemory:
     """Long-term memory for an agent: entries in SQLite, vectors in Chroma, KV blobs on disk.
 
     Args:
@@ -81,6 +82,9 @@ class AgentMemory(KVBankMethods):
                                  blobs=blobs, embedder=embedder)
         self._sealer = self._store.sealer  # the one sealer of entry texts, blobs (and sessions, same cipher)
         self._bank = KVBank(self._store, self.config, model_spec=model)
+        self._answer = Answerer(store=self._store, bank=self._bank, config=self.config, path=self.path,
+                                cipher=self._cipher, scanner=self._scanner, recall=self._recall,
+                                new_entry=self._new_entry, record=self._record)
         self._kb = KbVersions(self._store.catalog)
         self._consolidator = LocalConsolidator(
             query=lambda vec, user, n, kind: self._store.vectors.query(vec, user_id=user, n=n, where={"kind": kind}),
@@ -520,6 +524,145 @@ class AgentMemory(KVBankMethods):
                 self._llm = ConsolidationWorker(chat, actions.context, actions.apply)
             return self._llm
 
+    # --- answering with mounted memories (agentmem/answer.py) -----------------------------------
+    def generate(
+        self,
+        question: str,
+        *,
+        user_id: str,
+        session_id: str | None = None,
+        k: int = 4,
+        mode: Mode = "kv",
+        max_new_tokens: int = 64,
+        tags: Iterable[str] | None = None,
+        kinds: Iterable[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        budget_tokens: int | None = None,
+        strict: bool | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        entry_ids: Sequence[str] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        logits_processor: Callable[[Any, Any], Any] | None = None,
+    ) -> GenerationResult:
+        """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
+
+        ``logits_processor`` (transformers' ``(ids, scores) -> scores``) constrains decoding, e.g. to a grammar.
+
+        ``entry_ids`` skips recall and mounts exactly those entries of ``user_id`` (in that order), e.g. what a
+        LangGraph node already chose.
+
+        ``mode="kv"`` mounts stored KV (re-positioned exactly); ``"kv+fix"`` also recomputes a few tokens of each
+        entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
+        across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit
+        ``budget_tokens`` (default ``mount_budget_tokens``) or the model's context are dropped least relevant
+        first and listed in ``out.dropped``. ``on_text`` receives each piece of the answer as soon as it is
+        decoded (streaming), on the calling thread.
+
+        Example:
+            >>> out = mem.generate("What is my dog's name?", user_id="u1", k=4)      # doctest: +SKIP
+            >>> out.text, out.mounted, out.timings["ttft"]                           # doctest: +SKIP
+        """
+        self._check_open()
+        return self._answer.generate(
+            question, user_id=user_id, session_id=session_id, k=k, mode=mode, max_new_tokens=max_new_tokens,
+            tags=tags, kinds=kinds, filters=filters, budget_tokens=budget_tokens, strict=strict, do_sample=do_sample,
+            temperature=temperature, top_p=top_p, seed=seed, entry_ids=entry_ids, on_text=on_text,
+            logits_processor=logits_processor)
+
+    def train(
+        self,
+        document: str,
+        *,
+        user_id: str,
+        session_id: str | None = None,
+        tags: Iterable[str] | None = None,
+        tokens: int = 64,
+        steps: int = 48,
+        seed: int = 0,
+        lr: float = 5e-3,
+        ttl: float | timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        progress: bool = True,
+        checkpoint_path: str | Path | None | bool = None,
+        **options: Any,
+    ) -> MemoryRecord:
+        """Learn a ``tokens``-long KV prefix that stands for ``document`` (model frozen) and store it as an entry
+        of kind ``trained``; it mounts like any other entry. The document text is kept (secret-scanned) for text
+        mode and inspection; if the document or the model changes, the entry is stale and is not mounted.
+
+        The defaults are the benchmarked recipe (docs/trained-entries.md: 64 tokens, 48 steps, lr 5e-3 recovered
+        106 % of a ~1,000-token document's NLL benefit, 6-8 minutes on one CPU core); longer documents have more
+        lines to learn and want more steps. ``options`` are :class:`agentmem.train.TrainOptions` fields (samples,
+        batch_size, time_budget_s, ...). Training checkpoints by default to ``<store>/train/<run>.ckpt`` (named by the
+        user, document and settings), so calling ``train`` again after an interruption resumes where it stopped; the
+        checkpoint is removed once the entry is stored. ``checkpoint_path`` names another file, ``False`` turns
+        checkpoints off. An encrypted store does not checkpoint by default (the checkpoint holds the document's
+        tokens unencrypted); pass ``checkpoint_path`` to accept that.
+
+        Example:
+            >>> entry = mem.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48)      # doctest: +SKIP
+            >>> mem.generate("How do I reset the device?", user_id="u1", tags=["manual"])         # doctest: +SKIP
+        """
+        self._check_open()
+        return self._answer.train(
+            document, user_id=user_id, session_id=session_id, tags=tags, tokens=tokens, steps=steps, seed=seed, lr=lr,
+            ttl=ttl, metadata=metadata, progress=progress, checkpoint_path=checkpoint_path, options=options)
+
+    def fidelity(self, question: str, *, user_id: str, answer: str, entry_ids: Sequence[str],
+                 tokens: int = 8) -> dict[str, float | int]:
+        """Score ``answer``'s first ``tokens`` tokens with ``entry_ids`` mounted as KV and re-encoded as text.
+
+        Returns ``{"kl", "top1_agree", "tokens"}`` (KL(text ‖ kv), near 0 when mounting is exact); the server's
+        fidelity monitor calls it on a share of live answers.
+
+        Example:
+            >>> out = mem.generate("Where do I live?", user_id="u1")                       # doctest: +SKIP
+            >>> mem.fidelity("Where do I live?", user_id="u1", answer=out.text, entry_ids=out.mounted)["kl"]  # doctest: +SKIP
+            3.1e-07
+        """
+        self._check_open()
+        return self._answer.fidelity(question, user_id=user_id, answer=answer, entry_ids=entry_ids, tokens=tokens)
+
+    def tool_prompt(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """Instructions describing ``tools`` (OpenAI function-tool dicts) the way the local LLM's chat template
+        renders them (a Hermes-style fallback for templates without tool support); loads the model.
+
+        Example:
+            >>> mem.tool_prompt([{"type": "function", "function": {"name": "get_weather"}}])   # doctest: +SKIP
+            '# Tools ... <tools> ... get_weather ... </tools> ...'
+        """
+        self._check_open()
+        return self._answer.tool_prompt(tools)
+
+    def warmup(self) -> dict[str, float]:
+        """Do the one-time work of a first run now, not inside the first request; returns seconds per step.
+
+        Converts the embedded model once (cached), loads it, encodes the shared preamble, compiles the mount path
+        (the numba re-rotation kernel), and exports the query embedder to ONNX (cached). Safe to call again.
+
+        Example:
+            >>> AgentMemory("./memdata").warmup()                                     # doctest: +SKIP
+            {'embedder': 2.1, 'model': 1.3, 'engine': 0.9}
+        """
+        self._check_open()
+        return self._answer.warmup()
+
+    def load_model(self) -> None:
+        """Load the local LLM now (it otherwise loads on the first encode or mount)."""
+        self._check_open()
+        self._answer.load_model()
+
+    def encode_pending(self, *, user_id: str | None = None, batch_size: int = 16, progress: bool = True) -> int:
+        """Encode KV for every entry that has none for the loaded model (bulk loads, model changes).
+
+        Shows a progress bar; returns how many entries were encoded.
+        """
+        self._check_open()
+        return self._answer.encode_pending(user_id=user_id, batch_size=batch_size, progress=progress)
+
     # --- sessions ------------------------------------------------------------------------------
     @property
     def sessions(self) -> SessionManager:
@@ -536,7 +679,7 @@ class AgentMemory(KVBankMethods):
                                           threshold=self.config.topic_switch_threshold)
                 self._sessions = SessionManager(
                     engine=lambda: self._bank.engine,
-                    retrieve=self._mountable,
+                    retrieve=self._answer.mountable,
                     remember_turn=self._remember_turn,
                     scan=self._scanner.apply if self._scanner is not None else (lambda text: text),
                     kb_version=self._kb.state_key,  # any rollout change rebuilds caches built on older knowledge
@@ -560,18 +703,6 @@ class AgentMemory(KVBankMethods):
         self._check_open()
         return self.sessions.open(check_id(session_id, "session_id", required=True) or "",
                                   user_id=check_id(user_id, "user_id", required=True) or "")
-
-    def _mountable(self, query: str, user_id: str, k: int, *, exclude_session: str | None = None,
-                   strict: bool = False, entry_ids: Sequence[str] | None = None) -> list[BankMemory]:
-        """Recalled (or, with ``entry_ids``, chosen) memories ready to mount, most relevant first (for sessions)."""
-        hits = (self._owned_hits(entry_ids, user_id) if entry_ids is not None else
-                self._recall(query, user_id=user_id, k=k, asking_session=exclude_session, for_mount=True))
-        if exclude_session is not None:  # turns of the live conversation are already in its working cache
-            hits = [h for h in hits if h.session_id != exclude_session]
-        rows = self._store.catalog.get([h.id for h in hits])
-        memories, _stale = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict,
-                                               documents=[h.text for h in hits])
-        return memories
 
     def _remember_turn(self, user_id: str, session_id: str, role: str, text: str) -> MemoryRecord:
         return self.remember(text, user_id=user_id, session_id=session_id, kind="turn", role=role)

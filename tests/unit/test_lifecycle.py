@@ -124,7 +124,7 @@ def test_a_newer_statement_supersedes_the_older_one(mem: AgentMemory) -> None:
     # still there when asked for, never mounted
     assert blue.id in [h.id for h in mem.recall("what is my favorite color?", user_id="u1", k=4,
                                                 include_superseded=True)]
-    assert mem._owned_hits([blue.id], "u1") == []
+    assert mem._answer.owned_hits([blue.id], "u1") == []
     # the unrelated memories were left alone
     assert {r.status for r in mem.list(user_id="u1") if r.id != blue.id} == {"active"}
 

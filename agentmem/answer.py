@@ -1,19 +1,22 @@
-"""The KV-bank half of the :class:`~agentmem.AgentMemory` facade: answering with mounted memories, training
-entries, fidelity checks, warm-up and bulk encoding.
+"""Answering with mounted memories, and the rest of the KV bank's work the facade offers: training entries,
+fidelity checks, the tool prompt, warm-up and bulk encoding.
 
-A mixin only so that ``memory.py`` stays readable per concern: it holds no state of its own, and every method
-delegates to the parts ``AgentMemory.__init__`` builds (the entry store, the KV bank, the sealer), declared below.
+:class:`Answerer` is a part :class:`~agentmem.AgentMemory` holds (``mem._answer``) and delegates to in one line per
+public method (the facade keeps the documented signatures and checks that it is open). It is given the entry
+store, the KV bank and the facade's recall / record-building steps when the facade is built, and keeps no state of
+its own.
 
 Example:
-    >>> from agentmem import AgentMemory
-    >>> with AgentMemory("./memdata") as mem:                                     # doctest: +SKIP
-    ...     _ = mem.remember("My dog is called Rex.", user_id="u1")
-    ...     mem.generate("What is my dog's name?", user_id="u1", k=4).text
+    >>> answer = Answerer(store=store, bank=bank, config=config, path=path, cipher=None, scanner=None,
+    ...                   recall=mem._recall, new_entry=mem._new_entry, record=mem._record)   # doctest: +SKIP
+    >>> answer.generate("What is my dog's name?", user_id="u1", k=4).text                      # doctest: +SKIP
     'Your dog is called Rex.'
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,76 +32,54 @@ if TYPE_CHECKING:
     from agentmem.bank import KVBank
     from agentmem.config import MemoryConfig
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.security.sealer import Sealer
+    from agentmem.store.catalog import EntryRow
     from agentmem.store.entries import EntryStore, NewEntry
     from agentmem.types import Hit, MemoryRecord
+
+__all__ = ["Answerer"]
 
 log = logging.getLogger("agentmem")
 
 
-class KVBankMethods:
-    """``generate``, ``train``, ``fidelity``, ``tool_prompt``, ``warmup``, ``load_model``, ``encode_pending``."""
+class Answerer:
+    """The facade's ``generate``, ``train``, ``fidelity``, ``tool_prompt``, ``warmup``, ``load_model`` and
+    ``encode_pending`` (documented on :class:`~agentmem.AgentMemory`), and the memories a session mounts.
 
-    # the parts these methods use, built by AgentMemory.__init__ (and its helpers, defined there)
-    config: MemoryConfig
-    path: Path
-    _store: EntryStore
-    _bank: KVBank
-    _sealer: Sealer
-    _cipher: Any
-    _scanner: Any
-    _check_open: Callable[[], None]
-    _recall: Callable[..., list[Hit]]
-    _new_entry: Callable[..., NewEntry]
-    _record: Callable[..., MemoryRecord]
+    ``recall``, ``new_entry`` and ``record`` are the facade's own steps (``AgentMemory._recall``, ``_new_entry``,
+    ``_record``): recall with its scope filters, a validated new entry, a row as a public record.
+    """
 
-    def generate(
-        self,
-        question: str,
-        *,
-        user_id: str,
-        session_id: str | None = None,
-        k: int = 4,
-        mode: Mode = "kv",
-        max_new_tokens: int = 64,
-        tags: Iterable[str] | None = None,
-        kinds: Iterable[str] | None = None,
-        filters: Mapping[str, Any] | None = None,
-        budget_tokens: int | None = None,
-        strict: bool | None = None,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        entry_ids: Sequence[str] | None = None,
-        on_text: Callable[[str], None] | None = None,
-        logits_processor: Callable[[Any, Any], Any] | None = None,
-    ) -> GenerationResult:
-        """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
+    def __init__(self, *, store: EntryStore, bank: KVBank, config: MemoryConfig, path: Path, cipher: Any,
+                 scanner: Any, recall: Callable[..., list[Hit]], new_entry: Callable[..., NewEntry],
+                 record: Callable[[EntryRow], MemoryRecord]) -> None:
+        self._store = store
+        self._bank = bank
+        self._sealer = store.sealer
+        self.config = config
+        self.path = path
+        self._cipher = cipher
+        self._scanner = scanner
+        self._recall = recall
+        self._new_entry = new_entry
+        self._record = record
 
-        ``logits_processor`` (transformers' ``(ids, scores) -> scores``) constrains decoding, e.g. to a grammar.
-
-        ``entry_ids`` skips recall and mounts exactly those entries of ``user_id`` (in that order), e.g. what a
-        LangGraph node already chose.
-
-        ``mode="kv"`` mounts stored KV (re-positioned exactly); ``"kv+fix"`` also recomputes a few tokens of each
-        entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
-        across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit
-        ``budget_tokens`` (default ``mount_budget_tokens``) or the model's context are dropped least relevant
-        first and listed in ``out.dropped``. ``on_text`` receives each piece of the answer as soon as it is
-        decoded (streaming), on the calling thread.
+    def generate(self, question: str, *, user_id: str, session_id: str | None, k: int, mode: Mode,
+                 max_new_tokens: int, tags: Iterable[str] | None, kinds: Iterable[str] | None,
+                 filters: Mapping[str, Any] | None, budget_tokens: int | None, strict: bool | None,
+                 do_sample: bool, temperature: float, top_p: float, seed: int | None,
+                 entry_ids: Sequence[str] | None, on_text: Callable[[str], None] | None,
+                 logits_processor: Callable[[Any, Any], Any] | None) -> GenerationResult:
+        """Recall (or take ``entry_ids``), mount and answer: :meth:`agentmem.AgentMemory.generate`.
 
         Example:
-            >>> out = mem.generate("What is my dog's name?", user_id="u1", k=4)      # doctest: +SKIP
-            >>> out.text, out.mounted, out.timings["ttft"]                           # doctest: +SKIP
+            >>> out = mem._answer.generate("What is my dog's name?", user_id="u1", k=4, ...)   # doctest: +SKIP
         """
         t0 = time.perf_counter()
-        self._check_open()
         check_text(question, "question")
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
                          top_p=top_p, seed=seed, do_sample=do_sample, k=k)
         if entry_ids is not None:
-            hits = self._owned_hits(entry_ids, user_id)
+            hits = self.owned_hits(entry_ids, user_id)
         else:
             hits = self._recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
                                 asking_session=session_id, for_mount=True)
@@ -122,41 +103,16 @@ class KVBankMethods:
         out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
         return out
 
-    def train(
-        self,
-        document: str,
-        *,
-        user_id: str,
-        session_id: str | None = None,
-        tags: Iterable[str] | None = None,
-        tokens: int = 64,
-        steps: int = 48,
-        seed: int = 0,
-        lr: float = 5e-3,
-        ttl: float | timedelta | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        progress: bool = True,
-        checkpoint_path: str | Path | None | bool = None,
-        **options: Any,
-    ) -> MemoryRecord:
-        """Learn a ``tokens``-long KV prefix that stands for ``document`` (model frozen) and store it as an entry
-        of kind ``trained``; it mounts like any other entry. The document text is kept (secret-scanned) for text
-        mode and inspection; if the document or the model changes, the entry is stale and is not mounted.
-
-        The defaults are the benchmarked recipe (docs/trained-entries.md: 64 tokens, 48 steps, lr 5e-3 recovered
-        106 % of a ~1,000-token document's NLL benefit, 6-8 minutes on one CPU core); longer documents have more
-        lines to learn and want more steps. ``options`` are :class:`agentmem.train.TrainOptions` fields (samples,
-        batch_size, time_budget_s, ...). Training checkpoints by default to ``<store>/train/<run>.ckpt`` (named by the
-        user, document and settings), so calling ``train`` again after an interruption resumes where it stopped; the
-        checkpoint is removed once the entry is stored. ``checkpoint_path`` names another file, ``False`` turns
-        checkpoints off. An encrypted store does not checkpoint by default (the checkpoint holds the document's
-        tokens unencrypted); pass ``checkpoint_path`` to accept that.
+    def train(self, document: str, *, user_id: str, session_id: str | None, tags: Iterable[str] | None,
+              tokens: int, steps: int, seed: int, lr: float, ttl: float | timedelta | None,
+              metadata: Mapping[str, Any] | None, progress: bool, checkpoint_path: str | Path | None | bool,
+              options: dict[str, Any]) -> MemoryRecord:
+        """Learn a KV prefix standing for ``document`` and store it as a trained entry:
+        :meth:`agentmem.AgentMemory.train`.
 
         Example:
-            >>> entry = mem.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48)      # doctest: +SKIP
-            >>> mem.generate("How do I reset the device?", user_id="u1", tags=["manual"])         # doctest: +SKIP
+            >>> mem._answer.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48, ...)   # doctest: +SKIP
         """
-        self._check_open()
         text = check_text(document, "document")
         if self._scanner is not None:
             text = self._scanner.apply(text)
@@ -176,21 +132,15 @@ class KVBankMethods:
         return self._record(entry.row)
 
     def fidelity(self, question: str, *, user_id: str, answer: str, entry_ids: Sequence[str],
-                 tokens: int = 8) -> dict[str, float | int]:
-        """Score ``answer``'s first ``tokens`` tokens with ``entry_ids`` mounted as KV and re-encoded as text.
-
-        Returns ``{"kl", "top1_agree", "tokens"}`` (KL(text ‖ kv), near 0 when mounting is exact); the server's
-        fidelity monitor calls it on a share of live answers.
+                 tokens: int) -> dict[str, float | int]:
+        """KL(text ‖ kv) on ``answer``'s first tokens: :meth:`agentmem.AgentMemory.fidelity`.
 
         Example:
-            >>> out = mem.generate("Where do I live?", user_id="u1")                       # doctest: +SKIP
-            >>> mem.fidelity("Where do I live?", user_id="u1", answer=out.text, entry_ids=out.mounted)["kl"]  # doctest: +SKIP
-            3.1e-07
+            >>> mem._answer.fidelity("Where?", user_id="u1", answer=a, entry_ids=ids, tokens=8)   # doctest: +SKIP
         """
         from agentmem.kv.fidelity import mode_kl
 
-        self._check_open()
-        hits = self._owned_hits(entry_ids, user_id)
+        hits = self.owned_hits(entry_ids, user_id)
         rows = self._store.catalog.get([h.id for h in hits])
         kv_memories, _ = self._bank.memories(rows, [h.memory_text for h in hits], strict=False,
                                              documents=[h.text for h in hits])
@@ -206,36 +156,26 @@ class KVBankMethods:
             return Path(given)
         if self._cipher is not None and given is None:
             return None  # a plaintext checkpoint of an encrypted store's document: only when asked for
-        import hashlib
-        import json
-
         key = json.dumps({"doc": hashlib.sha256(document.encode()).hexdigest(), **run}, sort_keys=True, default=str)
         return self.path / "train" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.ckpt"
 
     def tool_prompt(self, tools: Sequence[Mapping[str, Any]]) -> str:
-        """Instructions describing ``tools`` (OpenAI function-tool dicts) the way the local LLM's chat template
-        renders them (a Hermes-style fallback for templates without tool support); loads the model.
+        """``tools`` described the way the local LLM's chat template renders them (loads the model).
 
         Example:
-            >>> mem.tool_prompt([{"type": "function", "function": {"name": "get_weather"}}])   # doctest: +SKIP
-            '# Tools ... <tools> ... get_weather ... </tools> ...'
+            >>> mem._answer.tool_prompt([{"type": "function", "function": {"name": "get_weather"}}])  # doctest: +SKIP
         """
         from agentmem.kv.tools import render_tools
 
-        self._check_open()
         return render_tools(self._bank.engine.tokenizer, list(tools))
 
     def warmup(self) -> dict[str, float]:
-        """Do the one-time work of a first run now, not inside the first request; returns seconds per step.
-
-        Converts the embedded model once (cached), loads it, encodes the shared preamble, compiles the mount path
-        (the numba re-rotation kernel), and exports the query embedder to ONNX (cached). Safe to call again.
+        """The one-time work of a first run, in seconds per step: :meth:`agentmem.AgentMemory.warmup`.
 
         Example:
-            >>> AgentMemory("./memdata").warmup()                                     # doctest: +SKIP
+            >>> mem._answer.warmup()                                                  # doctest: +SKIP
             {'embedder': 2.1, 'model': 1.3, 'engine': 0.9}
         """
-        self._check_open()
         t = time.perf_counter()
         self._store.embedder.encode(["warm up"])  # loads MiniLM and exports / opens the ONNX query encoder
         self._store.embed_query("warm up")  # and the query graph (int8 feed-forward weights: quantised once, cached)
@@ -245,7 +185,13 @@ class KVBankMethods:
                  ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
         return {k: round(v, 3) for k, v in times.items()}
 
-    def _owned_hits(self, entry_ids: Sequence[str], user_id: str) -> list[Hit]:
+    def owned_hits(self, entry_ids: Sequence[str], user_id: str) -> list[Hit]:
+        """``entry_ids``' live, active entries of ``user_id`` as hits, in that order (others are left out).
+
+        Example:
+            >>> [h.id for h in mem._answer.owned_hits([rec.id], "u1")] == [rec.id]      # doctest: +SKIP
+            True
+        """
         check_id(user_id, "user_id", required=True)
         entry_ids = check_entry_ids(entry_ids)
         now = time.time()
@@ -254,19 +200,35 @@ class KVBankMethods:
         return [to_hit(r, 1.0, {}, text=self._sealer.open_text(r.id, "text", r.text),
                        memory_text=self._sealer.open_text(r.id, "memory_text", r.memory_text)) for r in rows]
 
+    def mountable(self, query: str, user_id: str, k: int, *, exclude_session: str | None = None,
+                  strict: bool = False, entry_ids: Sequence[str] | None = None) -> list[BankMemory]:
+        """Recalled (or, with ``entry_ids``, chosen) memories ready to mount, most relevant first (for sessions).
+
+        Example:
+            >>> [m.id for m in mem._answer.mountable("where do I live?", "u1", 4)]    # doctest: +SKIP
+        """
+        hits = (self.owned_hits(entry_ids, user_id) if entry_ids is not None else
+                self._recall(query, user_id=user_id, k=k, asking_session=exclude_session, for_mount=True))
+        if exclude_session is not None:  # turns of the live conversation are already in its working cache
+            hits = [h for h in hits if h.session_id != exclude_session]
+        rows = self._store.catalog.get([h.id for h in hits])
+        memories, _stale = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict,
+                                               documents=[h.text for h in hits])
+        return memories
+
     def load_model(self) -> None:
         """Load the local LLM now (it otherwise loads on the first encode or mount)."""
-        self._check_open()
         _ = self._bank.engine
 
-    def encode_pending(self, *, user_id: str | None = None, batch_size: int = 16, progress: bool = True) -> int:
-        """Encode KV for every entry that has none for the loaded model (bulk loads, model changes).
+    def encode_pending(self, *, user_id: str | None, batch_size: int, progress: bool) -> int:
+        """Encode KV for every entry that has none for the loaded model: :meth:`agentmem.AgentMemory.encode_pending`.
 
-        Shows a progress bar; returns how many entries were encoded.
+        Example:
+            >>> mem._answer.encode_pending(user_id=None, batch_size=16, progress=False)   # doctest: +SKIP
+            0
         """
         from tqdm.auto import tqdm
 
-        self._check_open()
         ids = self._store.scope_ids(user_id=check_id(user_id, "user_id", required=False), alive_at=time.time())
         get = self._store.catalog.get
         todo = [r for i in range(0, len(ids), 1000) for r in self._bank.stale_rows(get(ids[i : i + 1000]))]
