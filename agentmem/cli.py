@@ -1,4 +1,5 @@
-"""The ``agentmem`` command (typer): serve, stats, list, recall, forget, sweep, verify, warmup, mcp, keys.
+"""The ``agentmem`` command (typer): serve, stats, remember, list, recall, forget, export, import, sweep, verify,
+warmup, mcp, keys.
 
 A thin layer over the public API (:class:`~agentmem.AgentMemory`, :mod:`agentmem.server`); the library never
 imports it. Every command takes ``--path`` (the store directory); output is JSON where a program may read it.
@@ -6,7 +7,10 @@ imports it. Every command takes ``--path`` (the store directory); output is JSON
 Example:
     $ agentmem keys add --path ./memdata --user u1
     $ agentmem serve --path ./memdata --port 8765
+    $ agentmem remember --path ./memdata --user u1 "I moved to Lyon."
     $ agentmem recall --path ./memdata --user u1 "where do I live?"
+    $ agentmem export --path ./memdata --user u1 --out u1.jsonl
+    $ agentmem import u1.jsonl --path ./other
 """
 
 from __future__ import annotations
@@ -117,6 +121,21 @@ def stats(path: Path = PathOpt) -> None:
         _print({**mem.stats(), "sessions": mem.sessions.stats()})
 
 
+@app.command()
+def remember(text: str = typer.Argument(..., help="What to remember."), path: Path = PathOpt,
+             user: str = typer.Option(..., "--user", help="User id."),
+             session: Optional[str] = typer.Option(None, help="Session (conversation) id."),
+             kind: str = typer.Option("turn", help="turn, tool or knowledge."),
+             speaker: Optional[str] = typer.Option(None, help="Who said it."),
+             tag: Optional[list[str]] = typer.Option(None, help="A tag (repeatable)."),
+             ttl: Optional[float] = typer.Option(None, help="Seconds until it expires.")) -> None:
+    """Store one memory and print its record (JSON: id, text, memory_text, ...)."""
+    with _open(path) as mem:
+        rec = mem.remember(text, user_id=user, session_id=session, kind=kind, speaker=speaker, tags=tag, ttl=ttl)
+        _print({"id": rec.id, "user_id": rec.user_id, "session_id": rec.session_id, "kind": rec.kind,
+                "text": rec.text, "memory_text": rec.memory_text, "created_at": rec.created_at.isoformat()})
+
+
 @app.command("list")
 def list_(path: Path = PathOpt, user: str = typer.Option(..., "--user", help="User id."),
           session: Optional[str] = typer.Option(None, help="Only this session."),
@@ -147,6 +166,40 @@ def forget(path: Path = PathOpt, entry_id: Optional[str] = typer.Option(None, "-
     with _open(path) as mem:
         n = mem.forget(entry_id) if entry_id else mem.forget(user_id=user, session_id=session, tags=tag)
         _print({"deleted": n})
+
+
+@app.command()
+def export(path: Path = PathOpt,
+           user: list[str] = typer.Option(..., "--user", help="Export this user's entries (repeatable)."),
+           out: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: stdout).")) -> None:
+    """Write users' current entries as JSON Lines, each with its version history (see `import`)."""
+    from agentmem.export_import import export_records
+
+    with _open(path) as mem:
+        lines = export_records(mem, user)
+        if out is None:
+            for line in lines:
+                typer.echo(line)
+            return
+        n = 0
+        with open(out, "w", encoding="utf-8") as f:
+            for n, line in enumerate(lines, start=1):
+                f.write(line + "\n")
+        _print({"exported": n, "file": str(out)})
+
+
+@app.command("import")
+def import_(file: Path = typer.Argument(..., help="A JSON Lines file written by `export` (- for stdin)."),
+            path: Path = PathOpt) -> None:
+    """Import exported entries all-or-nothing: every line is checked first, and a failure writes nothing."""
+    from agentmem.export_import import import_records
+
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot read {file}: {exc.strerror or exc}")
+    with _open(path) as mem:
+        _print(import_records(mem, text.splitlines()))
 
 
 @app.command()
@@ -189,8 +242,16 @@ def keys_add(path: Path = PathOpt,
 
 @keys_app.command("list")
 def keys_list(path: Path = PathOpt, all_: bool = typer.Option(False, "--all", help="Include revoked keys.")) -> None:
-    """Key ids, their users and labels (never the keys)."""
-    _print(_server().KeyStore(path).list(include_revoked=all_))
+    """Key ids, their users, labels and dates in UTC (never the keys)."""
+    _print([{**k, "created_at": _when(k["created_at"]), "revoked_at": _when(k["revoked_at"])}
+            for k in _server().KeyStore(path).list(include_revoked=all_)])
+
+
+def _when(epoch: Optional[float]) -> Optional[str]:
+    """An epoch time as people read it: ``2026-05-08 13:56:02 UTC``."""
+    from datetime import datetime, timezone
+
+    return None if epoch is None else datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @keys_app.command("revoke")

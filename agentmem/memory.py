@@ -271,12 +271,14 @@ class AgentMemory:
         reason: str | None = None,
         index: bool | None = None,
         clear_ttl: bool = False,
+        timestamp: datetime | str | None = None,
     ) -> MemoryRecord:
         """Replace an entry's text with a new version; its vector, lexical document and KV blob are replaced in the
         same all-or-nothing write (a stale KV blob is never mounted). ``tags`` / ``metadata`` / ``ttl`` replace the
         old ones when given (``clear_ttl`` removes the expiry); ``index=False`` keeps the entry stored but not
-        searchable (no vector, no lexical document). The old text stays in :meth:`history` until the entry is
-        forgotten.
+        searchable (no vector, no lexical document). ``timestamp`` is when the new text became true (default now;
+        an import restoring an entry's versions gives the original one). The old text stays in :meth:`history`
+        until the entry is forgotten.
 
         Example:
             >>> rec = mem.remember("I live in Lyon.", user_id="u1")                  # doctest: +SKIP
@@ -301,7 +303,10 @@ class AgentMemory:
             meta = None if meta is None else self._scanner.apply_value(meta)
             reason = None if reason is None else self._scanner.apply(reason)
         now = self._clock()
-        occurred = format_timestamp(datetime.now().astimezone())
+        occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
+                                    else datetime.now().astimezone())
+        if self._scanner is not None and occurred:
+            occurred = self._scanner.apply(occurred)  # a timestamp string is text too
         line = memory_line(text, kind=row.kind, speaker=row.speaker, role=row.role, occurred_at=occurred)
         version = (row.version or 1) + 1
         indexed = row.indexed if index is None else bool(index)

@@ -4,6 +4,8 @@ the store commands on a real store."""
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 
 import httpx
 import pytest
@@ -11,13 +13,15 @@ import pytest
 from agentmem import AgentMemory
 from server_helpers import run_cli
 
-COMMANDS = ["serve", "mcp", "stats", "list", "recall", "forget", "sweep", "verify", "warmup", "keys",
+COMMANDS = ["serve", "mcp", "stats", "remember", "list", "recall", "forget", "export", "import", "sweep", "verify",
+            "warmup", "keys",
             "keys add", "keys list", "keys revoke"]
 
 
 def test_help_of_every_command():
     top = run_cli("--help").stdout
-    for name in ("serve", "stats", "list", "recall", "forget", "sweep", "verify", "warmup", "mcp", "keys"):
+    for name in ("serve", "stats", "remember", "list", "recall", "forget", "export", "import", "sweep", "verify",
+                 "warmup", "mcp", "keys"):
         assert name in top
     for cmd in COMMANDS:
         out = run_cli(*cmd.split(), "--help").stdout
@@ -29,6 +33,8 @@ def test_keys_add_list_revoke_against_the_running_server(server):
     listed = json.loads(run_cli("keys", "list", "--path", str(server.path)).stdout)
     mine = [k for k in listed if k["label"] == "cli-test"]
     assert len(mine) == 1 and mine[0]["users"] == ["u9"] and key not in json.dumps(listed)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", mine[0]["created_at"])  # a date, not an epoch
+    assert mine[0]["revoked_at"] is None
     assert key.split("_")[1] == mine[0]["id"]
     stored = (server.path / "api_keys.db").read_bytes()
     assert key.encode() not in stored and key.split("_", 2)[2].encode() not in stored  # only a hash is kept
@@ -77,3 +83,53 @@ def test_store_commands(store):
 def test_warmup_with_a_local_model(tiny_model_dir, tmp_path):
     out = json.loads(run_cli("warmup", "--path", str(tmp_path / "w"), "--model", str(tiny_model_dir)).stdout)
     assert out["seconds"] > 0 and out["steps_s"]
+
+
+def _portable(lines: list[str]) -> list[dict]:
+    """Exported records without what a new store makes its own (ids, creation and event times, expiry instant)."""
+    out = []
+    for line in lines:
+        rec = json.loads(line)
+        for key in ("id", "created_at", "expires_at"):
+            rec.pop(key)
+        for v in rec["history"]:
+            v.pop("at")
+        out.append(rec)
+    return out
+
+
+def test_remember_export_import_round_trip(tmp_path):
+    a, b, dump = str(tmp_path / "a"), str(tmp_path / "b"), tmp_path / "a.jsonl"
+    told = json.loads(run_cli("remember", "I moved to Lyon last May.", "--path", a, "--user", "u1",
+                              "--session", "s1", "--speaker", "Ann", "--tag", "profile").stdout)
+    assert told["text"] == "I moved to Lyon last May." and "Ann" in told["memory_text"]
+    with AgentMemory(a) as mem:
+        mem.update(told["id"], text="I moved to Paris in June.", reason="moved again")
+        mem.remember("Standup is at 9.", user_id="u1", kind="knowledge", metadata={"team": "core"}, ttl=3600,
+                     timestamp="8 May 2023, 13:56")
+        mem.remember("Not u1's", user_id="u2")
+    assert json.loads(run_cli("export", "--path", a, "--user", "u1", "--out", str(dump)).stdout)["exported"] == 2
+    lines = dump.read_text().splitlines()
+    assert [v["op"] for v in json.loads(lines[0])["history"]] == ["add", "update"]
+    done = json.loads(run_cli("import", str(dump), "--path", b).stdout)
+    assert done == {"imported": 2, "updates": 1, "expired_skipped": 0, "events_not_replayed": 0}
+    again = run_cli("export", "--path", b, "--user", "u1").stdout.splitlines()
+    assert _portable(again) == _portable(lines)  # the same records, versions and reasons
+    assert abs(datetime.fromisoformat(json.loads(again[1])["expires_at"])
+               - datetime.fromisoformat(json.loads(lines[1])["expires_at"])).total_seconds() < 120
+
+
+def test_import_is_validated_and_all_or_nothing(tmp_path):
+    b, bad = str(tmp_path / "b"), tmp_path / "bad.jsonl"
+    good = {"text": "I live in Lyon.", "user_id": "u1"}
+    bad.write_text("\n".join([json.dumps(good), json.dumps({**good, "txet": "typo"})]) + "\n")
+    proc = run_cli("import", str(bad), "--path", b, check=False)
+    assert proc.returncode == 2 and "line 2" in proc.stderr and "txet" in proc.stderr
+    # a failure after the first write (an update to an empty text) erases what the import had written
+    broken = {"text": " ", "user_id": "u1", "history": [{"version": 1, "op": "add", "text": "v1"},
+                                                       {"version": 2, "op": "update", "text": " "}]}
+    bad.write_text("\n".join([json.dumps(good), json.dumps(broken)]) + "\n")
+    proc = run_cli("import", str(bad), "--path", b, check=False)
+    assert proc.returncode == 2 and "text" in proc.stderr
+    with AgentMemory(b) as mem:
+        assert mem.list(user_id="u1") == []
