@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError
@@ -154,6 +155,20 @@ def _files(url: str | None, ctx: BuildContext) -> Any:
     return FileBlobStore(ctx.root if url is None else Path(url.split("://", 1)[1]))
 
 
+def _session_files(url: str | None, ctx: BuildContext) -> Any:
+    """The cold tier of session KV as files: under ``<store>/sessions``, or ``file:///dir``."""
+    from agentmem.backends.file_sessions import FileSessionStore
+
+    return FileSessionStore(ctx.root / "sessions" if url is None else Path(urlsplit(url).path))
+
+
+def _redis_sessions(url: str | None, ctx: BuildContext) -> Any:
+    """The cold tier of session KV in Redis (``redis://``, ``rediss://``, ``unix://``), shared by workers."""
+    from agentmem.backends.redis_sessions import RedisSessionStore
+
+    return RedisSessionStore(url)
+
+
 def _minilm(url: str | None, ctx: BuildContext) -> Any:
     from agentmem.store.vectors import Embedder
 
@@ -192,9 +207,9 @@ register("vectors", "pgvector", "agentmem.backends.pgvector:build_vectors")
 register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors")
 for _scheme in ("redis", "rediss", "unix"):
     register("blobs", _scheme, "agentmem.backends.redis_blobs:build")
-    register("session_store", _scheme, "agentmem.sessions.stores:build")
+    register("session_store", _scheme, _redis_sessions)
 for _scheme in ("embedded", "file"):
-    register("session_store", _scheme, "agentmem.sessions.stores:build")
+    register("session_store", _scheme, _session_files)
 
 __all__ = ["BuildContext", "build", "build_blobs", "build_catalog", "build_embedder", "build_session_store",
            "build_vectors", "register", "scheme_of", "schemes"]

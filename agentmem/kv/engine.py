@@ -67,6 +67,20 @@ class PreparedPrompt:
     spans: list[tuple[int, int]] = field(default_factory=list)
     recomputed_tokens: int = 0  # kv+fix: entry tokens recomputed in context
 
+    def result(self, text: str, token_ids: list[int], mode: Mode, timings: dict[str, float]) -> GenerationResult:
+        """The answer generated on this prompt, with what went into it.
+
+        Example:
+            >>> prep.result("Lisbon.", [42, 13], "kv", timings).mounted == prep.mounted
+            True
+        """
+        return GenerationResult(
+            text=text, mounted=self.mounted, dropped=self.dropped, mode=mode, timings=timings,
+            fallbacks=self.fallbacks, token_ids=token_ids, prompt_tokens=self.prompt_tokens,
+            max_new_tokens=self.max_new_tokens, notes=self.notes, recomputed_tokens=self.recomputed_tokens,
+            spans=list(self.spans),
+        )
+
 
 @dataclass
 class _Mounted:
@@ -519,20 +533,7 @@ class KVEngine:
             decode=t_end - t_first,
             total=retrieve_s + (t_end - t0),
         )
-        return GenerationResult(
-            text=self.tokenizer.decode(ids, skip_special_tokens=True),
-            mounted=prep.mounted,
-            dropped=prep.dropped,
-            mode=mode,
-            timings=timings,
-            fallbacks=prep.fallbacks,
-            token_ids=ids,
-            prompt_tokens=prep.prompt_tokens,
-            max_new_tokens=prep.max_new_tokens,
-            notes=prep.notes,
-            recomputed_tokens=prep.recomputed_tokens,
-            spans=list(prep.spans),
-        )
+        return prep.result(self.tokenizer.decode(ids, skip_special_tokens=True), ids, mode, timings)
 
     def answer_logits(
         self,

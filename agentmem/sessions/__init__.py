@@ -13,13 +13,11 @@ from agentmem.sessions.layout import ChatLayout
 from agentmem.sessions.manager import SessionManager
 from agentmem.sessions.session import Session, TurnResult
 from agentmem.sessions.slot import SessionSlot
-from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.ports.sessions import SessionTierStore
 from agentmem.sessions.tiers import LRUPolicy, MemoryBackend, Tier, TierBackend
 
 __all__ = [
     "ChatLayout",
-    "FileSessionStore",
     "LRUPolicy",
     "MemoryBackend",
     "Session",

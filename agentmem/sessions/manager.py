@@ -31,7 +31,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.kv.mount import Workspace
 from agentmem.ports.sessions import SessionTierStore
@@ -61,9 +60,10 @@ class SessionManager:
         remember_turn: ``(user_id, session_id, role, text) -> MemoryRecord``: stores a turn long-term.
         scan: secret redaction applied to user text before it is encoded.
         kb_version: returns the current knowledge-base version.
-        root: the epoch file's directory, and the cold tier's when ``cold_store`` is None.
+        root: the epoch file's directory.
         config: a :class:`~agentmem.config.MemoryConfig`. cipher: encrypts what goes to the cold tier.
-        cold_store: the cold tier (a :class:`~agentmem.ports.SessionTierStore`; default: files under ``root``).
+        cold_store: the cold tier (a :class:`~agentmem.ports.SessionTierStore`, built by
+            ``agentmem.factory.build_session_store``: files under ``<store>/sessions`` by default).
             The manager calls only the protocol's methods on it, so a shared one (Redis) serves several workers.
         history_kv: ``"clean"`` (default) keeps the history's KV exactly as if encoded right after the preamble:
             a turn that mounted memories is re-encoded once without them after its reply. ``"as_generated"``
@@ -87,7 +87,7 @@ class SessionManager:
         history_kv: str = "clean",
         start_worker: bool = True,
         sweep_interval: float | None = None,
-        cold_store: SessionTierStore | None = None,
+        cold_store: SessionTierStore,
         topic: TopicSwitch | None = None,
     ) -> None:
         if history_kv not in ("clean", "as_generated"):
@@ -106,7 +106,7 @@ class SessionManager:
         self._ctx: EngineContext | None = None
         self.hot = Tier(MemoryBackend("hot", device=None), config.session_hot_bytes)
         self.warm = Tier(MemoryBackend("warm", device="cpu"), config.session_warm_bytes)
-        self.store: SessionTierStore = cold_store if cold_store is not None else FileSessionStore(self.root)
+        self.store = cold_store
         self.cold = Tier(self.store, None)
         self._reg = Registry(self.hot, self.warm, self.cold, self.store)
         self.counts: Counter[str] = self._reg.counts

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.config import MemoryConfig
 from agentmem.kv import KVEngine
 from agentmem.kv.testing import tiny_causal_lm
@@ -58,6 +59,7 @@ def _manager(engine: KVEngine, root: Path, **cfg) -> SessionManager:
     return SessionManager(
         engine=lambda: engine, retrieve=lambda *a, **k: [], remember_turn=lambda *a, **k: None, scan=lambda t: t,
         kb_version=lambda: None, root=root, config=config, cipher=None, start_worker=False, sweep_interval=None,
+        cold_store=FileSessionStore(root),
     )
 
 

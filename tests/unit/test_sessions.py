@@ -65,7 +65,7 @@ def make(engine, root: Path, store: FakeStore | None = None, *, worker: bool = F
     mgr = SessionManager(
         engine=lambda: engine, retrieve=store.retrieve, remember_turn=store.remember_turn, scan=scan,
         kb_version=lambda: store.kb, root=root, config=config, cipher=cipher, start_worker=worker,
-        sweep_interval=0.05 if worker else None,
+        sweep_interval=0.05 if worker else None, cold_store=FileSessionStore(root),
     )
     return mgr, store
 

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from agentmem.backends.file_sessions import FileSessionStore
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
 from agentmem.kv import KVEngine, MemoryItem
@@ -53,7 +54,7 @@ def _session(engine: KVEngine, root, memory: MemoryItem, *, strict: bool = False
     mgr = SessionManager(
         engine=lambda: engine, retrieve=lambda query, user_id, k, **kw: [memory][:k],
         remember_turn=lambda *a: SimpleNamespace(id="r"), scan=lambda t: t, kb_version=lambda: None,
-        root=root, config=config, start_worker=False,
+        root=root, config=config, start_worker=False, cold_store=FileSessionStore(root),
     )
     return mgr, mgr.open("s", user_id="u")
 
