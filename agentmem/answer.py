@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ __all__ = ["Answerer"]
 log = logging.getLogger("agentmem")
 
 
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class Answerer:
     """The facade's ``generate``, ``train``, ``fidelity``, ``tool_prompt``, ``warmup``, ``load_model`` and
     ``encode_pending`` (documented on :class:`~agentmem.AgentMemory`), and the memories a session mounts.
@@ -49,19 +51,15 @@ class Answerer:
     ``_record``): recall with its scope filters, a validated new entry, a row as a public record.
     """
 
-    def __init__(self, *, store: EntryStore, bank: KVBank, config: MemoryConfig, path: Path, cipher: Any,
-                 scanner: Any, recall: Callable[..., list[Hit]], new_entry: Callable[..., NewEntry],
-                 record: Callable[[EntryRow], MemoryRecord]) -> None:
-        self._store = store
-        self._bank = bank
-        self._sealer = store.sealer
-        self.config = config
-        self.path = path
-        self._cipher = cipher
-        self._scanner = scanner
-        self._recall = recall
-        self._new_entry = new_entry
-        self._record = record
+    store: EntryStore
+    bank: KVBank
+    config: MemoryConfig
+    path: Path  # the store's directory (train checkpoints go under <path>/train/)
+    cipher: Any  # None on a plaintext store (then train checkpoints by default)
+    scanner: Any  # the secret scanner applied to trained documents (None: secret_policy "off")
+    recall: Callable[..., list[Hit]]
+    new_entry: Callable[..., NewEntry]
+    record: Callable[[EntryRow], MemoryRecord]
 
     def generate(self, question: str, *, user_id: str, session_id: str | None, k: int, mode: Mode,
                  max_new_tokens: int, tags: Iterable[str] | None, kinds: Iterable[str] | None,
@@ -81,21 +79,21 @@ class Answerer:
         if entry_ids is not None:
             hits = self.owned_hits(entry_ids, user_id)
         else:
-            hits = self._recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
+            hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
                                 asking_session=session_id, for_mount=True)
         retrieve_s = time.perf_counter() - t0
         if hits:
-            engine = self._bank.engine
+            engine = self.bank.engine
             check_answer_room(context=engine.max_positions - engine.position_margin, max_new_tokens=max_new_tokens,
                               prompt_tokens=len(engine.layout.preamble_ids) + len(engine.layout.suffix_ids(question)))
         strict = self.config.strict_fingerprint if strict is None else strict
-        rows = self._store.catalog.get([h.id for h in hits])
+        rows = self.store.catalog.get([h.id for h in hits])
         if mode == "text":
             memories, skipped = [BankMemory(id=h.id, text=h.memory_text) for h in hits], []
         else:
-            memories, skipped = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict,
+            memories, skipped = self.bank.memories(rows, [h.memory_text for h in hits], strict=strict,
                                                     documents=[h.text for h in hits])
-        out = self._bank.engine.generate(
+        out = self.bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
             retrieve_s=retrieve_s, on_text=on_text, logits_processor=logits_processor,
@@ -114,22 +112,22 @@ class Answerer:
             >>> mem._answer.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48, ...)   # doctest: +SKIP
         """
         text = check_text(document, "document")
-        if self._scanner is not None:
-            text = self._scanner.apply(text)
+        if self.scanner is not None:
+            text = self.scanner.apply(text)
         ckpt = self._train_checkpoint(checkpoint_path, text, user_id=user_id, tokens=tokens, steps=steps,
                                       seed=seed, lr=lr, options=options)
-        blob, fields, record = self._bank.train_blob(
+        blob, fields, record = self.bank.train_blob(
             text, tokens=tokens, steps=steps, seed=seed, lr=lr, progress=progress,
             checkpoint_path=ckpt, options=options,
         )
         meta = {**check_metadata(metadata), "training": record}
-        entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind="trained", role=None,
+        entry = self.new_entry(text, user_id=user_id, session_id=session_id, kind="trained", role=None,
                                 speaker=None, timestamp=None, tags=tags, ttl=ttl, metadata=meta)
         entry.attach_kv(blob, fields)
-        self._store.add([entry])
+        self.store.add([entry])
         if ckpt is not None and checkpoint_path is None:  # ours, and the entry is stored: nothing left to resume
             Path(ckpt).unlink(missing_ok=True)
-        return self._record(entry.row)
+        return self.record(entry.row)
 
     def fidelity(self, question: str, *, user_id: str, answer: str, entry_ids: Sequence[str],
                  tokens: int) -> dict[str, float | int]:
@@ -141,11 +139,11 @@ class Answerer:
         from agentmem.kv.fidelity import mode_kl
 
         hits = self.owned_hits(entry_ids, user_id)
-        rows = self._store.catalog.get([h.id for h in hits])
-        kv_memories, _ = self._bank.memories(rows, [h.memory_text for h in hits], strict=False,
+        rows = self.store.catalog.get([h.id for h in hits])
+        kv_memories, _ = self.bank.memories(rows, [h.memory_text for h in hits], strict=False,
                                              documents=[h.text for h in hits])
         text_memories = [BankMemory(id=h.id, text=h.memory_text) for h in hits]
-        return mode_kl(self._bank.engine, check_text(question, "question"), kv_memories, text_memories,
+        return mode_kl(self.bank.engine, check_text(question, "question"), kv_memories, text_memories,
                        check_text(answer, "answer"), tokens=tokens)
 
     def _train_checkpoint(self, given: str | Path | None | bool, document: str, **run: Any) -> Path | None:
@@ -154,7 +152,7 @@ class Answerer:
             return None
         if given is not None and given is not True:
             return Path(given)
-        if self._cipher is not None and given is None:
+        if self.cipher is not None and given is None:
             return None  # a plaintext checkpoint of an encrypted store's document: only when asked for
         key = json.dumps({"doc": hashlib.sha256(document.encode()).hexdigest(), **run}, sort_keys=True, default=str)
         return self.path / "train" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.ckpt"
@@ -167,7 +165,7 @@ class Answerer:
         """
         from agentmem.kv.tools import render_tools
 
-        return render_tools(self._bank.engine.tokenizer, list(tools))
+        return render_tools(self.bank.engine.tokenizer, list(tools))
 
     def warmup(self) -> dict[str, float]:
         """The one-time work of a first run, in seconds per step: :meth:`agentmem.AgentMemory.warmup`.
@@ -177,10 +175,10 @@ class Answerer:
             {'embedder': 2.1, 'model': 1.3, 'engine': 0.9}
         """
         t = time.perf_counter()
-        self._store.embedder.encode(["warm up"])  # loads MiniLM and exports / opens the ONNX query encoder
-        self._store.embed_query("warm up")  # and the query graph (int8 feed-forward weights: quantised once, cached)
+        self.store.embedder.encode(["warm up"])  # loads MiniLM and exports / opens the ONNX query encoder
+        self.store.embed_query("warm up")  # and the query graph (int8 feed-forward weights: quantised once, cached)
         times = {"embedder": time.perf_counter() - t}
-        times.update(self._bank.warmup())
+        times.update(self.bank.warmup())
         log.info("warmup done in %.1f s (%s)", sum(times.values()),
                  ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
         return {k: round(v, 3) for k, v in times.items()}
@@ -195,10 +193,10 @@ class Answerer:
         check_id(user_id, "user_id", required=True)
         entry_ids = check_entry_ids(entry_ids)
         now = time.time()
-        rows = [r for r in self._store.catalog.get(entry_ids)  # superseded entries are never mounted
+        rows = [r for r in self.store.catalog.get(entry_ids)  # superseded entries are never mounted
                 if r.user_id == user_id and (r.expires_at is None or r.expires_at > now) and r.status == "active"]
-        return [to_hit(r, 1.0, {}, text=self._sealer.open_text(r.id, "text", r.text),
-                       memory_text=self._sealer.open_text(r.id, "memory_text", r.memory_text)) for r in rows]
+        return [to_hit(r, 1.0, {}, text=self.store.sealer.open_text(r.id, "text", r.text),
+                       memory_text=self.store.sealer.open_text(r.id, "memory_text", r.memory_text)) for r in rows]
 
     def mountable(self, query: str, user_id: str, k: int, *, exclude_session: str | None = None,
                   strict: bool = False, entry_ids: Sequence[str] | None = None) -> list[BankMemory]:
@@ -208,17 +206,17 @@ class Answerer:
             >>> [m.id for m in mem._answer.mountable("where do I live?", "u1", 4)]    # doctest: +SKIP
         """
         hits = (self.owned_hits(entry_ids, user_id) if entry_ids is not None else
-                self._recall(query, user_id=user_id, k=k, asking_session=exclude_session, for_mount=True))
+                self.recall(query, user_id=user_id, k=k, asking_session=exclude_session, for_mount=True))
         if exclude_session is not None:  # turns of the live conversation are already in its working cache
             hits = [h for h in hits if h.session_id != exclude_session]
-        rows = self._store.catalog.get([h.id for h in hits])
-        memories, _stale = self._bank.memories(rows, [h.memory_text for h in hits], strict=strict,
+        rows = self.store.catalog.get([h.id for h in hits])
+        memories, _stale = self.bank.memories(rows, [h.memory_text for h in hits], strict=strict,
                                                documents=[h.text for h in hits])
         return memories
 
     def load_model(self) -> None:
         """Load the local LLM now (it otherwise loads on the first encode or mount)."""
-        _ = self._bank.engine
+        _ = self.bank.engine
 
     def encode_pending(self, *, user_id: str | None, batch_size: int, progress: bool) -> int:
         """Encode KV for every entry that has none for the loaded model: :meth:`agentmem.AgentMemory.encode_pending`.
@@ -229,15 +227,15 @@ class Answerer:
         """
         from tqdm.auto import tqdm
 
-        ids = self._store.scope_ids(user_id=check_id(user_id, "user_id", required=False), alive_at=time.time())
-        get = self._store.catalog.get
-        todo = [r for i in range(0, len(ids), 1000) for r in self._bank.stale_rows(get(ids[i : i + 1000]))]
+        ids = self.store.scope_ids(user_id=check_id(user_id, "user_id", required=False), alive_at=time.time())
+        get = self.store.catalog.get
+        todo = [r for i in range(0, len(ids), 1000) for r in self.bank.stale_rows(get(ids[i : i + 1000]))]
         done = 0
         with tqdm(total=len(todo), desc="encoding KV", unit="entry", disable=not progress) as bar:
             for i in range(0, len(todo), batch_size):
                 rows = todo[i : i + batch_size]
-                lines = [self._sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
-                for row, (blob, fields) in zip(rows, self._bank.encode_blobs(lines)):
-                    done += self._store.attach_blob(row.id, blob, **fields)
+                lines = [self.store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
+                for row, (blob, fields) in zip(rows, self.bank.encode_blobs(lines)):
+                    done += self.store.attach_blob(row.id, blob, **fields)
                 bar.update(len(rows))
         return done
