@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from agentmem import AgentMemory, MemoryRecord
+from agentmem import AgentMemory, InvalidInputError, MemoryRecord
 from agentmem_langgraph._index import StoreIndex
 from langgraph.store.base import (
     BaseStore,
@@ -66,6 +67,8 @@ __all__ = ["REGISTRY_USER", "AgentMemStore", "render_value"]
 REGISTRY_USER = "__langgraph_store__"
 _STORE_TAG = "lg-store"
 _VALUE = "v:"  # metadata prefix of value fields
+# LangGraph's SQL stores accept these filter keys and refuse others (they become JSON paths); so does this store
+_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")
 _TEXT_KEYS = ("content", "text", "memory", "value")
 
 
@@ -135,6 +138,27 @@ def _matches(item_value: Any, filter_value: Any) -> bool:
     return item_value == filter_value
 
 
+def _at_path(value: Mapping[str, Any], key: str) -> Any:
+    """The value a filter key names: a top-level field, else a dotted path into nested dicts
+    (``"user.access-level"`` reads ``value["user"]["access-level"]``, as LangGraph's stores do)."""
+    if key in value or "." not in key:
+        return value.get(key)
+    node: Any = value
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _check_filter(filter: Mapping[str, Any] | None) -> None:
+    """A filter key outside ``[a-zA-Z0-9_.-]`` is an error (as in LangGraph's SQLite and Postgres stores)."""
+    for key in filter or {}:
+        if not isinstance(key, str) or not _FILTER_KEY.match(key):
+            raise InvalidInputError(f"invalid filter key {key!r}: filter keys may contain only letters, digits, "
+                                    "underscores, dots (a nested path) and hyphens")
+
+
 def _apply_operator(value: Any, op: str, want: Any) -> bool:
     if op == "$eq":
         return value == want
@@ -161,7 +185,7 @@ def _pushdown(filter: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, 
     exact = True
     for key, cond in filter.items():
         want = cond.get("$eq") if isinstance(cond, Mapping) and set(cond) == {"$eq"} else cond
-        if isinstance(want, (str, int, float, bool)):
+        if isinstance(want, (str, int, float, bool)) and "." not in key:  # a nested path is evaluated here
             pushed[_VALUE + key] = {"$eq": want}
         else:
             exact = False
@@ -316,13 +340,14 @@ class AgentMemStore(BaseStore):
         want = max(op.offset, 0) + max(op.limit, 0)
         if want == 0 or not users:
             return []
+        _check_filter(op.filter)
         pushed, exact = _pushdown(op.filter)
 
         def keep(rec: MemoryRecord) -> bool:
             if not op.filter:
                 return True
             value = {k[len(_VALUE):]: v for k, v in rec.metadata.items() if k.startswith(_VALUE)}
-            return all(_matches(value.get(k), v) for k, v in op.filter.items())
+            return all(_matches(_at_path(value, k), v) for k, v in op.filter.items())
 
         found: list[tuple[MemoryRecord, float | None]] = []
         if not op.query:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import InjectedStore, create_react_agent
 from langgraph.store.base import BaseStore
 
-from agentmem import AgentMemory
+from agentmem import AgentMemory, InvalidInputError
 from agentmem_langgraph import AgentMemStore
 from lg_fakes import RecordingChatModel
 
@@ -72,6 +73,45 @@ def test_default_ttl_from_config(mem):
     time.sleep(0.8)
     assert store.get(("u1", "tmp"), "k") is None
     assert store.list_namespaces() == []  # a namespace whose items all expired is not listed
+
+
+def test_default_refresh_on_read_is_ttl_configs_documented_default(mem):
+    # TTLConfig says refresh_on_read "defaults to True if not configured" (InMemoryStore agrees); LangGraph's
+    # SqliteStore refreshes only when it is set: docs/langgraph.md states which one this store follows
+    def expiry(user: str):
+        return max(r.expires_at for r in mem.list(user_id=user))
+
+    for user, config, refreshes in (("u1", {"default_ttl": 60}, True),
+                                    ("u2", {"default_ttl": 60, "refresh_on_read": False}, False)):
+        store = AgentMemStore(mem, ttl=config)
+        store.put((user, "tmp"), "k", {"content": "x"})
+        before = expiry(user)
+        time.sleep(0.05)
+        assert store.get((user, "tmp"), "k") is not None
+        assert (expiry(user) > before) is refreshes, config
+
+
+def test_dotted_filter_key_reads_a_nested_field(mem):
+    store = AgentMemStore(mem)
+    store.put(("docs",), "hyphen", {"user": {"access-level": "nested"}, "content": "a nested level"})
+    store.put(("docs",), "other", {"user": {"access-level": "top"}, "content": "another level"})
+    store.put(("docs",), "flat", {"user.access-level": "literal", "content": "a dotted top-level field"})
+    assert [i.key for i in store.search(("docs",), filter={"user.access-level": "nested"})] == ["hyphen"]
+    assert [i.key for i in store.search(("docs",), query="level", filter={"user.access-level": "nested"})] == [
+        "hyphen"]
+    assert [i.key for i in store.search(("docs",), filter={"user.access-level": {"$ne": "nested"}})] == [
+        "other", "flat"]
+    assert [i.key for i in store.search(("docs",), filter={"user.access-level": "literal"})] == ["flat"]
+
+
+@pytest.mark.parametrize("key", ["bad key", "a'); DROP TABLE store; --", "user[0]", "$eq", ""])
+def test_invalid_filter_key_raises(mem, key):
+    store = AgentMemStore(mem)
+    store.put(("docs",), "k", {"content": "x"})
+    with pytest.raises(InvalidInputError, match="invalid filter key"):
+        store.search(("docs",), filter={key: "x"})
+    with pytest.raises(ValueError):  # LangGraph's stores raise ValueError: InvalidInputError is one
+        store.search(("docs",), query="x", filter={key: "x"})
 
 
 def test_namespace_with_only_deleted_items_is_not_listed(mem):
