@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,8 @@ class Answerer:
                  filters: Mapping[str, Any] | None, budget_tokens: int | None, strict: bool | None,
                  do_sample: bool, temperature: float, top_p: float, seed: int | None,
                  entry_ids: Sequence[str] | None, on_text: Callable[[str], None] | None,
-                 logits_processor: Callable[[Any, Any], Any] | None) -> GenerationResult:
+                 logits_processor: Callable[[Any, Any], Any] | None,
+                 cancel: threading.Event | None = None) -> GenerationResult:
         """Recall (or take ``entry_ids``), mount and answer: :meth:`agentmem.AgentMemory.generate`.
 
         Example:
@@ -96,7 +98,7 @@ class Answerer:
         out = self.bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
-            retrieve_s=retrieve_s, on_text=on_text, logits_processor=logits_processor,
+            retrieve_s=retrieve_s, on_text=on_text, logits_processor=logits_processor, cancel=cancel,
         )
         out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
         return out

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -72,7 +73,10 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
           model_id: str = typer.Option("agentmem-smollm2-135m-instruct", help="Model id shown by /v1/models."),
           otel: bool = typer.Option(False, "--otel", help="OpenTelemetry spans (recall / mount / generate) to the "
                                     "configured provider; printed to stderr when none is configured."),
-          log_level: str = typer.Option("warning", help="uvicorn log level.")) -> None:
+          log_level: str = typer.Option("warning", help="uvicorn log level."),
+          setting: list[str] = typer.Option([], "--set", help="Any other server setting as FIELD=VALUE, e.g. "
+                                            "--set max_concurrent_per_user=4 (see agentmem.server.ServerSettings).")
+          ) -> None:
     """Run the HTTP server: REST, OpenAI-compatible /v1/chat/completions, MCP at /mcp, /inspector, /metrics."""
     server = _server()
     import uvicorn
@@ -84,8 +88,15 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
     if not no_auth and keys.count() == 0:
         _fail(f"no API keys for {path}: create one with `agentmem keys add --path {path} --user USER`, "
               "or pass --no-auth (loopback only)")
-    settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK,
-                              chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id, tracing=otel)
+    extra = dict(item.split("=", 1) for item in setting if "=" in item)
+    if len(extra) != len(setting):
+        _fail("--set takes FIELD=VALUE")
+    try:
+        settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK,
+                                  chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id,
+                                  tracing=otel, **extra)
+    except ValueError as exc:  # pydantic's ValidationError names the field and the problem
+        _fail(f"--set: {exc}")
     if otel:
         from agentmem.server.tracing import console_provider_if_unset
 
@@ -93,7 +104,10 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
     mem = _open(path, model)
     try:
         typer.echo(f"agentmem serving {path} on http://{host}:{port}", err=True)
-        uvicorn.run(create_app(mem, keys=keys, settings=settings), host=host, port=port, log_level=log_level)
+        # SIGTERM: requests in flight get drain_seconds to finish, then their tasks are cancelled, which cancels
+        # their decodes (each stops before its next step), so the process exits in bounded time.
+        uvicorn.run(create_app(mem, keys=keys, settings=settings), host=host, port=port, log_level=log_level,
+                    timeout_graceful_shutdown=math.ceil(settings.drain_seconds))
     finally:
         mem.close()
 

@@ -551,6 +551,7 @@ class AgentMemory:
         entry_ids: Sequence[str] | None = None,
         on_text: Callable[[str], None] | None = None,
         logits_processor: Callable[[Any, Any], Any] | None = None,
+        cancel: threading.Event | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
 
@@ -564,7 +565,8 @@ class AgentMemory:
         across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit
         ``budget_tokens`` (default ``mount_budget_tokens``) or the model's context are dropped least relevant
         first and listed in ``out.dropped``. ``on_text`` receives each piece of the answer as soon as it is
-        decoded (streaming), on the calling thread.
+        decoded (streaming), on the calling thread. Setting ``cancel`` (a ``threading.Event``, from any thread, e.g.
+        when the client hung up) stops decoding before its next step: ``out.cancelled`` is then True.
 
         Example:
             >>> out = mem.generate("What is my dog's name?", user_id="u1", k=4)      # doctest: +SKIP
@@ -575,7 +577,7 @@ class AgentMemory:
             question, user_id=user_id, session_id=session_id, k=k, mode=mode, max_new_tokens=max_new_tokens,
             tags=tags, kinds=kinds, filters=filters, budget_tokens=budget_tokens, strict=strict, do_sample=do_sample,
             temperature=temperature, top_p=top_p, seed=seed, entry_ids=entry_ids, on_text=on_text,
-            logits_processor=logits_processor)
+            logits_processor=logits_processor, cancel=cancel)
 
     def train(
         self,

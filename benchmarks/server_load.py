@@ -17,6 +17,13 @@ Phases, all in one run:
 4. **kill -9**: clients write memories; after ``--kill-after`` acknowledged (201) writes the server is SIGKILLed
    mid-load, restarted, and every acknowledged id is read back: acknowledged writes missing are counted, and
    ``mem.verify()`` is run on the store.
+5. **adversarial** (``--adversarial``): one client streams a ``--long-tokens`` (4,000) answer and hangs up after
+   ``--hangup-s``; meanwhile the other ``--clients`` - 1 clients stream short answers for ``--adversarial-s`` and
+   measure their time to first token. Reported: their p50/p99 TTFT and errors, whether the long decode was cancelled,
+   how many tokens it decoded, and the most pieces any cancelled decode produced after its hang-up was noticed
+   (``/metrics``; at most 1 means it stopped within one step).
+
+``--phases`` picks phases (default: memory chat ttft kill9, plus adversarial with ``--adversarial``).
 
     flock /tmp/agentmem-bench.lock python benchmarks/server_load.py --clients 16 --requests 400
 
@@ -73,8 +80,8 @@ def sentence(rng: random.Random, n: int) -> str:
 class ServerProc:
     """``agentmem serve`` in a subprocess (the installed entry point, this checkout's sources)."""
 
-    def __init__(self, store: Path, model: str | None, log: Path) -> None:
-        self.store, self.model, self.log = store, model, log
+    def __init__(self, store: Path, model: str | None, log: Path, extra: tuple[str, ...] = ()) -> None:
+        self.store, self.model, self.log, self.extra = store, model, log, extra
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -83,7 +90,7 @@ class ServerProc:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"}
         cmd = [str(Path(sys.executable).with_name("agentmem")), "serve", "--path", str(self.store),
-               "--port", str(self.port), "--fidelity-share", "0"]
+               "--port", str(self.port), "--fidelity-share", "0", *self.extra]
         if self.model:
             cmd += ["--model", self.model]
         self.proc = subprocess.Popen(cmd, env=env, stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
@@ -305,6 +312,85 @@ def ttft_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
             "text_ttft_ms": _ms(text_s), "speedup": round(text_s / kv_s, 2), "rounds": args.ttft_rounds}
 
 
+def _metrics(srv: ServerProc, key: str) -> dict[str, float]:
+    text = httpx.get(f"{srv.url}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=60).text
+    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
+                                                   if line.startswith("agentmem_") and " " in line)}
+
+
+def adversarial_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
+    """One client asks for a very long answer and hangs up; the others measure their first-token latency."""
+    import openai
+
+    long_user, user = "adv-long", "chat-u"
+    stop = threading.Event()
+    long_info: dict = {}
+
+    def long_request() -> None:
+        body = {"model": "agentmem", "user": long_user, "max_tokens": args.long_tokens, "stream": True,
+                "messages": [{"role": "user", "content": "Tell me a very long story about a garden and a boat."}],
+                "agentmem": {"remember": False}}
+        t, pieces = time.perf_counter(), 0
+        with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=600) as c:
+            with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                for line in r.iter_lines():
+                    pieces += '"content"' in line
+                    if time.perf_counter() - t > args.hangup_s:
+                        break  # hang up mid-answer
+        long_info.update(pieces_received=pieces, hung_up_after_s=round(time.perf_counter() - t, 2))
+
+    ttft: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+
+    def short_client(i: int) -> None:
+        oa = openai.OpenAI(base_url=f"{srv.url}/v1", api_key=key, max_retries=0, timeout=600)
+        oa.models.list()
+        while not stop.is_set():
+            t = time.perf_counter()
+            try:
+                first = None
+                for chunk in oa.chat.completions.create(
+                        model="agentmem", user=user, max_tokens=args.chat_tokens, stream=True,
+                        messages=[{"role": "user", "content": sentence(rng, 6) + "?"}],
+                        extra_body={"agentmem": {"remember": False}}):
+                    if first is None and chunk.choices and chunk.choices[0].delta.content:
+                        first = time.perf_counter() - t
+                with lock:
+                    ttft.append(first if first is not None else time.perf_counter() - t)
+            except Exception:  # counted, never raised: the benchmark reports errors
+                with lock:
+                    errors[0] += 1
+
+    before = _metrics(srv, key)
+    long_thread = threading.Thread(target=long_request)
+    long_thread.start()
+    time.sleep(1.0)  # the long answer is decoding before the others arrive
+    shorts = [threading.Thread(target=short_client, args=(i,)) for i in range(max(1, args.clients - 1))]
+    for t in shorts:
+        t.start()
+    time.sleep(args.adversarial_s)
+    stop.set()
+    for t in shorts:
+        t.join()
+    long_thread.join()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        after = _metrics(srv, key)
+        if after.get("agentmem_chat_cancelled_total", 0) > before.get("agentmem_chat_cancelled_total", 0):
+            break
+        time.sleep(0.5)
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    cancelled = delta.get("agentmem_chat_cancelled_total", 0)
+    overrun_le1 = delta.get('agentmem_cancel_overrun_pieces_bucket{le="1.0"}', 0)
+    overrun_all = delta.get("agentmem_cancel_overrun_pieces_count", 0)
+    return {"others": {**summary(ttft, errors[0], args.adversarial_s), "ttft_p50_ms": _ms(pct(ttft, 50)),
+                       "ttft_p99_ms": _ms(pct(ttft, 99)), "clients": len(shorts)},
+            "long": {**long_info, "max_tokens": args.long_tokens, "cancelled": cancelled >= 1,
+                     "tokens_decoded": int(delta.get('agentmem_decoded_tokens_total{outcome="cancelled"}', 0))},
+            "cancelled_within_one_step": bool(overrun_all >= 1 and overrun_le1 == overrun_all)}
+
+
 def kill_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
     acked: list[str] = []
     lock = threading.Lock()
@@ -371,6 +457,36 @@ def plot(result: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+BASELINE_CHAT_REQ_PER_S = 1.36  # docs/server_load.json before batched decoding (issue #40)
+
+
+def goals(result: dict) -> dict:
+    """The issue's goals, for the phases that ran."""
+    memory, chat, adv = result.get("memory"), result.get("chat"), result.get("adversarial")
+    errors = (memory["errors"] if memory else 0) + (chat["errors"] if chat else 0) + \
+        (adv["others"]["errors"] if adv else 0)
+    out: dict = {"errors": errors}
+    met: dict = {"zero_errors": errors == 0}
+    if "kill9" in result:
+        out["acknowledged_writes_lost"] = result["kill9"]["missing_after_restart"]
+        met["zero_lost"] = out["acknowledged_writes_lost"] == 0
+    if memory:
+        ratio = memory["recall_only"]["p99_ms"] / memory["recall_inprocess"]["p99_ms"]
+        out["recall_p99_http_over_inprocess"] = round(ratio, 2)
+        met["recall_p99_within_3x"] = ratio <= 3.0
+    if "ttft" in result:
+        out["ttft_speedup_kv_over_text"] = result["ttft"]["speedup"]
+        met["ttft_10x"] = result["ttft"]["speedup"] >= 10.0
+    if chat:
+        out["chat_speedup_over_baseline"] = round((chat["req_per_s"] or 0) / BASELINE_CHAT_REQ_PER_S, 2)
+        met["chat_5x"] = out["chat_speedup_over_baseline"] >= 5.0
+    if adv:
+        met["others_ttft_p99_within_2s"] = (adv["others"]["ttft_p99_ms"] or 1e9) <= 2000
+        met["abandoned_decode_stopped_within_1_step"] = adv["long"]["cancelled"] and adv["cancelled_within_one_step"]
+    out["met"] = met
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=16)
@@ -382,6 +498,11 @@ def main() -> None:
     ap.add_argument("--memory-tokens", type=int, default=2048)
     ap.add_argument("--ttft-rounds", type=int, default=5)
     ap.add_argument("--kill-after", type=int, default=150)
+    ap.add_argument("--adversarial", action="store_true", help="Also run the adversarial phase (see the docs).")
+    ap.add_argument("--phases", nargs="*", choices=["memory", "chat", "ttft", "kill9", "adversarial"], default=None)
+    ap.add_argument("--long-tokens", type=int, default=4000, help="max_tokens of the adversarial long request.")
+    ap.add_argument("--hangup-s", type=float, default=5.0, help="When the adversarial client hangs up.")
+    ap.add_argument("--adversarial-s", type=float, default=20.0, help="How long the other clients measure.")
     ap.add_argument("--model", default=None, help="Local model directory (default: the embedded SmolLM2).")
     ap.add_argument("--out", type=Path, default=None, help="Also write the JSON result here.")
     ap.add_argument("--plot", type=Path, default=None, help="Also draw the result to this PNG.")
@@ -390,37 +511,38 @@ def main() -> None:
     if args.replot:
         plot(json.loads(args.replot.read_text()), args.plot or args.replot.with_suffix(".png"))
         return
+    phases = set(args.phases or ["memory", "chat", "ttft", "kill9"]) | ({"adversarial"} if args.adversarial else set())
     rng = random.Random(0)
+    result: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         from agentmem.server.auth import KeyStore
 
         key = KeyStore(store).add(["load-u0", "load-u1", "load-u2", "load-u3", "chat-u", "ttft-u", "kill-u0",
-                                   "kill-u1", "kill-u2", "kill-u3"])
-        srv = ServerProc(store, args.model, Path(tmp) / "server.log")
+                                   "kill-u1", "kill-u2", "kill-u3", "adv-long"])
+        # every chat client asks as the same user: that user's cap must admit them all
+        srv = ServerProc(store, args.model, Path(tmp) / "server.log",
+                         extra=("--set", f"max_concurrent_per_user={args.clients}"))
         srv.start()
-        memory, queries = memory_phase(srv, key, args, rng)
-        chat = chat_phase(srv, key, args, rng)
-        ttft = ttft_phase(srv, key, args, rng)
-        kill9 = kill_phase(srv, key, args, rng)
+        queries: list = []
+        if "memory" in phases:
+            result["memory"], queries = memory_phase(srv, key, args, rng)
+        if "chat" in phases or "adversarial" in phases:
+            result["chat"] = chat_phase(srv, key, args, rng)
+        if "adversarial" in phases:
+            result["adversarial"] = adversarial_phase(srv, key, args, rng)
+        if "ttft" in phases:
+            result["ttft"] = ttft_phase(srv, key, args, rng)
+        if "kill9" in phases:
+            result["kill9"] = kill_phase(srv, key, args, rng)
         srv.stop()
-        memory["recall_inprocess"] = inprocess_recall(store, args.model, queries, args.clients)
-        kill9["verify"] = verify_store(store)
-    ratio = memory["recall_only"]["p99_ms"] / memory["recall_inprocess"]["p99_ms"]
-    result = {
-        "memory": memory, "chat": chat, "ttft": ttft, "kill9": kill9,
-        "goals": {
-            "errors": memory["errors"] + chat["errors"],
-            "acknowledged_writes_lost": kill9["missing_after_restart"],
-            "recall_p99_http_over_inprocess": round(ratio, 2),
-            "ttft_speedup_kv_over_text": ttft["speedup"],
-            "met": {"zero_errors": memory["errors"] + chat["errors"] == 0,
-                    "zero_lost": kill9["missing_after_restart"] == 0,
-                    "recall_p99_within_3x": ratio <= 3.0, "ttft_10x": ttft["speedup"] >= 10.0},
-        },
-        "config": {k: v for k, v in vars(args).items() if k not in ("out", "plot", "replot")}
-        | {"cpus": os.cpu_count()},
-    }
+        if "memory" in phases:
+            result["memory"]["recall_inprocess"] = inprocess_recall(store, args.model, queries, args.clients)
+        if "kill9" in phases:
+            result["kill9"]["verify"] = verify_store(store)
+    result["goals"] = goals(result)
+    result["config"] = {k: v for k, v in vars(args).items() if k not in ("out", "plot", "replot")} \
+        | {"cpus": os.cpu_count()}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     if args.plot:

@@ -29,6 +29,7 @@ import torch
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, InvalidInputError, UnsupportedModelError
 from agentmem.kv import codec
 from agentmem.kv.quant import codec_for
+from agentmem.kv.batch import DecodeBatch, FairRLock
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
@@ -149,7 +150,9 @@ class KVEngine:
         self._preamble: tuple[torch.Tensor, torch.Tensor] | None = None
         self._kv_shape: tuple[int, int, int] | None = None
         self._workspace = Workspace()
-        self._lock = threading.RLock()
+        self._workspace_busy = False  # an answer still decodes in the workspace buffers
+        self._lock = FairRLock()  # granted in arrival order: a prefill never waits behind a stream of decode steps
+        self.decoder = DecodeBatch(self.model, self._lock)  # batches the decode steps of concurrent answers
 
     # -- identity ---------------------------------------------------------------------------------------------
     @property
@@ -494,6 +497,7 @@ class KVEngine:
         retrieve_s: float = 0.0,
         on_text: Callable[[str], None] | None = None,
         logits_processor: LogitsProcessor | None = None,
+        cancel: threading.Event | None = None,
     ) -> GenerationResult:
         """Answer ``question`` with ``memories`` (most relevant first) mounted; greedy unless ``do_sample``.
 
@@ -502,29 +506,38 @@ class KVEngine:
         in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
         ``on_text`` receives each piece of the answer as soon as it is decoded (streaming), on this thread.
         ``logits_processor`` constrains each choice (transformers' ``(ids, scores) -> scores`` convention).
+        Setting ``cancel`` (from any thread) stops decoding before the next model step; the result then has
+        ``cancelled=True`` and the tokens decoded so far.
         """
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         with self._lock:
             t0 = time.perf_counter()
-            prep = self.prepare(
-                question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
-                strict=strict, workspace=True,
-            )
-            t = time.perf_counter()
-            logits = prefill(self.model, prep.cache, prep.pending_ids)
-            gen = sampling.generator(self.device)
-            first = next_token(processed(logits, logits_processor, []), sampling, gen) if prep.max_new_tokens > 0 \
-                else None
-            t_first = time.perf_counter()
-            on_token, flush = text_callback(self.tokenizer, on_text)
-            ids = decode(
-                self.model, prep.cache, logits, max_new_tokens=prep.max_new_tokens, eos_ids=self._eos,
-                sampling=sampling, first_token=first, generator=gen, on_token=on_token,
-                logits_processor=logits_processor,
-            ) if first is not None else []
+            own_workspace = not self._workspace_busy  # the reused buffers, unless another answer decodes in them
+            self._workspace_busy = True
+            try:
+                prep = self.prepare(
+                    question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
+                    strict=strict, workspace=own_workspace,
+                )
+                t = time.perf_counter()
+                logits = prefill(self.model, prep.cache, prep.pending_ids)
+                gen = sampling.generator(self.device)
+                first = next_token(processed(logits, logits_processor, []), sampling, gen) \
+                    if prep.max_new_tokens > 0 else None
+            except BaseException:
+                self._workspace_busy = not own_workspace
+                raise
+        t_first = time.perf_counter()
+        on_token, flush = text_callback(self.tokenizer, on_text)
+        try:
+            ids = [] if first is None else self._decode(prep, logits, first, sampling, gen, on_token,
+                                                        logits_processor, cancel)
             flush()
-            t_end = time.perf_counter()
+        finally:
             del prep.cache  # the workspace buffers are reused by the next call
+            if own_workspace:
+                self._workspace_busy = False
+        t_end = time.perf_counter()
         timings = dict(prep.timings)
         timings.update(
             retrieve=retrieve_s,
@@ -533,7 +546,19 @@ class KVEngine:
             decode=t_end - t_first,
             total=retrieve_s + (t_end - t0),
         )
-        return prep.result(self.tokenizer.decode(ids, skip_special_tokens=True), ids, mode, timings)
+        out = prep.result(self.tokenizer.decode(ids, skip_special_tokens=True), ids, mode, timings)
+        out.cancelled = cancel is not None and cancel.is_set()
+        return out
+
+    def _decode(self, prep: PreparedPrompt, logits: torch.Tensor, first: int, sampling: Sampling, gen,
+                on_token, logits_processor, cancel) -> list[int]:
+        """The answer's ids after ``first``: batched with every other answer decoding now (:mod:`agentmem.kv.batch`),
+        or inline when the caller holds the engine lock (it could not wait for the decode worker)."""
+        args = dict(max_new_tokens=prep.max_new_tokens, eos_ids=self._eos, sampling=sampling, generator=gen,
+                    on_token=on_token, logits_processor=logits_processor, cancel=cancel)
+        if not self._lock.held_by_me():
+            return self.decoder.decode(prep.cache, first, **args)
+        return decode(self.model, prep.cache, logits, first_token=first, **args)
 
     def answer_logits(
         self,
@@ -553,7 +578,8 @@ class KVEngine:
         if not answer_ids:
             raise InvalidInputError("answer must be non-empty")
         with self._lock:
-            prep = self.prepare(question, memories, mode=mode, max_new_tokens=len(answer_ids), workspace=True)
+            prep = self.prepare(question, memories, mode=mode, max_new_tokens=len(answer_ids),
+                                workspace=not self._workspace_busy)
             if prep.dropped:
                 raise InvalidInputError("memories do not fit the context; pass fewer or shorter ones")
             logits = prefill(

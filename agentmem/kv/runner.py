@@ -216,13 +216,15 @@ def decode(
     on_token: Callable[[int], None] | None = None,
     generator: torch.Generator | None = None,
     logits_processor: LogitsProcessor | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[int]:
     """Generate up to ``max_new_tokens`` ids from ``first_logits`` (the prefill's last row), appending to ``cache``.
 
     Stops after an id in ``eos_ids`` (not included in the result). ``first_token`` lets a caller that already
     picked the first id (to time TTFT) pass it in, with the ``generator`` it drew from so sampling continues the
     same random stream. The last id's KV is not appended (no forward is needed for it). ``logits_processor``
-    reshapes every step's logits before the choice (see :data:`LogitsProcessor`).
+    reshapes every step's logits before the choice (see :data:`LogitsProcessor`). Once ``cancel`` is set (e.g. the
+    client hung up), the loop stops before its next model step: at most the step already running is spent.
     """
     if max_new_tokens <= 0:
         return []
@@ -234,7 +236,7 @@ def decode(
     else:
         token = next_token(processed(first_logits, logits_processor, out), sampling, gen)
     while True:
-        if token in eos_ids:
+        if token in eos_ids or (cancel is not None and cancel.is_set()):
             break
         out.append(token)
         if on_token is not None:

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -197,6 +198,7 @@ class TurnRequest:
     strict: bool = False
     on_text: Callable[[str], None] | None = None
     workspace: Workspace | None = None  # reused buffers for the prompt cache (history-text / text / memories)
+    cancel: threading.Event | None = None  # once set, decoding stops before its next step (a truncated reply)
 
 
 @dataclass
@@ -252,7 +254,8 @@ def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], 
     on_token, flush = text_callback(engine.tokenizer, req.on_text)
     # (decode draws from its own generator, as sessions always did: seeded replies stay as they were)
     reply = decode(engine.model, cache, logits, max_new_tokens=max_new, eos_ids=engine.eos_ids,
-                   sampling=sampling, first_token=first, on_token=on_token) if first is not None else []
+                   sampling=sampling, first_token=first, on_token=on_token, cancel=req.cancel) if first is not None \
+        else []
     flush()
     timings["decode"] = time.perf_counter() - t_first
 

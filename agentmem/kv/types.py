@@ -144,3 +144,4 @@ class GenerationResult:
     notes: list[str] = field(default_factory=list)
     recomputed_tokens: int = 0  # kv+fix: mounted tokens recomputed in context
     spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) cache positions of each mounted entry
+    cancelled: bool = False  # decoding was stopped by the caller's cancel event before it finished

@@ -258,7 +258,10 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
         async with contextlib.AsyncExitStack() as stack:
             if mcp_server is not None:
                 await stack.enter_async_context(mcp_server.session_manager.run())
-            yield
+            try:
+                yield
+            finally:
+                state.scheduler.cancel_all()  # decodes still running at shutdown stop before their next step
         state.fidelity.close()
 
     app = FastAPI(title="agentmem", version="0.1.0", lifespan=lifespan,

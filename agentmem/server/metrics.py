@@ -74,6 +74,15 @@ class ServerMetrics:
         self.fidelity_last = Gauge("agentmem_fidelity_kl_last", "The latest fidelity KL", registry=r)
         self.fidelity_top1 = Gauge("agentmem_fidelity_top1_agree_last", "Share of the latest scored answer's tokens "
                                    "whose most likely next token is the same in kv and text mode", registry=r)
+        self.chat_cancelled = Counter("agentmem_chat_cancelled", "Chat requests whose decode was cancelled (client "
+                                      "hung up, or shutdown)", registry=r)
+        self.chat_rejected = Counter("agentmem_chat_rejected", "Chat requests refused by an admission cap (429)",
+                                     registry=r)
+        self.decoded_tokens = Counter("agentmem_decoded_tokens", "Answer tokens decoded for chat requests",
+                                      ["outcome"], registry=r)
+        self.cancel_overrun = Histogram("agentmem_cancel_overrun_pieces", "Answer pieces decoded after a chat "
+                                        "request was cancelled (the decode stops before its next step)",
+                                        buckets=(0, 1, 2, 4, 8, 16, 64), registry=r)
         r.register(_TierCollector(mem))
 
     def observe_chat(self, mode: str, ttft_s: float, mount_s: float, mounted: int,

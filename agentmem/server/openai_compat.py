@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
 from agentmem.server.auth import Principal
+from agentmem.server.scheduler import Ticket
 from agentmem.server.state import SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user
 from agentmem.server.tracing import mount_span
 
@@ -89,9 +91,13 @@ class _Chat:
         self.max_tokens = body.max_completion_tokens or body.max_tokens or state.settings.max_tokens
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
+        self.cancelled = False
 
-    def run(self, on_text: Any = None) -> dict[str, Any]:
-        """Blocking: recall, generate (streaming pieces to ``on_text``), remember; returns the extension field."""
+    def run(self, on_text: Any = None, cancel: threading.Event | None = None) -> dict[str, Any]:
+        """Blocking: recall, generate (streaming pieces to ``on_text``), remember; returns the extension field.
+
+        Once ``cancel`` is set (the client hung up) decoding stops before its next step, and nothing is remembered:
+        the exchange was never delivered whole. A session turn keeps what was decoded, as a truncated turn."""
         mem, metrics, tracer = self.state.mem, self.state.metrics, self.state.tracer
         t0 = time.perf_counter()
         with tracer.start_as_current_span("agentmem.recall", attributes={"agentmem.user": self.user,
@@ -104,10 +110,14 @@ class _Chat:
                 "agentmem.user": self.user, "agentmem.mode": self.mode,
                 "agentmem.session": self.session_id or ""}) as span:
             start_ns = time.time_ns()
-            out = self._generate([h.id for h in hits], on_text)
+            out = self._generate([h.id for h in hits], on_text, cancel)
             mount_span(tracer, start_ns, out)
             span.set_attribute("agentmem.completion_tokens", len(out.token_ids))
-        if self.session_id is None and self.body.agentmem.remember:
+        self.cancelled = cancel is not None and cancel.is_set()
+        metrics.decoded_tokens.labels(outcome="cancelled" if self.cancelled else "completed").inc(len(out.token_ids))
+        if self.cancelled:
+            metrics.chat_cancelled.inc()
+        elif self.session_id is None and self.body.agentmem.remember:
             self._remember_turns(out.text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
@@ -115,12 +125,13 @@ class _Chat:
         self.text, self.completion_tokens, self.prompt_tokens = out.text, len(out.token_ids), out.prompt_tokens
         ext = self._report(hits, out, list(out.spans), timings)
         ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
+        ext["cancelled"] = self.cancelled
         rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text})
-        if self.mode == "kv" and self.state.fidelity.due():
+        if self.mode == "kv" and not self.cancelled and self.state.fidelity.due():
             self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
         return ext
 
-    def _generate(self, ids: list[str], on_text: Any) -> Any:
+    def _generate(self, ids: list[str], on_text: Any, cancel: threading.Event | None = None) -> Any:
         """The answer with memories ``ids`` mounted: a session turn when the request names a session."""
         b = self.body
         sample = dict(do_sample=bool(b.temperature), temperature=b.temperature or 1.0, top_p=b.top_p or 1.0,
@@ -128,9 +139,9 @@ class _Chat:
         if self.session_id is not None:
             s = self.state.mem.session(self.session_id, user_id=self.user)
             return s.send(self.question, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,
-                          remember=b.agentmem.remember, on_text=on_text, **sample)
+                          remember=b.agentmem.remember, on_text=on_text, cancel=cancel, **sample)
         return self.state.mem.generate(self.question, user_id=self.user, entry_ids=ids, mode=self.mode,
-                                       max_new_tokens=self.max_tokens, on_text=on_text, **sample)
+                                       max_new_tokens=self.max_tokens, on_text=on_text, cancel=cancel, **sample)
 
     def _remember_turns(self, answer: str) -> None:
         """The question and the answer as turns of the user, in one write; a turn too long for the model's context
@@ -189,48 +200,96 @@ async def chat_completions(body: ChatRequest, request: Request,
     state = get_state(request)
     user = pick_user(who, request.headers.get(USER_HEADER), body.user)
     chat = _Chat(state, body, user, request.headers.get(SESSION_HEADER) or None)
+    ticket = _admit(state, who, user, chat.max_tokens)
     if not body.stream:
-        ext = await anyio.to_thread.run_sync(chat.run)
+        try:
+            ext = await _run_watched(request, chat, ticket)
+        finally:
+            state.scheduler.release(ticket)
         return {"id": chat.id, "object": "chat.completion", "created": chat.created,
                 "model": state.settings.model_id,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.text},
                              "finish_reason": chat.finish_reason()}],
                 "usage": chat.usage(), "agentmem": ext}
-    return StreamingResponse(_stream(chat), media_type="text/event-stream",
+    events = _stream(chat, ticket)
+    weakref.finalize(events, state.scheduler.release, ticket)  # also when the stream never started
+    return StreamingResponse(events, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _stream(chat: _Chat) -> AsyncIterator[str]:
-    """SSE: a role chunk, one chunk per decoded piece as it is produced, a final chunk with the extension."""
+def _admit(state: ServerState, who: Principal, user: str, max_tokens: int) -> Ticket:
+    """The request's admission ticket; a 429 (over a cap) is counted before it propagates."""
+    try:
+        return state.scheduler.admit(key_id=who.key_id, user=user, max_tokens=max_tokens)
+    except HTTPException as exc:
+        if exc.status_code == 429:
+            state.metrics.chat_rejected.inc()
+        raise
+
+
+_DISCONNECT_POLL_S = 0.05
+
+
+async def _run_watched(request: Request, chat: _Chat, ticket: Ticket) -> dict[str, Any]:
+    """``chat.run`` on a worker thread while the client is watched: a hang-up (or this task being cancelled, e.g.
+    by a shutdown) sets the ticket's cancel event, which stops the decode before its next step."""
+    worker = asyncio.get_running_loop().run_in_executor(None, chat.run, None, ticket.cancel)
+    try:
+        while True:
+            done, _ = await asyncio.wait({worker}, timeout=_DISCONNECT_POLL_S)
+            if done:
+                return worker.result()
+            if not ticket.cancel.is_set() and await request.is_disconnected():
+                ticket.cancel.set()
+    except BaseException:
+        ticket.cancel.set()
+        raise
+
+
+async def _stream(chat: _Chat, ticket: Ticket) -> AsyncIterator[str]:
+    """SSE: a role chunk, one chunk per decoded piece as it is produced, a final chunk with the extension.
+
+    When the client hangs up, Starlette cancels this generator; its ``finally`` sets the ticket's cancel event, so
+    the decode stops before its next step (pieces decoded after that are counted in ``/metrics``)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    overrun = 0
 
     def on_text(piece: str) -> None:  # on the generating thread
+        nonlocal overrun
+        overrun += ticket.cancel.is_set()
         loop.call_soon_threadsafe(queue.put_nowait, ("text", piece))
 
     def work() -> None:
         try:
-            result = ("done", chat.run(on_text))
+            result = ("done", chat.run(on_text, ticket.cancel))
         except Exception as exc:  # reported in-band: the 200 and the headers are already sent
             result = ("error", exc)
+        if ticket.cancel.is_set():
+            chat.state.metrics.cancel_overrun.observe(overrun)
         loop.call_soon_threadsafe(queue.put_nowait, result)
 
     worker = loop.run_in_executor(None, work)
-    yield chat.chunk({"role": "assistant", "content": ""})
-    while True:
-        kind, value = await queue.get()
-        if kind == "text":
-            yield chat.chunk({"content": value})
-            continue
-        if kind == "error":
-            from agentmem.server.errors import error_body, status_for
+    try:
+        yield chat.chunk({"role": "assistant", "content": ""})
+        while True:
+            kind, value = await queue.get()
+            if kind == "text":
+                yield chat.chunk({"content": value})
+                continue
+            if kind == "error":
+                from agentmem.server.errors import error_body, status_for
 
-            yield f"data: {json.dumps(error_body(status_for(value), str(value)))}\n\n"
-        else:
-            extra: dict[str, Any] = {"agentmem": value}
-            if (chat.body.stream_options or {}).get("include_usage"):
-                extra["usage"] = chat.usage()
-            yield chat.chunk({}, chat.finish_reason(), **extra)
-        break
-    await worker
-    yield "data: [DONE]\n\n"
+                yield f"data: {json.dumps(error_body(status_for(value), str(value)))}\n\n"
+            else:
+                extra: dict[str, Any] = {"agentmem": value}
+                if (chat.body.stream_options or {}).get("include_usage"):
+                    extra["usage"] = chat.usage()
+                yield chat.chunk({}, chat.finish_reason(), **extra)
+            break
+        await worker
+        yield "data: [DONE]\n\n"
+    finally:
+        if not worker.done():
+            ticket.cancel.set()  # the client hung up (or the server is stopping) before the answer ended
+        chat.state.scheduler.release(ticket)

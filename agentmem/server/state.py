@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmem.server.auth import ANY_USER, KeyStore, Principal
 from agentmem.server.metrics import ServerMetrics
 from agentmem.server.monitor import FidelityMonitor, RequestLog
+from agentmem.server.scheduler import Scheduler
 from agentmem.server.tracing import server_tracer
 
 __all__ = ["ServerSettings", "ServerState", "caller", "check_user", "get_state", "pick_user"]
@@ -43,6 +44,17 @@ class ServerSettings(BaseModel):
     max_body_bytes: int = Field(default=1 << 20, gt=0, description="Larger request bodies get 413.")
     request_log: int = Field(default=200, gt=0, description="Recent chat requests kept for the inspector.")
     tracing: bool = Field(default=False, description="OpenTelemetry spans around recall / mount / generate.")
+    max_concurrent_per_key: int = Field(default=32, gt=0, description="Chat requests in flight per API key; "
+                                        "more get 429 + Retry-After.")
+    max_concurrent_per_user: int = Field(default=8, gt=0, description="Chat requests in flight per user; "
+                                         "more get 429 + Retry-After.")
+    max_tokens_in_flight_per_user: int = Field(default=8192, gt=0, description="Sum of max_tokens of a user's "
+                                               "chat requests in flight; more get 429 + Retry-After.")
+    max_tokens_limit: int = Field(default=4096, gt=0, description="Largest max_tokens one chat request may ask "
+                                  "for (more: 400).")
+    retry_after_s: int = Field(default=1, gt=0, description="Retry-After seconds sent with a 429.")
+    drain_seconds: float = Field(default=10.0, ge=0, description="On SIGTERM, how long requests in flight may "
+                                 "finish before their decodes are cancelled.")
 
 
 @dataclass
@@ -56,6 +68,7 @@ class ServerState:
     requests: RequestLog
     fidelity: FidelityMonitor
     tracer: Any = None  # an OpenTelemetry tracer (the no-op one unless settings.tracing)
+    scheduler: Scheduler | None = None  # admission caps and cancel events of chat requests
 
     @classmethod
     def build(cls, mem: Any, keys: KeyStore | None, settings: ServerSettings,
@@ -65,7 +78,7 @@ class ServerState:
         monitor = FidelityMonitor(mem, metrics, requests, share=settings.fidelity_share,
                                   tokens=settings.fidelity_tokens)
         return cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
-                   tracer=server_tracer(settings.tracing, tracer_provider))
+                   tracer=server_tracer(settings.tracing, tracer_provider), scheduler=Scheduler(settings))
 
 
 def get_state(request: Request) -> ServerState:

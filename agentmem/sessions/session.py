@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -203,6 +204,7 @@ class Session:
         seed: int | None = None,
         entry_ids: Sequence[str] | None = None,
         on_text: Callable[[str], None] | None = None,
+        cancel: threading.Event | None = None,
     ) -> TurnResult:
         """Answer ``text`` in this conversation; greedy unless ``do_sample``.
 
@@ -217,6 +219,7 @@ class Session:
         run; with a baseline mode it reads the transcript only and moves nothing between tiers).
         ``remember=False`` keeps the turn in the session but does not store it as long-term memories.
         ``on_text`` receives each piece of the reply as soon as it is decoded (streaming), on this thread.
+        Setting ``cancel`` (from any thread) stops decoding before its next step; the turn keeps the reply so far.
         """
         entry_ids = _check_send(text, mode, k, entry_ids)
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
@@ -242,7 +245,7 @@ class Session:
             self.slot.busy = True
             try:
                 result = self._turn(ctx, user_text, k, max_new_tokens, mode, budget_tokens, remember, commit,
-                                    strict, sampling, tm, t0, entry_ids, on_text)
+                                    strict, sampling, tm, t0, entry_ids, on_text, cancel)
             finally:
                 mgr.end_turn(self, changed=mode == "kv" or commit)  # a baseline dry run only read the transcript
             mgr.settle()
@@ -252,7 +255,7 @@ class Session:
     def _turn(self, ctx: EngineContext, user_text: str, k: int, max_new_tokens: int, mode: str,
               budget_tokens: int | None, remember: bool, commit: bool, strict: bool, sampling: Sampling,
               tm: dict[str, float], t0: float, chosen_ids: list[str] | None = None,
-              on_text: Callable[[str], None] | None = None) -> TurnResult:
+              on_text: Callable[[str], None] | None = None, cancel: threading.Event | None = None) -> TurnResult:
         """The bookkeeping around the engine's turn operation (:meth:`~agentmem.kv.KVEngine.turn`)."""
         mgr, P, notes = self._mgr, ctx.preamble_len, []
         # a baseline dry run needs no working KV: it only reads the transcript and moves nothing between tiers
@@ -272,7 +275,7 @@ class Session:
         out = ctx.engine.turn(TurnRequest(
             plan, new_ids, st.ids, history=kv, kv_len=st.kv_len, capacity=capacity, mode=mode, commit=commit,
             peek=peek, history_kv=mgr.history_kv, sampling=sampling, strict=strict, on_text=on_text,
-            workspace=mgr.workspace,
+            workspace=mgr.workspace, cancel=cancel,
         ))
         tm.update(out.timings)
         tm["ttft"] = out.first_token_at - t0

@@ -1,0 +1,126 @@
+"""Batched decoding across requests (agentmem.kv.batch) through KVEngine.generate on the tiny test model: answers
+decoded together equal their unbatched greedy answers, a cancel stops a decode before its next step, and the
+model's lock is granted in arrival order."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from agentmem.kv import KVEngine, MemoryItem
+from agentmem.kv.batch import FairRLock
+from agentmem.kv.testing import tiny_causal_lm
+
+FACTS = ["Alice moved to Lisbon in 2021.", "Bob keeps bees.", "The blue door is locked on Sundays.",
+         "Carol's cat is called Miso and it sleeps all day long.", "Dan bought a red bicycle."]
+QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the door.", "What is the cat called?",
+             "What did Dan buy?", "hello"]
+
+
+@pytest.fixture(scope="module")
+def engine() -> KVEngine:
+    model, tok = tiny_causal_lm("llama", seed=0)
+    return KVEngine(model, tok)
+
+
+def _memories(engine: KVEngine, i: int) -> list[MemoryItem]:
+    """A different set (and count, and length) of mounted memories per request."""
+    chosen = FACTS[i % len(FACTS):] + FACTS[: i % 2]
+    entries = engine.encode_many(chosen)
+    return [MemoryItem(f"m{i}-{j}", t, (lambda e=e: e)) for j, (t, e) in enumerate(zip(chosen, entries))]
+
+
+def _concurrently(fn, n: int) -> list:
+    results: list = [None] * n
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = fn(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return results
+
+
+@pytest.mark.parametrize("mode", ["kv", "text"])
+def test_answers_decoded_together_equal_their_unbatched_greedy_answers(engine, mode):
+    n = len(QUESTIONS)
+    memories = [_memories(engine, i) for i in range(n)]
+    alone = [engine.generate(QUESTIONS[i], memories[i], mode=mode, max_new_tokens=24 + 7 * i).token_ids
+             for i in range(n)]
+    before = engine.decoder.max_batch_seen
+    together = _concurrently(lambda i: engine.generate(QUESTIONS[i], memories[i], mode=mode,
+                                                       max_new_tokens=24 + 7 * i).token_ids, n)
+    assert engine.decoder.max_batch_seen >= 2 or before >= 2  # the answers really shared decode steps
+    assert together == alone
+    assert any(len(ids) > 10 for ids in alone)  # not a trivial comparison of empty answers
+
+
+def test_sampled_answers_with_a_seed_are_the_same_batched(engine):
+    args = [dict(do_sample=True, temperature=0.8, top_p=0.9, seed=s, max_new_tokens=30) for s in range(4)]
+    alone = [engine.generate(QUESTIONS[i], [], **args[i]).token_ids for i in range(4)]
+    together = _concurrently(lambda i: engine.generate(QUESTIONS[i], [], **args[i]).token_ids, 4)
+    assert together == alone
+
+
+def test_cancel_stops_the_decode_before_its_next_step(engine):
+    cancel = threading.Event()
+    pieces: list[str] = []
+    steps_at_cancel: list[int] = []
+
+    def on_text(piece: str) -> None:
+        assert not cancel.is_set(), "a piece was delivered after the cancel"
+        pieces.append(piece)
+        if len(pieces) == 3:
+            steps_at_cancel.append(engine.decoder.steps)
+            cancel.set()
+
+    out = engine.generate("hello", [], max_new_tokens=300, on_text=on_text, cancel=cancel)
+    assert out.cancelled and 3 <= len(out.token_ids) < 300
+    assert engine.decoder.steps - steps_at_cancel[0] <= 1  # at most the step already running was spent
+    full = engine.generate("hello", [], max_new_tokens=300)
+    assert not full.cancelled and out.token_ids == full.token_ids[: len(out.token_ids)]
+
+
+def test_a_long_answer_does_not_hold_back_a_short_one(engine):
+    """Decode steps interleave: a short request started while a long one decodes finishes long before it."""
+    done: dict[str, float] = {}
+
+    def long() -> None:
+        engine.generate("hello", [], max_new_tokens=400)
+        done["long"] = time.perf_counter()
+
+    t = threading.Thread(target=long)
+    t.start()
+    time.sleep(0.2)
+    out = engine.generate("What did Dan buy?", [], max_new_tokens=3)
+    done["short"] = time.perf_counter()
+    t.join(300)
+    assert out.token_ids and done["short"] < done["long"]
+
+
+def test_fair_lock_is_granted_in_arrival_order():
+    lock, order = FairRLock(), []
+    lock.acquire()
+    threads = []
+    for i in range(4):
+        t = threading.Thread(target=lambda i=i: (lock.acquire(), order.append(i), lock.release()))
+        t.start()
+        threads.append(t)
+        time.sleep(0.05)  # each waiter queues before the next arrives
+    lock.release()
+    lock.acquire()  # the releasing thread asks again at once: it queues behind the waiters
+    order.append("again")
+    lock.release()
+    for t in threads:
+        t.join(5)
+    assert order == [0, 1, 2, 3, "again"]
+    with lock, lock:
+        assert lock.held_by_me()
+    assert not lock.held_by_me()
