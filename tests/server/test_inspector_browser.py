@@ -126,3 +126,112 @@ def test_inspector_pages_in_chromium(server, browser, activity, tmp_path):
     response = page.goto(f"{server.url}/inspector/users/u2")
     assert response.status == 403
     page.close()
+
+
+def _sign_in(page, server) -> None:
+    page.goto(f"{server.url}/inspector/login")
+    page.fill("#key", server.key_u1)
+    page.click("#sign-in")
+    page.wait_for_url(f"{server.url}/inspector")
+
+
+def _row(page, entry_id: str):
+    return page.locator(f'.entry-row[data-id="{entry_id}"]')
+
+
+def test_inspector_search_edit_forget_in_chromium(server, browser, activity, tmp_path):
+    with server.client(server.key_u1) as c:
+        locker = c.post("/v1/memories", json={"text": "My gym locker number is 5521.", "user_id": "u1"}).json()
+        other = c.post("/v1/memories", json={"text": "I water the basil on Sundays.", "user_id": "u1"}).json()
+    browser.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = browser.new_page()
+    _sign_in(page, server)
+
+    page.goto(f"{server.url}/inspector/users/u1")
+    row = _row(page, locker["id"])
+    assert row.locator("code.entry-id").inner_text() == locker["id"]  # the full id, not a prefix
+    row.locator("button.copy").click()
+    page.wait_for_function("id => document.querySelector(`.entry-row[data-id='${id}'] button.copy`)"
+                           ".textContent === 'copied'", arg=locker["id"])
+    assert page.evaluate("navigator.clipboard.readText()") == locker["id"]
+
+    page.fill("#search-q", "which locker is mine at the gym?")
+    page.click("#search-go")
+    page.wait_for_selector(".entry-row .score")
+    first = page.locator(".entry-row").first
+    assert first.get_attribute("data-id") == locker["id"]  # the user's recall, best first, with its score
+    assert 0.0 <= float(first.locator(".score").inner_text()) <= 1.0
+
+    page.goto(f"{server.url}/inspector/users/u1")
+    row = _row(page, locker["id"])
+    row.locator("details.edit summary").click()
+    row.locator("textarea").fill("My gym locker number is 6612.")
+    _shot(page, "user-edit", tmp_path)
+    row.locator("button.save").click()
+    page.wait_for_selector("#done")
+    assert "saved a new version" in page.inner_text("#done")
+    assert "6612" in _row(page, locker["id"]).inner_text() and "5521" not in page.inner_text("#entries")
+    with server.client(server.key_u1) as c:
+        history = c.get(f"/v1/memories/{locker['id']}/history").json()["versions"]
+    assert [(v["op"], v["text"]) for v in history] == [("add", "My gym locker number is 5521."),
+                                                       ("update", "My gym locker number is 6612.")]
+
+    page.once("dialog", lambda dialog: dialog.dismiss())  # "cancel" in the confirmation keeps the entry
+    _row(page, other["id"]).locator("button.forget").click()
+    assert _row(page, other["id"]).count() == 1
+    page.once("dialog", lambda dialog: dialog.accept())
+    _row(page, other["id"]).locator("button.forget").click()
+    page.wait_for_selector("#done")
+    assert f"forgot {other['id']}" in page.inner_text("#done") and _row(page, other["id"]).count() == 0
+    with server.client(server.key_u1) as c:
+        assert c.get(f"/v1/memories/{other['id']}").status_code == 404
+    page.close()
+
+
+def test_inspector_forms_refuse_cross_site_and_other_tenants(server, browser, activity):
+    with server.client(server.key_u1) as c:
+        mine = c.post("/v1/memories", json={"text": "My bike is blue.", "user_id": "u1"}).json()
+    with server.client(server.key_u2) as c:
+        theirs = c.post("/v1/memories", json={"text": "u2's bike is red.", "user_id": "u2"}).json()
+    page = browser.new_page()
+    _sign_in(page, server)
+    page.goto(f"{server.url}/inspector/users/u1")
+    token = _row(page, mine["id"]).locator("input[name=csrf]").first.get_attribute("value")
+    cookies = {c["name"]: c["value"] for c in browser.cookies(f"{server.url}/inspector/users/u1")}
+    assert {"agentmem_key", "agentmem_csrf"} <= set(cookies)  # signed in, with a CSRF session
+    url = f"{server.url}/inspector/users/u1/entries/{mine['id']}/update"
+    with httpx.Client(timeout=120) as http:
+        # a forged form (another site's page) has the signed-in cookie but not the token, or a wrong one
+        for forged in ({"text": "hijacked"}, {"text": "hijacked", "csrf": "0" * 64}):
+            assert http.post(url, data=forged, cookies=cookies).status_code == 403
+        # the token is bound to this browser's session cookie: another session's cookie does not carry it
+        other_session = {**cookies, "agentmem_csrf": "someone-else"}
+        assert http.post(url, data={"text": "hijacked", "csrf": token}, cookies=other_session).status_code == 403
+        # another tenant's entry, through u1's path or u2's, is not reachable with u1's key
+        for user, entry in (("u1", theirs["id"]), ("u2", theirs["id"])):
+            r = http.post(f"{server.url}/inspector/users/{user}/entries/{entry}/forget", data={"csrf": token},
+                          cookies=cookies)
+            assert r.status_code in (403, 404), (user, r.status_code)
+        ok = http.post(url, data={"text": "My bike is green.", "csrf": token}, cookies=cookies)
+        assert ok.status_code == 303  # the real form's token works
+    with server.client(server.key_u1) as c:
+        assert c.get(f"/v1/memories/{mine['id']}").json()["text"] == "My bike is green."
+    with server.client(server.key_u2) as c:
+        assert c.get(f"/v1/memories/{theirs['id']}").json()["text"] == "u2's bike is red."
+    page.close()
+
+
+def test_request_page_shows_full_ids_scores_threshold_and_why_dropped(server, browser, activity, tmp_path):
+    page = browser.new_page()
+    _sign_in(page, server)
+    page.locator(".request-row a").first.click()
+    page.wait_for_selector("#mounted")
+    assert "mount threshold in force" in page.inner_text("#threshold")
+    for row in page.locator(".mounted-row, .dropped-row, .recalled-row").all():
+        entry_id = row.locator("code.entry-id").inner_text()
+        assert re.fullmatch(r"[0-9a-f-]{36}", entry_id), entry_id  # full uuid, copyable
+    mounted = page.locator(".mounted-row").first.locator(".score").inner_text()
+    assert 0.0 <= float(mounted.split()[0]) <= 1.0
+    for reason in page.locator(".dropped-row .reason").all_inner_texts():
+        assert reason.strip()  # every dropped memory says why
+    page.close()

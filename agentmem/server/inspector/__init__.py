@@ -1,9 +1,12 @@
 """The inspector: server-rendered pages (Jinja2) with a little JS, behind the same API keys as the REST API.
 
 Pages: ``/inspector`` (users, their sessions and tier, hit rates, the fidelity monitor over time, recent chat
-requests), ``/inspector/users/{id}`` (entries with text, tags, TTL, versions), ``/inspector/requests/{id}``
-(what was recalled, mounted with score / tokens / position, and dropped and why). A browser signs in once at
-``/inspector/login`` (the key goes into an HttpOnly cookie); API clients may send the Bearer header instead.
+requests), ``/inspector/users/{id}`` (entries with full ids, text, tags, TTL, versions; ``?q=`` searches them by
+recall; each entry can be edited, which keeps its history, or forgotten), ``/inspector/requests/{id}`` (what was
+recalled, mounted with score beside the mount threshold in force, tokens and position, and dropped and why). A
+browser signs in once at ``/inspector/login`` (the key goes into an HttpOnly cookie); API clients may send the
+Bearer header instead. The edit and forget forms are POSTs checked against a CSRF token bound to the browser's
+session cookie (:mod:`.csrf`).
 
 Example:
     >>> app.include_router(router)       # done by agentmem.server.create_app
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import quote
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -22,8 +26,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from agentmem.errors import NotFoundError
+from agentmem.errors import AgentMemError, NotFoundError
 from agentmem.server.auth import Principal
+from agentmem.server.inspector.csrf import CSRF_COOKIE, CsrfGuard
 from agentmem.server.state import COOKIE, ServerState, caller, check_user, get_state
 
 __all__ = ["router", "static_files"]
@@ -32,6 +37,8 @@ _HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(_HERE / "templates"))
 router = APIRouter(prefix="/inspector", include_in_schema=False)
 _ENTRY_LIMIT = 500
+_SEARCH_K = 20
+_csrf = CsrfGuard()
 
 
 def _when(ts: float | None) -> str:
@@ -39,8 +46,16 @@ def _when(ts: float | None) -> str:
 
 
 def _page(request: Request, name: str, **context: Any) -> HTMLResponse:
+    """A rendered page; a browser without a CSRF session gets one (its forms carry the matching token)."""
     state = get_state(request)
-    return templates.TemplateResponse(request, name, {"model_id": state.settings.model_id, **context})
+    session = request.cookies.get(CSRF_COOKIE)
+    fresh = session is None
+    session = session or _csrf.new_session()
+    response = templates.TemplateResponse(request, name, {"model_id": state.settings.model_id,
+                                                          "csrf": _csrf.token(session), **context})
+    if fresh:
+        response.set_cookie(CSRF_COOKIE, session, httponly=True, samesite="strict", path="/inspector")
+    return response
 
 
 def _signed_in(request: Request) -> Principal | RedirectResponse:
@@ -126,20 +141,61 @@ def _ttl(expires: datetime | None) -> str:
     return f"{left / 3600:.1f} h left" if left > 3600 else f"{max(0.0, left):.0f} s left"
 
 
+def _entry(state: ServerState, r: Any) -> dict[str, Any]:
+    return {"id": r.id, "text": r.text, "kind": r.kind, "session_id": r.session_id, "tags": list(r.tags),
+            "ttl": _ttl(r.expires_at), "versions": _versions(state, r.id), "score": getattr(r, "score", None),
+            "kv_tokens": r.kv.tokens if r.kv else None, "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S")}
+
+
 @router.get("/users/{user_id}", response_model=None)
-def user_page(user_id: str, request: Request) -> Response:
+def user_page(user_id: str, request: Request, q: str | None = None, done: str | None = None) -> Response:
     who = _signed_in(request)
     if isinstance(who, RedirectResponse):
         return who
     check_user(who, user_id)
     state = get_state(request)
-    rows = state.mem.list(user_id=user_id, limit=_ENTRY_LIMIT + 1)
-    entries = [{"text": r.text, "kind": r.kind, "session_id": r.session_id, "tags": list(r.tags),
-                "ttl": _ttl(r.expires_at), "versions": _versions(state, r.id),
-                "kv_tokens": r.kv.tokens if r.kv else None, "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S")}
-               for r in rows[:_ENTRY_LIMIT]]
-    return _page(request, "user.html", title=user_id, user_id=user_id, entries=entries,
-                 truncated=len(rows) > _ENTRY_LIMIT, sessions=_sessions(state, user_id))
+    q = (q or "").strip() or None
+    # a search is the user's own recall (best first, with scores); otherwise every entry, oldest first
+    rows = (state.mem.recall(q, user_id=user_id, k=_SEARCH_K) if q
+            else state.mem.list(user_id=user_id, limit=_ENTRY_LIMIT + 1))
+    entries = [_entry(state, r) for r in rows[:_ENTRY_LIMIT]]
+    return _page(request, "user.html", title=user_id, user_id=user_id, entries=entries, query=q, done=done,
+                 truncated=not q and len(rows) > _ENTRY_LIMIT, sessions=_sessions(state, user_id))
+
+
+def _acting(request: Request, user_id: str, entry_id: str, token: str) -> tuple[ServerState, Any]:
+    """The state and the entry for a form POST: signed in, the user's own entry, and a valid CSRF token."""
+    who = caller(request)
+    if not _csrf.valid(request.cookies.get(CSRF_COOKIE), token):
+        raise HTTPException(403, "invalid or missing CSRF token: reload the page and try again")
+    check_user(who, user_id)
+    state = get_state(request)
+    record = state.mem.get(entry_id, user_id=user_id)  # another user's entry is not found
+    return state, record
+
+
+def _back(user_id: str, done: str) -> RedirectResponse:
+    return RedirectResponse(f"/inspector/users/{quote(user_id, safe='')}?done={quote(done)}", status_code=303)
+
+
+@router.post("/users/{user_id}/entries/{entry_id}/update", response_model=None)
+def update_entry(user_id: str, entry_id: str, request: Request, text: str = Form(""),
+                 csrf: str = Form("")) -> Response:
+    """Replace an entry's text (a new version; the old one stays in its history)."""
+    state, _ = _acting(request, user_id, entry_id, csrf)
+    try:
+        state.mem.update(entry_id, text=text, reason="edited in the inspector")
+    except AgentMemError as exc:
+        return _back(user_id, f"not saved: {exc}")
+    return _back(user_id, f"saved a new version of {entry_id}")
+
+
+@router.post("/users/{user_id}/entries/{entry_id}/forget", response_model=None)
+def forget_entry(user_id: str, entry_id: str, request: Request, csrf: str = Form("")) -> Response:
+    """Erase an entry (row, vector, KV blob, history)."""
+    state, _ = _acting(request, user_id, entry_id, csrf)
+    state.mem.forget(entry_id, user_id=user_id)
+    return _back(user_id, f"forgot {entry_id}")
 
 
 @router.get("/requests/{request_id}", response_model=None)
@@ -157,8 +213,11 @@ def request_page(request_id: str, request: Request) -> Response:
             texts[h["id"]] = state.mem.get(h["id"]).text
         except NotFoundError:  # forgotten since
             pass
+    scores = {h["id"]: h["score"] for h in r["recalled"]}
+    # the mount threshold the request ran under (recorded with it), else the store's current setting
+    threshold = r.get("mount_min_score", state.mem.config.model_dump().get("mount_min_score"))
     return _page(request, "request.html", title=f"request {request_id}", r={**r, "when": _when(r.get("at"))},
-                 texts=texts)
+                 texts=texts, scores=scores, threshold=threshold)
 
 
 def static_files() -> StaticFiles:

@@ -1,4 +1,5 @@
-// The inspector's only script: draw the fidelity chart and filter the entries table. Pages work without it.
+// The inspector's only script: the fidelity chart, the entries filter, copy buttons and the forget confirmation.
+// Pages work without it (forms submit, ids are select-all).
 (function () {
   "use strict";
   var svg = document.getElementById("fidelity");
@@ -31,4 +32,24 @@
       });
     });
   }
+})();
+// Copy buttons (the full entry id) and a confirmation before forgetting an entry.
+(function () {
+  "use strict";
+  document.querySelectorAll("button.copy").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var id = button.getAttribute("data-copy");
+      var done = function () { button.textContent = "copied"; };
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        navigator.clipboard.writeText(id).then(done, function () { button.textContent = "select and copy"; });
+      } else {
+        button.textContent = "select and copy";  // the id itself is select-all on click
+      }
+    });
+  });
+  document.querySelectorAll("form.forget-form").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+    });
+  });
 })();
