@@ -23,14 +23,26 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fastapi import HTTPException
 
-if TYPE_CHECKING:
-    from agentmem.server.state import ServerSettings
+__all__ = ["AdmissionCaps", "Scheduler", "Ticket"]
 
-__all__ = ["Scheduler", "Ticket"]
+
+class AdmissionCaps(Protocol):
+    """The caps a :class:`Scheduler` enforces (``agentmem.server.state.ServerSettings`` has them; declared here so
+    the scheduler does not import the state module that builds it).
+
+    Example:
+        >>> caps: AdmissionCaps = ServerSettings(max_concurrent_per_user=2)
+    """
+
+    max_tokens_limit: int
+    max_concurrent_per_key: int
+    max_concurrent_per_user: int
+    max_tokens_in_flight_per_user: int
+    retry_after_s: int
 
 
 @dataclass(eq=False)
@@ -46,7 +58,7 @@ class Ticket:
 class Scheduler:
     """Counts requests and ``max_tokens`` in flight per API key and per user; refuses what is over a cap."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: AdmissionCaps) -> None:
         self.settings = settings
         self._lock = threading.Lock()
         self._tickets: set[Ticket] = set()
