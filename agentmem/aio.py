@@ -78,6 +78,7 @@ class AsyncAgentMemory:
 
     # --- lanes ---------------------------------------------------------------------------------------------
     recall = _lane("io", "recall")
+    recall_for_mount = _lane("io", "recall_for_mount")
     get = _lane("io", "get")
     list = _lane("io", "list")
     forget = _lane("io", "forget")

@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from agentmem.bank import BankMemory
 from agentmem.store.records import to_hit
-from agentmem.validation import check_answer_room, check_entry_ids, check_generation, check_id, check_metadata, check_text
+from agentmem.validation import (
+    check_answer_room,
+    check_entry_ids,
+    check_generation,
+    check_id,
+    check_metadata,
+    check_stop,
+    check_text,
+)
 
 if TYPE_CHECKING:
     from agentmem.bank import KVBank
@@ -68,7 +76,8 @@ class Answerer:
                  do_sample: bool, temperature: float, top_p: float, seed: int | None,
                  entry_ids: Sequence[str] | None, on_text: Callable[[str], None] | None,
                  logits_processor: Callable[[Any, Any], Any] | None,
-                 cancel: threading.Event | None = None) -> GenerationResult:
+                 cancel: threading.Event | None = None, stop: Sequence[str] | None = None,
+                 json_schema: Mapping[str, Any] | None = None) -> GenerationResult:
         """Recall (or take ``entry_ids``), mount and answer: :meth:`agentmem.AgentMemory.generate`.
 
         Example:
@@ -76,6 +85,7 @@ class Answerer:
         """
         t0 = time.perf_counter()
         check_text(question, "question")
+        stop = check_stop(stop)
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
                          top_p=top_p, seed=seed, do_sample=do_sample, k=k)
         if entry_ids is not None:
@@ -95,13 +105,25 @@ class Answerer:
         else:
             memories, skipped = self.bank.memories(rows, [h.memory_text for h in hits], strict=strict,
                                                     documents=[h.text for h in hits])
+        processor, (on_text, flush) = self._processor(logits_processor, json_schema, stop), _stop_cut(stop, on_text)
         out = self.bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
-            retrieve_s=retrieve_s, on_text=on_text, logits_processor=logits_processor, cancel=cancel,
+            retrieve_s=retrieve_s, on_text=on_text, logits_processor=processor, cancel=cancel,
         )
+        flush()
+        out.text = _cut_at_stop(out.text, stop)
         out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
         return out
+
+    def _processor(self, given: Callable[[Any, Any], Any] | None, json_schema: Mapping[str, Any] | None,
+                   stop: Sequence[str]) -> Callable[[Any, Any], Any] | None:
+        """The caller's logits processor, then the JSON schema's, then the stop strings' (None if none)."""
+        from agentmem.kv.constrain import chain, json_schema_processor, stop_processor
+
+        tokenizer = self.bank.engine.tokenizer
+        return chain(given, json_schema_processor(tokenizer, json_schema) if json_schema is not None else None,
+                     stop_processor(tokenizer, stop) if stop else None)
 
     def train(self, document: str, *, user_id: str, session_id: str | None, tags: Iterable[str] | None,
               tokens: int, steps: int, seed: int, lr: float, ttl: float | timedelta | None,
@@ -241,3 +263,16 @@ class Answerer:
                     done += self.store.attach_blob(row.id, blob, **fields)
                 bar.update(len(rows))
         return done
+
+
+def _stop_cut(stop: Sequence[str], on_text: Callable[[str], None] | None) -> tuple[Any, Callable[[], None]]:
+    """``(on_text, flush)`` streaming the answer up to its first stop string (agentmem.kv.streaming.StopCut)."""
+    from agentmem.kv.streaming import StopCut
+
+    return StopCut(stop).streaming(on_text)
+
+
+def _cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    from agentmem.kv.streaming import cut_at_stop
+
+    return cut_at_stop(text, stop)

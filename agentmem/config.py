@@ -163,6 +163,12 @@ class MemoryConfig(BaseModel):
         description="Roles whose turns are stored and recallable but not mounted by generate() or sessions "
         "(the assistant's own replies can be wrong; docs/lifecycle.md measures the default).",
     )
+    mount_min_score: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="Recalled memories scoring below this (Hit.score, a calibrated relevance in [0, 1]) are not "
+        "mounted by generate(), sessions, the chat endpoint, the memory proxy or the LangGraph node/chat model "
+        "(one policy: AgentMemory.recall_for_mount). 0.0 = no threshold (the default until scores are measured to "
+        "separate relevant from irrelevant memories well enough to drop by them; docs/lifecycle.md).")
     topic_switch_threshold: float | None = Field(
         default=None, ge=-1.0, le=1.0,
         description="A session message (of 3+ content words) whose cosine similarity to the session's last 3 user "

@@ -387,13 +387,40 @@ class AgentMemory:
         return self._recall(query, user_id=user_id, k=k, session_id=session_id, kinds=kinds, tags=tags,
                             filters=filters, include_superseded=include_superseded, min_score=min_score)
 
+    def recall_for_mount(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        k: int = 4,
+        kinds: Iterable[str] | None = None,
+        tags: Iterable[str] | None = None,
+        filters: Mapping[str, Any] | None = None,
+        min_score: float | None = None,
+        asking_session: str | None = None,
+    ) -> list[Hit]:
+        """The memories to mount (or paste into a prompt) for ``query``: ``recall`` under the one mount policy.
+
+        The policy, the same in ``generate``, sessions, the chat endpoint, the memory proxy and the LangGraph
+        node / chat model: roles in ``MemoryConfig.unmounted_roles`` (default: the assistant's own replies) are
+        left out, and so are hits scoring below ``MemoryConfig.mount_min_score`` (or ``min_score``, if higher).
+        ``asking_session`` names the conversation asking (it picks the knowledge version served).
+
+        Example:
+            >>> [h.role for h in mem.recall_for_mount("what is my dog called?", user_id="u1")]   # doctest: +SKIP
+            ['user']
+        """
+        return self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
+                            asking_session=asking_session, for_mount=True, min_score=min_score)
+
     def _recall(self, query: str, *, user_id: str, k: int, session_id: str | None = None,
                 kinds: Iterable[str] | None = None, tags: Iterable[str] | None = None,
                 filters: Mapping[str, Any] | None = None, include_superseded: bool = False,
                 asking_session: str | None = None, for_mount: bool = False,
                 min_score: float | None = None) -> list[Hit]:
-        """``recall``; ``asking_session`` picks the knowledge version served, ``for_mount`` leaves out the roles
-        that are stored but not mounted (``MemoryConfig.unmounted_roles``)."""
+        """``recall``; ``asking_session`` picks the knowledge version served, ``for_mount`` applies the mount policy:
+        it leaves out the roles that are stored but not mounted (``MemoryConfig.unmounted_roles``) and hits scoring
+        below ``MemoryConfig.mount_min_score``."""
         self._check_open()
         query = check_text(query, "query")
         served, chain_stamp = self._kb.recall_state(asking_session)  # one read of store_info for both
@@ -409,6 +436,8 @@ class AgentMemory:
         follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
         demote = consolidating and cfg.recall_conflict_demotion
         want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
+        if for_mount and cfg.mount_min_score > 0:
+            min_score = max(min_score or 0.0, cfg.mount_min_score)
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
         # is the one the learned head was fitted and measured on (docs/retrieval.md, session 15)
         found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow,
@@ -552,10 +581,14 @@ class AgentMemory:
         on_text: Callable[[str], None] | None = None,
         logits_processor: Callable[[Any, Any], Any] | None = None,
         cancel: threading.Event | None = None,
+        stop: Sequence[str] | None = None,
+        json_schema: Mapping[str, Any] | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
 
         ``logits_processor`` (transformers' ``(ids, scores) -> scores``) constrains decoding, e.g. to a grammar.
+        ``json_schema`` holds the answer to that JSON schema (constrained decoding, :mod:`agentmem.kv.constrain`);
+        ``stop`` ends the answer at the first of these strings (left out of ``out.text`` and of ``on_text``).
 
         ``entry_ids`` skips recall and mounts exactly those entries of ``user_id`` (in that order), e.g. what a
         LangGraph node already chose.
@@ -577,7 +610,7 @@ class AgentMemory:
             question, user_id=user_id, session_id=session_id, k=k, mode=mode, max_new_tokens=max_new_tokens,
             tags=tags, kinds=kinds, filters=filters, budget_tokens=budget_tokens, strict=strict, do_sample=do_sample,
             temperature=temperature, top_p=top_p, seed=seed, entry_ids=entry_ids, on_text=on_text,
-            logits_processor=logits_processor, cancel=cancel)
+            logits_processor=logits_processor, cancel=cancel, stop=stop, json_schema=json_schema)
 
     def train(
         self,

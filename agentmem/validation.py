@@ -217,6 +217,20 @@ def check_k(k: Any, what: str = "k") -> int:
     return k
 
 
+def check_stop(stop: Any) -> list[str]:
+    """Stop strings: None, or a list of up to 4 non-empty strings (the OpenAI limit).
+
+    Example:
+        >>> check_stop(["\\n\\n"])
+        ['\\n\\n']
+    """
+    if stop is None:
+        return []
+    if isinstance(stop, str) or not all(isinstance(s, str) and s for s in stop) or len(stop) > 4:
+        raise InvalidInputError(f"stop must be a list of up to 4 non-empty strings, got {_short(stop)}")
+    return list(stop)
+
+
 def check_score(value: Any, what: str = "min_score") -> float | None:
     """A score threshold: None, or a number in [0, 1] (recall scores are calibrated probabilities).
 
@@ -395,6 +409,6 @@ def _short(value: Any) -> str:
 __all__ = [
     "MAX_ID_CHARS", "MAX_TEXT_CHARS", "MAX_TTL_SECONDS", "REMEMBER_FIELDS", "ROLES",
     "check_answer_room", "check_entry_id", "check_entry_ids", "check_generation", "check_id", "check_k", "check_kind", "check_kinds",
-    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_score", "check_speaker", "check_tags",
+    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_score", "check_speaker", "check_stop", "check_tags",
     "check_text", "check_timestamp", "check_ttl", "format_timestamp",
 ]

@@ -15,10 +15,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["TextStream", "text_callback"]
+__all__ = ["StopCut", "TextStream", "cut_at_stop", "text_callback"]
 
 
 class TextStream:
@@ -61,3 +61,71 @@ def text_callback(tokenizer: Any, on_text: Callable[[str], None] | None) -> tupl
         return None, lambda: None
     stream = TextStream(tokenizer, on_text)
     return stream.push, stream.flush
+
+
+class StopCut:
+    """Streams text up to the first stop string; holds back a tail that could still become one.
+
+    Example:
+        >>> cut = StopCut(["END"])
+        >>> cut.feed("hello E") + cut.feed("ND more") + cut.rest()
+        'hello '
+    """
+
+    def __init__(self, stop: Sequence[str] | None) -> None:
+        self.stops = [s for s in (stop or []) if s]
+        self.hold = max((len(s) for s in self.stops), default=1) - 1
+        self.buffer = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        """The part of ``piece`` that can be emitted now ("" once a stop string was seen)."""
+        if self.stopped:
+            return ""
+        self.buffer += piece
+        cut = min((i for i in (self.buffer.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped, out, self.buffer = True, self.buffer[:cut], ""
+            return out
+        if self.hold <= 0:
+            out, self.buffer = self.buffer, ""
+            return out
+        out, self.buffer = self.buffer[: -self.hold], self.buffer[-self.hold:]
+        return out
+
+    def rest(self) -> str:
+        """What is still held back, once the text has ended."""
+        out, self.buffer = ("" if self.stopped else self.buffer), ""
+        return out
+
+    def streaming(self, on_text: Callable[[str], None] | None) -> tuple[Callable[[str], None] | None,
+                                                                          Callable[[], None]]:
+        """``(on_text, flush)``: a callback passing ``on_text`` the text before the first stop string, and the
+        call that hands it the held-back tail at the end (both pass through when there are no stop strings)."""
+        if on_text is None or not self.stops:
+            return on_text, lambda: None
+
+        def feed(piece: str) -> None:
+            text = self.feed(piece)
+            if text:
+                on_text(text)
+
+        def flush() -> None:
+            text = self.rest()
+            if text:
+                on_text(text)
+
+        return feed, flush
+
+
+def cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
+    """``text`` up to its first stop string (all of it when none occurs).
+
+    Example:
+        >>> cut_at_stop("one. two.", ["."])
+        'one'
+    """
+    if not stop:
+        return text
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]

@@ -8,7 +8,8 @@ without ``tools`` (the text the template adds) and put in front of the question.
 
 Parsing. Calls are read in the Hermes / Qwen format the instructions ask for,
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, or a bare JSON object with ``name`` (small models
-often drop the tags). Unparseable JSON is left in the text (nothing is invented).
+often drop the tags). Unparseable JSON is left in the text (nothing is invented). Raw control characters inside
+strings are accepted (``strict=False``): byte-level tokens can write them, constrained decoding included.
 
 Example:
     >>> schema = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -81,7 +82,7 @@ def _call(obj: Any) -> dict[str, Any] | None:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models emit the arguments as a JSON string
         try:
-            args = json.loads(args)
+            args = json.loads(args, strict=False)
         except ValueError:
             return None
     if not isinstance(args, Mapping):
@@ -101,7 +102,7 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     pos = 0
     for match in _CALL.finditer(text):
         try:
-            call = _call(json.loads(match.group(1)))
+            call = _call(json.loads(match.group(1), strict=False))
         except ValueError:
             call = None
         if call is None:
@@ -113,7 +114,7 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     rest = "".join(kept).strip()
     if not calls and rest.startswith("{") and rest.endswith("}"):
         try:
-            call = _call(json.loads(rest))
+            call = _call(json.loads(rest, strict=False))
         except ValueError:
             call = None
         if call is not None:

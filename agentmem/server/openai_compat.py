@@ -2,7 +2,11 @@
 ``GET /v1/models``, with the caller's memories recalled and mounted as KV on every request.
 
 * Whose memories: the ``X-AgentMem-User`` header, else the request's ``user`` field, else the API key's only user.
-* The last user message is the question; it and the answer are remembered as turns of that user.
+* The whole request is read (agentmem/server/chat_request.py): system messages, earlier turns, tool results,
+  ``tools`` / ``tool_choice`` (answers parsed into ``tool_calls``), ``response_format`` (constrained decoding),
+  ``stop``, ``seed``; a field agentmem does not support is a 400 naming it. Memories are recalled for the last
+  user message under the one mount policy (``AgentMemory.recall_for_mount``); that message and the answer are
+  remembered as turns of the user.
 * ``X-AgentMem-Session: <id>`` makes the request a turn of that session: its working KV is reused across
   requests (the client may then send only the new message).
 * Extension field ``agentmem`` on the response (and on the last stream chunk): ``request_id``, ``user``,
@@ -27,57 +31,22 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
+from agentmem.kv.tools import parse_tool_calls
 from agentmem.server.auth import Principal
+from agentmem.server.chat_request import ChatRequest, Conversation, read_conversation
 from agentmem.server.scheduler import Ticket
 from agentmem.server.state import SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user
 from agentmem.server.tracing import mount_span
 
-__all__ = ["ChatRequest", "router"]
+__all__ = ["ChatRequest", "openai_tool_calls", "router"]
 
 router = APIRouter(prefix="/v1", tags=["openai"])
-
-
-class AgentMemOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    k: int | None = Field(default=None, gt=0)
-    mode: Literal["kv", "text"] | None = None
-    remember: bool = True
-
-
-class ChatRequest(BaseModel):
-    """The OpenAI chat request fields agentmem uses; other OpenAI fields are accepted and ignored."""
-
-    model_config = ConfigDict(extra="allow")
-    model: str
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: bool = False
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = None
-    user: str | None = None
-    n: int = Field(default=1, ge=1, le=1)
-    stream_options: dict[str, Any] | None = None
-    agentmem: AgentMemOptions = Field(default_factory=AgentMemOptions)
-
-
-def _question(messages: list[dict[str, Any]]) -> str:
-    for m in reversed(messages):
-        if m.get("role") == "user":
-            content = m.get("content")
-            if isinstance(content, list):  # content parts: keep the text ones
-                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-            if isinstance(content, str) and content.strip():
-                return content
-    raise HTTPException(400, "messages must end with a non-empty user message")
 
 
 class _Chat:
@@ -85,7 +54,11 @@ class _Chat:
 
     def __init__(self, state: ServerState, body: ChatRequest, user: str, session_id: str | None) -> None:
         self.state, self.body, self.user, self.session_id = state, body, user, session_id
-        self.question = _question(body.messages)
+        self.convo = read_conversation(body)
+        if session_id is not None:
+            _check_session_request(self.convo)
+        self.question = self.convo.query
+        self.tool_calls: list[dict[str, Any]] = []
         self.mode = body.agentmem.mode or state.settings.chat_mode
         self.k = body.agentmem.k or state.settings.chat_k
         self.max_tokens = body.max_completion_tokens or body.max_tokens or state.settings.max_tokens
@@ -102,7 +75,7 @@ class _Chat:
         t0 = time.perf_counter()
         with tracer.start_as_current_span("agentmem.recall", attributes={"agentmem.user": self.user,
                                                                          "agentmem.k": self.k}) as span:
-            hits = mem.recall(self.question, user_id=self.user, k=self.k)
+            hits = mem.recall_for_mount(self.question, user_id=self.user, k=self.k, asking_session=self.session_id)
             span.set_attribute("agentmem.hits", len(hits))
         recall_s = time.perf_counter() - t0
         metrics.recall_seconds.observe(recall_s)
@@ -115,17 +88,23 @@ class _Chat:
             span.set_attribute("agentmem.completion_tokens", len(out.token_ids))
         self.cancelled = cancel is not None and cancel.is_set()
         metrics.decoded_tokens.labels(outcome="cancelled" if self.cancelled else "completed").inc(len(out.token_ids))
+        text = out.text
+        if self.convo.tools:
+            text, self.tool_calls = parse_tool_calls(text)
+        elif self.convo.schema is not None:
+            text = _strict_json(text)
         if self.cancelled:
             metrics.chat_cancelled.inc()
-        elif self.session_id is None and self.body.agentmem.remember:
-            self._remember_turns(out.text)
+        elif self.session_id is None and self.body.agentmem.remember and self.convo.ends_with_user:
+            self._remember_turns(text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
-        self.text, self.completion_tokens, self.prompt_tokens = out.text, len(out.token_ids), out.prompt_tokens
+        self.text, self.completion_tokens, self.prompt_tokens = text, len(out.token_ids), out.prompt_tokens
         ext = self._report(hits, out, list(out.spans), timings)
         ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
         ext["cancelled"] = self.cancelled
+        ext["mount_min_score"] = mem.config.mount_min_score
         rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text})
         if self.mode == "kv" and not self.cancelled and self.state.fidelity.due():
             self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
@@ -133,15 +112,18 @@ class _Chat:
 
     def _generate(self, ids: list[str], on_text: Any, cancel: threading.Event | None = None) -> Any:
         """The answer with memories ``ids`` mounted: a session turn when the request names a session."""
-        b = self.body
+        b, mem = self.body, self.state.mem
         sample = dict(do_sample=bool(b.temperature), temperature=b.temperature or 1.0, top_p=b.top_p or 1.0,
                       seed=b.seed)
         if self.session_id is not None:
-            s = self.state.mem.session(self.session_id, user_id=self.user)
-            return s.send(self.question, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,
+            s = mem.session(self.session_id, user_id=self.user)
+            return s.send(self.convo.last, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,
                           remember=b.agentmem.remember, on_text=on_text, cancel=cancel, **sample)
-        return self.state.mem.generate(self.question, user_id=self.user, entry_ids=ids, mode=self.mode,
-                                       max_new_tokens=self.max_tokens, on_text=on_text, cancel=cancel, **sample)
+        tools = self.convo.tools
+        prompt = self.convo.prompt(mem.tool_prompt(tools) if tools else "")
+        return mem.generate(prompt, user_id=self.user, entry_ids=ids, mode=self.mode, max_new_tokens=self.max_tokens,
+                            on_text=None if tools else on_text, json_schema=self.convo.constraint(),
+                            stop=self.convo.stop or None, cancel=cancel, **sample)
 
     def _remember_turns(self, answer: str) -> None:
         """The question and the answer as turns of the user, in one write; a turn too long for the model's context
@@ -177,13 +159,49 @@ class _Chat:
                 "total_tokens": self.prompt_tokens + self.completion_tokens}
 
     def finish_reason(self) -> str:
+        if self.tool_calls:
+            return "tool_calls"
         return "length" if self.completion_tokens >= self.max_tokens else "stop"
+
+    def message(self) -> dict[str, Any]:
+        """The answer as an OpenAI assistant message (``tool_calls`` when the model called tools)."""
+        if not self.tool_calls:
+            return {"role": "assistant", "content": self.text}
+        return {"role": "assistant", "content": self.text or None, "tool_calls": openai_tool_calls(self.tool_calls)}
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         data = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                 "model": self.state.settings.model_id,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
         return f"data: {json.dumps(data)}\n\n"
+
+
+def openai_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parsed calls (``name`` / ``args`` / ``id``) in the OpenAI message shape (arguments as a JSON string)."""
+    return [{"id": c["id"], "type": "function",
+             "function": {"name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)}} for c in calls]
+
+
+def _strict_json(text: str) -> str:
+    """A constrained answer as strict JSON: byte-level tokens may write raw control characters inside strings,
+    which the grammar allows and ``json.loads`` refuses; an answer cut short by ``max_tokens`` is left as it is."""
+    try:
+        return json.dumps(json.loads(text, strict=False), ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def _check_session_request(convo: Conversation) -> None:
+    """A session keeps its own conversation and prompt: what would have to enter them is refused, not dropped."""
+    if convo.instructions:
+        raise InvalidInputError("messages with role system are not supported with X-AgentMem-Session (the "
+                                "session's prompt is fixed); send them without the session header")
+    for name, given in (("tools", convo.tools), ("response_format", convo.schema is not None), ("stop", convo.stop)):
+        if given:
+            raise InvalidInputError(f"{name} is not supported with X-AgentMem-Session; send the request without "
+                                    "the session header")
+    if not convo.ends_with_user:
+        raise InvalidInputError("messages must end with a user message in a session (X-AgentMem-Session)")
 
 
 @router.get("/models")
@@ -208,8 +226,7 @@ async def chat_completions(body: ChatRequest, request: Request,
             state.scheduler.release(ticket)
         return {"id": chat.id, "object": "chat.completion", "created": chat.created,
                 "model": state.settings.model_id,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": chat.text},
-                             "finish_reason": chat.finish_reason()}],
+                "choices": [{"index": 0, "message": chat.message(), "finish_reason": chat.finish_reason()}],
                 "usage": chat.usage(), "agentmem": ext}
     events = _stream(chat, ticket)
     weakref.finalize(events, state.scheduler.release, ticket)  # also when the stream never started
@@ -282,6 +299,8 @@ async def _stream(chat: _Chat, ticket: Ticket) -> AsyncIterator[str]:
 
                 yield f"data: {json.dumps(error_body(status_for(value), str(value)))}\n\n"
             else:
+                if chat.convo.tools:  # a call is only parsed once the answer is complete: the answer comes whole
+                    yield chat.chunk(_whole_delta(chat))
                 extra: dict[str, Any] = {"agentmem": value}
                 if (chat.body.stream_options or {}).get("include_usage"):
                     extra["usage"] = chat.usage()
@@ -293,3 +312,11 @@ async def _stream(chat: _Chat, ticket: Ticket) -> AsyncIterator[str]:
         if not worker.done():
             ticket.cancel.set()  # the client hung up (or the server is stopping) before the answer ended
         chat.state.scheduler.release(ticket)
+
+
+def _whole_delta(chat: _Chat) -> dict[str, Any]:
+    """The whole answer as one stream delta: its text and its tool calls (with their stream ``index``)."""
+    delta: dict[str, Any] = {"content": chat.text or None} if chat.text else {}
+    if chat.tool_calls:
+        delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(openai_tool_calls(chat.tool_calls))]
+    return delta

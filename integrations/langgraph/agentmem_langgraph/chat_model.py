@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from agentmem import InvalidInputError
+from agentmem.kv.streaming import StopCut, cut_at_stop
 from agentmem.kv.tools import format_tool_call, parse_tool_calls
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -126,7 +127,7 @@ class ChatAgentMem(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         text, info, usage, mark = self._answer(messages, run_manager, kwargs)
-        message = self._message(_cut_at_stop(text, stop), info, usage, mark, tools=bool(kwargs.get("tools")))
+        message = self._message(cut_at_stop(text, stop), info, usage, mark, tools=bool(kwargs.get("tools")))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _message(self, text: str, info: dict[str, Any], usage: Any, mark: Any, *, tools: bool) -> AIMessage:
@@ -149,7 +150,7 @@ class ChatAgentMem(BaseChatModel):
         # yielded here as soon as the decoder produced it, not after the whole answer.
         if kwargs.get("tools"):
             text, info, usage, mark = self._answer(messages, run_manager, kwargs)
-            whole = self._message(_cut_at_stop(text, stop), info, usage, mark, tools=True)
+            whole = self._message(cut_at_stop(text, stop), info, usage, mark, tools=True)
             yield ChatGenerationChunk(message=AIMessageChunk(
                 content=whole.content, response_metadata=whole.response_metadata, usage_metadata=usage,
                 tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
@@ -172,7 +173,7 @@ class ChatAgentMem(BaseChatModel):
         context = contextvars.copy_context()  # the graph's config and callbacks live in context variables
         worker = threading.Thread(target=context.run, args=(work,), name="agentmem-stream", daemon=True)
         worker.start()
-        cut = _StopCut(stop)
+        cut = StopCut(stop)
         while (piece := pieces.get()) is not done:
             text = cut.feed(piece)
             if text:
@@ -363,38 +364,3 @@ def _line_text(m: BaseMessage) -> str:
 def _line(m: BaseMessage) -> str:
     who = {"human": "User", "ai": "Assistant", "tool": f"Tool {getattr(m, 'name', '') or ''}".strip()}
     return f"{who.get(m.type, m.type.capitalize())}: {_line_text(m)}"
-
-
-class _StopCut:
-    """Streams text up to the first stop string; holds back a tail that could still become one."""
-
-    def __init__(self, stop: Sequence[str] | None) -> None:
-        self.stops = [s for s in (stop or []) if s]
-        self.hold = max((len(s) for s in self.stops), default=1) - 1
-        self.buffer = ""
-        self.stopped = False
-
-    def feed(self, piece: str) -> str:
-        if self.stopped:
-            return ""
-        self.buffer += piece
-        cut = min((i for i in (self.buffer.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self.stopped, out, self.buffer = True, self.buffer[:cut], ""
-            return out
-        if self.hold <= 0:
-            out, self.buffer = self.buffer, ""
-            return out
-        out, self.buffer = self.buffer[: -self.hold], self.buffer[-self.hold:]
-        return out
-
-    def rest(self) -> str:
-        out, self.buffer = ("" if self.stopped else self.buffer), ""
-        return out
-
-
-def _cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
-    if not stop:
-        return text
-    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=-1)
-    return text if cut < 0 else text[:cut]

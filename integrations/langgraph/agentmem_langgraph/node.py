@@ -77,7 +77,9 @@ class MemoryNode:
         user_id: fallback user when neither the config nor the runtime context names one.
         k: how many memories to recall per step.
         kinds / tags: restrict recall to these entry kinds / tags (e.g. ``kinds=["turn", "tool"]``).
-        min_score: drop recalled memories scoring below this (scores are calibrated relevances in [0, 1]).
+        min_score: drop recalled memories scoring below this (scores are calibrated relevances in [0, 1]), on top
+            of the store's one mount policy (``AgentMemory.recall_for_mount``: no assistant replies, nothing below
+            ``MemoryConfig.mount_min_score``).
         write_tags / ttl: tags and time-to-live given to the memories this node writes.
         user_name: speaker name written with the user's messages (default: the message's ``name``).
 
@@ -140,17 +142,16 @@ class MemoryNode:
         if (mode or self.mount_mode) == "kv" and thread:
             # ChatAgentMem answers through the thread's agentmem session, whose working KV already holds the
             # thread's turns and which recalls k memories minus those: choose exactly what it will mount
-            hits = self.memory.recall(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags)
+            hits = self.memory.recall_for_mount(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags,
+                                                min_score=self.min_score, asking_session=thread)
             hits = [h for h in hits if h.session_id != thread]
         else:
             present = [m.id for m in messages if m.id]
             # entries written from messages still in the window would only repeat them: skip them in the
             # search itself, so k memories still come back
             filters = {"message_id": {"$nin": present}} if present else None
-            hits = self.memory.recall(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags,
-                                      filters=filters)
-        if self.min_score is not None:
-            hits = [h for h in hits if h.score >= self.min_score]
+            hits = self.memory.recall_for_mount(query, user_id=user, k=self.k, kinds=self.kinds, tags=self.tags,
+                                                filters=filters, min_score=self.min_score, asking_session=thread)
         return hits
 
     def recall(self, state: Any, config: RunnableConfig, runtime: Any = None) -> dict[str, Any]:

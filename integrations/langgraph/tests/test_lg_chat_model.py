@@ -101,7 +101,7 @@ def test_graph_with_node_sessions_and_sqlite_checkpoints(kvmem, tmp_path):
 
 def test_react_agent_hooks_mount_nothing_when_the_node_keeps_nothing(kvmem):
     llm = ChatAgentMem(memory=kvmem, max_new_tokens=4)
-    picky = MemoryNode(kvmem, model=llm, min_score=1e9)  # drops every recalled memory
+    picky = MemoryNode(kvmem, model=llm, min_score=1.0)  # drops every recalled memory (scores are < 1)
     agent = create_react_agent(llm, [], pre_model_hook=picky.pre_model_hook, post_model_hook=picky.post_model_hook,
                                checkpointer=InMemorySaver())
     out = agent.invoke({"messages": [("user", "Where do I live?")]},

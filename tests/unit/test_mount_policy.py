@@ -1,0 +1,51 @@
+"""One mount policy (issue #39): what ``recall_for_mount`` leaves out is never mounted by ``generate``, and the
+LangGraph memory node chooses by the same policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmem import AgentMemory
+
+
+def _seed(mem: AgentMemory) -> tuple[str, str]:
+    said = mem.remember("Your parrot is called Polly.", user_id="u1", role="assistant", encode=False).id
+    told = mem.remember("My parrot is called Kiwi.", user_id="u1", role="user", encode=False).id
+    mem.remember("I cycle to work on Mondays.", user_id="u1", role="user", encode=False)
+    return said, told
+
+
+def test_assistant_turns_are_recalled_but_not_mountable(mem):
+    said, told = _seed(mem)
+    recalled = [h.id for h in mem.recall("What is my parrot called?", user_id="u1", k=5)]
+    mountable = [h.id for h in mem.recall_for_mount("What is my parrot called?", user_id="u1", k=5)]
+    assert said in recalled and told in recalled
+    assert said not in mountable and told in mountable
+
+
+@pytest.mark.parametrize("mem", [{"unmounted_roles": ()}], indirect=True)
+def test_unmounted_roles_is_the_switch(mem):
+    said, _ = _seed(mem)
+    assert said in [h.id for h in mem.recall_for_mount("What is my parrot called?", user_id="u1", k=5)]
+
+
+def test_mount_min_score_drops_weak_hits(mem_path):
+    with AgentMemory(mem_path) as mem:
+        _seed(mem)
+        scores = {h.id: h.score for h in mem.recall("What is my parrot called?", user_id="u1", k=5)}
+    cut = sorted(scores.values())[len(scores) // 2]  # a threshold between the hits' own scores
+    with AgentMemory(mem_path, mount_min_score=cut) as mem:
+        kept = {h.id for h in mem.recall_for_mount("What is my parrot called?", user_id="u1", k=5)}
+        assert len(mem.recall("What is my parrot called?", user_id="u1", k=5)) == len(scores)  # recall unchanged
+    below = {i for i, s in scores.items() if s < cut}
+    assert kept and below and not kept & below
+
+
+def test_memory_node_mounts_by_the_same_policy(mem):
+    from agentmem_langgraph import MemoryNode
+    from langchain_core.messages import HumanMessage
+
+    said, told = _seed(mem)
+    node = MemoryNode(mem, user_id="u1", mode="text", k=5)
+    ids = [h.id for h in node.search({"messages": [HumanMessage("What is my parrot called?")]}, {})]
+    assert told in ids and said not in ids
