@@ -387,24 +387,12 @@ class AgentMemory:
         return self._recall(query, user_id=user_id, k=k, session_id=session_id, kinds=kinds, tags=tags,
                             filters=filters, include_superseded=include_superseded, min_score=min_score)
 
-    def recall_for_mount(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        k: int = 4,
-        kinds: Iterable[str] | None = None,
-        tags: Iterable[str] | None = None,
-        filters: Mapping[str, Any] | None = None,
-        min_score: float | None = None,
-        asking_session: str | None = None,
-    ) -> list[Hit]:
-        """The memories to mount (or paste into a prompt) for ``query``: ``recall`` under the one mount policy.
-
-        The policy, the same in ``generate``, sessions, the chat endpoint, the memory proxy and the LangGraph
-        node / chat model: roles in ``MemoryConfig.unmounted_roles`` (default: the assistant's own replies) are
-        left out, and so are hits scoring below ``MemoryConfig.mount_min_score`` (or ``min_score``, if higher).
-        ``asking_session`` names the conversation asking (it picks the knowledge version served).
+    def recall_for_mount(self, query: str, *, user_id: str, k: int = 4, kinds: Iterable[str] | None = None,
+                         tags: Iterable[str] | None = None, filters: Mapping[str, Any] | None = None,
+                         min_score: float | None = None, asking_session: str | None = None) -> list[Hit]:
+        """``recall`` under the one mount policy (generate, sessions, the chat endpoint, the proxy, the LangGraph
+        node): no roles of ``MemoryConfig.unmounted_roles`` (the assistant's replies), no hit scoring below
+        ``MemoryConfig.mount_min_score`` (or ``min_score`` if higher); ``asking_session`` picks the KB version.
 
         Example:
             >>> [h.role for h in mem.recall_for_mount("what is my dog called?", user_id="u1")]   # doctest: +SKIP
