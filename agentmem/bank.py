@@ -80,6 +80,7 @@ class KVBank:
                                               dtype=dtype)
                 self._engine = KVEngine(
                     model, tokenizer, codec=self.config.kv_codec, mount_budget=self.config.mount_budget_tokens,
+                    prefix_cache=self.config.prefix_cache,
                 )
             return self._engine
 

@@ -85,6 +85,10 @@ class MemoryConfig(BaseModel):
         default="float32", description="Deprecated alias: setting it (without kv_codec) sets kv_codec to it."
     )
     mount_budget_tokens: int = Field(default=2048, gt=0)
+    prefix_cache: bool = Field(
+        default=True, description="Start text-mode prompts from the cached KV of the shared preamble (the kv modes "
+        "always do); exact, since no preamble token attends to what follows. False prefills it every time."
+    )
     strict_fingerprint: bool = Field(
         default=False, description="Raise on a foreign-model blob instead of falling back to text."
     )

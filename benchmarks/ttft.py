@@ -109,12 +109,13 @@ class FacadeBackend:
     store writes (its ``kv_dtype``, encryption if configured), read by its own loader.
     """
 
-    def __init__(self, model, tokenizer, workdir: Path, kv_dtype: str = "float32", threads: int | None = None) -> None:
+    def __init__(self, model, tokenizer, workdir: Path, kv_dtype: str = "float32", threads: int | None = None,
+                 prefix_cache: bool = True) -> None:
         from agentmem import AgentMemory
 
         # threads=None: the store applies agentmem's policy when it loads the model, as a user's store would
         self.mem = AgentMemory(workdir / "store", model=(model, tokenizer), kv_codec=kv_dtype, kv_encoding="eager",
-                               threads=threads)
+                               threads=threads, prefix_cache=prefix_cache)
         self.counter = EngineBackend(model, tokenizer, workdir)  # only for token counts
 
     def add(self, texts: list[str]) -> list[str]:
@@ -241,6 +242,8 @@ def main() -> None:
         "--retrieval-lines", type=int, default=2000,
         help="memory lines in the store recalled before each answer (0: leave retrieval out of TTFT)",
     )
+    ap.add_argument("--no-prefix-cache", action="store_true",
+                    help="facade: text mode prefills the preamble every time (MemoryConfig.prefix_cache=False)")
     args = ap.parse_args()
     # --threads 0 keeps torch's own default (every core); the store is then told that count explicitly
     args.threads_in_use = torch.get_num_threads() if args.threads == 0 else args.threads
@@ -261,7 +264,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, dict], list[str], object]:
     model, tokenizer = load_model(args.model, device=args.device)
     with tempfile.TemporaryDirectory() as tmp:
         if args.backend == "facade":
-            backend = FacadeBackend(model, tokenizer, Path(tmp), args.kv_dtype, threads=args.threads_in_use)
+            backend = FacadeBackend(model, tokenizer, Path(tmp), args.kv_dtype, threads=args.threads_in_use,
+                                    prefix_cache=not args.no_prefix_cache)
         else:
             backend = EngineBackend(model, tokenizer, Path(tmp), args.source, args.kv_dtype, args.file_read)
         lines = memory_texts(args.data)

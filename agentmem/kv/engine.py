@@ -126,6 +126,7 @@ class KVEngine:
         fix: FixConfig = FixConfig(),
         position_margin: int = 8,
         mount_budget: int | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -137,6 +138,9 @@ class KVEngine:
         self.fix = fix
         self.position_margin = position_margin
         self.mount_budget = mount_budget
+        # The prompt prefix cache: every prompt starts from the preamble's KV, computed once (preamble_kv). The kv
+        # modes need it anyway (entries are encoded after it); text mode starts from it too unless this is False.
+        self.prefix_cache = prefix_cache
         config = model.config
         if hasattr(config, "get_text_config"):
             config = config.get_text_config(decoder=True)
@@ -407,8 +411,9 @@ class KVEngine:
         ws = self._workspace if workspace else None
         timings["mount"] += time.perf_counter() - t0
         if mode == "text":
-            mounted = _Mounted(kept, self._blank_cache(capacity, ws), _spans_after(len(preamble_ids), kept_ids))
-            pending = preamble_ids + [t for ids in kept_ids for t in ids] + suffix_ids
+            cache, pending = self._text_start(capacity, ws)
+            mounted = _Mounted(kept, cache, _spans_after(len(preamble_ids), kept_ids))
+            pending += [t for ids in kept_ids for t in ids] + suffix_ids
         else:
             mounted = self._mount_stored(kept, kept_ids, mode, strict, capacity, ws, timings)
             pending = suffix_ids
@@ -425,6 +430,14 @@ class KVEngine:
             spans=mounted.spans,
             recomputed_tokens=mounted.recomputed,
         )
+
+    def _text_start(self, capacity: int, ws: Workspace | None) -> tuple[BufferedCache, list[int]]:
+        """Text mode's starting cache and the ids still to prefill before its memories: the cached preamble KV
+        (exact: causal attention, so no preamble token depends on what follows), or an empty cache and the
+        preamble ids without the prefix cache."""
+        if not self.prefix_cache:
+            return self._blank_cache(capacity, ws), self.layout.preamble_ids
+        return Mount(*self.preamble_kv(), self._inv_freq, capacity=capacity, workspace=ws).cache(), []
 
     def _check_request(self, question: str, mode: str, max_new_tokens: int) -> None:
         """Typed errors for a bad mode, question or token count (and for KV modes on a model without KV support)."""

@@ -1,5 +1,6 @@
-"""Batched decoding across requests on the real embedded SmolLM2 (slow): answers decoded together, each with its
-own mounted memories, equal their unbatched greedy answers token for token."""
+"""Batched decoding across requests and the prompt prefix cache on the real embedded SmolLM2 (slow): answers decoded
+together, each with its own mounted memories, equal their unbatched greedy answers token for token; text mode from
+the cached preamble answers as text mode prefilling it."""
 
 from __future__ import annotations
 
@@ -51,3 +52,11 @@ def test_batched_greedy_answers_equal_unbatched_ones(engine):
         t.join(600)
     assert engine.decoder.max_batch_seen >= 3
     assert together == alone
+
+
+def test_text_mode_prefix_cache_answers_as_without_it(engine):
+    plain = KVEngine(engine.model, engine.tokenizer, prefix_cache=False)
+    items = [MemoryItem(f"m{i}", t) for i, t in enumerate(MEMORIES)]
+    for q in QUESTIONS[:3]:
+        assert engine.generate(q, items, mode="text", max_new_tokens=24).token_ids == \
+            plain.generate(q, items, mode="text", max_new_tokens=24).token_ids
