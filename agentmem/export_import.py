@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -29,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentmem.errors import InvalidInputError
 from agentmem.memory import AgentMemory
+from agentmem.types import json_ready
 
 __all__ = ["export_records", "import_records"]
 
@@ -70,16 +70,6 @@ class _Record(BaseModel):
     history: list[_Version] = []
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def export_records(mem: AgentMemory, user_ids: Iterable[str]) -> Iterator[str]:
     """JSON lines of the users' current entries, oldest first, each with its ``history``.
 
@@ -95,10 +85,10 @@ def export_records(mem: AgentMemory, user_ids: Iterable[str]) -> Iterator[str]:
             for rec in page:
                 if rec.status != "active":
                     continue
-                data = dataclasses.asdict(rec)
+                data = json_ready(rec)
                 data.pop("kv", None)  # where the blob lives and which model made it belong to this store
-                data["history"] = [dataclasses.asdict(v) for v in mem.history(rec.id)]
-                yield json.dumps(_plain(data), ensure_ascii=False)
+                data["history"] = json_ready(mem.history(rec.id))
+                yield json.dumps(data, ensure_ascii=False)
 
 
 def _parse(lines: Iterable[str]) -> list[tuple[int, _Record]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -78,3 +78,21 @@ class Hit(MemoryRecord):
 
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
+
+
+def json_ready(value: Any) -> Any:
+    """A value object (or a dict / list of them) as JSON-ready data: dataclasses as dicts, datetimes as ISO 8601.
+
+    Example:
+        >>> json_ready({"at": datetime(2023, 5, 8, tzinfo=timezone.utc), "tags": ("a",)})
+        {'at': '2023-05-08T00:00:00+00:00', 'tags': ['a']}
+    """
+    if is_dataclass(value) and not isinstance(value, type):
+        value = asdict(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value

@@ -7,11 +7,11 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from agentmem.types import json_ready
 
 __all__ = ["ForgetBody", "MessageIn", "MessagesBody", "OffloadBody", "RecallBody", "RememberBody", "SendBody",
            "SessionOpenBody", "UpdateBody", "record_json"]
@@ -94,19 +94,9 @@ class OffloadBody(_Body):
     to: Literal["warm", "disk"] = "disk"
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def record_json(record: Any) -> dict[str, Any]:
     """A :class:`~agentmem.MemoryRecord` / :class:`~agentmem.Hit` as JSON-ready data (datetimes as ISO 8601)."""
-    data = _plain(asdict(record))
+    data = json_ready(record)
     if data.get("kv"):
         data["kv"].pop("path", None)  # where blobs live on the server's disk is not the client's business
     return data

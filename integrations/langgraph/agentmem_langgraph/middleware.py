@@ -33,11 +33,26 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain_core.messages import SystemMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict, Unpack
 
 from agentmem_langgraph._context import context_message, is_context
 from agentmem_langgraph.node import MemoryNode, MountMode, _is_agentmem_model
 
 __all__ = ["AgentMemMiddleware"]
+
+
+class MemoryOptions(TypedDict, total=False):
+    """:class:`~agentmem_langgraph.MemoryNode`'s options, which the middleware passes on."""
+
+    mode: MountMode
+    user_id: str | None
+    k: int
+    kinds: Iterable[str] | None
+    tags: Iterable[str] | None
+    min_score: float | None
+    write_tags: Iterable[str] | None
+    ttl: float | timedelta | None
+    user_name: str | None
 
 
 class AgentMemMiddleware(AgentMiddleware):
@@ -55,24 +70,10 @@ class AgentMemMiddleware(AgentMiddleware):
         ...                      middleware=[AgentMemMiddleware(mem, k=3)], checkpointer=InMemorySaver())
     """
 
-    def __init__(
-        self,
-        memory: AgentMemory,
-        *,
-        mode: MountMode = "auto",
-        user_id: str | None = None,
-        k: int = 4,
-        kinds: Iterable[str] | None = None,
-        tags: Iterable[str] | None = None,
-        min_score: float | None = None,
-        write_tags: Iterable[str] | None = None,
-        ttl: float | timedelta | None = None,
-        user_name: str | None = None,
-    ) -> None:
+    def __init__(self, memory: AgentMemory, **options: Unpack[MemoryOptions]) -> None:
         super().__init__()
         # the node does the recalling and remembering; the middleware only places it around the model call
-        self.node = MemoryNode(memory, mode=mode, user_id=user_id, k=k, kinds=kinds, tags=tags,
-                               min_score=min_score, write_tags=write_tags, ttl=ttl, user_name=user_name)
+        self.node = MemoryNode(memory, **options)
 
     @property
     def name(self) -> str:
