@@ -215,7 +215,7 @@ def request_page(request_id: str, request: Request) -> Response:
             pass
     scores = {h["id"]: h["score"] for h in r["recalled"]}
     # the mount threshold the request ran under (recorded with it), else the store's current setting
-    threshold = r.get("mount_min_score", state.mem.config.model_dump().get("mount_min_score"))
+    threshold = r.get("mount_min_score", state.mem.config.mount_min_score)
     return _page(request, "request.html", title=f"request {request_id}", r={**r, "when": _when(r.get("at"))},
                  texts=texts, scores=scores, threshold=threshold)
 
