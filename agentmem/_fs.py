@@ -102,6 +102,40 @@ def atomic_create(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o60
     return True
 
 
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a directory, created ``0700`` (and its missing parents the usual way) if it does not exist.
+
+    An existing directory keeps its mode: it may be the caller's own, shared on purpose.
+
+    >>> import tempfile, pathlib, stat
+    >>> d = private_dir(pathlib.Path(tempfile.mkdtemp()) / "store")
+    >>> oct(stat.S_IMODE(d.stat().st_mode) & 0o077)
+    '0o0'
+    """
+    path = Path(path)
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def private_file(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` empty and ``0600`` if it does not exist, so whoever opens it next (SQLite, which gives its
+    journal and WAL files the database file's mode) never makes it world-readable. An existing file is untouched.
+
+    >>> import tempfile, pathlib, stat
+    >>> f = private_file(pathlib.Path(tempfile.mkdtemp()) / "catalog.db")
+    >>> oct(stat.S_IMODE(f.stat().st_mode))
+    '0o600'
+    """
+    path = Path(path)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    return path
+
+
 def map_readonly(path: str | os.PathLike[str]) -> memoryview:
     """A read-only, memory-mapped view of a file: the page-cache pages are mapped, nothing is copied.
 
@@ -116,4 +150,5 @@ def map_readonly(path: str | os.PathLike[str]) -> memoryview:
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
 
 
-__all__ = ["atomic_create", "atomic_write", "fsync_dir", "map_readonly", "publish", "write_synced", "write_temp"]
+__all__ = ["atomic_create", "atomic_write", "fsync_dir", "map_readonly", "private_dir", "private_file", "publish",
+           "write_synced", "write_temp"]

@@ -272,6 +272,10 @@ def keys_add(path: Path = PathOpt,
              user: list[str] = typer.Option(..., "--user", help="A user id the key may touch (repeatable)."),
              label: Optional[str] = typer.Option(None, help="A note shown by `keys list`.")) -> None:
     """Create an API key for the given users and print it (only its hash is stored: copy it now)."""
+    from agentmem.validation import check_id
+
+    for u in user:  # before the key store is created: a refused id leaves no file behind
+        check_id(u, "--user", required=True)
     typer.echo(_server().KeyStore(path).add(user, label=label))
 
 

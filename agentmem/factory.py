@@ -129,9 +129,10 @@ def build_embedder(ctx: BuildContext) -> Any:
 
 # --- embedded defaults ------------------------------------------------------------------------------
 def _sqlite_catalog(url: str | None, ctx: BuildContext) -> Any:
+    from agentmem._fs import private_file
     from agentmem.store.catalog import Catalog
 
-    return Catalog(str(ctx.root / "catalog.db"), busy_timeout_ms=ctx.config.busy_timeout_ms)
+    return Catalog(str(private_file(ctx.root / "catalog.db")), busy_timeout_ms=ctx.config.busy_timeout_ms)
 
 
 def _sqlite_url_catalog(url: str | None, ctx: BuildContext) -> Any:

@@ -20,9 +20,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentmem._fs import private_dir
 from agentmem.answer import Answerer
 from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
+from agentmem.erasure import Erasure, ErasureListeners
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.store.entries import EntryStore, NewEntry, Scope
 from agentmem.store.consolidation import (CHECKED, LocalConsolidator, apply_decisions, demote_older, demotion_pool,
@@ -35,7 +37,8 @@ from agentmem.store.records import memory_line, message_fields, to_hit, to_recor
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
-    check_entry_id, check_id, check_k, check_kind, check_kinds, check_limit_offset,
+    check_entry_id, check_id, check_k, check_kind, check_kinds, check_limit_offset, check_messages,
+    check_session_id,
     check_metadata, check_remember_item, check_role, check_score, check_speaker, check_tags, check_text, check_timestamp,
     check_ttl, format_timestamp,
 )
@@ -74,10 +77,11 @@ class AgentMemory:
             raise InvalidInputError("give either config= or keyword overrides, not both")
         self.config = config or MemoryConfig(**overrides)
         # absolute from here on: Chroma caches clients by the path string, and the working directory may change
-        self.path = Path(path).expanduser().resolve()
+        self.path = private_dir(Path(path).expanduser().resolve())  # a new store is the owner's alone (0700)
         self._cipher = open_cipher(self.path, encryption_key)
         self._scanner = None if self.config.secret_policy == "off" else SecretScanner(self.config.secret_policy)
         self._audit = AuditLog(self.path / "audit.jsonl")
+        self._erasures = ErasureListeners()
         self._store = EntryStore(self.path, self.config, cipher=self._cipher, catalog=catalog, vectors=vectors,
                                  blobs=blobs, embedder=embedder)
         self._sealer = self._store.sealer  # the one sealer of entry texts, blobs (and sessions, same cipher)
@@ -217,10 +221,8 @@ class AgentMemory:
         Tool results become ``kind="tool"`` entries; system messages are skipped (they are instructions,
         not memories). Embeddings are computed in one batch.
         """
-        if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
-            raise InvalidInputError("messages must be a list of chat messages")
         entries = []
-        for message in messages:
+        for message in check_messages(messages):
             role, content, name = message_fields(message)
             if role == "system":
                 continue
@@ -236,7 +238,7 @@ class AgentMemory:
         self._check_open()
         text = check_text(text)
         check_id(user_id, "user_id", required=True)
-        check_id(session_id, "session_id", required=False)
+        check_session_id(session_id, required=False, scanner=self._scanner)
         check_kind(kind)
         role, speaker = check_role(role), check_speaker(speaker)
         tag_list = check_tags(tags)
@@ -729,7 +731,7 @@ class AgentMemory:
             >>> r.text, r.reused_tokens, r.mounted                                   # doctest: +SKIP
         """
         self._check_open()
-        return self.sessions.open(check_id(session_id, "session_id", required=True) or "",
+        return self.sessions.open(check_session_id(session_id, required=True, scanner=self._scanner) or "",
                                   user_id=check_id(user_id, "user_id", required=True) or "")
 
     def _remember_turn(self, user_id: str, session_id: str, role: str, text: str) -> MemoryRecord:
@@ -765,6 +767,7 @@ class AgentMemory:
             for uid, session in {(r.user_id, r.session_id) for r in rows if r.session_id}:
                 self._end_session_kv(session, user_id=uid)
             self._audit.record("forget", user_id=user_id, count=len(rows))
+            self._erasures.notify(Erasure.of_rows("forget", rows, user_id=user_id))
             return len(rows)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
@@ -781,17 +784,32 @@ class AgentMemory:
             self._end_session_kv(session_id, user_id=user_id)
         action = "forget_user" if user_id is not None else "forget_session" if session_id is not None else "forget_tags"
         self._audit.record(action, user_id=user_id, session_id=session_id, count=n)
+        self._erasures.notify(Erasure.of_rows(action, rows, user_id=user_id, session_id=session_id))
         return n
 
     def sweep(self) -> int:
         """Erase every expired entry everywhere (row, vector, blob); returns how many."""
         self._check_open()
-        n = len(self._store.delete(self._store.catalog.expired_ids(time.time())))
+        rows = self._store.delete(self._store.catalog.expired_ids(time.time()))
+        n = len(rows)
         if self._sessions is not None:
             self._sessions.sweep()  # session TTLs
         if n:
             self._audit.record("expire", count=n)
+            self._erasures.notify(Erasure.of_rows("expire", rows))
         return n
+
+    def on_erase(self, listener: Callable[[Erasure], None]) -> Callable[[], None]:
+        """Call ``listener(erasure)`` after every ``forget`` and ``sweep`` (ids only, never text); returns a function
+        that stops it. For in-process copies of memory text (a request log, a cache) that must go with the entries.
+
+        Example:
+            >>> stop = mem.on_erase(lambda e: print(e.action, sorted(e.user_ids)))     # doctest: +SKIP
+            >>> mem.forget(user_id="u1")                                               # doctest: +SKIP
+            forget_user ['u1']
+            >>> stop()                                                                 # doctest: +SKIP
+        """
+        return self._erasures.add(listener)
 
     def _start_sweeper(self, interval: float) -> None:
         def loop() -> None:

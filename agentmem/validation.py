@@ -7,10 +7,10 @@ SQLite, Chroma, a tokenizer or torch after part of a write has happened.
 Example:
     >>> check_id("u1", "user_id", required=True)
     'u1'
-    >>> check_id("a\\tb", "user_id", required=True)
+    >>> check_id("a\\u200bb", "user_id", required=True)
     Traceback (most recent call last):
     ...
-    agentmem.errors.InvalidInputError: user_id must not contain control characters (tab, newline, NUL, ...)
+    agentmem.errors.InvalidInputError: user_id must be printable: U+200B (format character) at position 1 is invisible or reorders text
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from agentmem.errors import InvalidInputError
+from agentmem.errors import InvalidInputError, SecretDetectedError
 from agentmem.types import KINDS
 
 MAX_TEXT_CHARS = 1_000_000
@@ -41,6 +42,12 @@ ROLES = ("user", "assistant", "system", "tool")
 """Roles an entry may carry; the role is stored as given, so only these fixed words are accepted."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_UNPRINTABLE = {"Cc": "control character", "Cf": "format character", "Cs": "lone surrogate",
+                "Co": "private-use character", "Cn": "unassigned code point", "Zl": "line separator",
+                "Zp": "paragraph separator", "Zs": "space other than ' '"}
+"""Unicode categories an identifier may not hold: each is invisible, reorders text (bidi controls are Cf) or
+renders as something else, so two ids that look alike could name different users (or the audit log could not
+record the id, after the erase it is recording has happened)."""
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -68,11 +75,18 @@ def check_text(text: Any, what: str = "text", *, max_chars: int = MAX_TEXT_CHARS
 
 
 def check_id(value: Any, what: str, *, required: bool) -> str | None:
-    """An identifier: a non-blank string of at most 256 characters without control characters or surrogates.
+    """An identifier (user / session / entry id, tag, speaker): the one id rule of every entry point.
+
+    A non-blank string of at most :data:`MAX_ID_CHARS` characters, every one printable: no control, format
+    (zero-width, bidi overrides such as U+202E), private-use, unassigned, separator or non-ASCII space character
+    (``str.isprintable`` plus surrogates). The REST API, MCP, ``agentmem keys add`` and the audit log apply this
+    same rule, so an id accepted by one is never refused by another after something was written.
 
     Example:
         >>> check_id(None, "session_id", required=False) is None
         True
+        >>> check_id("Ann Lee", "speaker", required=True)
+        'Ann Lee'
     """
     if value is None:
         if required:
@@ -85,6 +99,29 @@ def check_id(value: Any, what: str, *, required: bool) -> str | None:
     _check_unicode(value, what)
     if _CONTROL.search(value):
         raise InvalidInputError(f"{what} must not contain control characters (tab, newline, NUL, ...)")
+    if not value.isprintable():
+        at, char = next((n, c) for n, c in enumerate(value) if not c.isprintable())
+        category = unicodedata.category(char)
+        raise InvalidInputError(f"{what} must be printable: U+{ord(char):04X} ({_UNPRINTABLE.get(category, category)})"
+                                f" at position {at} is invisible or reorders text")
+    return value
+
+
+def check_session_id(value: Any, *, required: bool, scanner: Any = None) -> str | None:
+    """A session id: the id rule, then ``scanner``'s secret scan (a :class:`~agentmem.security.SecretScanner`).
+
+    An id is a key: a redacted one would file entries under a session the caller never named (and their later
+    ``forget`` of it would miss them), so a secret in a session id is refused under either policy, not redacted.
+
+    Example:
+        >>> check_session_id("chat-2024-05-01", required=True)
+        'chat-2024-05-01'
+    """
+    check_id(value, "session_id", required=required)
+    found = sorted({f.type for f in scanner.scan(value)}) if value is not None and scanner is not None else []
+    if found:
+        raise SecretDetectedError(f"session_id must not hold a secret (found: {', '.join(found)}); an id cannot be "
+                                  "redacted, so use another one")
     return value
 
 
@@ -108,6 +145,42 @@ def check_entry_ids(values: Any, what: str = "entry_ids") -> list[str]:
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise InvalidInputError(f"{what} must be a list of entry ids, got {type(values).__name__}")
     return [check_entry_id(v, f"{what}[{n}]") for n, v in enumerate(values)]
+
+
+def check_content_parts(content: Any, what: str = "content") -> Any:
+    """Chat message content as given, once its content parts are sound: every part's ``text`` is a string.
+
+    OpenAI and LangChain content may be a list of parts (``{"type": "text", "text": "..."}``, images, ...); the
+    text parts are joined later, and a ``text`` that is a number or a list would fail there as a ``TypeError``.
+
+    Example:
+        >>> check_content_parts([{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {}}])[0]["text"]
+        'hi'
+        >>> check_content_parts([{"type": "text", "text": 5}], "messages[0].content")
+        Traceback (most recent call last):
+        ...
+        agentmem.errors.InvalidInputError: messages[0].content[0].text must be a string, got 5
+    """
+    if isinstance(content, Sequence) and not isinstance(content, (str, bytes)):
+        for n, part in enumerate(content):
+            if isinstance(part, Mapping) and "text" in part and not isinstance(part["text"], str):
+                raise InvalidInputError(f"{what}[{n}].text must be a string, got {_short(part['text'])}")
+    return content
+
+
+def check_messages(messages: Any) -> Sequence[Any]:
+    """A list of chat messages (dicts or LangChain messages) whose content parts are sound.
+
+    Example:
+        >>> len(check_messages([{"role": "user", "content": "I like tea."}]))
+        1
+    """
+    if isinstance(messages, (str, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidInputError("messages must be a list of chat messages")
+    for n, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else getattr(message, "content", None)
+        check_content_parts(content, f"messages[{n}].content")
+    return messages
 
 
 def check_speaker(value: Any) -> str | None:
@@ -408,7 +481,7 @@ def _short(value: Any) -> str:
 
 __all__ = [
     "MAX_ID_CHARS", "MAX_TEXT_CHARS", "MAX_TTL_SECONDS", "REMEMBER_FIELDS", "ROLES",
-    "check_answer_room", "check_entry_id", "check_entry_ids", "check_generation", "check_id", "check_k", "check_kind", "check_kinds",
-    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_score", "check_speaker", "check_stop", "check_tags",
+    "check_answer_room", "check_content_parts", "check_messages", "check_entry_id", "check_entry_ids", "check_generation", "check_id", "check_k", "check_kind", "check_kinds",
+    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_score", "check_session_id", "check_speaker", "check_stop", "check_tags",
     "check_text", "check_timestamp", "check_ttl", "format_timestamp",
 ]

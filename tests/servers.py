@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import ctypes
 import glob
 import hashlib
 import importlib.util
@@ -44,6 +45,7 @@ import pytest
 
 START_TIMEOUT_S = 60.0
 _RUNNING: list[Server] = []
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class ServerUnavailable(RuntimeError):
@@ -124,8 +126,27 @@ def _stop_all() -> None:
         srv.stop()
 
 
+def _die_with_parent(stop_signal: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``stop_signal`` when the process that started it dies, however it dies
+    (SIGKILL included, where no handler or atexit of ours runs). Linux only (``prctl(PR_SET_PDEATHSIG)``);
+    elsewhere the signal handlers and atexit below are the only net."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child must not load anything
+    except (OSError, AttributeError):
+        return lambda: None
+    parent = os.getpid()
+
+    def arm() -> None:  # runs in the child, after fork and the user switch, before exec
+        prctl(_PR_SET_PDEATHSIG, stop_signal, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: nobody would ever stop this server
+            os.kill(os.getpid(), stop_signal)
+
+    return arm
+
+
 def _launch(
-    name: str, cmd: list[str], data_dir: Path, *, user: str | None = None, env: dict[str, str] | None = None
+    name: str, cmd: list[str], data_dir: Path, *, user: str | None = None, env: dict[str, str] | None = None,
+    stop_signal: int = signal.SIGTERM,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log_path = data_dir.parent / f"{data_dir.name}.log"
     with open(log_path, "ab") as log:
@@ -137,6 +158,7 @@ def _launch(
             user=user,
             env={**os.environ, **(env or {})},
             start_new_session=True,  # Ctrl-C in the terminal reaches pytest, which stops the server itself
+            preexec_fn=_die_with_parent(stop_signal),
         )
     return proc, log_path
 
@@ -326,7 +348,7 @@ def start_postgres(base_dir: Path) -> Server:
     cmd = [str(bin_dir / "postgres"), "-D", str(data_dir), "-h", "127.0.0.1", "-p", str(port), "-k", str(data_dir),
            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
            "-c", "max_connections=200"]  # fmt: skip
-    proc, log = _launch("postgres", cmd, data_dir, user=user)
+    proc, log = _launch("postgres", cmd, data_dir, user=user, stop_signal=signal.SIGINT)
     # SIGINT is PostgreSQL's "fast" shutdown: it does not wait for clients to disconnect (SIGTERM would).
     srv = Server("postgres", "", port, proc, data_dir, log, stop_signal=signal.SIGINT)
     srv.extra["psql"] = str(bin_dir / "psql")
@@ -469,25 +491,36 @@ def fresh_chroma_http_url(chroma_server: Server) -> str:
 # ---------------------------------------------------------------- for developers: one command
 
 
+def _exit_on(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through main's finally, which stops the servers
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start PostgreSQL + pgvector, Redis and Chroma on loopback, print their URLs, stop them on Ctrl-C.
+
+    Every way out stops them: Ctrl-C, SIGINT even when the shell started this in the background (it then ignores
+    SIGINT, so a handler is installed explicitly), SIGTERM and SIGHUP (whose default would end Python without its
+    ``finally`` or atexit), an error while starting; and SIGKILL through the children's parent-death signal.
 
     Example:
         >>> # python -m tests.servers --dir ./.servers
     """
-    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     ap.add_argument("--dir", type=Path, default=None, help="where the servers keep data (default: a temp dir)")
     ap.add_argument("--only", nargs="*", choices=["postgres", "redis", "chroma"], default=None)
     args = ap.parse_args(argv)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on)
     base = (args.dir or Path(tempfile.mkdtemp(prefix="agentmem-srv-"))).resolve()
     base.mkdir(parents=True, exist_ok=True)
     starters = {"postgres": start_postgres, "redis": start_redis, "chroma": start_chroma}
-    for name in args.only or list(starters):
-        srv = starters[name](base)
-        print(f"{name:9s} {srv.url}   (pid {srv.pid}, data {srv.data_dir})", flush=True)
-    print("Ctrl-C stops them" + (f" (data kept in {base})." if args.dir else "."), flush=True)
     try:
-        signal.pause()
+        for name in args.only or list(starters):
+            srv = starters[name](base)
+            print(f"{name:9s} {srv.url}   (pid {srv.pid}, data {srv.data_dir})", flush=True)
+        print("Ctrl-C stops them" + (f" (data kept in {base})." if args.dir else "."), flush=True)
+        while True:
+            signal.pause()
     except KeyboardInterrupt:
         pass
     finally:

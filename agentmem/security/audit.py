@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from agentmem.errors import InvalidInputError
+from agentmem.validation import check_id
 
 from .secrets import default_scanner
 
 _ACTION = re.compile(r"[a-z][a-z0-9_.:\-]{0,63}")
-_MAX_ID = 256
 AUDIT_VERSION = 1
 
 
@@ -94,11 +94,8 @@ class AuditLog:
 
 
 def _ident(name: str, value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > _MAX_ID or not value.isprintable():
-        raise InvalidInputError(f"audit {name} must be a printable identifier of 1..{_MAX_ID} chars")
-    return value
+    # the one id rule of every entry point: an id the API accepted is always recordable here
+    return check_id(value, f"audit {name}", required=False)
 
 
 # -- log hygiene -------------------------------------------------------------------------------

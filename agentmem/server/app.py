@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -134,11 +135,28 @@ def sweep(request: Request, who: Principal = Depends(caller)) -> dict[str, int]:
 
 @rest.get("/stats")
 def stats(request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
-    """Store counters, session tiers, and this server's KV hit rate."""
+    """The caller's users' figures (their sessions, the tier and tokens of each); store-wide counters (KV loads,
+    merges, every tenant's session tiers, this server's hit rate) only without auth, where the caller is the
+    operator on loopback: a key sees nothing of the tenants it is not bound to."""
     state = get_state(request)
-    return {**state.mem.stats(), "sessions": state.mem.sessions.stats(), "server": {
-        "kv_hit_rate": state.metrics.hit_rate(), "model": state.settings.model_id,
-        "fidelity_points": len(state.fidelity.series)}}
+    server = {"model": state.settings.model_id}
+    users = who.visible_users()
+    if not users:  # no auth: one local operator
+        return {**state.mem.stats(), "sessions": state.mem.sessions.stats(), "server": {
+            **server, "kv_hit_rate": state.metrics.hit_rate(), "fidelity_points": len(state.fidelity.series)}}
+    return {"users": {u: _user_stats(state, u) for u in users}, "server": server}
+
+
+def _user_stats(state: ServerState, user_id: str) -> dict[str, Any]:
+    mgr = state.mem.sessions
+    found = []
+    for sid in mgr.list(user_id=user_id):
+        try:
+            found.append(mgr.get(sid, user_id=user_id))
+        except NotFoundError:  # ended between the two calls
+            continue
+    tiers = {t: sum(s.tier == t for s in found) for t in ("hot", "warm", "cold")}
+    return {"sessions": len(found), "session_tokens": sum(s.tokens for s in found), "tiers": tiers}
 
 
 # --- sessions ----------------------------------------------------------------------------------------------
@@ -262,9 +280,11 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
                 yield
             finally:
                 state.scheduler.cancel_all()  # decodes still running at shutdown stop before their next step
-        state.fidelity.close()
+        state.close()
 
-    app = FastAPI(title="agentmem", version="0.1.0", lifespan=lifespan,
+    # the schema and the docs page are served below, behind the same keys as the API (FastAPI's own are public)
+    app = FastAPI(title="agentmem", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None,
                   description="Long-term memory for LLM agents, mounted as KV. REST, OpenAI-compatible chat, MCP.")
     app.state.agentmem = state
     install_error_handlers(app, lambda status, kind: state.metrics.errors.labels(status=str(status),
@@ -279,6 +299,8 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    _schema_routes(app, settings)
+
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
         if not (settings.metrics_public and _loopback(request)):
@@ -290,6 +312,20 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
 
         app.mount("/mcp", McpAuth(mcp_app, state))
     return app
+
+
+def _schema_routes(app: FastAPI, settings: ServerSettings) -> None:
+    """``/openapi.json`` for callers with a key; ``/docs`` (Swagger UI) only when ``settings.docs`` is on, since
+    Swagger UI's script and styles come from a CDN: off by default, no third-party script runs beside the API."""
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi(_: Principal = Depends(caller)) -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    if settings.docs:
+        @app.get("/docs", include_in_schema=False)
+        def docs(_: Principal = Depends(caller)) -> Response:
+            return get_swagger_ui_html(openapi_url="/openapi.json", title="agentmem API")
 
 
 def _loopback(request: Request) -> bool:

@@ -27,7 +27,9 @@ from typing import Any
 from sqlalchemy import JSON, Float, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from agentmem._fs import private_dir, private_file
 from agentmem.errors import InvalidInputError, NotFoundError
+from agentmem.validation import check_id
 
 __all__ = ["ANY_USER", "ApiKeyRow", "KeyStore", "Principal"]
 
@@ -87,9 +89,8 @@ class KeyStore:
     """The server's API keys for one store directory (a SQLite file of its own, so the catalog stays the SDK's)."""
 
     def __init__(self, store_path: str | Path) -> None:
-        path = Path(store_path).expanduser().resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        self.path = path / KEYS_FILE
+        path = private_dir(Path(store_path).expanduser().resolve())
+        self.path = private_file(path / KEYS_FILE)  # 0600 before SQLite opens it: key hashes are nobody else's
         self._engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 30})
         _Base.metadata.create_all(self._engine)
 
@@ -98,9 +99,12 @@ class KeyStore:
 
     def add(self, users: Iterable[str], *, label: str | None = None) -> str:
         """Create a key for ``users``; returns the key (only its hash is kept, so it is shown once)."""
-        bound = sorted({u for u in users})
-        if not bound or any(not isinstance(u, str) or not u.strip() for u in bound):
-            raise InvalidInputError("a key needs at least one non-empty user id (--user)")
+        if isinstance(users, str):
+            raise InvalidInputError("users must be a list of user ids, not one string")
+        # the API's own id rule: a key bound to an id every request would refuse could never be used
+        bound = sorted({check_id(u, "user id", required=True) or "" for u in users})
+        if not bound:
+            raise InvalidInputError("a key needs at least one user id (--user)")
         key_id = secrets.token_hex(6)
         key = f"am_{key_id}_{secrets.token_urlsafe(32)}"
         with Session(self._engine) as s, s.begin():

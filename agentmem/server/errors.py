@@ -1,4 +1,5 @@
-"""Typed agentmem errors -> JSON error bodies with the right HTTP status (400, 401, 403, 404, 409, 413).
+"""Typed agentmem errors -> JSON error bodies with the right HTTP status (400, 401, 403, 404, 409, 413; 500 for
+anything unexpected, counted and logged like the rest).
 
 Bodies have the OpenAI shape, so OpenAI clients raise their own typed errors:
 ``{"error": {"message": "...", "type": "invalid_input", "param": "user_id", "code": 400}}``.
@@ -80,6 +81,13 @@ def install_error_handlers(app: FastAPI, on_error: Any = None) -> None:
         loc = [str(x) for x in first.get("loc", ()) if x not in ("body", "query", "path", "header")]
         field = ".".join(loc) or None
         return respond(400, f"{field or 'request'}: {first.get('msg', 'invalid')}", field)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # a bug, not the client's fault: counted like every other error response, logged with its traceback here
+        # (the message may quote request content, so the client gets none of it)
+        log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+        return respond(500, "internal server error (logged on the server)")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

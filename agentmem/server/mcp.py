@@ -158,7 +158,10 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
 
 
 class McpAuth:
-    """ASGI wrapper: the MCP endpoint answers 401 to requests without a valid API key, like the REST API."""
+    """ASGI wrapper: the MCP endpoint answers 401 to requests without a valid API key, like the REST API, and 405 to
+    ``GET``: the server is stateless, so it never has a message of its own to push, and a GET stream would only sit
+    open and idle for as long as the client keeps it (the MCP streamable-HTTP transport lets a server without such
+    a stream answer 405)."""
 
     def __init__(self, app: Any, state: Any) -> None:
         self.app, self.state = app, state
@@ -173,4 +176,9 @@ class McpAuth:
                                         headers={"WWW-Authenticate": "Bearer"})
                 await response(scope, receive, send)
                 return
+        if scope["type"] == "http" and scope["method"] == "GET":
+            response = JSONResponse(error_body(405, "this MCP endpoint has no event stream: POST requests to it"),
+                                    status_code=405, headers={"Allow": "POST"})
+            await response(scope, receive, send)
+            return
         await self.app(scope, receive, send)

@@ -22,6 +22,8 @@ from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from agentmem.erasure import Erasure
+
 __all__ = ["FidelityMonitor", "RequestLog"]
 
 log = logging.getLogger("agentmem.server")
@@ -53,6 +55,33 @@ class RequestLog:
         with self._lock:
             item = self._items.get(rid)
             return dict(item) if item is not None else None
+
+    def purge(self, erasure: Erasure) -> int:
+        """Drop every request that touched what ``erasure`` erased: a
+        request of an erased user or session, or one that recalled an erased entry. Its question and answer are
+        that user's words, and which of them an erased entry held cannot be told, so all of them go; returns how
+        many were dropped.
+
+        Example:
+            >>> log = RequestLog()
+            >>> _ = log.add({"user": "u1", "query": "my diagnosis is ...", "recalled": []})
+            >>> log.purge(Erasure(action="forget_user", user_ids=frozenset({"u1"}))), log.recent()
+            (1, [])
+        """
+        def touched(record: dict[str, Any]) -> bool:
+            hits = {h.get("id") for h in record.get("recalled", ())} | {h.get("id") for h in record.get("mounted", ())}
+            return (record.get("user") in erasure.user_ids or record.get("session_id") in erasure.session_ids
+                    or not hits.isdisjoint(erasure.entry_ids))
+
+        with self._lock:
+            gone = [rid for rid, record in self._items.items() if touched(record)]
+            for rid in gone:
+                del self._items[rid]
+        return len(gone)
+
+    def __contains__(self, rid: object) -> bool:
+        with self._lock:
+            return rid in self._items
 
     def recent(self, users: Any = None, limit: int = 50) -> list[dict[str, Any]]:
         """Newest first; only requests for users in ``users`` when given (a caller sees its own tenants only)."""
@@ -100,12 +129,21 @@ class FidelityMonitor:
             log.info("fidelity scoring skipped: %s", type(exc).__name__)
             self._requests.update(rid, fidelity={"error": type(exc).__name__})
             return
+        if rid not in self._requests:  # erased while it was being scored: keep nothing of it
+            return
         self._metrics.fidelity_kl.observe(report["kl"])
         self._metrics.fidelity_last.set(report["kl"])
         self._metrics.fidelity_top1.set(report["top1_agree"])
         point = {"at": time.time(), "request": rid, **report}
         self.series.append(point)
         self._requests.update(rid, fidelity=report)
+
+    def purge(self, erasure: Erasure) -> None:
+        """Drop the scores of requests the request log no longer holds (call after :meth:`RequestLog.purge`):
+        a point names its request, and an erased user's requests must not stay findable through it."""
+        kept = [p for p in list(self.series) if p["request"] in self._requests]
+        self.series.clear()
+        self.series.extend(kept)
 
     def drain(self, timeout: float = 30.0) -> None:
         """Wait for queued scorings (tests, shutdown)."""

@@ -8,17 +8,20 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentmem.erasure import Erasure
 from agentmem.server.auth import ANY_USER, KeyStore, Principal
 from agentmem.server.metrics import ServerMetrics
 from agentmem.server.monitor import FidelityMonitor, RequestLog
 from agentmem.server.scheduler import Scheduler
 from agentmem.server.tracing import server_tracer
+from agentmem.validation import check_id
 
 __all__ = ["ServerSettings", "ServerState", "caller", "check_user", "get_state", "pick_user"]
 
@@ -55,6 +58,8 @@ class ServerSettings(BaseModel):
     retry_after_s: int = Field(default=1, gt=0, description="Retry-After seconds sent with a 429.")
     drain_seconds: float = Field(default=10.0, ge=0, description="On SIGTERM, how long requests in flight may "
                                  "finish before their decodes are cancelled.")
+    docs: bool = Field(default=False, description="Serve Swagger UI at /docs (behind the API keys). Its assets "
+                       "load from a CDN, so it is off by default; /openapi.json is always served, with a key.")
 
 
 @dataclass
@@ -69,6 +74,7 @@ class ServerState:
     fidelity: FidelityMonitor
     tracer: Any = None  # an OpenTelemetry tracer (the no-op one unless settings.tracing)
     scheduler: Scheduler | None = None  # admission caps and cancel events of chat requests
+    stop_purging: Callable[[], None] = lambda: None  # unregisters :meth:`purge` from the memory's erasures
 
     @classmethod
     def build(cls, mem: Any, keys: KeyStore | None, settings: ServerSettings,
@@ -77,8 +83,21 @@ class ServerState:
         requests = RequestLog(settings.request_log)
         monitor = FidelityMonitor(mem, metrics, requests, share=settings.fidelity_share,
                                   tokens=settings.fidelity_tokens)
-        return cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
-                   tracer=server_tracer(settings.tracing, tracer_provider), scheduler=Scheduler(settings))
+        state = cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
+                    tracer=server_tracer(settings.tracing, tracer_provider), scheduler=Scheduler(settings))
+        state.stop_purging = mem.on_erase(state.purge)
+        return state
+
+    def purge(self, erasure: Erasure) -> None:
+        """Erased data leaves this server's in-process copies too: the inspector's request log, the monitor's
+        scores (``mem.on_erase`` calls this after every forget and sweep, whichever entry point asked)."""
+        self.requests.purge(erasure)
+        self.fidelity.purge(erasure)
+
+    def close(self) -> None:
+        """Stop listening for erasures and let queued fidelity scorings finish (app shutdown)."""
+        self.stop_purging()
+        self.fidelity.close()
 
 
 def get_state(request: Request) -> ServerState:
@@ -106,9 +125,8 @@ def caller(request: Request) -> Principal:
 
 
 def check_user(principal: Principal, user_id: str | None) -> str:
-    """``user_id`` if this caller may touch it; 403 otherwise (400 when missing)."""
-    if not isinstance(user_id, str) or not user_id.strip():
-        raise HTTPException(400, "user_id is required")
+    """``user_id`` if this caller may touch it; 403 otherwise (400 when missing or not a valid id)."""
+    check_id(user_id, "user_id", required=True)  # the library's id rule, before the key is even consulted
     if not principal.may(user_id):
         raise HTTPException(403, f"this API key may not access user {user_id!r}")
     return user_id

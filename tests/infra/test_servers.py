@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,3 +106,51 @@ def test_postgres_binaries_hidden_from_the_server_user_are_copied(tmp_path: Path
     usable = runnable_bin_dir(hidden / "pginstall" / "bin", user)
     assert usable != hidden / "pginstall" / "bin" and _runs_as(usable, user)
     shutil.rmtree(usable.parent)
+
+
+def _dev_servers(tmp_path: Path, *only: str) -> tuple[subprocess.Popen[str], dict[str, int]]:
+    """``python -m tests.servers`` as a shell starts a background job (``make servers &``: SIGINT ignored), and the
+    pid of each server it printed."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.servers", "--dir", str(tmp_path / "srv"), "--only", *only],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=repo,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    pids: dict[str, int] = {}
+    for line in proc.stdout:  # type: ignore[union-attr]
+        if "(pid " in line:
+            pids[line.split()[0]] = int(line.split("(pid ", 1)[1].split(",", 1)[0])
+        if line.startswith("Ctrl-C stops them"):
+            return proc, pids
+    raise AssertionError(f"tests.servers exited {proc.wait()} before its servers were up")
+
+
+def _gone(pid: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["SIGINT-in-background", "SIGTERM", "SIGKILL"])
+def test_dev_servers_stop_their_children_on_every_exit(tmp_path: Path, signum: int) -> None:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    proc, pids = _dev_servers(tmp_path, "redis")
+    try:
+        os.kill(proc.pid, signum)
+        proc.wait(timeout=60)
+        assert _gone(pids["redis"]), f"redis (pid {pids['redis']}) outlived tests.servers after {signum!r}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
