@@ -191,6 +191,15 @@ class Answerer:
 
         return render_tools(self.bank.engine.tokenizer, list(tools))
 
+    def count_tokens(self, text: str) -> int:
+        """``text``'s length in the local LLM's tokens (loads the model): :meth:`agentmem.AgentMemory.count_tokens`.
+
+        Example:
+            >>> mem._answer.count_tokens("Alice likes tea.")                          # doctest: +SKIP
+            5
+        """
+        return len(self.bank.engine.layout.content_ids(text))
+
     def warmup(self) -> dict[str, float]:
         """The one-time work of a first run, in seconds per step: :meth:`agentmem.AgentMemory.warmup`.
 

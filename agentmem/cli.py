@@ -73,6 +73,11 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
           model_id: str = typer.Option("agentmem-smollm2-135m-instruct", help="Model id shown by /v1/models."),
           otel: bool = typer.Option(False, "--otel", help="OpenTelemetry spans (recall / mount / generate) to the "
                                     "configured provider; printed to stderr when none is configured."),
+          upstream: Optional[str] = typer.Option(None, "--upstream", help="Memory proxy mode: answer chat with "
+                                                 "this OpenAI-compatible API (base URL, e.g. http://127.0.0.1:8000/v1),"
+                                                 " memories as text; key from $AGENTMEM_UPSTREAM_API_KEY."),
+          upstream_model: Optional[str] = typer.Option(None, "--upstream-model",
+                                                       help="Model name sent upstream (default: the client's)."),
           log_level: str = typer.Option("warning", help="uvicorn log level."),
           setting: list[str] = typer.Option([], "--set", help="Any other server setting as FIELD=VALUE, e.g. "
                                             "--set max_concurrent_per_user=4 (see agentmem.server.ServerSettings).")
@@ -94,7 +99,7 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
     try:
         settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK,
                                   chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id,
-                                  tracing=otel, **extra)
+                                  tracing=otel, upstream_url=upstream, upstream_model=upstream_model, **extra)
     except ValueError as exc:  # pydantic's ValidationError names the field and the problem
         _fail(f"--set: {exc}")
     if otel:

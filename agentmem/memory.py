@@ -667,6 +667,16 @@ class AgentMemory:
         self._check_open()
         return self._answer.tool_prompt(tools)
 
+    def count_tokens(self, text: str) -> int:
+        """``text``'s length in the local LLM's tokens, e.g. to budget memories pasted into another model's prompt.
+
+        Example:
+            >>> mem.count_tokens("Alice likes tea.")                                  # doctest: +SKIP
+            5
+        """
+        self._check_open()
+        return self._answer.count_tokens(check_text(text, "text"))
+
     def warmup(self) -> dict[str, float]:
         """Do the one-time work of a first run now, not inside the first request; returns seconds per step.
 

@@ -260,7 +260,7 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
     Example:
         >>> app = create_app(AgentMemory("./memdata"), keys=None, settings=ServerSettings(auth=False))
     """
-    from agentmem.server import inspector, openai_compat
+    from agentmem.server import inspector, openai_compat, proxy
     from agentmem.server.mcp import build_mcp
 
     settings = settings or ServerSettings()
@@ -291,7 +291,7 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
                                                                                   type=kind).inc())
     app.add_middleware(_BodyLimit, state=state)
     app.include_router(rest)
-    app.include_router(openai_compat.router)
+    app.include_router(proxy.router if settings.upstream_url else openai_compat.router)  # one answers chat
     app.include_router(inspector.router)
     app.mount("/inspector/static", inspector.static_files(), name="inspector-static")
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentmem.errors import InvalidInputError
 from agentmem.kv.tools import format_tool_call
 
-__all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "read_conversation"]
+__all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "content_text", "last_user_text", "read_conversation"]
 
 # OpenAI fields accepted only at the value that changes nothing (clients such as LangChain send some of them)
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
@@ -137,6 +137,21 @@ def content_text(content: Any, where: str) -> str:
     raise InvalidInputError(f"{where} must be a string or a list of text parts")
 
 
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the last non-empty user message: what memories are recalled for.
+
+    Example:
+        >>> last_user_text([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}])
+        'Hi'
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "user":
+            text = content_text(messages[i].get("content"), f"messages[{i}].content").strip()
+            if text:
+                return text
+    raise InvalidInputError("messages must hold a non-empty user message")
+
+
 def _refuse_unsupported(body: ChatRequest) -> None:
     for name, value in (body.model_extra or {}).items():
         if name not in _NEUTRAL:
@@ -202,10 +217,7 @@ def read_conversation(body: ChatRequest) -> Conversation:
     last_text = content_text(last_m.get("content"), f"messages[{last_i}].content").strip()
     if not last_text:
         raise InvalidInputError(f"messages[{last_i}].content must not be empty")
-    users = [content_text(m.get("content"), f"messages[{i}].content").strip() for i, m in turns if m["role"] == "user"]
-    query = next((u for u in reversed(users) if u), "")
-    if not query:
-        raise InvalidInputError("messages must hold a non-empty user message")
+    query = last_user_text(msgs)
     tools, forced = _read_tools(body)
     return Conversation(
         instructions=[t for t in instructions if t], earlier=[_line(m, i, names) for i, m in before],

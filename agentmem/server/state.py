@@ -56,6 +56,14 @@ class ServerSettings(BaseModel):
     max_tokens_limit: int = Field(default=4096, gt=0, description="Largest max_tokens one chat request may ask "
                                   "for (more: 400).")
     retry_after_s: int = Field(default=1, gt=0, description="Retry-After seconds sent with a 429.")
+    upstream_url: str | None = Field(default=None, pattern=r"^https?://", description="Memory proxy mode: the "
+                                     "base URL of an OpenAI-compatible API (e.g. http://127.0.0.1:8000/v1) that "
+                                     "answers chat, with the caller's memories as a system message "
+                                     "(agentmem/server/proxy.py); None = the local model answers.")
+    upstream_model: str | None = Field(default=None, description="Model name sent upstream (default: the client's).")
+    upstream_timeout_s: float = Field(default=300.0, gt=0, description="Seconds an upstream answer may take.")
+    proxy_memory_tokens: int = Field(default=512, gt=0, description="Proxy mode: the memory message's budget in "
+                                     "the local model's tokens (memories that do not fit are dropped, reported).")
     drain_seconds: float = Field(default=10.0, ge=0, description="On SIGTERM, how long requests in flight may "
                                  "finish before their decodes are cancelled.")
     docs: bool = Field(default=False, description="Serve Swagger UI at /docs (behind the API keys). Its assets "
