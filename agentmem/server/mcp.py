@@ -89,6 +89,8 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
         >>> server = build_mcp(AgentMemory("./memdata"), users=["u1"])                # doctest: +SKIP
         >>> server.run("stdio")                                                       # doctest: +SKIP
     """
+    # one function over 60 lines by design: each tool is a short closure over ``mem`` and ``access``, registered
+    # where it is defined (the SDK reads each function's signature for the tool's schema)
     server = MCPServer("agentmem", instructions=_INSTRUCTIONS, version="0.1.0", log_level="WARNING")
     access = _Access(None if keys is not None else Principal(None, frozenset(users) if users else ANY_USER), keys)
 
