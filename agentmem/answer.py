@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentmem.bank import BankMemory
-from agentmem.store.records import to_hit
+from agentmem.entries.records import to_hit
 from agentmem.validation import (
     check_answer_room,
     check_entry_ids,
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from agentmem.bank import KVBank
     from agentmem.config import MemoryConfig
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.store.catalog import EntryRow
-    from agentmem.store.entries import EntryStore, NewEntry
+    from agentmem.backends.sqlite.catalog import EntryRow
+    from agentmem.entries.store import EntryStore, NewEntry
     from agentmem.types import Hit, MemoryRecord
 
 __all__ = ["Answerer"]

@@ -25,8 +25,8 @@ import torch
 
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
-from agentmem.store.catalog import EntryRow
-from agentmem.store.entries import EntryStore
+from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.entries.store import EntryStore
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class KVBank:
 
     def _kv_fields(self, tokens: int, codec: str | None = None) -> dict[str, Any]:
         codec = codec or self.config.kv_codec  # the catalog's kv_dtype column names the blob's codec
-        # no kb_version here: it is the knowledge version an entry was written under (store/kb_versions.py)
+        # no kb_version here: it is the knowledge version an entry was written under (entries/kb_versions.py)
         return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=codec)
 
     def stale_rows(self, rows: Sequence[EntryRow]) -> list[EntryRow]:

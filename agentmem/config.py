@@ -49,7 +49,7 @@ class MemoryConfig(BaseModel):
     )
     query_tower: str | None = Field(
         default="auto",
-        description="Search queries through a tuned query tower (agentmem.store.query_tower): 'auto' = the bundled "
+        description="Search queries through a tuned query tower (agentmem.embed.query_tower): 'auto' = the bundled "
         "tower with the bundled model and none with another embedding_model; a path = that tower file; None = off. "
         "Stored vectors never depend on it.",
     )

@@ -130,24 +130,24 @@ def build_embedder(ctx: BuildContext) -> Any:
 # --- embedded defaults ------------------------------------------------------------------------------
 def _sqlite_catalog(url: str | None, ctx: BuildContext) -> Any:
     from agentmem._fs import private_file
-    from agentmem.store.catalog import Catalog
+    from agentmem.backends.sqlite.catalog import SqliteCatalog
 
-    return Catalog(str(private_file(ctx.root / "catalog.db")), busy_timeout_ms=ctx.config.busy_timeout_ms)
+    return SqliteCatalog(str(private_file(ctx.root / "catalog.db")), busy_timeout_ms=ctx.config.busy_timeout_ms)
 
 
 def _sqlite_url_catalog(url: str | None, ctx: BuildContext) -> Any:
-    from agentmem.store.catalog import Catalog
+    from agentmem.backends.sqlite.catalog import SqliteCatalog
 
     path = (url or "").split("sqlite:///", 1)[-1] or ":memory:"
-    return Catalog(path, busy_timeout_ms=ctx.config.busy_timeout_ms)
+    return SqliteCatalog(path, busy_timeout_ms=ctx.config.busy_timeout_ms)
 
 
 def _chroma_local(url: str | None, ctx: BuildContext) -> Any:
-    from agentmem.store.vectors import VectorIndex
+    from agentmem.backends.chroma.index import ChromaVectorIndex
 
     path = ctx.root / "chroma" if url is None else Path(url.split("://", 1)[1])
     # Chroma cannot be encrypted: with a cipher it never gets the text, only vectors and scope fields.
-    return VectorIndex(path, keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
+    return ChromaVectorIndex(path, keep_documents=ctx.config.keep_text_in_index and ctx.cipher is None)
 
 
 def _files(url: str | None, ctx: BuildContext) -> Any:
@@ -171,9 +171,9 @@ def _redis_sessions(url: str | None, ctx: BuildContext) -> Any:
 
 
 def _minilm(url: str | None, ctx: BuildContext) -> Any:
-    from agentmem.store.vectors import Embedder
+    from agentmem.embed.minilm import MiniLMEmbedder
 
-    return Embedder(ctx.config.embedding_model, cache_dir=ctx.config.cache_dir,
+    return MiniLMEmbedder(ctx.config.embedding_model, cache_dir=ctx.config.cache_dir,
                     query_tower=query_tower_path(ctx.config.query_tower, ctx.config.embedding_model))
 
 
@@ -187,7 +187,7 @@ def query_tower_path(setting: str | None, embedding_model: str | None) -> Path |
         >>> query_tower_path("auto", "/models/other") is None
         True
     """
-    from agentmem.store.query_tower import BUNDLED_TOWER
+    from agentmem.embed.query_tower import BUNDLED_TOWER
 
     if setting is None:
         return None

@@ -26,14 +26,14 @@ from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure, ErasureListeners
 from agentmem.errors import InvalidInputError, NotFoundError
-from agentmem.store.entries import EntryStore, NewEntry, Scope
-from agentmem.store.consolidation import (CHECKED, LocalConsolidator, apply_decisions, demote_older, demotion_pool,
+from agentmem.entries.store import EntryStore, NewEntry, Scope
+from agentmem.consolidate.local import (CHECKED, LocalConsolidator, apply_decisions, demote_older, demotion_pool,
                                          pack_vector)
-from agentmem.store.consolidation_pairs import PairModel
-from agentmem.store.kb_versions import KbVersions
-from agentmem.store.lifecycle import HistoryEvent
-from agentmem.store.filters import compile_filters
-from agentmem.store.records import memory_line, message_fields, to_hit, to_record
+from agentmem.consolidate.pairs import PairModel
+from agentmem.entries.kb_versions import KbVersions
+from agentmem.entries.lifecycle import HistoryEvent
+from agentmem.entries.filters import compile_filters
+from agentmem.entries.records import memory_line, message_fields, to_hit, to_record
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
@@ -46,8 +46,8 @@ from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
 
 if TYPE_CHECKING:
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.store.catalog import EntryRow
-    from agentmem.store.consolidation_llm import ConsolidationWorker
+    from agentmem.backends.sqlite.catalog import EntryRow
+    from agentmem.consolidate.llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
 
 log = logging.getLogger("agentmem")
@@ -376,7 +376,7 @@ class AgentMemory:
         """The ``k`` memories of ``user_id`` most relevant to ``query`` (hybrid dense + lexical), best first.
 
         ``Hit.score`` is a calibrated relevance in [0, 1] (the estimated probability that the memory is relevant,
-        comparable across queries: docs/retrieval.md); ``min_score`` drops hits below it. ``Hit.scores`` keeps
+        comparable across queries: research/notes/retrieval-lab-notes.md); ``min_score`` drops hits below it. ``Hit.scores`` keeps
         the parts: ``dense`` (cosine similarity), ``lexical`` (BM25), ``context`` (the cosine of a turn's context
         vector) and ``rank`` (the fused ranking score).
         Never returns another user's entries, nor expired ones (even before a sweep). Entries a newer memory
@@ -429,7 +429,7 @@ class AgentMemory:
         if for_mount and cfg.mount_min_score > 0:
             min_score = max(min_score or 0.0, cfg.mount_min_score)
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
-        # is the one the learned head was fitted and measured on (docs/retrieval.md, session 15)
+        # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
         found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow,
                                    chain_stamp=chain_stamp, head_k=k)
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
@@ -540,7 +540,7 @@ class AgentMemory:
     def _llm_worker(self) -> ConsolidationWorker:
         with self._sessions_lock:
             if self._llm is None:
-                from agentmem.store.consolidation_llm import ConsolidationWorker, StoreActions, local_chat
+                from agentmem.consolidate.llm import ConsolidationWorker, StoreActions, local_chat
 
                 chat = self._consolidation_model or local_chat(lambda: self._bank.engine)
                 actions = StoreActions(self._store, open_text=lambda r: self._sealer.open_text(r.id, "text", r.text),

@@ -24,7 +24,7 @@ setting costs no new retrieval.
 
 ``--query-tower`` sets ``MemoryConfig.query_tower`` (``none``: the plain MiniLM query); ``--held-out-towers DIR`` adds
 the figure with each conversation's questions asked through a tower trained without that conversation
-(``benchmarks/train_query_tower.py --hold-out DIR``), the held-out figure of the shipped tower's path; with it, the
+(``research/train_query_tower.py --hold-out DIR``), the held-out figure of the shipped tower's path; with it, the
 ``--folds`` grid and calibration read those held-out towers' candidates too.
 
 Last line: {"backend": ..., "consolidation": ..., "recall@5": ..., "recall@10": ..., "questions": N, ..., "cv": {...}}
@@ -52,12 +52,12 @@ from tqdm import tqdm
 from _backends import BACKENDS, backend_urls
 
 from agentmem import AgentMemory, MemoryConfig
-from agentmem.store.calibration import Calibration
-from agentmem.store.entries import Scope
-from agentmem.store.head import HeadLoader, Ranked, rank_candidates
-from agentmem.store.learned_rank import HeadModel
-from agentmem.store.rerank import HeadEntry
-from agentmem.store.retrieval import Candidates, RetrievalParams
+from agentmem.recall.calibration import Calibration
+from agentmem.entries.store import Scope
+from agentmem.recall.head import HeadLoader, Ranked, rank_candidates
+from agentmem.recall.learned_rank import HeadModel
+from agentmem.recall.rerank import HeadEntry
+from agentmem.recall.retrieval import Candidates, RetrievalParams
 
 # the grid searched on the training folds: the ranking constants that moved recall when tried one by one
 GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
@@ -191,12 +191,12 @@ def by_conversation(questions: list[Question], ranked: list[list[str]], ks: list
 @contextlib.contextmanager
 def conversation_tower(mem: AgentMemory, towers: Path | None, conv: str) -> Iterator[None]:
     """Inside the block the store's embedder asks through ``towers/<conv>.safetensors`` (a query tower trained
-    without conversation ``conv``: ``benchmarks/train_query_tower.py --hold-out``); nothing changes when ``towers``
+    without conversation ``conv``: ``research/train_query_tower.py --hold-out``); nothing changes when ``towers``
     is None. The benchmark swaps the tower in place, as it reaches into the store for candidates."""
     if towers is None:
         yield
         return
-    from agentmem.store.query_tower import QueryTower
+    from agentmem.embed.query_tower import QueryTower
 
     embedder = mem._store.embedder
     before, embedder.query_tower = embedder.query_tower, QueryTower.load(towers / f"{conv}.safetensors")
@@ -223,7 +223,7 @@ def row_loader(rows: dict[str, Any]) -> HeadLoader:
 
 def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int,
             model: HeadModel = HeadModel()) -> list[tuple[str, float]]:
-    """The store's ranking (``agentmem.store.head.rank_candidates``, what recall orders by) for one setting, every
+    """The store's ranking (``agentmem.recall.head.rank_candidates``, what recall orders by) for one setting, every
     row admitted, the head's learned order with ``model``'s weights (default the shipped ones)."""
     return rank_candidates(q.text, cands, p, k, row_loader(rows), model)
 
@@ -379,7 +379,7 @@ def main() -> None:
                     help="MemoryConfig.query_tower for recall: auto (the bundled tower), none (off) or a tower file")
     ap.add_argument("--held-out-towers", type=Path, default=None,
                     help="also: each conversation's questions through DIR/<conversation>.safetensors, a tower trained "
-                    "without it (benchmarks/train_query_tower.py --hold-out)")
+                    "without it (research/train_query_tower.py --hold-out)")
     args = ap.parse_args()
 
     conversations = json.loads(args.data.read_text())[: args.conversations]

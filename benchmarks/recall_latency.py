@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from agentmem import AgentMemory
 from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.store.retrieval import RetrievalParams
+from agentmem.recall.retrieval import RetrievalParams
 
 SUBJECTS = ["my sister", "the dog", "our landlord", "my manager", "the dentist", "grandma", "the neighbour", "Tom",
             "the bakery", "my bike", "the garden", "our team", "the kids", "my doctor", "the car", "Lisa"]

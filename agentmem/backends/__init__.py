@@ -1,7 +1,8 @@
 """Implementations of the ports (:mod:`agentmem.ports`), one module each.
 
-The embedded defaults live where they always did (:mod:`agentmem.store.catalog` for SQLite,
-:mod:`agentmem.store.vectors` for embedded Chroma); blobs on disk are :mod:`agentmem.backends.files`.
+The embedded defaults: :mod:`agentmem.backends.sqlite` (the SQLite catalog, whose SQLAlchemy model and migrations
+the PostgreSQL catalog shares), :mod:`agentmem.backends.chroma` (embedded Chroma) and :mod:`agentmem.backends.files`
+(blobs on disk).
 Server backends (PostgreSQL, pgvector, Chroma over HTTP) sit beside them and register a URL scheme with
 :mod:`agentmem.factory`.
 """

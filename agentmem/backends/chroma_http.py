@@ -19,12 +19,12 @@ from urllib.parse import urlsplit
 
 from agentmem.errors import InvalidInputError
 from agentmem.ports.vectors import SPACES
-from agentmem.store.chroma_sync import Overlay
-from agentmem.store.vectors import VectorIndex
+from agentmem.backends.chroma.sync import Overlay
+from agentmem.backends.chroma.index import ChromaVectorIndex
 
 
 class _ServerHandle:
-    """What :class:`VectorIndex` needs from its client holder, for a server: always fresh, no cross-process lock."""
+    """What :class:`ChromaVectorIndex` needs from its client holder, for a server: always fresh, no cross-process lock."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -60,7 +60,7 @@ class _ServerHandle:
         self.collections = {}
 
 
-class ChromaHttpIndex(VectorIndex):
+class ChromaHttpIndex(ChromaVectorIndex):
     """Vectors in a Chroma server, one collection per user."""
 
     def __init__(self, url: str, *, keep_documents: bool = False) -> None:  # noqa: D107 - see class docstring

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import ARRAY, String, any_, bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from agentmem.store.catalog import Catalog, EntryRow, TagRow, TurnContext, _chunks, add_rows, erase_lifecycle, fts_query
-from agentmem.store.lexical_bounds import B as _B, K1 as _K1, can_stop, term_bound, token_count
+from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow, TagRow, TurnContext, chunks, add_rows, erase_lifecycle, fts_query
+from agentmem.backends.lexical_bounds import B as _B, K1 as _K1, can_stop, term_bound, token_count
 
 _TS_CONFIG = "english"
 _ADVISORY_KEY = 0x616D656D  # "amem": serialises migrations across processes and hosts
@@ -46,7 +46,7 @@ _BM25 = text(
     "WHERE p.user_id = :u AND p.term = ANY(CAST(:terms AS varchar[])) GROUP BY p.entry_id "
     "ORDER BY s DESC, p.entry_id LIMIT :n")
 # The same, over only the documents holding every query term (found through the GIN index, each scored from its
-# own postings by primary key): the early answer of agentmem.store.lexical_bounds. A join let the planner hash every
+# own postings by primary key): the early answer of agentmem.backends.lexical_bounds. A join let the planner hash every
 # posting of the terms (thousands) to keep a few hundred; the correlated sum reads only those documents' postings.
 _BM25_ALL_TERMS = text(
     "SELECT c.id, (SELECT sum(w.idf * p.tf * (:k1 + 1) / (p.tf + :k1 * (1 - :b + :b * p.doc_len / :avg))) "
@@ -65,7 +65,7 @@ _INDEX_POSTINGS = text(
     "WHERE d.id = ANY(CAST(:ids AS varchar[])) RETURNING user_id, term, tf")
 
 
-class PostgresCatalog(Catalog):
+class PostgresCatalog(SqliteCatalog):
     """The catalog in PostgreSQL (``postgresql+psycopg://user@host:port/db``)."""
 
     def __init__(self, url: str, *, pool_size: int = 5) -> None:  # noqa: D107 - see class docstring
@@ -82,7 +82,7 @@ class PostgresCatalog(Catalog):
         self._lexical_tables = set()
         self.early_stops = 0  # lexical searches answered by the documents holding every term
         from agentmem.backends.migrations import apply_migrations
-        from agentmem.store.schema import MIGRATIONS
+        from agentmem.backends.sqlite.schema import MIGRATIONS
 
         with self.engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
@@ -177,7 +177,7 @@ class PostgresCatalog(Catalog):
             return []
         out: list[EntryRow] = []
         with self._sessions.begin() as s:
-            for chunk in _chunks(list(ids), 500):
+            for chunk in chunks(list(ids), 500):
                 rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk))))
                 if not rows:
                     continue
@@ -200,7 +200,7 @@ class PostgresCatalog(Catalog):
         """Okapi BM25 over ``user_id``'s documents: [(id, score)], best first, score > 0.
 
         At scale the documents holding every query term are scored first; when they fill ``limit`` and no
-        document missing a term can beat the last of them (:mod:`agentmem.store.lexical_bounds`: each term's
+        document missing a term can beat the last of them (:mod:`agentmem.backends.lexical_bounds`: each term's
         largest tf and the user's shortest document bound its share), that is the answer. Otherwise every
         posting of the query terms is scored. Same scores either way; only ties at the cut may differ.
         """
@@ -254,7 +254,7 @@ class PostgresCatalog(Catalog):
             "FROM entries e WHERE e.write_state IS NULL AND e.id = ANY(CAST(:ids AS varchar[]))")
         out: dict[str, TurnContext] = {}
         with self.read_engine.connect() as conn:
-            for chunk in _chunks(list(ids), 500):
+            for chunk in chunks(list(ids), 500):
                 for entry_id, session_id, is_turn, prev, nxt in conn.execute(sql, {"ids": chunk}).all():
                     out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
                                                 tuple(nxt.split()) if is_turn and nxt else ())

@@ -204,7 +204,7 @@ CODECS: dict[str, Codec] = {name: Codec(name) for name in FLOAT_CODECS} | {
     "k4v3hsf": Codec("k4v3hsf", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True,
                      clip_grid="fine"),
     # k4v3hsf with layer 1's values at 4 bits: the layer whose 3-bit values cost the most KL on the tune split
-    # (leave-one-layer-out, benchmarks/kv_codec_variants.py); +24 B/token on SmolLM2.
+    # (leave-one-layer-out, research/kv_codec_variants.py); +24 B/token on SmolLM2.
     "k4v3hsl": Codec("k4v3hsl", 4, 3, key_group=128, value_transform="hadamard", value_symmetric=True, clip=True,
                      clip_grid="fine", layer_bits=((1, 4, 4),)),
     # ... and layer 18's too (the next most sensitive values on the tune split; +48 B/token in all)

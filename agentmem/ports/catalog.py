@@ -5,13 +5,13 @@ marked first, then its vector and blob are erased, then the row goes. Readers ne
 committed. Recovery asks :meth:`Catalog.pending` for marked rows older than a grace period and finishes or rolls
 them back: it never scans the vectors or the blobs, and it needs no process ids, so it works across hosts.
 
-Rows are :class:`agentmem.store.catalog.EntryRow` (SQLAlchemy 2.0 typed ORM); both SQL catalogs share the model.
+Rows are :class:`agentmem.backends.sqlite.catalog.EntryRow` (SQLAlchemy 2.0 typed ORM); both SQL catalogs share the model.
 Schema changes are numbered, forward-only migrations applied on open (:mod:`agentmem.backends.migrations`).
 
 Example:
     >>> from agentmem.ports.catalog import Catalog
-    >>> from agentmem.store.catalog import Catalog as SQLiteCatalog
-    >>> isinstance(SQLiteCatalog(":memory:"), Catalog)
+    >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
+    >>> isinstance(SqliteCatalog(":memory:"), Catalog)
     True
 """
 
@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from agentmem.store.catalog import EntryRow, TurnContext
-    from agentmem.store.entry_records import EntryRecord
+    from agentmem.backends.sqlite.catalog import EntryRow, TurnContext
+    from agentmem.backends.sqlite.entry_records import EntryRecord
 
 
 @runtime_checkable
@@ -70,7 +70,7 @@ class Catalog(Protocol):
         ...
 
     def records(self, ids: Sequence[str]) -> list[EntryRecord]:
-        """Like :meth:`get`, as read-only :class:`~agentmem.store.entry_records.EntryRecord` objects (same
+        """Like :meth:`get`, as read-only :class:`~agentmem.backends.sqlite.entry_records.EntryRecord` objects (same
         attributes, no ORM session): what recall reads on every call."""
         ...
 

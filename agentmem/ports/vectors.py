@@ -5,7 +5,7 @@ garbage. Every method is scoped by user so that no query can reach another user'
 
 An entry may have a vector in more than one *space*: ``""`` holds the entries' own vectors (the embedded memory
 line), :data:`CONTEXT_SPACE` a conversation turn's context vector (its own vector plus its predecessor's,
-normalised: :mod:`agentmem.store.context_vectors`). Spaces are separate namespaces (a collection or table each);
+normalised: :mod:`agentmem.entries.context_vectors`). Spaces are separate namespaces (a collection or table each);
 ``delete`` removes an id from every space, so erasing an entry erases all of its vectors.
 
 Example:
@@ -23,7 +23,7 @@ import numpy as np
 
 from agentmem.errors import InvalidInputError
 
-CONTEXT_SPACE = "context"  # turn context vectors (agentmem.store.context_vectors)
+CONTEXT_SPACE = "context"  # turn context vectors (agentmem.entries.context_vectors)
 SPACES = ("", CONTEXT_SPACE)  # every space an index keeps: "" (the entries' own vectors) first
 
 
@@ -141,4 +141,23 @@ def query_each_space(index: VectorIndex, vector: np.ndarray, *, user_id: str, n:
             for s, c in zip(spaces, per_space(n, spaces))]
 
 
-__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space", "per_space", "query_each_space"]
+def where_clause(**fields: Any) -> dict[str, Any] | None:
+    """A ``where`` in the port's operator dialect from the non-None scoping fields (lists become ``$in``).
+
+    Example:
+        >>> where_clause(session_id=None, kind=["turn", "fact"])
+        {'kind': {'$in': ['turn', 'fact']}}
+        >>> where_clause(session_id="s1", kind="turn")
+        {'$and': [{'session_id': 's1'}, {'kind': 'turn'}]}
+    """
+    clauses = []
+    for key, value in fields.items():
+        if value is None:
+            continue
+        clauses.append({key: {"$in": list(value)}} if isinstance(value, (list, tuple)) else {key: value})
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+__all__ = ["CONTEXT_SPACE", "SPACES", "VectorIndex", "check_space", "per_space", "query_each_space", "where_clause"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from agentmem.store.consolidation import content_words
+from agentmem.text import content_words
 
 
 class TopicDetector:

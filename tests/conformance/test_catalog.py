@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from agentmem.ports import Catalog
-from agentmem.store.catalog import Catalog as SQLiteCatalog
-from agentmem.store.catalog import EntryRow
-from agentmem.store.schema import SCHEMA_VERSION
+from agentmem.backends.sqlite.catalog import SqliteCatalog
+from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.schema import SCHEMA_VERSION
 
 BACKENDS = ["sqlite", "postgres"]
 
 
 def make_catalog(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Catalog:
     if kind == "sqlite":
-        return SQLiteCatalog(str(tmp_path / "catalog.db"))
+        return SqliteCatalog(str(tmp_path / "catalog.db"))
     from agentmem.backends.postgres import PostgresCatalog
 
     return PostgresCatalog(request.getfixturevalue("fresh_postgres_url"))
@@ -62,7 +62,7 @@ def test_rows_round_trip_in_the_order_asked(cat: Catalog) -> None:
 
 def test_records_are_get_without_the_orm(cat: Catalog) -> None:
     """Recall's read-only records (Catalog.records, one Core SELECT) carry every column of get's ORM rows."""
-    from agentmem.store.entry_records import _FIELDS
+    from agentmem.backends.sqlite.entry_records import _FIELDS
 
     rows = [_row(f"r{i}", text=f"text {i}", session=f"s{i % 2}", at=float(i)) for i in range(6)]
     rows[1].metadata_json, rows[2].speaker, rows[3].text_vector = {"n": [1, {"x": "y"}]}, "Ann", b"\x00\x01"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from agentmem.ports import Embedder, QueryEmbedder, embed_query
-from agentmem.store.query_tower import BUNDLED_TOWER
-from agentmem.store.vectors import Embedder as MiniLM
+from agentmem.embed.query_tower import BUNDLED_TOWER
+from agentmem.embed.minilm import MiniLMEmbedder as MiniLM
 
 KINDS = ["minilm-int8-queries", "minilm-float-queries", "minilm-no-onnx", "minilm-query-tower", "encode-only"]
 

@@ -18,7 +18,7 @@ DIM = 16
 
 def make_index(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> VectorIndex:
     if kind == "chroma":
-        from agentmem.store.vectors import VectorIndex as Embedded
+        from agentmem.backends.chroma.index import ChromaVectorIndex as Embedded
 
         return Embedded(tmp_path / "chroma")
     if kind == "pgvector":
@@ -121,7 +121,7 @@ def test_a_small_user_among_many_rows_gets_its_exact_neighbours(index: VectorInd
 
 
 def test_context_space_is_a_separate_namespace_erased_with_the_entry(index: VectorIndex) -> None:
-    # turn context vectors live beside the entries' own vectors, under the same ids (agentmem.store.context_vectors)
+    # turn context vectors live beside the entries' own vectors, under the same ids (agentmem.entries.context_vectors)
     vecs = _fill(index)
     ctx = _unit(np.random.default_rng(2), 5)
     index.add(["u"] * 5, [f"e{i}" for i in range(5)], ctx, [{"kind": "turn", "session_id": "s0"}] * 5,

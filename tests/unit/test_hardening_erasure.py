@@ -10,7 +10,7 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.security import scan_tree_for_markers
-from agentmem.security.chroma_erase import REBUILD_SUFFIX, recover_rebuilds
+from agentmem.backends.chroma.erase import REBUILD_SUFFIX, recover_rebuilds
 
 N_FLUSH = 1_100  # past Chroma's default HNSW sync threshold (1,000): vectors reach data_level0.bin
 

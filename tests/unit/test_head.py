@@ -1,4 +1,4 @@
-"""The benchmarks rank with recall's own order (agentmem.store.head.rank_candidates): LoCoMo's ``ranking``, which the
+"""The benchmarks rank with recall's own order (agentmem.recall.head.rank_candidates): LoCoMo's ``ranking``, which the
 cross-validation, the calibration fits and the learned-head ablations score, must return exactly the ids and rank
 scores ``recall`` returns over the same candidates, on a real store ingested by the benchmark's own loader."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.store.head import head_of, rank_candidates
-from agentmem.store.head_cues import widen
-from agentmem.store.learned_rank import HeadModel, reorder
-from agentmem.store.multihop import for_query
-from agentmem.store.rerank import HeadEntry
-from agentmem.store.retrieval import RetrievalParams, best_first, rank_parts
+from agentmem.recall.head import head_of, rank_candidates
+from agentmem.recall.head_cues import widen
+from agentmem.recall.learned_rank import HeadModel, reorder
+from agentmem.recall.multihop import for_query
+from agentmem.recall.rerank import HeadEntry
+from agentmem.recall.retrieval import RetrievalParams, best_first, rank_parts
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 import locomo  # noqa: E402
@@ -91,7 +91,7 @@ def test_the_comparison_sees_every_step(bench) -> None:
 
 def test_the_loader_decides_the_head() -> None:
     """What ``load`` leaves out of the head (a row the scope rejects) is not ranked; its tail follows the head."""
-    from agentmem.store.retrieval import Candidates
+    from agentmem.recall.retrieval import Candidates
 
     lines = {"a": ("Ann", "[1 May 2023] Ann: I went hiking"), "b": ("Bob", "[1 May 2023] Bob: where to?"),
              "c": ("Ann", "[2 May 2023] Ann: hiking again")}
@@ -107,7 +107,7 @@ def test_the_loader_decides_the_head() -> None:
 
 def test_the_head_model_is_an_argument(bench) -> None:
     """``model`` omitted is the shipped weights; other weights change the order through the argument alone (no
-    default of ``reorder`` is touched, as benchmarks/context_pool_ablation.py's refit once did)."""
+    default of ``reorder`` is touched, as research/context_pool_ablation.py's refit once did)."""
     mem, questions, rows = bench
     params, k = mem._store.params, 10
     load = locomo.row_loader(rows)

@@ -1,5 +1,5 @@
-"""Question-text cues and the widened head that benchmarks/learned_ablation.py measures for the learned head order
-(agentmem/store/head_cues.py): what each cue reads from the question and the head's turns, and what joins the head."""
+"""Question-text cues and the widened head that research/learned_ablation.py measures for the learned head order
+(agentmem/recall/head_cues.py): what each cue reads from the question and the head's turns, and what joins the head."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from agentmem.store.head_cues import CUES, cue_columns, cues, question_words, stem, widen
-from agentmem.store.learned_rank import FEATURES, HeadModel, features, reorder
-from agentmem.store.rerank import HeadEntry, rerank
-from agentmem.store.retrieval import Candidates, RetrievalParams, best_first, rank_parts
+from agentmem.recall.head_cues import CUES, cue_columns, cues, question_words, stem, widen
+from agentmem.recall.learned_rank import FEATURES, HeadModel, features, reorder
+from agentmem.recall.rerank import HeadEntry, rerank
+from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first, rank_parts
 
 
 class Place:

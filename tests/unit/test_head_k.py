@@ -7,8 +7,8 @@ import itertools
 from pathlib import Path
 
 from agentmem import AgentMemory
-from agentmem.store.consolidation import demotion_pool
-from agentmem.store.entries import Scope
+from agentmem.consolidate.local import demotion_pool
+from agentmem.entries.store import Scope
 
 PEOPLE = ["Caroline", "Melanie", "John", "Maria", "Dave", "Gina"]
 THINGS = ["went hiking by the lake", "painted a sunset", "adopted a puppy", "ran a charity race", "baked bread",

@@ -1,4 +1,4 @@
-"""The learned head order (agentmem.store.learned_rank): what it moves, what it keeps, and that it is off-able."""
+"""The learned head order (agentmem.recall.learned_rank): what it moves, what it keeps, and that it is off-able."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from agentmem import AgentMemory
-from agentmem.store.learned_rank import FEATURES, HEAD_CUES, WEIGHTS, HeadModel, features, reorder
-from agentmem.store.rerank import HeadEntry, rerank
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_parts, rank_scores
+from agentmem.recall.learned_rank import FEATURES, HEAD_CUES, WEIGHTS, HeadModel, features, reorder
+from agentmem.recall.rerank import HeadEntry, rerank
+from agentmem.recall.retrieval import Candidates, RetrievalParams, rank_parts, rank_scores
 
 HEAD = [HeadEntry("q", 1.0, "Ann", "[1 May 2023] Ann: where did you go?"),
         HeadEntry("a", 0.9, "Bob", "[1 May 2023] Bob: I went hiking in the Alps with my brother last week"),

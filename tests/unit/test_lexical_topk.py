@@ -1,4 +1,4 @@
-"""Early-terminated lexical top-k (agentmem.store.lexical_bounds) equals exhaustive BM25 on a real store, on SQLite
+"""Early-terminated lexical top-k (agentmem.backends.lexical_bounds) equals exhaustive BM25 on a real store, on SQLite
 (FTS5) and PostgreSQL: same scores position by position, same ids except where scores tie at the cut.
 
 The corpus is built so the shortcut both fires and must be refused: Zipf-distributed words (a few in most
@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from agentmem.backends.migrations import apply_migrations
-from agentmem.store.catalog import Catalog as SQLiteCatalog
-from agentmem.store.catalog import EntryRow, lexical_table
-from agentmem.store.lexical_bounds import can_stop, doc_bounds, prefix_counts, term_bound
-from agentmem.store.schema import MIGRATIONS
+from agentmem.backends.sqlite.catalog import SqliteCatalog
+from agentmem.backends.sqlite.catalog import EntryRow, lexical_table
+from agentmem.backends.lexical_bounds import can_stop, doc_bounds, prefix_counts, term_bound
+from agentmem.backends.sqlite.schema import MIGRATIONS
 
 STEMS = ("kayak heron lantern orchard paint garden violin harbour market river bridge ferry museum coffee winter "
          "doctor sister station recipe festival glacier canyon pottery library bicycle concert airport meadow").split()
@@ -55,7 +55,7 @@ def _fill(cat, docs: list[str], user: str = "u") -> None:
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     if request.param == "sqlite":
-        cat = SQLiteCatalog(str(tmp_path_factory.mktemp("lex") / "catalog.db"))
+        cat = SqliteCatalog(str(tmp_path_factory.mktemp("lex") / "catalog.db"))
     else:
         from agentmem.backends.postgres import PostgresCatalog
 
@@ -138,7 +138,7 @@ def test_a_sqlite_store_at_schema_6_gets_its_bounds_on_open(tmp_path: Path) -> N
                               "VALUES (:i, 'u', 'turn', :t, :t, '{}', 1.0)"), {"i": f"e{i:05d}", "t": d})
             conn.execute(text(f"INSERT INTO {table}(id, content) VALUES (:i, :t)"), {"i": f"e{i:05d}", "t": d})
     eng.dispose()
-    cat = SQLiteCatalog(str(path))
+    cat = SqliteCatalog(str(path))
     with cat.engine.connect() as conn:
         bounds = dict(conn.execute(text("SELECT prefix, value FROM lexical_bounds WHERE tbl = :t"), {"t": table}).all())
     assert bounds[""] == 2 and bounds["ka"] >= 1  # the shortest document has 2 tokens

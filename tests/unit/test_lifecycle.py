@@ -9,7 +9,7 @@ import pytest
 
 from agentmem import AgentMemory, InvalidInputError, NotFoundError
 from agentmem.kv.testing import tiny_causal_lm
-from agentmem.store.lifecycle import Lifecycle
+from agentmem.entries.lifecycle import Lifecycle
 
 
 @pytest.fixture(scope="module")

@@ -134,7 +134,7 @@ def test_llm_consolidation_with_the_local_model(tmp_path: Path, tiny_pair) -> No
 def test_the_choice_processor_only_allows_the_valid_answers() -> None:
     import torch
 
-    from agentmem.store.consolidation_llm import ChoiceProcessor, choices
+    from agentmem.consolidate.llm import ChoiceProcessor, choices
 
     assert choices(2) == ["ADD", "UPDATE 0", "UPDATE 1", "DELETE 0", "DELETE 1", "NOOP 0", "NOOP 1"]
     proc = ChoiceProcessor([[3, 4], [3, 5], [6]], eos_id=0)

@@ -1,5 +1,5 @@
 """Recall-time consolidation: a superseded hit stands for the entry that replaced it; the public switches of both
-recall steps (agentmem/store/consolidation_recall.py)."""
+recall steps (agentmem/consolidate/versions.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from agentmem import AgentMemory
-from agentmem.store.entries import Scope
-from agentmem.store.lifecycle import DELETED, SUPERSEDED, HistoryEvent
+from agentmem.entries.store import Scope
+from agentmem.entries.lifecycle import DELETED, SUPERSEDED, HistoryEvent
 
 QUERY = "What is my favorite food?"
 
@@ -146,7 +146,7 @@ def test_the_conflict_check_settles_the_same_head_whatever_k(tmp_path: Path) -> 
     """recall(k=10) looks 15 deep to fill its list, but only the first CHECKED hits are checked for conflicts, as
     for recall(k=5): a restatement from the bottom of the pool no longer pulls itself over the evidence above it
     (LoCoMo's "Which cities has Jon visited?" lost its evidence that way)."""
-    from agentmem.store.consolidation import CHECKED
+    from agentmem.consolidate.local import CHECKED
 
     old = "I'm on the hunt for the ideal spot for my dance studio, so I visited Paris and Rome to look around."
     trips = ["I flew to Berlin for a dance festival.", "Rome was packed with tourists when I went.",

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agentmem import AgentMemory
-from agentmem.store.query_tower import BUNDLED_BASE, QueryTower, save_tower
+from agentmem.embed.query_tower import BUNDLED_BASE, QueryTower, save_tower
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import locomo  # noqa: E402

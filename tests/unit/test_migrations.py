@@ -1,7 +1,7 @@
 """Schema migrations: numbered, forward-only, applied on open, tested from every earlier schema.
 
 Each earlier schema is built for real by applying the migration list up to that version, filled with data the way
-that version stored it, then opened with today's :class:`Catalog`.
+that version stored it, then opened with today's :class:`SqliteCatalog`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from sqlalchemy import create_engine, inspect, text
 
 from agentmem.backends.migrations import Migration, apply_migrations, schema_version
 from agentmem.errors import AgentMemError
-from agentmem.store.catalog import Base, Catalog, EntryRow, lexical_table
-from agentmem.store.schema import MIGRATIONS, SCHEMA_VERSION
+from agentmem.backends.sqlite.catalog import Base, SqliteCatalog, EntryRow, lexical_table
+from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
 _ROWS = [("a1", "alice", "red kayak"), ("b1", "bob", "blue kayak")]
 
@@ -42,7 +42,7 @@ def _old_store(path: Path, version: int) -> None:
 def test_every_earlier_schema_migrates_on_open_and_keeps_its_data(tmp_path: Path, version: int) -> None:
     path = tmp_path / "c.db"
     _old_store(path, version)
-    cat = Catalog(str(path))
+    cat = SqliteCatalog(str(path))
     assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
     assert [r.id for r in cat.get(["a1", "b1"])] == ["a1", "b1"]  # old rows are committed rows
     assert [i for i, _ in cat.lexical_search("kayak", user_id="alice", limit=5)] == ["a1"]
@@ -65,7 +65,7 @@ def _indexes(engine) -> dict[str, set[str]]:
 
 
 def test_migrated_schema_equals_the_orm_model(tmp_path: Path) -> None:
-    Catalog(str(tmp_path / "migrated.db")).close()
+    SqliteCatalog(str(tmp_path / "migrated.db")).close()
     migrated = create_engine(f"sqlite:///{tmp_path / 'migrated.db'}")
     fresh = create_engine(f"sqlite:///{tmp_path / 'orm.db'}")
     Base.metadata.create_all(fresh)
@@ -80,7 +80,7 @@ def test_two_opens_race_on_a_new_store_and_both_work(tmp_path: Path) -> None:
 
     def open_one() -> None:
         try:
-            Catalog(str(tmp_path / "c.db")).close()
+            SqliteCatalog(str(tmp_path / "c.db")).close()
         except BaseException as exc:  # asserted below
             errors.append(exc)
 
@@ -90,18 +90,18 @@ def test_two_opens_race_on_a_new_store_and_both_work(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    cat = Catalog(str(tmp_path / "c.db"))
+    cat = SqliteCatalog(str(tmp_path / "c.db"))
     cat.insert([EntryRow(id="x", user_id="u", kind="turn", text="t", memory_text="t", created_at=0.0)],
                index_texts=["t"])
     assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
 
 
 def test_a_store_from_newer_code_is_refused(tmp_path: Path) -> None:
-    Catalog(str(tmp_path / "c.db")).close()
+    SqliteCatalog(str(tmp_path / "c.db")).close()
     with sqlite3.connect(tmp_path / "c.db") as con:
         con.execute("UPDATE store_info SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
     with pytest.raises(AgentMemError, match="newer"):
-        Catalog(str(tmp_path / "c.db"))
+        SqliteCatalog(str(tmp_path / "c.db"))
 
 
 def test_runner_applies_in_order_once_and_rejects_gaps() -> None:

@@ -1,5 +1,5 @@
 """List questions ("What activities …", "How many times …") rank with a weaker session boost
-(agentmem/store/multihop.py), through the store's own ranking."""
+(agentmem/recall/multihop.py), through the store's own ranking."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.store.entries import Scope
-from agentmem.store.multihop import for_query, list_question
-from agentmem.store.retrieval import RetrievalParams
+from agentmem.entries.store import Scope
+from agentmem.recall.multihop import for_query, list_question
+from agentmem.recall.retrieval import RetrievalParams
 
 
 @pytest.mark.parametrize("question, expected", [

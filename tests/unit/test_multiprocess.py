@@ -99,8 +99,8 @@ def test_concurrent_writers_lose_and_duplicate_nothing(tmp_path: Path) -> None:
 _OTHER = """
 import sys, numpy as np
 from pathlib import Path
-from agentmem.store.vectors import VectorIndex
-index = VectorIndex(Path(sys.argv[1]))
+from agentmem.backends.chroma.index import ChromaVectorIndex
+index = ChromaVectorIndex(Path(sys.argv[1]))
 rng = np.random.default_rng(int(sys.argv[2]))
 for step in sys.argv[3:]:
     op, _, arg = step.partition(":")
@@ -124,10 +124,10 @@ def _other(path: Path, seed: int, *steps: str) -> None:
 def test_a_reader_sees_other_processes_writes_without_reopening_its_client(tmp_path: Path) -> None:
     """Others' upserts and deletes reach a process whose index is loaded through the journal, exactly scored; a
     write to a collection changed elsewhere re-opens first, so the persisted index loses nothing."""
-    from agentmem.store.vectors import VectorIndex
+    from agentmem.backends.chroma.index import ChromaVectorIndex
 
     path = tmp_path / "chroma"
-    index = VectorIndex(path)
+    index = ChromaVectorIndex(path)
     rng = np.random.default_rng(0)
     mine = [f"a{i}" for i in range(30)]
     index.add(["u"] * 30, mine, rng.standard_normal((30, 16)).astype(np.float32), [{"kind": "note"}] * 30)
@@ -149,6 +149,6 @@ def test_a_reader_sees_other_processes_writes_without_reopening_its_client(tmp_p
     after = {i for i, _ in index.query(np.ones(16, np.float32), user_id="u", n=100)}
     assert after == set(mine[2:]) | {"b0", "b1", "a30"}
     index.close()
-    fresh = VectorIndex(path)  # a new process's view: the persisted index holds every write
+    fresh = ChromaVectorIndex(path)  # a new process's view: the persisted index holds every write
     assert {i for i, _ in fresh.query(np.ones(16, np.float32), user_id="u", n=100)} == after
     fresh.close()

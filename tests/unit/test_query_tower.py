@@ -1,4 +1,4 @@
-"""The query tower (agentmem.store.query_tower): LoRA deltas merged into a copy of MiniLM for search queries only."""
+"""The query tower (agentmem.embed.query_tower): LoRA deltas merged into a copy of MiniLM for search queries only."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from agentmem.errors import InvalidInputError
 from agentmem.factory import query_tower_path
-from agentmem.store.query_tower import BUNDLED_BASE, BUNDLED_TOWER, QueryTower, save_tower
-from agentmem.store.vectors import Embedder
+from agentmem.embed.query_tower import BUNDLED_BASE, BUNDLED_TOWER, QueryTower, save_tower
+from agentmem.embed.minilm import MiniLMEmbedder
 
 QUERIES = ["what did the dentist recommend?", "Would Caroline pursue writing as a career?", "hi"]
 TOP = ("encoder.layer.5.attention.self.query", "encoder.layer.5.output.dense", "encoder.layer.4.intermediate.dense")
@@ -30,9 +30,9 @@ def _tower(path: Path, *, zero: bool, seed: int = 0) -> Path:
 
 
 def test_a_zero_tower_is_the_base_model_and_a_tuned_one_moves_queries_but_never_what_is_stored(tmp_path: Path) -> None:
-    base = Embedder(cache_dir=tmp_path, onnx_queries=False)
-    zero = Embedder(cache_dir=tmp_path, onnx_queries=False, query_tower=_tower(tmp_path / "z.safetensors", zero=True))
-    tuned = Embedder(cache_dir=tmp_path, onnx_queries=False, query_tower=_tower(tmp_path / "t.safetensors", zero=False))
+    base = MiniLMEmbedder(cache_dir=tmp_path, onnx_queries=False)
+    zero = MiniLMEmbedder(cache_dir=tmp_path, onnx_queries=False, query_tower=_tower(tmp_path / "z.safetensors", zero=True))
+    tuned = MiniLMEmbedder(cache_dir=tmp_path, onnx_queries=False, query_tower=_tower(tmp_path / "t.safetensors", zero=False))
     for q in QUERIES:
         np.testing.assert_allclose(zero.encode_query(q), base.encode_query(q), atol=1e-6)
         moved = float(tuned.encode_query(q) @ base.encode_query(q))
@@ -43,24 +43,24 @@ def test_a_zero_tower_is_the_base_model_and_a_tuned_one_moves_queries_but_never_
     w = dict(base.model[0].auto_model.named_parameters())[f"{TOP[0]}.weight"]
     w_tuned = dict(tuned.tuned_model[0].auto_model.named_parameters())[f"{TOP[0]}.weight"]
     assert not torch.equal(w, w_tuned)
-    assert torch.equal(w, dict(Embedder(cache_dir=tmp_path).model[0].auto_model.named_parameters())[f"{TOP[0]}.weight"])
+    assert torch.equal(w, dict(MiniLMEmbedder(cache_dir=tmp_path).model[0].auto_model.named_parameters())[f"{TOP[0]}.weight"])
 
 
 def test_the_towers_onnx_query_graph_is_its_own_and_matches_the_tuned_model(tmp_path: Path) -> None:
     path = _tower(tmp_path / "t.safetensors", zero=False, seed=1)
-    torch_path = Embedder(cache_dir=tmp_path, onnx_queries=False, query_tower=path)
+    torch_path = MiniLMEmbedder(cache_dir=tmp_path, onnx_queries=False, query_tower=path)
     for int8 in (False, True):
-        onnx = Embedder(cache_dir=tmp_path, int8_queries=int8, query_tower=path)
+        onnx = MiniLMEmbedder(cache_dir=tmp_path, int8_queries=int8, query_tower=path)
         assert onnx._query_encoder(ffn_int8=int8, tower=True) is not None
         got = np.stack([onnx.encode_query(q) for q in QUERIES])
         want = np.stack([torch_path.encode_query(q) for q in QUERIES])
         cosines = (got * want).sum(1)
         assert cosines.min() > (0.98 if int8 else 0.99999)
     # the base model's int8 graph is another file: building the tower's did not replace it
-    base = Embedder(cache_dir=tmp_path)
+    base = MiniLMEmbedder(cache_dir=tmp_path)
     reference = base.model.encode(QUERIES[:1], normalize_embeddings=True, convert_to_numpy=True)[0]
     assert float(base.encode_query(QUERIES[0]) @ reference) > 0.99
-    assert float(Embedder(cache_dir=tmp_path, query_tower=path).encode_query(QUERIES[0]) @ reference) < 0.99
+    assert float(MiniLMEmbedder(cache_dir=tmp_path, query_tower=path).encode_query(QUERIES[0]) @ reference) < 0.99
 
 
 def test_a_bad_tower_file_is_a_typed_error_naming_the_problem(tmp_path: Path) -> None:
@@ -77,12 +77,12 @@ def test_a_bad_tower_file_is_a_typed_error_naming_the_problem(tmp_path: Path) ->
     wrong = save_tower(tmp_path / "shape.safetensors", {TOP[0]: (torch.zeros(2, 100), torch.zeros(384, 2))},
                        scale=1.0, base="another-model")
     with pytest.raises(InvalidInputError, match="delta is"):
-        QueryTower.load(wrong).merged(Embedder(cache_dir=tmp_path).model)
+        QueryTower.load(wrong).merged(MiniLMEmbedder(cache_dir=tmp_path).model)
     absent = save_tower(tmp_path / "absent.safetensors", {"encoder.layer.9.output.dense": (torch.zeros(2, 1536),
                                                                                            torch.zeros(384, 2))},
                         scale=1.0, base=BUNDLED_BASE)
     with pytest.raises(InvalidInputError, match="no linear layer"):
-        QueryTower.load(absent).merged(Embedder(cache_dir=tmp_path).model)
+        QueryTower.load(absent).merged(MiniLMEmbedder(cache_dir=tmp_path).model)
 
 
 def test_the_config_setting_names_the_tower_the_embedder_gets(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.ports.vectors import CONTEXT_SPACE, query_each_space
-from agentmem.store import retrieval
-from agentmem.store.catalog import Catalog, bump_chain_cuts, chain_cuts
-from agentmem.store.entries import Scope
-from agentmem.store.kb_versions import KbVersions
-from agentmem.store.multihop import for_query
+from agentmem.recall import retrieval
+from agentmem.backends.sqlite.catalog import SqliteCatalog, bump_chain_cuts, chain_cuts
+from agentmem.entries.store import Scope
+from agentmem.entries.kb_versions import KbVersions
+from agentmem.recall.multihop import for_query
 from tests.unit.test_retrieval_records import PROBES, _fill, _recalls
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
@@ -181,7 +181,7 @@ def test_session_boost_keeps_zero_and_negative_scores_as_max_did() -> None:
 
 
 def test_one_store_info_read_gives_the_served_versions_and_the_chain_cut_stamp(tmp_path: Path) -> None:
-    cat = Catalog(str(tmp_path / "c.db"))
+    cat = SqliteCatalog(str(tmp_path / "c.db"))
     kb = KbVersions(cat)
     sessions = [None, *(f"s{i}" for i in range(40))]
     assert [kb.recall_state(s) for s in sessions] == [(kb.served(s), 0) for s in sessions]  # nothing declared yet
@@ -215,7 +215,7 @@ def test_recall_hands_its_stamp_to_the_chain_ends_and_a_cut_elsewhere_still_rese
 
 def _pair_features_before(new, new_words, olds, old_words, *, min_background=3):
     """pair_features as it was before it wrote its rows in place (np.median, np.stack, np.hstack)."""
-    from agentmem.store.consolidation_pairs import BACKGROUND_NEIGHBOURS, NEW_SCALE, PRODUCT_SCALE, _jaccard
+    from agentmem.consolidate.pairs import BACKGROUND_NEIGHBOURS, NEW_SCALE, PRODUCT_SCALE, _jaccard
 
     old = np.asarray(olds, dtype=np.float32)
     cos = old @ new
@@ -229,7 +229,7 @@ def _pair_features_before(new, new_words, olds, old_words, *, min_background=3):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_pair_features_in_place_are_the_stacked_features_bit_for_bit(dtype) -> None:
-    from agentmem.store.consolidation_pairs import PairModel, pair_features
+    from agentmem.consolidate.pairs import PairModel, pair_features
 
     rng = np.random.default_rng(3)
     vocab = ["lyon", "paris", "dog", "cat", "tea", "kayak", "red", "blue"]

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.store.catalog import Catalog, EntryRow, fts_query, lexical_table
-from agentmem.store.entries import Scope
-from agentmem.store.retrieval import DENSE_WEIGHT, Candidates, fuse, session_boost, session_first_stage, spill_over
-from agentmem.store.vectors import Embedder
+from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow, fts_query, lexical_table
+from agentmem.entries.store import Scope
+from agentmem.recall.retrieval import DENSE_WEIGHT, Candidates, fuse, session_boost, session_first_stage, spill_over
+from agentmem.embed.minilm import MiniLMEmbedder
 
 
 def _row(entry_id: str, user: str, text: str, *, session: str | None = None, at: float = 0.0,
@@ -21,12 +21,12 @@ def _row(entry_id: str, user: str, text: str, *, session: str | None = None, at:
                     created_at=at)
 
 
-def _insert(cat: Catalog, rows: list[EntryRow]) -> None:
+def _insert(cat: SqliteCatalog, rows: list[EntryRow]) -> None:
     cat.insert(rows, index_texts=[r.text for r in rows])
 
 
 def test_bm25_statistics_are_per_user(tmp_path: Path) -> None:
-    cat = Catalog(str(tmp_path / "c.db"))
+    cat = SqliteCatalog(str(tmp_path / "c.db"))
     _insert(cat, [_row("a1", "alice", "the kayak is red"), _row("a2", "alice", "we painted the fence"),
                   _row("a3", "alice", "a kayak trip to the lake")])
     before = cat.lexical_search("red kayak", user_id="alice", limit=10)
@@ -40,7 +40,7 @@ def test_bm25_statistics_are_per_user(tmp_path: Path) -> None:
 
 
 def test_erasing_a_users_last_entry_drops_their_lexical_table(tmp_path: Path) -> None:
-    cat = Catalog(str(tmp_path / "c.db"))
+    cat = SqliteCatalog(str(tmp_path / "c.db"))
     _insert(cat, [_row("a1", "alice", "red kayak"), _row("a2", "alice", "blue kayak"), _row("b1", "bob", "kayak")])
     assert lexical_table("alice") in cat.lexical_tables()
     cat.delete(["a1"])
@@ -55,7 +55,7 @@ def test_erasing_a_users_last_entry_drops_their_lexical_table(tmp_path: Path) ->
 
 def test_a_table_dropped_by_another_process_is_noticed(tmp_path: Path) -> None:
     path = str(tmp_path / "c.db")
-    one, two = Catalog(path), Catalog(path)
+    one, two = SqliteCatalog(path), SqliteCatalog(path)
     _insert(one, [_row("a1", "alice", "red kayak")])
     assert [i for i, _ in two.lexical_search("kayak", user_id="alice", limit=5)] == ["a1"]
     one.delete(["a1"])  # drops alice's table under the other catalog
@@ -65,7 +65,7 @@ def test_a_table_dropped_by_another_process_is_noticed(tmp_path: Path) -> None:
 
 
 def test_turn_context_two_turns_each_side_within_the_session(tmp_path: Path) -> None:
-    cat = Catalog(str(tmp_path / "c.db"))
+    cat = SqliteCatalog(str(tmp_path / "c.db"))
     _insert(cat, [_row(f"t{i}", "u", f"turn {i}", session="s1", at=float(i)) for i in range(5)]
             + [_row("x", "u", "other session", session="s2", at=2.5),
                _row("k", "u", "a fact", session="s1", at=2.2, kind="knowledge"),
@@ -123,7 +123,7 @@ QUERIES = ["what did the dentist recommend?", "hi", "a long question about kayak
 
 @pytest.mark.parametrize("onnx", [True, False], ids=["onnxruntime", "torch"])
 def test_query_embeddings_match_sentence_transformers(tmp_path: Path, onnx: bool) -> None:
-    emb = Embedder(cache_dir=tmp_path, onnx_queries=onnx)
+    emb = MiniLMEmbedder(cache_dir=tmp_path, onnx_queries=onnx)
     reference = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
     assert (emb._query_encoder() is not None) if onnx else True
     for n in (1, 2, 4):  # long inputs are truncated at the model's 256 tokens, as sentence-transformers does
@@ -131,9 +131,9 @@ def test_query_embeddings_match_sentence_transformers(tmp_path: Path, onnx: bool
 
 
 def test_a_single_query_is_tokenised_as_transformers_does_and_embeds_to_the_same_vector(tmp_path: Path) -> None:
-    # one text goes through the Rust tokenizer directly (it keeps the GIL: agentmem.store.onnx_query); the ids,
+    # one text goes through the Rust tokenizer directly (it keeps the GIL: agentmem.embed.onnx_query); the ids,
     # the mask and so the vector are those of the transformers call, long queries truncated at 256 tokens too
-    encoder = Embedder(cache_dir=tmp_path)._query_encoder()
+    encoder = MiniLMEmbedder(cache_dir=tmp_path)._query_encoder()
     tokenizer = encoder._tokenizer
     for query in QUERIES + ["Où est passé le café ? 😀", "  spaces\tand\nnewlines  "]:
         reference = tokenizer([query], padding=True, truncation=True, max_length=encoder._max_length, return_tensors="np")
@@ -147,7 +147,7 @@ def test_a_single_query_is_tokenised_as_transformers_does_and_embeds_to_the_same
 
 
 def test_query_vectors_with_int8_feed_forward_weights_stay_close_and_stored_vectors_stay_float(tmp_path: Path) -> None:
-    emb = Embedder(cache_dir=tmp_path)
+    emb = MiniLMEmbedder(cache_dir=tmp_path)
     reference = emb.model.encode(QUERIES, normalize_embeddings=True, convert_to_numpy=True)
     quantised = np.stack([emb.encode_query(q) for q in QUERIES])
     cosines = (quantised * reference).sum(1)
@@ -156,7 +156,7 @@ def test_query_vectors_with_int8_feed_forward_weights_stay_close_and_stored_vect
     assert len(list((tmp_path / "embeddings").glob("*.ffn8-*.onnx"))) == 1  # quantised once, cached
     assert len(list((tmp_path / "embeddings").glob("*.onnx"))) == 2  # from the fused graph: no export for it
     np.testing.assert_allclose(emb.encode(QUERIES[:1]), reference[:1], atol=1e-5)  # what is stored: float
-    plain = Embedder(cache_dir=tmp_path, int8_queries=False)
+    plain = MiniLMEmbedder(cache_dir=tmp_path, int8_queries=False)
     np.testing.assert_array_equal(plain.encode_query(QUERIES[0]), plain.encode(QUERIES[:1])[0])
 
 
@@ -167,9 +167,9 @@ def test_the_hand_built_query_graph_gives_the_models_vectors_and_carries_the_int
     import onnx
     import onnxruntime as ort
 
-    from agentmem.store.onnx_query import OnnxQueryEncoder, _fused_bert
+    from agentmem.embed.onnx_query import OnnxQueryEncoder, _fused_bert
 
-    emb = Embedder(cache_dir=tmp_path)
+    emb = MiniLMEmbedder(cache_dir=tmp_path)
     model = emb.model
     fused = _fused_bert(model[0], tmp_path)
     assert fused is not None and fused.name.endswith(".fused.onnx")
@@ -193,9 +193,9 @@ def test_the_hand_built_query_graph_gives_the_models_vectors_and_carries_the_int
 
 def test_the_hand_built_graph_is_refused_for_another_architecture(tmp_path: Path) -> None:
     # a model whose config is not a plain BERT keeps the exported graph (queries still go through ONNX)
-    from agentmem.store.onnx_query import _fused_bert
+    from agentmem.embed.onnx_query import _fused_bert
 
-    transformer = Embedder(cache_dir=tmp_path).model[0]
+    transformer = MiniLMEmbedder(cache_dir=tmp_path).model[0]
     config = transformer.auto_model.config
     saved = config.hidden_act
     try:
@@ -213,8 +213,8 @@ def test_building_the_int8_query_graph_leaves_the_processs_logging_alone(tmp_pat
     import subprocess
     import sys
 
-    script = ("import logging, sys; from pathlib import Path; from agentmem.store.vectors import Embedder; "
-              f"v = Embedder(cache_dir=Path({str(tmp_path)!r})).encode_query('hi'); root = logging.getLogger(); "
+    script = ("import logging, sys; from pathlib import Path; from agentmem.embed.minilm import MiniLMEmbedder; "
+              f"v = MiniLMEmbedder(cache_dir=Path({str(tmp_path)!r})).encode_query('hi'); root = logging.getLogger(); "
               "print(len(root.handlers), len(root.filters), v.shape[0])")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert proc.stdout.split() == ["0", "0", "384"]
@@ -223,9 +223,9 @@ def test_building_the_int8_query_graph_leaves_the_processs_logging_alone(tmp_pat
 
 
 def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path: Path) -> None:
-    from agentmem.store.onnx_query import OnnxQueryEncoder
+    from agentmem.embed.onnx_query import OnnxQueryEncoder
 
-    model = Embedder().model
+    model = MiniLMEmbedder().model
     first = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path)
     [exported] = list((tmp_path / "embeddings").glob("*.onnx"))
     stamp = exported.stat().st_mtime_ns
@@ -240,9 +240,9 @@ def test_exported_query_model_is_cached_and_a_damaged_file_is_replaced(tmp_path:
 def test_a_damaged_query_graph_or_the_graph_it_was_quantised_from_is_rebuilt(tmp_path: Path) -> None:
     # the int8 query graph is made from the hand-built float one: a damaged file at either step is rebuilt (once),
     # and the encoder gives the same vectors as before; nothing falls back to PyTorch
-    from agentmem.store.onnx_query import OnnxQueryEncoder
+    from agentmem.embed.onnx_query import OnnxQueryEncoder
 
-    model = Embedder().model
+    model = MiniLMEmbedder().model
     first = OnnxQueryEncoder.for_model(model, cache_dir=tmp_path, ffn_int8=True)
     assert first is not None
     [fused] = list((tmp_path / "embeddings").glob("*.fused.onnx"))

@@ -1,4 +1,4 @@
-"""Recall remembers where superseded_by chains end (agentmem/store/chain_ends.py): no chain query once a chain is
+"""Recall remembers where superseded_by chains end (agentmem/consolidate/chain_ends.py): no chain query once a chain is
 known, and a chain that grew, or an entry superseded since, behind the store's back (as another process would do
 it: straight in the catalog) is still followed to its current end."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.store.lifecycle import SUPERSEDED, HistoryEvent
+from agentmem.entries.lifecycle import SUPERSEDED, HistoryEvent
 
 QUERY = "Which food did I eat at the market?"
 # notes the pairwise model does not take for updates of one another (the chains are the tests' own); the last two

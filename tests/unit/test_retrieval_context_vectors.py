@@ -1,4 +1,4 @@
-"""Turn context vectors (agentmem.store.context_vectors): written at remember(), kept current through forget /
+"""Turn context vectors (agentmem.entries.context_vectors): written at remember(), kept current through forget /
 expiry / update, leaving no trace of an erased turn, and fused into recall; on the embedded store and PostgreSQL +
 pgvector (the Chroma server shares the embedded index's code: its space is covered by tests/conformance)."""
 
@@ -13,8 +13,8 @@ import pytest
 from agentmem import AgentMemory, MemoryConfig
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.security import scan_tree_for_markers
-from agentmem.store.context_vectors import context_vector
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
+from agentmem.entries.context_vectors import context_vector
+from agentmem.recall.retrieval import Candidates, RetrievalParams, rank_scores
 
 TURNS = [("Have you been to the lake lately?", "Ann"), ("Yes, the one by the mountains, we swam there!", "Bob"),
          ("I love it there, so calm.", "Ann"), ("We should camp by the water next month.", "Bob")]
@@ -138,7 +138,7 @@ def test_a_store_written_before_context_vectors_recalls_and_is_back_filled(tmp_p
 
 
 def _scope(user: str):
-    from agentmem.store.entries import Scope
+    from agentmem.entries.store import Scope
 
     return Scope(user)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from agentmem import AgentMemory
-from agentmem.store.vectors import SEARCH_EF, VectorIndex
+from agentmem.backends.chroma.index import SEARCH_EF, ChromaVectorIndex
 
 
 def _clustered(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
@@ -32,7 +32,7 @@ def test_the_dense_pool_is_the_exact_nearest_100(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     centres = rng.standard_normal((64, 384))
     vectors, queries = _clustered(rng, centres, 1200), _clustered(rng, centres, 30)
-    index = VectorIndex(tmp_path / "v")
+    index = ChromaVectorIndex(tmp_path / "v")
     try:
         ids = [f"e{i}" for i in range(len(vectors))]
         for i in range(0, len(ids), 200):
@@ -81,7 +81,7 @@ def test_a_reopened_store_ranks_exactly_as_the_process_that_wrote_it(tmp_path: P
 
 
 def test_new_collections_search_with_the_wide_beam(tmp_path: Path) -> None:
-    index = VectorIndex(tmp_path / "v")
+    index = ChromaVectorIndex(tmp_path / "v")
     try:
         index.add(["u"], ["e1"], np.ones((1, 4), np.float32), [{"kind": "turn"}])
         with index._handle.reading() as client:

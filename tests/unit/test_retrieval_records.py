@@ -1,4 +1,4 @@
-"""Recall reads its rows as read-only records (``Catalog.records``, a Core SELECT: agentmem/store/entry_records.py)
+"""Recall reads its rows as read-only records (``Catalog.records``, a Core SELECT: agentmem/backends/sqlite/entry_records.py)
 instead of ORM instances (``Catalog.get``). The two paths must give the same hits, to the last field and score: the
 same store is recalled through both, for probe queries that reach the version following, the tag / filter
 fallback, expired and superseded entries, and the conflict check."""
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.store.entry_records import EntryRecord, _FIELDS
-from agentmem.store.lifecycle import SUPERSEDED, HistoryEvent
+from agentmem.backends.sqlite.entry_records import EntryRecord, _FIELDS
+from agentmem.entries.lifecycle import SUPERSEDED, HistoryEvent
 
 NOTES = [
     ("I ate sushi at the market on Monday.", "Ann", ["food"], {"mood": "happy"}),

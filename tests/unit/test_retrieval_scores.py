@@ -9,10 +9,10 @@ import pytest
 
 from agentmem import AgentMemory
 from agentmem.errors import InvalidInputError
-from agentmem.store.calibration import Calibration
-from agentmem.store.rerank import HeadEntry, named_speakers, rerank
-from agentmem.store.retrieval import Candidates, RetrievalParams, rank_scores
-from agentmem.store.temporal import asks_about_time, mentions_time
+from agentmem.recall.calibration import Calibration
+from agentmem.recall.rerank import HeadEntry, named_speakers, rerank
+from agentmem.recall.retrieval import Candidates, RetrievalParams, rank_scores
+from agentmem.recall.temporal import asks_about_time, mentions_time
 
 
 @pytest.fixture

@@ -1,12 +1,12 @@
 """BM25's query, the consolidation's word overlap and the head's question words drop the same function words
-(agentmem.store.stopwords.STOPWORDS) and keep the same content words."""
+(agentmem.text.STOPWORDS) and keep the same content words."""
 
 from __future__ import annotations
 
-from agentmem.store.catalog import fts_query
-from agentmem.store.consolidation import content_words
-from agentmem.store.head_cues import question_words
-from agentmem.store.stopwords import STOPWORDS
+from agentmem.backends.sqlite.catalog import fts_query
+from agentmem.text import content_words
+from agentmem.recall.head_cues import question_words
+from agentmem.text import STOPWORDS
 
 
 def test_every_stopword_is_dropped_by_all_three() -> None:

@@ -1,5 +1,5 @@
 """Schema 8: the partial covering index of committed turns ``(session_id, created_at, id, kind, write_state)
-WHERE kind = 'turn' AND write_state IS NULL`` that recall's conversation placement (``Catalog.turn_context``)
+WHERE kind = 'turn' AND write_state IS NULL`` that recall's conversation placement (``SqliteCatalog.turn_context``)
 reads. A store at schema 7 gets it on open (SQLite and PostgreSQL), the placement query reads it alone, and the
 placement it finds is the one found without it (in-flight rows, other kinds and other sessions left out)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 
 from agentmem.backends.migrations import apply_migrations, schema_version
-from agentmem.store.catalog import Catalog
-from agentmem.store.schema import MIGRATIONS, SCHEMA_VERSION
+from agentmem.backends.sqlite.catalog import SqliteCatalog
+from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
 INDEX = "ix_entries_session_turns"
 # (id, session, kind, created_at, write_state): two sessions of turns, a fact inside one, an in-flight turn, a
@@ -46,7 +46,7 @@ def _expected() -> dict[str, tuple]:
 def test_a_sqlite_store_at_schema_7_gets_the_index_and_places_turns_as_without_it(tmp_path: Path) -> None:
     path = tmp_path / "c.db"
     _schema7(f"sqlite:///{path}")
-    cat = Catalog(str(path))
+    cat = SqliteCatalog(str(path))
     with cat.engine.connect() as conn:
         assert schema_version(conn) == SCHEMA_VERSION == 8
         plan = conn.exec_driver_sql(

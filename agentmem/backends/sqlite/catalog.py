@@ -1,0 +1,762 @@
+"""The catalog: one SQLite row per memory entry, through SQLAlchemy 2.0's typed ORM.
+
+It knows nothing about vectors or tensors. It also holds the lexical index (SQLite FTS5, written in the
+same transaction as the row), so a row and its lexical document can never disagree. Each user has an FTS5 table
+of their own, like their own Chroma collection: BM25's document frequencies and lengths are then the user's own
+(one shared table let other users' words decide what is rare), and a user's erasure drops a whole table.
+
+Example:
+    >>> cat = SqliteCatalog(":memory:")
+    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
+    ...            index_texts=["hi"])
+    >>> [r.id for r in cat.get(["e1"])]
+    ['e1']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import re
+import threading
+import time
+from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import (
+    JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, create_engine, delete, event, func,
+    select, text, update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, joinedload, mapped_column, relationship, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from agentmem.backends.lexical_bounds import WILDCARD, can_stop, doc_bounds, idf, prefix_of, term_bound
+from agentmem.text import STOPWORDS
+
+if TYPE_CHECKING:
+    from agentmem.backends.sqlite.entry_records import EntryRecord
+
+log = logging.getLogger(__name__)
+_sql = text  # the class body below shadows `text` with the column of that name
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class EntryRow(Base):
+    __tablename__ = "entries"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String, index=True)
+    session_id: Mapped[str | None] = mapped_column(String, index=True, default=None)
+    kind: Mapped[str] = mapped_column(String(16), index=True)
+    role: Mapped[str | None] = mapped_column(String(32), default=None)
+    speaker: Mapped[str | None] = mapped_column(String, default=None)
+    occurred_at: Mapped[str | None] = mapped_column(String, default=None)
+    text: Mapped[str] = mapped_column(Text)
+    memory_text: Mapped[str] = mapped_column(Text)
+    metadata_json: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    expires_at: Mapped[float | None] = mapped_column(Float, index=True, default=None)
+    # KV blob attached by the KV bank (all None until the entry is encoded)
+    kv_path: Mapped[str | None] = mapped_column(String, default=None)
+    kv_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
+    kv_fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
+    kv_dtype: Mapped[str | None] = mapped_column(String(16), default=None)
+    kb_version: Mapped[str | None] = mapped_column(String, default=None)
+    # write state (schema 3): NULL = committed and visible; "adding" / "deleting" = hidden, in flight or abandoned
+    write_state: Mapped[str | None] = mapped_column(String(8), default=None)
+    write_since: Mapped[float | None] = mapped_column(Float, default=None)
+    kv_staged_at: Mapped[float | None] = mapped_column(Float, default=None)  # a blob write in flight
+    # --- lifecycle (schema 4; see agentmem/entries/lifecycle.py) ---
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    # "active" | "superseded" (replaced by superseded_by) | "deleted" (retracted by consolidation): only active
+    # entries are recalled by default and the others are never mounted; forget() still erases them all
+    status: Mapped[str] = mapped_column(String(16), default="active", index=True)
+    superseded_by: Mapped[str | None] = mapped_column(String(36), default=None)
+    seen_count: Mapped[int] = mapped_column(Integer, default=1)
+    last_seen_at: Mapped[float | None] = mapped_column(Float, default=None)
+    indexed: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored but not embedded (LangGraph index=False)
+    # schema 6: the unit vector of the plain text (float16 bytes), set by consolidation at write; None = not computed
+    text_vector: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+
+    __table_args__ = (
+        Index("ix_entries_session_created", "session_id", "created_at"),
+        Index("ix_entries_pending", "write_since", sqlite_where=_sql("write_state IS NOT NULL"),
+              postgresql_where=_sql("write_state IS NOT NULL")),
+        Index("ix_entries_kv_staged", "kv_staged_at", sqlite_where=_sql("kv_staged_at IS NOT NULL"),
+              postgresql_where=_sql("kv_staged_at IS NOT NULL")),
+        # schema 8: turn_context's neighbour look-ups read this index alone (agentmem.backends.sqlite.schema._turn_order)
+        Index("ix_entries_session_turns", "session_id", "created_at", "id", "kind", "write_state",
+              sqlite_where=_sql("kind = 'turn' AND write_state IS NULL"),
+              postgresql_where=_sql("kind = 'turn' AND write_state IS NULL")),
+    )
+
+    tag_rows: Mapped[list[TagRow]] = relationship(
+        back_populates="entry", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(sorted(t.tag for t in self.tag_rows))
+
+
+class TagRow(Base):
+    __tablename__ = "entry_tags"
+
+    entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String, primary_key=True, index=True)
+    entry: Mapped[EntryRow] = relationship(back_populates="tag_rows")
+
+
+class HistoryRow(Base):
+    """One version of an entry: what it said and why it changed (texts sealed like the entry's own)."""
+
+    __tablename__ = "entry_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    op: Mapped[str] = mapped_column(String(16))  # add | update | supersede | merge | delete
+    text: Mapped[str] = mapped_column(Text)
+    at: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    related_id: Mapped[str | None] = mapped_column(String(36), default=None)
+
+
+class StoreInfo(Base):
+    """Key/value facts about the store: schema version, kb version, ..."""
+
+    __tablename__ = "store_info"
+
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(String)
+
+
+LEXICAL_PREFIX = "lex_"
+COMMITTED = EntryRow.write_state.is_(None)  # what readers may see
+
+
+def lexical_table(user_id: str) -> str:
+    """Name of ``user_id``'s FTS5 table (a digest, so the name neither leaks the id nor needs quoting)."""
+    return LEXICAL_PREFIX + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+
+
+def _table_exists(conn: Any, name: str) -> bool:
+    """Whether ``name`` is a table of the file (``conn``: a SQLAlchemy connection or session)."""
+    return conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": name}).first() is not None
+
+
+def lexical_ddl(table: str) -> str:
+    """DDL of one user's FTS5 table (``IF NOT EXISTS``)."""
+    return f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
+_WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
+
+
+def fts_query(query: str, *, blind: Callable[[str], str] | None = None) -> str | None:
+    """Turn free text into a safe FTS5 OR-query of its content words (None when nothing is left).
+
+    ``blind`` maps each word to its keyed hash when the index is blinded (encrypted stores).
+    """
+    words: list[str] = []
+    for w in _WORD.findall(query.lower()):
+        w = w.split("'")[0]
+        if not w or w in STOPWORDS:
+            continue
+        if blind is not None:
+            w = blind(w)
+        if w not in words:
+            words.append(w)
+    return " OR ".join(f'"{w}"' for w in words) or None
+
+
+class TurnContext(NamedTuple):
+    """Where an entry sits: its session and the nearest conversation turns before / after it."""
+
+    session_id: str | None
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+
+class SqliteCatalog:
+    """SQLite catalog of entries (WAL mode, busy timeout, secure delete)."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 30_000) -> None:
+        url = "sqlite://" if path == ":memory:" else f"sqlite:///{path}"
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": busy_timeout_ms / 1000, "check_same_thread": False}}
+        if path == ":memory:":
+            kwargs["poolclass"] = StaticPool
+        self.engine: Engine = create_engine(url, **kwargs)
+        self._write_lock = threading.Lock()  # one writer per process; other processes wait on busy_timeout
+
+        @event.listens_for(self.engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            # Erased memories must not linger in free pages of the file.
+            cur.execute("PRAGMA secure_delete=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.read_engine: Engine = self.engine  # single-statement reads (PostgreSQL: an autocommit pool)
+        self._reads = self._sessions
+        self._lexical_tables: set[str] = set()  # seen to exist; a read that finds one gone refreshes it
+        self.early_stops = 0  # lexical searches answered by the documents holding every term (lexical_bounds)
+        self._migrate(None if path == ":memory:" else Path(path).with_name(Path(path).name + ".migrate.lock"))
+
+    def _migrate(self, lock_path: Path | None) -> None:
+        """Apply pending schema migrations; a file lock keeps two processes opening a new store from racing."""
+        from agentmem.backends.migrations import apply_migrations, schema_version
+        from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
+
+        with self.engine.connect() as conn:
+            if schema_version(conn) == SCHEMA_VERSION:
+                return
+        with self._write_lock, _file_lock(lock_path), self.engine.begin() as conn:
+            applied = apply_migrations(conn, MIGRATIONS)
+        if applied:
+            log.info("catalog migrated to schema %d (applied %s)", SCHEMA_VERSION, applied)
+
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One write transaction (the process-wide write lock held): for multi-table lifecycle changes."""
+        with self._write_lock, self._sessions.begin() as s:
+            yield s
+
+    def replace_lexical(self, s: Session, user_id: str, entry_id: str, content: str | None) -> None:
+        """Inside transaction ``s``: replace an entry's lexical document (``None``: drop it)."""
+        table = lexical_table(user_id)
+        s.execute(text(lexical_ddl(table)))
+        s.execute(text(f"DELETE FROM {table} WHERE id = :id"), {"id": entry_id})
+        if content is not None:
+            s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), {"id": entry_id, "c": content})
+            record_bounds(s, table, [content])
+        self._lexical_tables.add(table)
+
+    def read(self) -> Session:
+        """A read-only ORM session (use as a context manager)."""
+        return self._reads()
+
+    def lexical_tables(self) -> list[str]:
+        """Every user's FTS5 table in the file (for scrubbing and checks)."""
+        with self.engine.connect() as conn:
+            return [r[0] for r in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%' "
+                "AND name LIKE ?", (LEXICAL_PREFIX + "%",))]
+
+    def _has_lexical_table(self, table: str, *, refresh: bool = False) -> bool:
+        if refresh:
+            self._lexical_tables.discard(table)
+        if table not in self._lexical_tables:
+            with self.engine.connect() as conn:
+                if _table_exists(conn, table):
+                    self._lexical_tables.add(table)
+        return table in self._lexical_tables
+
+    # --- writes --------------------------------------------------------------------------------
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False, history: Sequence[HistoryRow] = ()) -> None:
+        """Insert rows, their tags, lexical documents (None: stored, not indexed) and history events in one
+        transaction (all or nothing).
+
+        ``pending`` records the rows as writes in flight ("adding"): readers do not see them until :meth:`commit`.
+        """
+        with self._write_lock, self._sessions.begin() as s:
+            add_rows(s, rows, tags, pending=pending)
+            s.add_all(history)
+            for user_id in dict.fromkeys(r.user_id for r in rows):
+                table = lexical_table(user_id)
+                # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
+                s.execute(text(lexical_ddl(table)))
+                docs = [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id and t is not None]
+                if docs:
+                    s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), docs)
+                    record_bounds(s, table, [d["c"] for d in docs])
+            self._bump(s)
+        self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
+
+    def commit(self, ids: Sequence[str]) -> None:
+        """Make pending rows visible: their vectors and blobs are in place."""
+        with self._write_lock, self._sessions.begin() as s:
+            for chunk in chunks(list(ids), 500):
+                s.execute(update(EntryRow).where(EntryRow.id.in_(chunk), EntryRow.write_state == "adding")
+                          .values(write_state=None, write_since=None))
+            self._bump(s)
+
+    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Hide committed rows and record their deletion as in flight; returns the rows marked."""
+        if not ids:
+            return []
+        now = time.time()
+        out: list[EntryRow] = []
+        with self._write_lock, self._sessions.begin() as s:
+            for chunk in chunks(list(ids), 500):
+                rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk), COMMITTED)))
+                for row in rows:
+                    row.write_state, row.write_since = "deleting", now
+                out += rows
+            self._bump(s)
+        return out
+
+    def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
+        """Record a blob write in flight for a committed row; False if there is no such row (or, with ``version``,
+        the row is at another version: the blob was made from an older text)."""
+        with self._write_lock, self._sessions.begin() as s:
+            where = [EntryRow.id == entry_id, COMMITTED] + ([EntryRow.version == version] if version is not None else [])
+            done = s.execute(update(EntryRow).where(*where).values(kv_staged_at=time.time()))
+            return bool(done.rowcount)
+
+    def pending(self, older_than: float) -> list[EntryRow]:
+        """Rows whose add, deletion or blob write was recorded before ``older_than`` and not finished.
+
+        Served by two partial indexes that hold only in-flight rows: the cost is O(in flight), not O(store).
+        """
+        with self._sessions() as s:
+            rows = list(s.scalars(select(EntryRow).where(EntryRow.write_state.is_not(None),
+                                                         EntryRow.write_since <= older_than)))
+            rows += s.scalars(select(EntryRow).where(EntryRow.kv_staged_at.is_not(None),
+                                                     EntryRow.kv_staged_at <= older_than, COMMITTED))
+        return rows
+
+    def update_kv(self, entry_id: str, **fields: Any) -> None:
+        """Set an entry's KV fields and clear its blob write marker."""
+        allowed = {"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"}
+        if not set(fields) <= allowed:
+            raise ValueError(f"not KV fields: {set(fields) - allowed}")
+        with self._write_lock, self._sessions.begin() as s:
+            row = s.get(EntryRow, entry_id)
+            if row is not None:
+                for k, v in fields.items():
+                    setattr(row, k, v)
+                row.kv_staged_at = None
+                self._bump(s)
+
+    def _bump(self, s: Session) -> None:
+        _bump(s)
+
+    def change_token(self) -> int:
+        """The store's change counter: it moves on every committed write, whichever process made it."""
+        with self._sessions() as s:
+            value = s.get(StoreInfo, "changes")
+            return int(value.value) if value is not None else 0
+
+    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Delete rows (and tags, lexical docs); return what was deleted so callers can erase blobs/vectors."""
+        if not ids:
+            return []
+        with self._write_lock, self._sessions.begin() as s:
+            rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(ids))))
+            found = [r.id for r in rows]
+            if found:
+                s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
+                erase_lifecycle(s, found)
+                s.execute(delete(EntryRow).where(EntryRow.id.in_(found)))
+                self._bump(s)
+                for user_id in {r.user_id for r in rows}:
+                    table = lexical_table(user_id)
+                    if not _table_exists(s, table):  # inside the transaction: another process may have dropped it
+                        continue
+                    if s.scalar(select(func.count()).select_from(EntryRow).where(EntryRow.user_id == user_id)) == 0:
+                        # the user's last entry: drop the whole index (nothing of theirs stays in its segments)
+                        s.execute(text(f"DROP TABLE {table}"))
+                        s.execute(text("DELETE FROM lexical_bounds WHERE tbl = :t"), {"t": table})
+                        self._lexical_tables.discard(table)
+                        continue
+                    for chunk in chunks([r.id for r in rows if r.user_id == user_id], 500):
+                        s.execute(
+                            text(f"DELETE FROM {table} WHERE id IN ({','.join(':i%d' % i for i in range(len(chunk)))})"),
+                            {f"i{i}": v for i, v in enumerate(chunk)},
+                        )
+            return rows
+
+    def set_info(self, key: str, value: str) -> None:
+        with self._write_lock, self._sessions.begin() as s:
+            s.merge(StoreInfo(key=key, value=value))
+
+    def get_info(self, key: str) -> str | None:
+        # a Core select, not Session.get: read on every recall (kb_versions), where an ORM session cost 4x the query
+        with self.read_engine.connect() as conn:
+            return conn.execute(select(StoreInfo.value).where(StoreInfo.key == key)).scalar()
+
+    @staticmethod
+    def _among(column: Any, ids: Sequence[str]) -> Any:
+        """``column IN ids`` (PostgreSQL overrides it with one array bind: a fixed statement text).
+
+        Example:
+            >>> str(SqliteCatalog._among(EntryRow.id, ["a", "b"]))
+            'entries.id IN (__[POSTCOMPILE_id_1])'
+        """
+        return column.in_(ids)
+
+    # --- reads ---------------------------------------------------------------------------------
+    def get(self, ids: Sequence[str]) -> list[EntryRow]:
+        """Rows for ``ids``, in the order given (missing ids are skipped)."""
+        if not ids:
+            return []
+        by_id: dict[str, EntryRow] = {}
+        with self._reads() as s:
+            for chunk in chunks(list(ids), 500):
+                # tags joined in (was a second, selectin query building its own IN clause: most of the cost)
+                for row in s.scalars(select(EntryRow).where(self._among(EntryRow.id, chunk), COMMITTED)
+                                     .options(joinedload(EntryRow.tag_rows))).unique():
+                    by_id[row.id] = row
+        return [by_id[i] for i in ids if i in by_id]
+
+    def records(self, ids: Sequence[str]) -> list[EntryRecord]:
+        """Read-only :class:`~agentmem.backends.sqlite.entry_records.EntryRecord` objects for ``ids``, in the order given
+        (missing ids skipped): what recall reads, without ORM instances (:meth:`get` for rows that are written).
+
+        Example:
+            >>> SqliteCatalog(":memory:").records(["nope"])
+            []
+        """
+        from agentmem.backends.sqlite.entry_records import read_records  # it imports this module
+
+        if not ids:
+            return []
+        by_id: dict[str, EntryRecord] = {}
+        with self.read_engine.connect() as conn:
+            for chunk in chunks(list(ids), 500):
+                by_id.update(read_records(conn, chunk))
+        return [by_id[i] for i in ids if i in by_id]
+
+    def scope_select(
+        self,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        kinds: Sequence[str] | None = None,
+        tags: Sequence[str] | None = None,
+        alive_at: float | None = None,
+    ) -> Any:
+        """A SELECT of entry ids matching the scope; every tag must be present (AND)."""
+        q = select(EntryRow.id).where(COMMITTED)
+        if user_id is not None:
+            q = q.where(EntryRow.user_id == user_id)
+        if session_id is not None:
+            q = q.where(EntryRow.session_id == session_id)
+        if kinds:
+            q = q.where(EntryRow.kind.in_(list(kinds)))
+        for tag in tags or ():
+            q = q.where(EntryRow.id.in_(select(TagRow.entry_id).where(TagRow.tag == tag)))
+        if alive_at is not None:
+            q = q.where((EntryRow.expires_at.is_(None)) | (EntryRow.expires_at > alive_at))
+        return q
+
+    def iter_ids(self, query: Any, *, page_size: int = 1000) -> Iterator[list[str]]:
+        """Page through every id a scope SELECT matches (no silent cap)."""
+        last = ""
+        while True:
+            with self._sessions() as s:
+                page = list(s.scalars(query.where(EntryRow.id > last).order_by(EntryRow.id).limit(page_size)))
+            if not page:
+                return
+            yield page
+            last = page[-1]
+
+    def list_rows(self, query: Any, *, limit: int | None = None, offset: int = 0) -> list[EntryRow]:
+        ids_q = query.order_by(EntryRow.created_at, EntryRow.id).offset(offset)
+        if limit is not None:
+            ids_q = ids_q.limit(limit)
+        with self._sessions() as s:
+            ids = list(s.scalars(ids_q))
+        return self.get(ids)
+
+    def count(self, query: Any) -> int:
+        with self._sessions() as s:
+            return int(s.scalar(select(func.count()).select_from(query.subquery())) or 0)
+
+    def expired_ids(self, now: float) -> list[str]:
+        with self._sessions() as s:
+            return list(s.scalars(select(EntryRow.id).where(EntryRow.expires_at <= now, COMMITTED)))
+
+    def unindexed_ids(self) -> set[str]:
+        """Entries stored without a vector on purpose (LangGraph ``index=False``)."""
+        with self._sessions() as s:
+            return set(s.scalars(select(EntryRow.id).where(EntryRow.indexed.is_(False))))
+
+    def all_kv_paths(self) -> set[str]:
+        with self._sessions() as s:
+            return {p for p in s.scalars(select(EntryRow.kv_path).where(EntryRow.kv_path.is_not(None)))}
+
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        with self._sessions() as s:
+            for chunk in chunks(list(ids), 500):
+                out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
+        return out
+
+    # Below this many documents a user's exhaustive BM25 costs less than the look-ups that prove a shortcut safe.
+    prune_min_docs = 2000
+
+    def lexical_search(self, query: str, *, user_id: str, limit: int,
+                       blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
+        """BM25 search over the user's lexical documents: [(id, score)], best first, score > 0.
+
+        At scale, the documents holding every query term are scored first; when they fill ``limit`` and no
+        document missing a term can beat the last of them (:mod:`agentmem.backends.lexical_bounds`), that is the
+        answer, and FTS5 never scores the thousands of documents holding one common term. Otherwise (or for a
+        small table) every matching document is scored. Same scores either way; only the order of tied scores
+        at the cut may differ.
+        """
+        match = fts_query(query, blind=blind)
+        table = lexical_table(user_id)
+        if match is None or not self._has_lexical_table(table):
+            return []
+        try:
+            with self.engine.connect() as conn:
+                early = self._all_terms_top(conn, table, match, limit)
+                if early is not None:
+                    return early
+                return _bm25_top(conn, table, match, limit)
+        except OperationalError:
+            if self._has_lexical_table(table, refresh=True):
+                raise
+            return []  # another process erased the user's last entry meanwhile
+
+    def _all_terms_top(self, conn: Any, table: str, match: str, limit: int) -> list[tuple[str, float]] | None:
+        """The top ``limit`` from the documents holding every query term, when that is provably the whole top
+        ``limit`` (see :mod:`agentmem.backends.lexical_bounds`); None when it is not, or not worth asking."""
+        phrases = match.split(" OR ")
+        if len(phrases) < 2:
+            return None
+        n_docs, total_len = _fts5_totals(conn, table)
+        if n_docs < self.prune_min_docs or total_len <= 0:
+            return None
+        count = f"SELECT count(*) FROM {table} WHERE {table} MATCH ?"
+        dfs = [int(conn.exec_driver_sql(count, (p,)).scalar()) for p in phrases]
+        held = [(p, df) for p, df in zip(phrases, dfs) if df > 0]  # a term no document holds adds 0 to every score
+        if len(held) < 2:
+            return None
+        top = _bm25_top(conn, table, " AND ".join(p for p, _ in held), limit)
+        if len(top) < limit:
+            return None
+        prefixes = [prefix_of(p.strip('"')) for p, _ in held]
+        min_len, most = _bounds_of(conn, table, prefixes)
+        if min_len is None or not all(x in most for x in prefixes):
+            return None  # documents written without bounds (nothing to prove the shortcut with)
+        wildcard, avg_len = most.get(WILDCARD, 0), total_len / n_docs
+        bounds = [term_bound(idf(n_docs, df), max_tf=most[x] + wildcard, min_len=min_len, avg_len=avg_len)
+                  for x, (_, df) in zip(prefixes, held)]
+        if not can_stop(theta=top[-1][1], bounds=bounds):
+            return None
+        self.early_stops += 1
+        return top
+
+    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
+        """For entries among ``ids``: their session and, for conversation turns, the ``window`` turns before and
+        after them in the same session (nearest first).
+
+        Indexed look-ups on (session_id, created_at): cost grows with the candidates, not with the store. Plain
+        driver SQL because the statement changes with the number of ids and SQLAlchemy would compile each one.
+        """
+        if not ids:
+            return {}
+        before = (f"(SELECT group_concat(id, ' ') FROM (SELECT p.id FROM entries p WHERE p.session_id = e.session_id "
+                  f"AND p.kind = 'turn' AND p.write_state IS NULL AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {int(window)}))")
+        after = (f"(SELECT group_concat(id, ' ') FROM (SELECT n.id FROM entries n WHERE n.session_id = e.session_id "
+                 f"AND n.kind = 'turn' AND n.write_state IS NULL AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {int(window)}))")
+        out: dict[str, TurnContext] = {}
+        with self.engine.connect() as conn:
+            for chunk in chunks(list(ids), 500):
+                sql = (f"SELECT e.id, e.session_id, e.kind = 'turn' AND e.session_id IS NOT NULL, {before}, {after} "
+                       f"FROM entries e WHERE e.write_state IS NULL AND e.id IN ({','.join('?' * len(chunk))})")
+                # .all(): one fetchall, not a Python fetchone per row (~130 rows a recall on the critical path)
+                for entry_id, session_id, is_turn, prev, nxt in conn.exec_driver_sql(sql, tuple(chunk)).all():
+                    # group_concat keeps the ordered sub-select's order (nearest first); ids contain no spaces
+                    out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
+                                                tuple(nxt.split()) if is_turn and nxt else ())
+        return out
+
+    def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:
+        """Push erased rows' bytes out of FTS5 segments and the WAL (run after an erasure batch).
+
+        ``user_ids`` limits the FTS5 ``optimize`` to those users' tables (the ones an erasure touched).
+        ``vacuum``: secure_delete alone left a whole deleted row in a page of the file (measured after erasing
+        1,100 entries, tests/unit/test_hardening_erasure.py); VACUUM rewrites every page.
+        """
+        from agentmem.security.erase import scrub_sqlite
+
+        tables = (self.lexical_tables() if user_ids is None
+                  else [t for t in map(lexical_table, set(user_ids)) if self._has_lexical_table(t)])
+        with self._write_lock:
+            conn = self.engine.raw_connection()
+            try:
+                scrub_sqlite(conn, fts_tables=tables, vacuum=vacuum)
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+
+def _bm25_top(conn: Any, table: str, match: str, limit: int) -> list[tuple[str, float]]:
+    """The best ``limit`` documents of FTS5 ``table`` for ``match``: [(id, score)], best first (``bm25()`` is
+    negative, lower is better: flipped so higher is better, as every lexical score here)."""
+    sql = f"SELECT id, bm25({table}) AS s FROM {table} WHERE {table} MATCH ? ORDER BY s LIMIT ?"
+    return [(r[0], -float(r[1])) for r in conn.exec_driver_sql(sql, (match, limit))]
+
+
+def _fts5_totals(conn: Any, table: str) -> tuple[int, int]:
+    """(documents, total tokens) of an FTS5 table, as its bm25() reads them: the "averages" record (rowid 1 of
+    ``<table>_data``: varints, the row count then each column's token total). A direct look-up, where count(*)
+    would scan the table."""
+    row = conn.exec_driver_sql(f"SELECT block FROM {table}_data WHERE id = 1").first()
+    if row is None or not row[0]:
+        return 0, 0
+    values, blob, i = [], bytes(row[0]), 0
+    while i < len(blob):
+        value, i = _varint(blob, i)
+        values.append(value)
+    return values[0], sum(values[1:])
+
+
+def _varint(blob: bytes, i: int) -> tuple[int, int]:
+    """SQLite's varint at ``blob[i]``: 7 bits a byte, high bit set while more follow, the ninth byte whole."""
+    value = 0
+    for k in range(9):
+        byte = blob[i]
+        i += 1
+        if k == 8:
+            return (value << 8) | byte, i
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value, i
+    raise AssertionError("unreachable")
+
+
+BOUNDS_DDL = ("CREATE TABLE IF NOT EXISTS lexical_bounds (tbl VARCHAR NOT NULL, prefix VARCHAR NOT NULL, "
+               "value INTEGER NOT NULL, PRIMARY KEY (tbl, prefix))")
+
+
+def record_bounds(s: Any, table: str, texts: Sequence[str]) -> None:
+    """Inside a write's transaction: loosen ``table``'s BM25 bounds for new documents (row prefix ``''``: the
+    shortest document's length; any other prefix: the most tokens with it in one document). Never tightened on
+    deletion: a looser bound is still a bound."""
+    min_len, most = doc_bounds(texts)
+    if min_len is None:
+        return
+    rows = [{"t": table, "p": "", "v": min_len}] + [{"t": table, "p": p, "v": v} for p, v in sorted(most.items())]
+    s.execute(text("INSERT INTO lexical_bounds (tbl, prefix, value) VALUES (:t, :p, :v) ON CONFLICT (tbl, prefix) "
+                   "DO UPDATE SET value = CASE WHEN lexical_bounds.prefix = '' THEN min(lexical_bounds.value, "
+                   "excluded.value) ELSE max(lexical_bounds.value, excluded.value) END"), rows)
+
+
+def _bounds_of(conn: Any, table: str, prefixes: Sequence[str]) -> tuple[int | None, dict[str, int]]:
+    """(shortest document length, {prefix: most tokens in one document}) recorded for ``table``, for ``prefixes``
+    and the wildcard."""
+    wanted = sorted({"", WILDCARD, *prefixes})
+    min_len, most = None, {}
+    sql = f"SELECT prefix, value FROM lexical_bounds WHERE tbl = ? AND prefix IN ({','.join('?' * len(wanted))})"
+    for prefix, value in conn.exec_driver_sql(sql, (table, *wanted)):
+        if prefix == "":
+            min_len = int(value)
+        else:
+            most[prefix] = int(value)
+    return min_len, most
+
+
+def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
+    """Inside a deletion's transaction: erase the entries' history (every version) and every reference to them
+    (``superseded_by`` of older entries, ``related_id`` of other entries' events), so no trace of an id is left."""
+    s.execute(delete(HistoryRow).where(HistoryRow.entry_id.in_(ids)))
+    if s.execute(update(EntryRow).where(EntryRow.superseded_by.in_(ids)).values(superseded_by=None)).rowcount:
+        bump_chain_cuts(s)  # a superseded_by chain is cut: every process's remembered chain ends are stale
+    s.execute(update(HistoryRow).where(HistoryRow.related_id.in_(ids)).values(related_id=None))
+
+
+# the store_info key whose value moves whenever a superseded_by chain is cut or re-pointed
+CHAIN_CUTS_KEY = "chain_cuts"
+_BUMP_CHAIN_CUTS = text(f"""INSERT INTO store_info("key", value) VALUES ('{CHAIN_CUTS_KEY}', '1') ON CONFLICT ("key")
+    DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS VARCHAR)""")  # SQLite >= 3.24, PostgreSQL
+_CHAIN_CUTS = text(f"""SELECT value FROM store_info WHERE "key" = '{CHAIN_CUTS_KEY}'""")
+
+
+def bump_chain_cuts(s: Session) -> None:
+    """Inside the write's transaction: move the chain-cut stamp (:func:`chain_cuts` readers then forget what they
+    remembered of chains). Only cuts move it, not every write: remembered chains survive new memories."""
+    s.execute(_BUMP_CHAIN_CUTS)
+
+
+def chain_cuts(catalog: SqliteCatalog) -> int:
+    """The store's chain-cut stamp (0 until a chain was first cut), one plain read on the catalog's read pool.
+
+    Example:
+        >>> chain_cuts(SqliteCatalog(":memory:"))
+        0
+    """
+    with catalog.read_engine.connect() as conn:
+        return chain_cuts_value(conn.execute(_CHAIN_CUTS).scalar())
+
+
+def chain_cuts_value(value: str | None) -> int:
+    """The stamp from its stored ``store_info`` value (None, no row: 0), for readers that fetch the row with others.
+
+    Example:
+        >>> chain_cuts_value(None), chain_cuts_value("3")
+        (0, 3)
+    """
+    return int(value) if value is not None else 0
+
+
+def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]], *, pending: bool) -> None:
+    """Add rows with their tags to an ORM session (marked "adding" when ``pending``) and flush them."""
+    tag_lists = list(tags) or [()] * len(rows)
+    now = time.time()
+    for row, tag_list in zip(rows, tag_lists):
+        if pending:
+            row.write_state, row.write_since = "adding", now
+        row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
+        s.add(row)
+    s.flush()
+
+
+def _bump(s: Session) -> None:
+    """Move the change counter inside the write's own transaction (readers of derived caches compare it)."""
+    s.execute(text("""UPDATE store_info SET value = CAST(CAST(value AS INTEGER) + 1 AS VARCHAR) WHERE "key" = 'changes'"""))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    """An exclusive lock across processes on ``path`` (no-op for in-memory catalogs and where fcntl is missing)."""
+    if path is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def chunks(items: list[str], n: int) -> Iterator[list[str]]:
+    """``items`` in slices of at most ``n`` (SQL ``IN`` lists stay under the drivers' parameter limits).
+
+    Example:
+        >>> list(chunks(["a", "b", "c"], 2))
+        [['a', 'b'], ['c']]
+    """
+    for i in range(0, len(items), n):
+        yield items[i : i + n]
+
+
+__all__ = ["BOUNDS_DDL", "COMMITTED", "LEXICAL_PREFIX", "EntryRow", "HistoryRow", "SqliteCatalog", "TagRow", "TurnContext",
+           "bump_chain_cuts", "chain_cuts", "chunks", "erase_lifecycle", "fts_query", "lexical_ddl", "lexical_table"]

@@ -1,0 +1,122 @@
+"""Read-only entry records for recall: the catalog's rows as plain slotted objects, read with one Core SELECT.
+
+Why not the ORM: recall loads ~40 rows (the head it re-ranks, and their chain ends) on every call and only reads
+them. Building ORM instances (identity map, attribute instrumentation, the joined ``tag_rows`` collection, the
+session around them) cost more than the query itself (research/notes/retrieval-lab-notes.md, "Latency"). A Core ``SELECT`` of the
+entry's columns, left-joined with its tags, returns tuples that become :class:`EntryRecord` objects: the same
+attribute names and values as :class:`~agentmem.backends.sqlite.catalog.EntryRow` (``tags`` sorted, as ``EntryRow.tags``),
+so everything recall does with a row (scope checks, re-ranking, the conflict check, ``Hit`` building) works
+unchanged. Writes keep the ORM (:meth:`SqliteCatalog.get <agentmem.backends.sqlite.catalog.SqliteCatalog.get>`): a record is not
+attached to any session and is never written back.
+
+Example:
+    >>> from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow
+    >>> cat = SqliteCatalog(":memory:")
+    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
+    ...            index_texts=["hi"], tags=[["b", "a"]])
+    >>> [(r.id, r.tags, r.status) for r in cat.records(["e1", "gone"])]
+    [('e1', ('a', 'b'), 'active')]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import ARRAY, Select, String, any_, bindparam, select
+from sqlalchemy.engine import Connection
+
+from agentmem.backends.sqlite.catalog import EntryRow, TagRow
+
+
+@dataclass(slots=True, eq=False)
+class EntryRecord:
+    """One committed entry as recall reads it (every column of :class:`EntryRow`, by the same names, and its tags).
+
+    ``eq=False``: records compare and hash by identity, as ORM instances do (recall keys its dicts by id anyway).
+
+    Example:
+        >>> EntryRecord.__slots__[:3]
+        ('id', 'user_id', 'session_id')
+    """
+
+    id: str
+    user_id: str
+    session_id: str | None
+    kind: str
+    role: str | None
+    speaker: str | None
+    occurred_at: str | None
+    text: str
+    memory_text: str
+    metadata_json: dict[str, Any]
+    created_at: float
+    expires_at: float | None
+    kv_path: str | None
+    kv_tokens: int | None
+    kv_fingerprint: str | None
+    kv_dtype: str | None
+    kb_version: str | None
+    write_state: str | None
+    write_since: float | None
+    kv_staged_at: float | None
+    version: int
+    status: str
+    superseded_by: str | None
+    seen_count: int
+    last_seen_at: float | None
+    indexed: bool
+    text_vector: bytes | None
+    tags: tuple[str, ...]
+
+
+# the mapped columns in EntryRecord's order (a column added to EntryRow without a field here fails at import)
+_FIELDS = tuple(f.name for f in fields(EntryRecord))[:-1]
+if set(_FIELDS) != {a.key for a in EntryRow.__mapper__.column_attrs}:
+    raise RuntimeError("EntryRecord's fields must be EntryRow's mapped columns (agentmem/backends/sqlite/entry_records.py)")
+_COLUMNS = [EntryRow.__mapper__.column_attrs[name].columns[0] for name in _FIELDS]  # table columns, no ORM
+_TAG = TagRow.__table__.c
+
+
+def _query(dialect: str) -> Select[Any]:
+    """The statement, built once per dialect and reused: SQLAlchemy then takes its compiled form from the cache
+    without matching a new statement's columns to it (for ORM-annotated columns that matching built ~30 SQL
+    expressions a call, most of what this read cost). ``:ids`` binds one array on PostgreSQL (one statement text
+    for any number of ids, as ``PostgresCatalog._among``), an expanding ``IN`` elsewhere."""
+    query = _QUERIES.get(dialect)
+    if query is None:
+        entry_id = _COLUMNS[0]
+        among = (entry_id == any_(bindparam("ids", type_=ARRAY(String))) if dialect == "postgresql"
+                 else entry_id.in_(bindparam("ids", expanding=True)))
+        query = _QUERIES[dialect] = (select(*_COLUMNS, _TAG.tag)
+                                     .select_from(EntryRow.__table__.outerjoin(TagRow.__table__, _TAG.entry_id == entry_id))
+                                     .where(among, EntryRow.__table__.c.write_state.is_(None)))
+    return query
+
+
+_QUERIES: dict[str, Select[Any]] = {}
+
+
+def read_records(conn: Connection, ids: Sequence[str]) -> dict[str, EntryRecord]:
+    """The committed entries among ``ids`` with their tags, by id, in one query.
+
+    One row comes back per (entry, tag), or one with tag NULL for an untagged entry; the entry's columns are read
+    from its first row only.
+
+    Example:
+        >>> read_records(conn, ["e1"])                                            # doctest: +SKIP
+        {'e1': EntryRecord(id='e1', ...)}
+    """
+    values: dict[str, Sequence[Any]] = {}
+    tags: dict[str, list[str]] = {}
+    for row in conn.execute(_query(conn.dialect.name), {"ids": list(ids)}).all():  # fetchall, not row by row
+        entry_id = row[0]
+        if entry_id not in values:
+            values[entry_id], tags[entry_id] = row, []
+        if row[-1] is not None:
+            tags[entry_id].append(row[-1])
+    return {i: EntryRecord(*v[:-1], tuple(sorted(tags[i]))) for i, v in values.items()}
+
+
+__all__ = ["EntryRecord", "read_records"]

@@ -1,0 +1,336 @@
+"""Consolidation on write (``MemoryConfig(consolidation="local")``): merge near-duplicates, supersede what a newer
+statement replaces. No LLM; only general signals: embedding similarity, lexical overlap, time order and speaker.
+
+For a new memory N of a user, the candidates are that user's *active* memories of the same kind said by the same
+speaker (or role), older than N: its nearest neighbours in the vector index plus earlier entries of the same batch.
+
+* **duplicate** — cosine ≥ ``DUPLICATE`` *and* the content words mostly agree (Jaccard ≥ ``SAME_WORDS``): N is not
+  stored; the existing entry counts it (``seen_count``, ``last_seen_at``) and logs a ``merge`` event. Repetition then
+  stops outranking new information.
+* **supersede** — N replaces an older memory O: the pairwise model of :mod:`agentmem.consolidate.pairs`
+  (a logistic regression over cosine, cosine above the speaker's background, word overlap, "nearest", and the two
+  embeddings' agreement) scores the pair at or above its threshold. O is marked ``superseded_by`` N (kept in its
+  history, hidden from recall, never mounted). The threshold is the highest score of any same-speaker LoCoMo pair
+  the model was fitted on: a conversation's turns on one topic are alike, and hiding one hides evidence
+  (docs/lifecycle.md: the cross-validated figures). With an embedder other than the bundled MiniLM (the weights
+  belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN`` above the background.
+* **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
+  memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
+  the other candidates of the speaker as background, at least 3; never two turns of one conversation session),
+  the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
+  are checked, whatever ``k`` (a pair from deeper down pulled a restatement over the evidence). Before that, a superseded entry
+  the query finds hands its place to the entry that replaced it
+  (:func:`agentmem.consolidate.versions.follow_versions`).
+
+The duplicate constants are round values chosen on the "tune" half of ``benchmarks/ku_scenarios.py``; the
+held-out half is reported in docs/lifecycle.md.
+
+Example:
+    >>> sorted(content_words("I live in Lyon, and I love it!"))
+    ['live', 'love', 'lyon']
+    >>> round(jaccard({"a", "b"}, {"a", "b", "c"}), 2)
+    0.67
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import numpy as np
+
+from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.consolidate.pairs import PairModel
+from agentmem.entries.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
+from agentmem.text import content_words
+
+DUPLICATE = 0.92  # cosine of the texts: near-identical wording (same speaker, same kind)
+SAME_WORDS = 0.6  # Jaccard of content words: "the same statement", not just the same topic
+SUPERSEDE = 0.7  # without the pairwise model: floor on the texts' cosine (a restatement with a changed value)
+MARGIN = 0.3  # without the pairwise model: how far above the speaker's background an older memory must stand
+CONFLICT = 0.75  # without the pairwise model: text cosine above which two recalled memories conflict
+NEIGHBOURS = 10  # background = median cosine to this many nearest memories of the speaker
+MIN_BACKGROUND = 3  # no supersession with fewer older memories of the speaker than this
+DEMOTE = 5  # recall's extra candidates: an older hit in conflict with a newer one can leave the k returned
+SETTLE = 2  # places an older hit in conflict with a newer one moves down, after the newer moved before it
+# recall's conflict check looks at this many first hits whatever k (the background's neighbours and the hit):
+# a larger k looks further down only to fill the list, so recall(k=10)'s head settles like recall(k=3)'s
+CHECKED = NEIGHBOURS + 1
+CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def speaker_key(row: EntryRow) -> tuple[str, str | None, str | None, str | None]:
+    """Who said it: memories are only consolidated with the same speaker's (the user's vs the assistant's), and
+    knowledge only within its knowledge version (a staged version never retires the stable one's entries)."""
+    return (row.kind, row.speaker, row.role, row.kb_version if row.kind == "knowledge" else None)
+
+
+@dataclass
+class Neighbour:
+    """An existing (or earlier in-batch) memory compared with a new one."""
+
+    id: str
+    cosine: float
+    words: set[str]
+    key: tuple[str, str | None, str | None, str | None]
+    created_at: float
+    vector: np.ndarray | None = None  # unit text vector (the pairwise model needs it)
+
+
+@dataclass
+class Decision:
+    """What to do with one new memory: merge into ``merge_into``, else store it and supersede ``supersedes``."""
+
+    merge_into: str | None = None
+    merge_reason: str | None = None
+    supersedes: list[tuple[str, str]] = field(default_factory=list)  # (older id, reason)
+
+
+def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
+           neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
+           pairs: PairModel | None = None) -> Decision:
+    """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
+
+    With ``pairs`` (and the new memory's unit text ``vector``) the pairwise model decides supersession; else the
+    cosine rule does."""
+    mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
+    if not mine:
+        return Decision()
+    best = mine[0]
+    overlap = jaccard(new_words, best.words)
+    if best.cosine >= DUPLICATE and overlap >= SAME_WORDS:
+        return Decision(merge_into=best.id, merge_reason=f"near-duplicate (cosine {best.cosine:.2f}, "
+                                                         f"word overlap {overlap:.2f})")
+    if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
+        scores = pairs.scores(vector, new_words, [n.vector for n in mine], [n.words for n in mine])
+        return Decision(supersedes=[(n.id, f"replaced by a newer statement (pair score {s:.2f}, cosine "
+                                           f"{n.cosine:.2f})") for n, s in zip(mine, scores) if s >= pairs.supersede])
+    top = [n.cosine for n in mine[:NEIGHBOURS]]
+    if len(top) < MIN_BACKGROUND:  # too few memories of this speaker to tell "unusually close" from "all alike"
+        return Decision()
+    background = float(np.median(top))
+    out = Decision()
+    for n in mine:
+        if n.cosine >= SUPERSEDE and n.cosine - background >= MARGIN:
+            out.supersedes.append((n.id, f"replaced by a newer statement (cosine {n.cosine:.2f}, "
+                                         f"speaker background {background:.2f})"))
+    return out
+
+
+class LocalConsolidator:
+    """Plans merges and supersessions for a batch of new memories from the store's vector index and catalog.
+
+    Candidates are found with the memory-line vectors of the index; they are compared by the embeddings of their
+    bare texts (a line's "[when] Who:" head makes every pair of lines look alike). Text vectors are kept in a
+    bounded cache keyed by entry id and version, and re-embedded on a miss.
+
+    Args:
+        query: ``(line vector, user_id, n, kind) -> [(id, cosine)]`` nearest stored memories of that user and kind.
+        rows: ``ids -> [EntryRow]`` catalog rows.
+        text_of: the opened (decrypted) text of a row.
+        embed: texts -> unit-normalisable vectors (the store's embedder).
+        pairs: the pairwise supersession model (None: the cosine rule; for embedders it was not fitted for).
+    """
+
+    def __init__(self, query: Callable[[np.ndarray, str, int, str], list[tuple[str, float]]],
+                 rows: Callable[[Sequence[str]], list[EntryRow]], text_of: Callable[[EntryRow], str],
+                 embed: Callable[[list[str]], np.ndarray], cache_size: int = 50_000,
+                 pairs: PairModel | None = None) -> None:
+        self._query, self._rows, self._text_of, self._embed = query, rows, text_of, embed
+        self.pairs = pairs
+        self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def remember_vectors(self, rows: Sequence[EntryRow], unit: np.ndarray) -> None:
+        """Cache the text vectors of stored rows that carry none (written before schema 6 or without consolidation)."""
+        with self._lock:
+            for row, vec in zip(rows, unit):
+                self._cache[(row.id, row.version or 1)] = vec
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    @staticmethod
+    def attach_vectors(rows: Sequence[EntryRow], unit: np.ndarray) -> None:
+        """Store each row's unit text vector on the row itself (float16, written with it), so a recall's conflict
+        check in any process reads it instead of re-embedding the text (``update`` replaces it with the text)."""
+        for row, vec in zip(rows, unit):
+            row.text_vector = pack_vector(vec)
+
+    def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
+        vecs = np.asarray(self._embed(list(texts)), dtype=np.float32)
+        return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+    def plan(self, rows: Sequence[EntryRow], texts: Sequence[str], vectors: np.ndarray,
+             now: float) -> tuple[list[Decision], np.ndarray]:
+        """One decision per new row (aligned with ``rows``) and the rows' text vectors (give the kept ones to
+        :meth:`attach_vectors`, so they are written with the rows); ``texts`` are their plain texts, ``vectors`` their memory-line vectors."""
+        lines = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        unit = self.text_vectors(texts)
+        words = [content_words(t) for t in texts]
+        decisions: list[Decision] = []
+        for i, row in enumerate(rows):
+            if row.kind not in CONSOLIDATED_KINDS or row.indexed is False:  # unindexed: stored exactly as given
+                decisions.append(Decision())
+                continue
+            neighbours = self._stored_neighbours(row, lines[i], unit[i], now)
+            for j in range(i):  # earlier entries of the batch that were kept
+                if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
+                    neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
+                                                speaker_key(rows[j]), rows[j].created_at, unit[j]))
+            decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
+                              pairs=self.pairs)
+            if decision.merge_into is not None:
+                # an in-batch duplicate of a duplicate merges into the stored original
+                earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
+                if earlier is not None and earlier.merge_into is not None:
+                    decision.merge_into = earlier.merge_into
+            decisions.append(decision)
+        return decisions, unit
+
+    def _stored_neighbours(self, row: EntryRow, line: np.ndarray, unit: np.ndarray, now: float) -> list[Neighbour]:
+        try:
+            found = dict(self._query(line, row.user_id, 2 * NEIGHBOURS, row.kind))
+        except Exception:  # an index another process is rewriting: store this memory as is (never fail the write)
+            log.warning("consolidation skipped for entry %s: the vector index could not be queried", row.id)
+            return []
+        key = speaker_key(row)
+        rows = [r for r in self._rows(list(found)) if r.status == ACTIVE and speaker_key(r) == key
+                and (r.expires_at is None or r.expires_at > now)]
+        texts = [self._text_of(r) for r in rows]
+        cached = self._vectors_of(rows, texts)
+        return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v)
+                for r, t, v in zip(rows, texts, cached)]
+
+    def _vectors_of(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> list[np.ndarray]:
+        """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""
+        with self._lock:
+            cached = [unpack_vector(r.text_vector) if r.text_vector else self._cache.get((r.id, r.version or 1))
+                      for r in rows]
+        missing = [i for i, v in enumerate(cached) if v is None]
+        if missing:
+            fresh = self.text_vectors([texts[i] for i in missing])
+            for i, vec in zip(missing, fresh):
+                cached[i] = vec
+            self.remember_vectors([rows[i] for i in missing], fresh)
+        return cached  # type: ignore[return-value]
+
+    def conflicts(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> set[tuple[str, str]]:
+        """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
+        newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
+        on write) reaches its ``conflict`` threshold; without the model, a text cosine of at least ``CONFLICT``."""
+        if len(rows) < 2:
+            return set()
+        vecs = self._vectors_of(rows, texts)
+        words = [content_words(t) for t in texts]
+        keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
+        out: set[tuple[str, str]] = set()
+        for b, row in enumerate(rows):
+            same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
+            # not within one conversation session: a speaker's turns of one session elaborate on a topic (LoCoMo:
+            # 3 of the 5 evidence turns this test demoted); a fact that changes does so between sessions, and
+            # write-time supersession still acts within a session
+            older = [a for a in same if rows[a].created_at < row.created_at
+                     and (row.session_id is None or rows[a].session_id != row.session_id)]
+            if not older:
+                continue
+            if self.pairs is not None:
+                scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same])
+                hit = [a for a, s in zip(same, scores) if a in older and s >= self.pairs.conflict]
+            else:
+                hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
+            out.update((rows[a].id, row.id) for a in hit)
+        return out
+
+
+def demotion_pool(k: int) -> int:
+    """How many hits recall's conflict check looks at to return ``k``: ``DEMOTE`` more than ``k``, and at least
+    ``NEIGHBOURS + 1``, so that a hit's background (the median cosine to the other recalled memories of the
+    speaker) is taken over as many neighbours as the pairwise model's background on write. With fewer (k = 3: 8
+    hits), the background was a median over 7 and the same pair scored differently with one more hit recalled.
+
+    >>> demotion_pool(3), demotion_pool(10)
+    (11, 15)
+    """
+    return max(k + DEMOTE, NEIGHBOURS + 1)
+
+
+def pack_vector(vec: np.ndarray) -> bytes:
+    """A unit vector as the float16 bytes stored in ``EntryRow.text_vector`` (cosines keep ~3 decimals).
+
+    >>> [round(float(x), 3) for x in unpack_vector(pack_vector(np.array([0.6, 0.8], dtype=np.float32)))]
+    [0.6, 0.8]
+    """
+    return np.asarray(vec, dtype=np.float16).tobytes()
+
+
+def unpack_vector(blob: bytes) -> np.ndarray:
+    """The float32 unit vector of :func:`pack_vector`'s bytes (re-normalised after the float16 rounding)."""
+    vec = np.frombuffer(blob, dtype=np.float16).astype(np.float32)
+    return vec / max(float(np.linalg.norm(vec)), 1e-12)
+
+
+def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]]) -> list[T]:
+    """Newer first: for every conflicting pair (``(older id, newer id)`` in ``conflicts``) where the older ranks
+    above the newer, the newer moves to just before it; then each older item moves ``SETTLE`` places further down
+    (far enough to leave a top 3 from the first place). Other items keep their order.
+
+    Moving the older only a few places (instead of behind every candidate, as before) is what keeps LoCoMo
+    recall@10 at the level without consolidation: a topic-sharing turn the pairwise model takes for a conflict
+    stays within the ten returned (docs/lifecycle.md).
+
+    >>> demote_older(["old", "x", "new", "y", "z"], ident=lambda r: r, conflicts={("old", "new")})
+    ['new', 'x', 'y', 'old', 'z']
+    """
+    order = list(items)
+    pos = {ident(i): n for n, i in enumerate(order)}
+    # pairs in rank order (older, then newer): of several newer items in conflict with one older, the best ranked
+    # moves first and stays ahead of the others
+    for older, newer in sorted(conflicts, key=lambda p: (pos.get(p[0], len(pos)), pos.get(p[1], len(pos)))):
+        at = [ident(i) for i in order]
+        if older in at and newer in at and at.index(older) < at.index(newer):
+            order.insert(at.index(older), order.pop(at.index(newer)))
+    demoted = {a for a, _ in conflicts}
+    for item in sorted((i for i in order if ident(i) in demoted), key=order.index, reverse=True):
+        n = order.index(item)
+        order.insert(min(len(order) - 1, n + SETTLE), order.pop(n))
+    return order
+
+
+def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], list[EntryRow]],
+                    new_rows: Sequence[EntryRow], texts: Sequence[str], decisions: Sequence[Decision], *,
+                    seal: Callable[[str, str], str], open_text: Callable[[EntryRow], str], now: float) -> Counter:
+    """Record merges (on the existing entry) and supersessions (on the older entry) once the new rows are stored.
+
+    ``seal(entry_id, text)`` seals a history text; returns counts by outcome (``merged``, ``superseded``).
+    """
+    targets = {d.merge_into for d in decisions if d.merge_into} | {i for d in decisions for i, _ in d.supersedes}
+    current = {r.id: r for r in rows_of(sorted(targets))}
+    counts: Counter = Counter()
+    for row, text, d in zip(new_rows, texts, decisions):
+        target = current.get(d.merge_into or "")
+        if target is not None:
+            event = HistoryEvent(target.id, target.version or 1, "merge", seal(target.id, text), now, d.merge_reason)
+            counts["merged"] += lifecycle.seen_again(target.id, now, event)
+        for old_id, reason in d.supersedes:
+            old = current.get(old_id)
+            if old is None:
+                continue
+            event = HistoryEvent(old_id, old.version or 1, "supersede", seal(old_id, open_text(old)), now, reason,
+                                 related_id=row.id)
+            counts["superseded"] += lifecycle.set_status(old_id, SUPERSEDED, event, superseded_by=row.id)
+    return counts
+
+
+__all__ = ["CHECKED", "CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Decision", "LocalConsolidator", "Neighbour",
+           "apply_decisions", "decide", "demote_older", "demotion_pool", "jaccard"]

@@ -1,0 +1,60 @@
+"""The ``MemoryRecord`` ⇄ catalog-row mapping (no I/O). Input checks live in :mod:`agentmem.validation`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentmem.errors import InvalidInputError
+from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.types import Hit, KvInfo, MemoryRecord, utc_from_epoch
+from agentmem.validation import check_text
+
+
+def memory_line(text: str, *, kind: str, speaker: str | None, role: str | None, occurred_at: str | None) -> str:
+    """The line that is embedded, indexed and encoded: who said it and when travel with the text."""
+    who = speaker or (role.capitalize() if role else None)
+    if kind == "tool":
+        who = f"Tool {speaker}" if speaker else "Tool result"
+    head = " ".join(p for p in (f"[{occurred_at}]" if occurred_at else None, f"{who}:" if who else None) if p)
+    return f"{head} {text}" if head else text
+
+
+def to_record(row: EntryRow, *, text: str | None = None, memory_text: str | None = None) -> MemoryRecord:
+    return MemoryRecord(**_record_fields(row, text, memory_text))
+
+
+def to_hit(row: EntryRow, score: float, scores: dict[str, float], *, text: str | None = None,
+           memory_text: str | None = None) -> Hit:
+    return Hit(**_record_fields(row, text, memory_text), score=score, scores=scores)
+
+
+def _record_fields(row: EntryRow, text: str | None, memory_text: str | None) -> dict[str, Any]:
+    kv = None
+    if row.kv_path and row.kv_fingerprint:
+        kv = KvInfo(path=row.kv_path, tokens=row.kv_tokens or 0, fingerprint=row.kv_fingerprint,
+                    dtype=row.kv_dtype or "", kb_version=row.kb_version)
+    return dict(
+        id=row.id, text=row.text if text is None else text,
+        memory_text=row.memory_text if memory_text is None else memory_text,
+        user_id=row.user_id, session_id=row.session_id, kind=row.kind, role=row.role, speaker=row.speaker,
+        occurred_at=row.occurred_at, tags=row.tags, metadata=dict(row.metadata_json or {}),
+        created_at=utc_from_epoch(row.created_at), expires_at=utc_from_epoch(row.expires_at), kv=kv,
+        version=row.version or 1, status=row.status or "active", superseded_by=row.superseded_by,
+        seen_count=row.seen_count or 1,
+    )
+
+
+def message_fields(message: Any) -> tuple[str, str, str | None]:
+    """(role, content, name) of a chat message given as a dict or a LangChain message (duck-typed)."""
+    if isinstance(message, Mapping):
+        role, content, name = message.get("role"), message.get("content"), message.get("name")
+    else:
+        role = {"human": "user", "ai": "assistant"}.get(getattr(message, "type", None), getattr(message, "type", None))
+        content, name = getattr(message, "content", None), getattr(message, "name", None)
+    if isinstance(content, Sequence) and not isinstance(content, str):
+        # content blocks (LangChain / OpenAI): keep the text parts
+        content = "\n".join(b.get("text", "") if isinstance(b, Mapping) else str(b) for b in content)
+    if role not in ("user", "assistant", "system", "tool"):
+        raise InvalidInputError(f"message role must be user, assistant, system or tool, got {role!r}")
+    return role, check_text(content, "message content"), name
