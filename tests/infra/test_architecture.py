@@ -1,0 +1,113 @@
+"""The package's layout rules, checked on every run.
+
+* import-linter's contracts in ``.importlinter`` (server, CLI and integrations → facade → parts → ports; only the
+  factory builds backends; no import circles), run through its own CLI, ``lint-imports``, as CI runs it;
+* no module outside ``agentmem/backends/`` (and the factory) imports a database client (``sqlalchemy``,
+  ``chromadb``, ``redis``), found by walking every module's syntax tree, imports inside functions and
+  ``TYPE_CHECKING`` blocks included.
+
+Known exceptions are listed by name with what is left to do, here and in ``.importlinter`` (``ignore_imports``),
+never skipped silently: a listed exception that no longer happens fails too, so the lists only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "agentmem"
+CLIENTS = ("sqlalchemy", "chromadb", "redis")
+# Where database clients belong: the backends, and the factory that builds them.
+CLIENT_HOMES = ("agentmem/backends/", "agentmem/factory.py")
+# Modules outside those homes that still import a client, and what is left to move them (issue #36).
+KNOWN_CLIENT_IMPORTS: dict[str, str] = {
+    "agentmem/server/auth.py": "the API-key store runs its own SQLite through SQLAlchemy: a backend behind a port",
+    "agentmem/entries/store.py": "the write pipeline takes SQLAlchemy errors and queries: ports over plain dataclasses",
+    "agentmem/entries/context_vectors.py": "runs raw SQL on the catalog's engine: a declared Catalog ability",
+    "agentmem/entries/kb_versions.py": "reads catalog.read_engine with SQLAlchemy: a declared Catalog ability",
+    "agentmem/entries/lifecycle.py": "SQLAlchemy queries over the catalog's tables: ports over plain dataclasses",
+}
+
+
+def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """import-linter's CLI (the one beside this interpreter) in ``cwd``, analysing the code found there."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    assert lint.is_file(), f"{lint} missing: import-linter comes with the dev extra (pip install -e '.[dev]')"
+    paths = [str(cwd), str(cwd / "integrations" / "langgraph"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    return subprocess.run([str(lint), "--no-cache", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_import_contracts_are_kept() -> None:
+    done = _lint_imports(REPO)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def test_lint_imports_catches_a_circle_and_a_reach_into_a_backend(tmp_path: Path) -> None:
+    # The contract types .importlinter relies on, on a package that breaks each: the check can fail.
+    pkg = tmp_path / "toy"
+    (pkg / "backends").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "a.py": "from toy import b\n", "b.py": "from toy import a\n",
+                       "factory.py": "", "backends/__init__.py": "", "backends/db.py": "",
+                       "part.py": "from toy.backends import db\n"}.items():
+        (pkg / name).write_text(text)
+    (tmp_path / ".importlinter").write_text(
+        "[importlinter]\nroot_packages =\n    toy\n\n"
+        "[importlinter:contract:acyclic]\nname = no circles\ntype = acyclic_siblings\nancestors =\n    toy\n\n"
+        "[importlinter:contract:backends]\nname = only the factory builds backends\ntype = protected\n"
+        "protected_modules =\n    toy.backends\nallowed_importers =\n    toy.factory\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout
+    assert "toy.part -> toy.backends.db" in done.stdout
+    assert ".a -> .b" in done.stdout or ".b -> .a" in done.stdout
+
+
+def _client_imports(path: Path) -> set[str]:
+    """The database clients ``path`` imports anywhere in its syntax tree."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found.update(name.split(".")[0] for name in names if name.split(".")[0] in CLIENTS)
+    return found
+
+
+def _importers_of_clients() -> dict[str, set[str]]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if not rel.startswith(CLIENT_HOMES) and (clients := _client_imports(path)):
+            out[rel] = clients
+    return out
+
+
+def test_database_clients_are_imported_only_by_backends() -> None:
+    found = _importers_of_clients()
+    unexpected = {rel: sorted(c) for rel, c in found.items() if rel not in KNOWN_CLIENT_IMPORTS}
+    assert not unexpected, f"database clients imported outside agentmem/backends/ and the factory: {unexpected}"
+    cleared = sorted(set(KNOWN_CLIENT_IMPORTS) - set(found))
+    assert not cleared, f"no longer import a database client: remove them from KNOWN_CLIENT_IMPORTS: {cleared}"
+
+
+@pytest.mark.parametrize("source, clients", [
+    ("import sqlalchemy as sa\n", {"sqlalchemy"}),
+    ("def f():\n    from chromadb.config import Settings\n", {"chromadb"}),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import redis.asyncio\n", {"redis"}),
+    ("from . import redis_common\nimport redisearch\n", set()),
+])
+def test_the_client_walk_sees_every_kind_of_import(tmp_path: Path, source: str, clients: set[str]) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(source)
+    assert _client_imports(module) == clients
