@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from agentmem.bank import KVBank
     from agentmem.config import MemoryConfig
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.backends.sqlite.catalog import EntryRow
+    from agentmem.backends.sqlite.rows import EntryRow
     from agentmem.entries.store import EntryStore, NewEntry
     from agentmem.types import Hit, MemoryRecord
 

@@ -25,7 +25,7 @@ import torch
 
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
-from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.entries.store import EntryStore
 
 log = logging.getLogger(__name__)

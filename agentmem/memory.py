@@ -46,7 +46,7 @@ from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
 
 if TYPE_CHECKING:
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.backends.sqlite.catalog import EntryRow
+    from agentmem.backends.sqlite.rows import EntryRow
     from agentmem.consolidate.llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # t
 from _backends import BACKENDS, backend_urls  # noqa: E402
 from locomo import turn_text  # noqa: E402
 
-from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.entries.records import memory_line
 
 

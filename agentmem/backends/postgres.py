@@ -26,7 +26,9 @@ from typing import Any
 from sqlalchemy import ARRAY, String, any_, bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow, TagRow, TurnContext, chunks, add_rows, erase_lifecycle, fts_query
+from agentmem.backends.sqlite.catalog import SqliteCatalog, chunks, add_rows, erase_lifecycle, fts_query
+from agentmem.backends.sqlite.rows import EntryRow, TagRow
+from agentmem.ports.catalog import TurnContext
 from agentmem.backends.lexical_bounds import B as _B, K1 as _K1, can_stop, term_bound, token_count
 
 _TS_CONFIG = "english"

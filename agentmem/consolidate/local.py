@@ -43,7 +43,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.consolidate.pairs import PairModel
 from agentmem.entries.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 from agentmem.text import content_words

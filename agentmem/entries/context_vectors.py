@@ -40,7 +40,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import aliased
 
 from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.rows import EntryRow
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ Statuses: ``active`` entries are recalled and mounted; ``superseded`` ones (a ne
 ``history()`` and ``recall(include_superseded=True)``, and are never mounted.
 
 Example:
-    >>> from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow
+    >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
+    >>> from agentmem.backends.sqlite.rows import EntryRow
     >>> cat = SqliteCatalog(":memory:")
     >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
     ...            index_texts=["hi"])
@@ -29,7 +30,8 @@ from typing import Any
 from sqlalchemy import bindparam, delete, select, text, update
 from sqlalchemy.orm import Session
 
-from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow, HistoryRow, TagRow, bump_chain_cuts
+from agentmem.backends.sqlite.catalog import SqliteCatalog, bump_chain_cuts
+from agentmem.backends.sqlite.rows import EntryRow, HistoryRow, TagRow
 
 OPS = ("add", "update", "supersede", "merge", "delete")
 ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"

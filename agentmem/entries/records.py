@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmem.errors import InvalidInputError
-from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.types import Hit, KvInfo, MemoryRecord, utc_from_epoch
 from agentmem.validation import check_text
 

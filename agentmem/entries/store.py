@@ -30,8 +30,9 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.ports.embedder import embed_query as ports_embed_query
-from agentmem.backends.sqlite.catalog import EntryRow, HistoryRow, chain_cuts
-from agentmem.backends.sqlite.entry_records import EntryRecord
+from agentmem.backends.sqlite.catalog import chain_cuts
+from agentmem.backends.sqlite.rows import EntryRow, HistoryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
 from agentmem.recall.calibration import Calibration

@@ -5,7 +5,7 @@ marked first, then its vector and blob are erased, then the row goes. Readers ne
 committed. Recovery asks :meth:`Catalog.pending` for marked rows older than a grace period and finishes or rolls
 them back: it never scans the vectors or the blobs, and it needs no process ids, so it works across hosts.
 
-Rows are :class:`agentmem.backends.sqlite.catalog.EntryRow` (SQLAlchemy 2.0 typed ORM); both SQL catalogs share the model.
+Rows are :class:`agentmem.backends.sqlite.rows.EntryRow` (SQLAlchemy 2.0 typed ORM); both SQL catalogs share the model.
 Schema changes are numbered, forward-only migrations applied on open (:mod:`agentmem.backends.migrations`).
 
 Example:
@@ -18,11 +18,65 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from agentmem.backends.sqlite.catalog import EntryRow, TurnContext
-    from agentmem.backends.sqlite.entry_records import EntryRecord
+if TYPE_CHECKING:  # the SQLAlchemy model both SQL catalogs share; the port should speak plain records (issue #36)
+    from agentmem.backends.sqlite.rows import EntryRow
+
+
+class TurnContext(NamedTuple):
+    """Where an entry sits: its session and the nearest conversation turns before / after it.
+
+    Example:
+        >>> TurnContext("s1", ("t1",), ()).before
+        ('t1',)
+    """
+
+    session_id: str | None
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+
+@dataclass(slots=True, eq=False)
+class EntryRecord:
+    """One committed entry as recall reads it (every column of :class:`EntryRow`, by the same names, and its tags).
+
+    ``eq=False``: records compare and hash by identity, as ORM instances do (recall keys its dicts by id anyway).
+
+    Example:
+        >>> EntryRecord.__slots__[:3]
+        ('id', 'user_id', 'session_id')
+    """
+
+    id: str
+    user_id: str
+    session_id: str | None
+    kind: str
+    role: str | None
+    speaker: str | None
+    occurred_at: str | None
+    text: str
+    memory_text: str
+    metadata_json: dict[str, Any]
+    created_at: float
+    expires_at: float | None
+    kv_path: str | None
+    kv_tokens: int | None
+    kv_fingerprint: str | None
+    kv_dtype: str | None
+    kb_version: str | None
+    write_state: str | None
+    write_since: float | None
+    kv_staged_at: float | None
+    version: int
+    status: str
+    superseded_by: str | None
+    seen_count: int
+    last_seen_at: float | None
+    indexed: bool
+    text_vector: bytes | None
+    tags: tuple[str, ...]
 
 
 @runtime_checkable
@@ -70,7 +124,7 @@ class Catalog(Protocol):
         ...
 
     def records(self, ids: Sequence[str]) -> list[EntryRecord]:
-        """Like :meth:`get`, as read-only :class:`~agentmem.backends.sqlite.entry_records.EntryRecord` objects (same
+        """Like :meth:`get`, as read-only :class:`EntryRecord` objects (same
         attributes, no ORM session): what recall reads on every call."""
         ...
 
@@ -106,4 +160,4 @@ class Catalog(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "EntryRecord", "TurnContext"]

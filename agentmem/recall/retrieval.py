@@ -85,7 +85,7 @@ class RetrievalParams:
 
 
 class Placement(Protocol):
-    """Where an entry sits in its conversation (see :class:`agentmem.backends.sqlite.catalog.TurnContext`)."""
+    """Where an entry sits in its conversation (see :class:`agentmem.ports.catalog.TurnContext`)."""
 
     session_id: str | None
     before: Sequence[str]  # nearest first

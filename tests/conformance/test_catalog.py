@@ -13,7 +13,7 @@ import pytest
 
 from agentmem.ports import Catalog
 from agentmem.backends.sqlite.catalog import SqliteCatalog
-from agentmem.backends.sqlite.catalog import EntryRow
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.backends.sqlite.schema import SCHEMA_VERSION
 
 BACKENDS = ["sqlite", "postgres"]

@@ -16,7 +16,8 @@ from sqlalchemy import create_engine, text
 
 from agentmem.backends.migrations import apply_migrations
 from agentmem.backends.sqlite.catalog import SqliteCatalog
-from agentmem.backends.sqlite.catalog import EntryRow, lexical_table
+from agentmem.backends.sqlite.lexical import lexical_table
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.backends.lexical_bounds import can_stop, doc_bounds, prefix_counts, term_bound
 from agentmem.backends.sqlite.schema import MIGRATIONS
 

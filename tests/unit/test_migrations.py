@@ -14,7 +14,9 @@ from sqlalchemy import create_engine, inspect, text
 
 from agentmem.backends.migrations import Migration, apply_migrations, schema_version
 from agentmem.errors import AgentMemError
-from agentmem.backends.sqlite.catalog import Base, SqliteCatalog, EntryRow, lexical_table
+from agentmem.backends.sqlite.catalog import SqliteCatalog
+from agentmem.backends.sqlite.lexical import lexical_table
+from agentmem.backends.sqlite.rows import Base, EntryRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
 _ROWS = [("a1", "alice", "red kayak"), ("b1", "bob", "blue kayak")]

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow, fts_query, lexical_table
+from agentmem.backends.sqlite.catalog import SqliteCatalog, fts_query
+from agentmem.backends.sqlite.lexical import lexical_table
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.entries.store import Scope
 from agentmem.recall.retrieval import DENSE_WEIGHT, Candidates, fuse, session_boost, session_first_stage, spill_over
 from agentmem.embed.minilm import MiniLMEmbedder

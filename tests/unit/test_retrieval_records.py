@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.backends.sqlite.entry_records import EntryRecord, _FIELDS
+from agentmem.backends.sqlite.entry_records import _FIELDS
+from agentmem.ports.catalog import EntryRecord
 from agentmem.entries.lifecycle import SUPERSEDED, HistoryEvent
 
 NOTES = [

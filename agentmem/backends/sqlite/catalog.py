@@ -16,7 +16,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import re
 import threading
@@ -24,128 +23,24 @@ import time
 from contextlib import contextmanager
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-from sqlalchemy import (
-    JSON, Boolean, Float, ForeignKey, Index, Integer, LargeBinary, String, Text, create_engine, delete, event, func,
-    select, text, update,
-)
+from sqlalchemy import create_engine, delete, event, func, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, joinedload, mapped_column, relationship, sessionmaker
+from sqlalchemy.orm import Session, joinedload, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-from agentmem.backends.lexical_bounds import WILDCARD, can_stop, doc_bounds, idf, prefix_of, term_bound
+from agentmem.backends.lexical_bounds import WILDCARD, can_stop, idf, prefix_of, term_bound
+from agentmem.backends.migrations import apply_migrations, schema_version
+from agentmem.backends.sqlite.entry_records import read_records
+from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
+from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, HistoryRow, StoreInfo, TagRow
+from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
+from agentmem.ports.catalog import EntryRecord, TurnContext
 from agentmem.text import STOPWORDS
 
-if TYPE_CHECKING:
-    from agentmem.backends.sqlite.entry_records import EntryRecord
-
 log = logging.getLogger(__name__)
-_sql = text  # the class body below shadows `text` with the column of that name
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class EntryRow(Base):
-    __tablename__ = "entries"
-
-    id: Mapped[str] = mapped_column(String(36), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String, index=True)
-    session_id: Mapped[str | None] = mapped_column(String, index=True, default=None)
-    kind: Mapped[str] = mapped_column(String(16), index=True)
-    role: Mapped[str | None] = mapped_column(String(32), default=None)
-    speaker: Mapped[str | None] = mapped_column(String, default=None)
-    occurred_at: Mapped[str | None] = mapped_column(String, default=None)
-    text: Mapped[str] = mapped_column(Text)
-    memory_text: Mapped[str] = mapped_column(Text)
-    metadata_json: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    created_at: Mapped[float] = mapped_column(Float, index=True)
-    expires_at: Mapped[float | None] = mapped_column(Float, index=True, default=None)
-    # KV blob attached by the KV bank (all None until the entry is encoded)
-    kv_path: Mapped[str | None] = mapped_column(String, default=None)
-    kv_tokens: Mapped[int | None] = mapped_column(Integer, default=None)
-    kv_fingerprint: Mapped[str | None] = mapped_column(String(64), default=None)
-    kv_dtype: Mapped[str | None] = mapped_column(String(16), default=None)
-    kb_version: Mapped[str | None] = mapped_column(String, default=None)
-    # write state (schema 3): NULL = committed and visible; "adding" / "deleting" = hidden, in flight or abandoned
-    write_state: Mapped[str | None] = mapped_column(String(8), default=None)
-    write_since: Mapped[float | None] = mapped_column(Float, default=None)
-    kv_staged_at: Mapped[float | None] = mapped_column(Float, default=None)  # a blob write in flight
-    # --- lifecycle (schema 4; see agentmem/entries/lifecycle.py) ---
-    version: Mapped[int] = mapped_column(Integer, default=1)
-    # "active" | "superseded" (replaced by superseded_by) | "deleted" (retracted by consolidation): only active
-    # entries are recalled by default and the others are never mounted; forget() still erases them all
-    status: Mapped[str] = mapped_column(String(16), default="active", index=True)
-    superseded_by: Mapped[str | None] = mapped_column(String(36), default=None)
-    seen_count: Mapped[int] = mapped_column(Integer, default=1)
-    last_seen_at: Mapped[float | None] = mapped_column(Float, default=None)
-    indexed: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored but not embedded (LangGraph index=False)
-    # schema 6: the unit vector of the plain text (float16 bytes), set by consolidation at write; None = not computed
-    text_vector: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
-
-    __table_args__ = (
-        Index("ix_entries_session_created", "session_id", "created_at"),
-        Index("ix_entries_pending", "write_since", sqlite_where=_sql("write_state IS NOT NULL"),
-              postgresql_where=_sql("write_state IS NOT NULL")),
-        Index("ix_entries_kv_staged", "kv_staged_at", sqlite_where=_sql("kv_staged_at IS NOT NULL"),
-              postgresql_where=_sql("kv_staged_at IS NOT NULL")),
-        # schema 8: turn_context's neighbour look-ups read this index alone (agentmem.backends.sqlite.schema._turn_order)
-        Index("ix_entries_session_turns", "session_id", "created_at", "id", "kind", "write_state",
-              sqlite_where=_sql("kind = 'turn' AND write_state IS NULL"),
-              postgresql_where=_sql("kind = 'turn' AND write_state IS NULL")),
-    )
-
-    tag_rows: Mapped[list[TagRow]] = relationship(
-        back_populates="entry", cascade="all, delete-orphan", lazy="selectin"
-    )
-
-    @property
-    def tags(self) -> tuple[str, ...]:
-        return tuple(sorted(t.tag for t in self.tag_rows))
-
-
-class TagRow(Base):
-    __tablename__ = "entry_tags"
-
-    entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
-    tag: Mapped[str] = mapped_column(String, primary_key=True, index=True)
-    entry: Mapped[EntryRow] = relationship(back_populates="tag_rows")
-
-
-class HistoryRow(Base):
-    """One version of an entry: what it said and why it changed (texts sealed like the entry's own)."""
-
-    __tablename__ = "entry_history"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    entry_id: Mapped[str] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
-    version: Mapped[int] = mapped_column(Integer)
-    op: Mapped[str] = mapped_column(String(16))  # add | update | supersede | merge | delete
-    text: Mapped[str] = mapped_column(Text)
-    at: Mapped[float] = mapped_column(Float)
-    reason: Mapped[str | None] = mapped_column(Text, default=None)
-    related_id: Mapped[str | None] = mapped_column(String(36), default=None)
-
-
-class StoreInfo(Base):
-    """Key/value facts about the store: schema version, kb version, ..."""
-
-    __tablename__ = "store_info"
-
-    key: Mapped[str] = mapped_column(String, primary_key=True)
-    value: Mapped[str] = mapped_column(String)
-
-
-LEXICAL_PREFIX = "lex_"
-COMMITTED = EntryRow.write_state.is_(None)  # what readers may see
-
-
-def lexical_table(user_id: str) -> str:
-    """Name of ``user_id``'s FTS5 table (a digest, so the name neither leaks the id nor needs quoting)."""
-    return LEXICAL_PREFIX + hashlib.sha256(user_id.encode()).hexdigest()[:32]
 
 
 def _table_exists(conn: Any, name: str) -> bool:
@@ -153,9 +48,6 @@ def _table_exists(conn: Any, name: str) -> bool:
     return conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": name}).first() is not None
 
 
-def lexical_ddl(table: str) -> str:
-    """DDL of one user's FTS5 table (``IF NOT EXISTS``)."""
-    return f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING fts5(id UNINDEXED, content, tokenize='porter unicode61')"
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 
 
@@ -174,14 +66,6 @@ def fts_query(query: str, *, blind: Callable[[str], str] | None = None) -> str |
         if w not in words:
             words.append(w)
     return " OR ".join(f'"{w}"' for w in words) or None
-
-
-class TurnContext(NamedTuple):
-    """Where an entry sits: its session and the nearest conversation turns before / after it."""
-
-    session_id: str | None
-    before: tuple[str, ...]
-    after: tuple[str, ...]
 
 
 class SqliteCatalog:
@@ -215,9 +99,6 @@ class SqliteCatalog:
 
     def _migrate(self, lock_path: Path | None) -> None:
         """Apply pending schema migrations; a file lock keeps two processes opening a new store from racing."""
-        from agentmem.backends.migrations import apply_migrations, schema_version
-        from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-
         with self.engine.connect() as conn:
             if schema_version(conn) == SCHEMA_VERSION:
                 return
@@ -413,14 +294,13 @@ class SqliteCatalog:
         return [by_id[i] for i in ids if i in by_id]
 
     def records(self, ids: Sequence[str]) -> list[EntryRecord]:
-        """Read-only :class:`~agentmem.backends.sqlite.entry_records.EntryRecord` objects for ``ids``, in the order given
+        """Read-only :class:`~agentmem.ports.catalog.EntryRecord` objects for ``ids``, in the order given
         (missing ids skipped): what recall reads, without ORM instances (:meth:`get` for rows that are written).
 
         Example:
             >>> SqliteCatalog(":memory:").records(["nope"])
             []
         """
-        from agentmem.backends.sqlite.entry_records import read_records  # it imports this module
 
         if not ids:
             return []
@@ -637,23 +517,6 @@ def _varint(blob: bytes, i: int) -> tuple[int, int]:
     raise AssertionError("unreachable")
 
 
-BOUNDS_DDL = ("CREATE TABLE IF NOT EXISTS lexical_bounds (tbl VARCHAR NOT NULL, prefix VARCHAR NOT NULL, "
-               "value INTEGER NOT NULL, PRIMARY KEY (tbl, prefix))")
-
-
-def record_bounds(s: Any, table: str, texts: Sequence[str]) -> None:
-    """Inside a write's transaction: loosen ``table``'s BM25 bounds for new documents (row prefix ``''``: the
-    shortest document's length; any other prefix: the most tokens with it in one document). Never tightened on
-    deletion: a looser bound is still a bound."""
-    min_len, most = doc_bounds(texts)
-    if min_len is None:
-        return
-    rows = [{"t": table, "p": "", "v": min_len}] + [{"t": table, "p": p, "v": v} for p, v in sorted(most.items())]
-    s.execute(text("INSERT INTO lexical_bounds (tbl, prefix, value) VALUES (:t, :p, :v) ON CONFLICT (tbl, prefix) "
-                   "DO UPDATE SET value = CASE WHEN lexical_bounds.prefix = '' THEN min(lexical_bounds.value, "
-                   "excluded.value) ELSE max(lexical_bounds.value, excluded.value) END"), rows)
-
-
 def _bounds_of(conn: Any, table: str, prefixes: Sequence[str]) -> tuple[int | None, dict[str, int]]:
     """(shortest document length, {prefix: most tokens in one document}) recorded for ``table``, for ``prefixes``
     and the wildcard."""
@@ -758,5 +621,5 @@ def chunks(items: list[str], n: int) -> Iterator[list[str]]:
         yield items[i : i + n]
 
 
-__all__ = ["BOUNDS_DDL", "COMMITTED", "LEXICAL_PREFIX", "EntryRow", "HistoryRow", "SqliteCatalog", "TagRow", "TurnContext",
-           "bump_chain_cuts", "chain_cuts", "chunks", "erase_lifecycle", "fts_query", "lexical_ddl", "lexical_table"]
+__all__ = ["CHAIN_CUTS_KEY", "SqliteCatalog", "add_rows", "bump_chain_cuts", "chain_cuts", "chain_cuts_value", "chunks",
+           "erase_lifecycle", "fts_query"]

@@ -3,14 +3,16 @@
 Why not the ORM: recall loads ~40 rows (the head it re-ranks, and their chain ends) on every call and only reads
 them. Building ORM instances (identity map, attribute instrumentation, the joined ``tag_rows`` collection, the
 session around them) cost more than the query itself (research/notes/retrieval-lab-notes.md, "Latency"). A Core ``SELECT`` of the
-entry's columns, left-joined with its tags, returns tuples that become :class:`EntryRecord` objects: the same
-attribute names and values as :class:`~agentmem.backends.sqlite.catalog.EntryRow` (``tags`` sorted, as ``EntryRow.tags``),
+entry's columns, left-joined with its tags, returns tuples that become
+:class:`~agentmem.ports.catalog.EntryRecord` objects: the same
+attribute names and values as :class:`~agentmem.backends.sqlite.rows.EntryRow` (``tags`` sorted, as ``EntryRow.tags``),
 so everything recall does with a row (scope checks, re-ranking, the conflict check, ``Hit`` building) works
 unchanged. Writes keep the ORM (:meth:`SqliteCatalog.get <agentmem.backends.sqlite.catalog.SqliteCatalog.get>`): a record is not
 attached to any session and is never written back.
 
 Example:
-    >>> from agentmem.backends.sqlite.catalog import SqliteCatalog, EntryRow
+    >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
+    >>> from agentmem.backends.sqlite.rows import EntryRow
     >>> cat = SqliteCatalog(":memory:")
     >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
     ...            index_texts=["hi"], tags=[["b", "a"]])
@@ -21,54 +23,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy import ARRAY, Select, String, any_, bindparam, select
 from sqlalchemy.engine import Connection
 
-from agentmem.backends.sqlite.catalog import EntryRow, TagRow
-
-
-@dataclass(slots=True, eq=False)
-class EntryRecord:
-    """One committed entry as recall reads it (every column of :class:`EntryRow`, by the same names, and its tags).
-
-    ``eq=False``: records compare and hash by identity, as ORM instances do (recall keys its dicts by id anyway).
-
-    Example:
-        >>> EntryRecord.__slots__[:3]
-        ('id', 'user_id', 'session_id')
-    """
-
-    id: str
-    user_id: str
-    session_id: str | None
-    kind: str
-    role: str | None
-    speaker: str | None
-    occurred_at: str | None
-    text: str
-    memory_text: str
-    metadata_json: dict[str, Any]
-    created_at: float
-    expires_at: float | None
-    kv_path: str | None
-    kv_tokens: int | None
-    kv_fingerprint: str | None
-    kv_dtype: str | None
-    kb_version: str | None
-    write_state: str | None
-    write_since: float | None
-    kv_staged_at: float | None
-    version: int
-    status: str
-    superseded_by: str | None
-    seen_count: int
-    last_seen_at: float | None
-    indexed: bool
-    text_vector: bytes | None
-    tags: tuple[str, ...]
+from agentmem.backends.sqlite.rows import EntryRow, TagRow
+from agentmem.ports.catalog import EntryRecord
 
 
 # the mapped columns in EntryRecord's order (a column added to EntryRow without a field here fails at import)

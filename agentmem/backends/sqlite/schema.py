@@ -1,6 +1,6 @@
 """The catalog's schema history: every migration ever applied to a store, oldest first (see
 :mod:`agentmem.backends.migrations`). One list for SQLite and PostgreSQL; the ORM model in
-:mod:`agentmem.backends.sqlite.catalog` must equal what these produce (a test compares them).
+:mod:`agentmem.backends.sqlite.rows` must equal what these produce (a test compares them).
 
 Append new steps at the end; never edit a landed one (stores in the field ran it as written).
 
@@ -16,6 +16,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from agentmem.backends.migrations import Migration, latest_version
+from agentmem.backends.sqlite.lexical import (BOUNDS_DDL, LEXICAL_PREFIX, lexical_ddl, lexical_table,
+                                              record_bounds)
 
 # Frozen as the ORM compiled it at schema 1 (types both SQLite and PostgreSQL accept).
 _BASELINE = (
@@ -71,8 +73,6 @@ def _per_user_lexical(conn: Connection) -> None:
     """SQLite: split the shared FTS5 table into one per user (their own BM25 statistics), then drop it."""
     if conn.dialect.name != "sqlite":
         return
-    from agentmem.backends.sqlite.catalog import lexical_ddl, lexical_table
-
     if conn.execute(text("SELECT 1 FROM sqlite_master WHERE name = :n"), {"n": LEGACY_FTS}).first() is None:
         return
     for (user_id,) in conn.execute(text(f"SELECT DISTINCT user_id FROM {LEGACY_FTS}")).all():
@@ -153,8 +153,6 @@ def _lexical_bounds(conn: Connection) -> None:
     FTS5 table: shortest document, most tokens per prefix in one document), filled from every stored document.
     PostgreSQL: each term's largest term frequency and each user's shortest document, from the postings."""
     if conn.dialect.name == "sqlite":
-        from agentmem.backends.sqlite.catalog import BOUNDS_DDL, LEXICAL_PREFIX, record_bounds
-
         conn.execute(text(BOUNDS_DDL))
         tables = [r[0] for r in conn.execute(text(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%' "
