@@ -42,6 +42,8 @@ __all__ = ["Session", "SessionHost", "TopicSwitch", "TurnResult"]
 log = logging.getLogger(__name__)
 _MODES = ("kv", "history-text", "text")
 _GROW_TOKENS = 128  # capacity is rounded up to this many tokens so most turns append without reallocating
+_TIMINGS = ("scan", "make_room", "restore", "retrieve", "load", "encode", "rebuild", "mount", "prefill", "ttft",
+            "decode", "append", "remember", "total")  # TurnResult.timings, in seconds
 
 
 class TopicSwitch(Protocol):
@@ -228,9 +230,7 @@ class Session:
         mgr = self._mgr
         strict = mgr.config.strict_fingerprint if strict is None else strict
         t0 = time.perf_counter()
-        tm = dict.fromkeys(
-            ("scan", "make_room", "restore", "retrieve", "load", "encode", "rebuild", "mount", "prefill", "ttft", "decode",
-             "append", "remember", "total"), 0.0)
+        tm = dict.fromkeys(_TIMINGS, 0.0)
         with self.slot.lock:
             mgr.check_open()
             mgr.register(self)

@@ -42,7 +42,6 @@ class Background:
         self._leasing = leasing
         self.config = config
         self.interval = interval
-        self.hot, self.warm, self.cold, self.store = registry.hot, registry.warm, registry.cold, registry.store
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -96,11 +95,11 @@ class Background:
         if ttl is not None:  # files of sessions no process has opened since a restart
             with self._reg.lock:
                 known = set(self._reg.by_key)
-            for key in self.store.keys():
-                stamp = self.store.last_used(key)
-                if key not in known and stamp is not None and now - stamp > ttl and self.store.delete(key):
+            for key in self._reg.store.keys():
+                stamp = self._reg.store.last_used(key)
+                if key not in known and stamp is not None and now - stamp > ttl and self._reg.store.delete(key):
                     done["expired"] += 1
-        self.store.purge()
+        self._reg.store.purge()
         with self._reg.lock:
             self._reg.counts.update({k: v for k, v in done.items() if k != "idle_offloads"})
         return dict(done)
@@ -115,7 +114,7 @@ class Background:
         with self._reg.holds.hold(s.slot) as held:
             if not held or s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None:
                 return False
-            tier = self.hot if s.slot.tier == "hot" else self.warm
+            tier = self._reg.hot if s.slot.tier == "hot" else self._reg.warm
             kv = tier.backend.get(s.slot.key)
             if kv is None:
                 return False
@@ -124,16 +123,17 @@ class Background:
                 s.slot.state = None
                 self._leasing.release(s)
                 return True
-            if s.slot.disk_version == s.slot.version and self.store.last_used(s.slot.key) is not None:
+            if s.slot.disk_version == s.slot.version and self._reg.store.last_used(s.slot.key) is not None:
                 self._moves.move_down(s, tier, to_cold=True)  # clean copy on disk: just drop the memory copy
                 return True
             version, tier_name, last_used = s.slot.version, s.slot.tier, s.slot.last_used
             state = copy.deepcopy(s.slot.state)
-        staged = self.store.stage(s.slot.key, self._moves.seal(s.slot.key, self._moves.dump(state, kv)), last_used=last_used)
+        staged = self._stage(s.slot.key, state, kv, last_used)
         published = False
         with self._reg.holds.hold(s.slot) as held:
-            if held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name and self._leasing.keep(s):
-                self.store.publish(staged)
+            if (held and not s.slot.busy and s.slot.version == version and s.slot.tier == tier_name
+                    and self._leasing.keep(s)):
+                self._reg.store.publish(staged)
                 published = True
                 s.slot.disk_version = version
                 tier.backend.pop(s.slot.key)
@@ -141,11 +141,16 @@ class Background:
                     tier.policy.remove(s.slot.key)
                     tier.counters.offloads += 1
                 s.slot.state, s.slot.tier = None, "cold"
-                self.cold.note_bytes()
+                self._reg.cold.note_bytes()
                 self._leasing.release(s)
         if not published:
-            self.store.discard(staged)
+            self._reg.store.discard(staged)
         return published
+
+    def _stage(self, key: str, state: Any, kv: Any, last_used: float) -> Any:
+        """A sealed copy of ``state`` + ``kv`` written as a staged file: published or discarded by the caller once
+        it has checked, under the session's lock, that nothing touched the session meanwhile."""
+        return self._reg.store.stage(key, self._moves.seal(key, self._moves.dump(state, kv)), last_used=last_used)
 
     def queue_likely_victims(self) -> None:
         """Write-behind watermark: queue clean disk copies of the sessions each tier would move down next.
@@ -155,7 +160,7 @@ class Background:
         """
         queued = False
         with self._reg.lock:
-            for tier in (self.hot, self.warm):
+            for tier in (self._reg.hot, self._reg.warm):
                 if not tier.budget:
                     continue
                 excess = tier.bytes() - tier.budget // 2
@@ -181,22 +186,24 @@ class Background:
         with self._reg.holds.hold(s.slot) as held:
             if not held:
                 return None
-            if s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None or s.slot.disk_version == s.slot.version:
+            if (s.slot.busy or s.slot.tier not in ("hot", "warm") or s.slot.state is None
+                    or s.slot.disk_version == s.slot.version):
                 return False
             tier_name = s.slot.tier
-            kv = (self.hot if tier_name == "hot" else self.warm).backend.get(s.slot.key)
+            kv = (self._reg.hot if tier_name == "hot" else self._reg.warm).backend.get(s.slot.key)
             if kv is None:
                 return False
             version, last_used = s.slot.version, s.slot.last_used
             state = copy.deepcopy(s.slot.state)
-        staged = self.store.stage(s.slot.key, self._moves.seal(s.slot.key, self._moves.dump(state, kv)), last_used=last_used)
+        staged = self._stage(s.slot.key, state, kv, last_used)
         with self._reg.holds.hold(s.slot) as held:
-            if held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm") and self._leasing.keep(s):
-                self.store.publish(staged)
+            if (held and not s.slot.busy and s.slot.version == version and s.slot.tier in ("hot", "warm")
+                    and self._leasing.keep(s)):
+                self._reg.store.publish(staged)
                 s.slot.disk_version = version
-                self.cold.note_bytes()
+                self._reg.cold.note_bytes()
                 return True
-        self.store.discard(staged)
+        self._reg.store.discard(staged)
         return False
 
     def _drain_write_behind(self) -> int:
