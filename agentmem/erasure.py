@@ -31,9 +31,10 @@ log = logging.getLogger("agentmem")
 class Erasure:
     """One finished erase: the audit action and every id it touched.
 
-    ``user_ids``: users whose entries (or whole data) were erased; ``session_ids``: sessions erased as a scope or
-    whose turns were among the erased entries; ``entry_ids``: the erased entries. A listener should drop anything
-    it holds for any of them (dropping more is harmless; keeping erased text is not).
+    ``user_ids``: users all of whose data was erased (``forget(user_id=)`` with no narrower scope);
+    ``session_ids``: sessions erased as a scope or whose turns were among the erased entries; ``entry_ids``: the
+    erased entries. A listener should drop anything it holds for any of them (dropping more is harmless; keeping
+    erased text is not).
     """
 
     action: str
@@ -42,19 +43,18 @@ class Erasure:
     entry_ids: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
-    def of_rows(cls, action: str, rows: Iterable[Any], *, user_id: str | None = None,
+    def of_rows(cls, action: str, rows: Iterable[Any], *, whole_user: str | None = None,
                 session_id: str | None = None) -> Erasure:
-        """The notice for erased catalog rows (anything with ``id``, ``user_id``, ``session_id``) plus the scope.
+        """The notice for erased catalog rows (anything with ``id`` and ``session_id``) plus the scope.
 
         Example:
-            >>> Erasure.of_rows("forget_user", [], user_id="u1").user_ids
+            >>> Erasure.of_rows("forget_user", [], whole_user="u1").user_ids
             frozenset({'u1'})
         """
         rows = list(rows)
-        users = {r.user_id for r in rows} | ({user_id} if user_id is not None else set())
         sessions = {r.session_id for r in rows if r.session_id} | ({session_id} if session_id is not None else set())
-        return cls(action=action, user_ids=frozenset(users), session_ids=frozenset(sessions),
-                   entry_ids=frozenset(r.id for r in rows))
+        return cls(action=action, user_ids=frozenset({whole_user} if whole_user is not None else ()),
+                   session_ids=frozenset(sessions), entry_ids=frozenset(r.id for r in rows))
 
 
 class ErasureListeners:

@@ -777,7 +777,7 @@ class AgentMemory:
             for uid, session in {(r.user_id, r.session_id) for r in rows if r.session_id}:
                 self._end_session_kv(session, user_id=uid)
             self._audit.record("forget", user_id=user_id, count=len(rows))
-            self._erasures.notify(Erasure.of_rows("forget", rows, user_id=user_id))
+            self._erasures.notify(Erasure.of_rows("forget", rows))
             return len(rows)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
@@ -794,7 +794,8 @@ class AgentMemory:
             self._end_session_kv(session_id, user_id=user_id)
         action = "forget_user" if user_id is not None else "forget_session" if session_id is not None else "forget_tags"
         self._audit.record(action, user_id=user_id, session_id=session_id, count=n)
-        self._erasures.notify(Erasure.of_rows(action, rows, user_id=user_id, session_id=session_id))
+        whole_user = user_id if session_id is None and not tag_list else None
+        self._erasures.notify(Erasure.of_rows(action, rows, whole_user=whole_user, session_id=session_id))
         return n
 
     def sweep(self) -> int:

@@ -57,10 +57,9 @@ class RequestLog:
             return dict(item) if item is not None else None
 
     def purge(self, erasure: Erasure) -> int:
-        """Drop every request that touched what ``erasure`` erased: a
-        request of an erased user or session, or one that recalled an erased entry. Its question and answer are
-        that user's words, and which of them an erased entry held cannot be told, so all of them go; returns how
-        many were dropped.
+        """Drop every request that touched what ``erasure`` erased: a request of a user erased whole or of an
+        erased session, or one that recalled, mounted or remembered an erased entry (its question may be that
+        entry's text); returns how many were dropped.
 
         Example:
             >>> log = RequestLog()
@@ -69,7 +68,8 @@ class RequestLog:
             (1, [])
         """
         def touched(record: dict[str, Any]) -> bool:
-            hits = {h.get("id") for h in record.get("recalled", ())} | {h.get("id") for h in record.get("mounted", ())}
+            hits = {h.get("id") for h in (*record.get("recalled", ()), *record.get("mounted", ()))}
+            hits |= set(record.get("remembered", ()))
             return (record.get("user") in erasure.user_ids or record.get("session_id") in erasure.session_ids
                     or not hits.isdisjoint(erasure.entry_ids))
 

@@ -93,10 +93,11 @@ class _Chat:
             text, self.tool_calls = parse_tool_calls(text)
         elif self.convo.schema is not None:
             text = _strict_json(text)
+        remembered: list[str] = []  # in the request log, so erasing these entries drops the record too
         if self.cancelled:
             metrics.chat_cancelled.inc()
         elif self.session_id is None and self.body.agentmem.remember and self.convo.ends_with_user:
-            self._remember_turns(text)
+            remembered = self._remember_turns(text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
@@ -105,7 +106,8 @@ class _Chat:
         ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
         ext["cancelled"] = self.cancelled
         ext["mount_min_score"] = mem.config.mount_min_score
-        rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text})
+        rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text,
+                                       "remembered": remembered})
         if self.mode == "kv" and not self.cancelled and self.state.fidelity.due():
             self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
         return ext
@@ -125,19 +127,19 @@ class _Chat:
                             on_text=None if tools else on_text, json_schema=self.convo.constraint(),
                             stop=self.convo.stop or None, cancel=cancel, **sample)
 
-    def _remember_turns(self, answer: str) -> None:
+    def _remember_turns(self, answer: str) -> list[str]:
         """The question and the answer as turns of the user, in one write; a turn too long for the model's context
-        to be encoded is stored without KV instead (it stays recallable and is mounted as text, or dropped)."""
+        to be encoded is stored without KV instead (it stays recallable and is mounted as text, or dropped).
+        Returns the ids of the entries written."""
         mem = self.state.mem
         turns = [{"role": "user", "content": self.question}]
         turns += [{"role": "assistant", "content": answer}] if answer.strip() else []
         try:
-            mem.remember_messages(turns, user_id=self.user)
+            return [r.id for r in mem.remember_messages(turns, user_id=self.user)]
         except InvalidInputError as exc:
             if "longer than the model's context" not in str(exc):
                 raise
-            for t in turns:
-                mem.remember(t["content"], user_id=self.user, role=t["role"], encode=False)
+            return [mem.remember(t["content"], user_id=self.user, role=t["role"], encode=False).id for t in turns]
 
     def _report(self, hits: list[Any], out: Any, spans: list[tuple[int, int]], timings: dict) -> dict[str, Any]:
         score = {h.id: round(float(h.score), 6) for h in hits}

@@ -36,13 +36,18 @@ def _mcp_recall(server, key: str, user: str, query: str) -> str:
     return anyio.run(main)
 
 
-def test_forget_erases_the_text_from_every_endpoint(server):
-    marker = "zq" + uuid.uuid4().hex[:12]
-    said = f"My diagnosis is {marker}, please remember it."
+def _chat_as_u3(server, said: str) -> str:
+    """One chat turn of u3 (key u1 covers it) through the OpenAI client; the request's id in the inspector."""
     chat = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.key_u1, max_retries=0, timeout=120)
     r = chat.chat.completions.create(model="tiny-llama", user="u3", max_tokens=4,
                                      messages=[{"role": "user", "content": said}])
-    rid = r.model_extra["agentmem"]["request_id"]
+    return r.model_extra["agentmem"]["request_id"]
+
+
+def test_forget_erases_the_text_from_every_endpoint(server):
+    marker = "zq" + uuid.uuid4().hex[:12]
+    said = f"My diagnosis is {marker}, please remember it."
+    rid = _chat_as_u3(server, said)
     with server.client(server.key_u1) as c:
         assert c.post("/v1/memories", json={"text": said, "user_id": "u3"}).status_code == 201
         assert marker in c.get(f"/inspector/requests/{rid}").text  # what the issue saw: it is there before
@@ -60,6 +65,17 @@ def test_forget_erases_the_text_from_every_endpoint(server):
     leaked = [name for name, page in pages.items() if marker in page.text]
     assert not leaked, f"the erased text is still served by {leaked}"
     assert marker not in _mcp_recall(server, server.key_u1, "u3", said)
+
+
+def test_forgetting_a_remembered_question_drops_its_request(server):
+    marker = "zq" + uuid.uuid4().hex[:12]
+    said = f"My PIN hint is {marker}."
+    rid = _chat_as_u3(server, said)
+    with server.client(server.key_u1) as c:
+        turn = next(m for m in c.get("/v1/memories", params={"user_id": "u3"}).json()["memories"] if m["text"] == said)
+        assert c.delete(f"/v1/memories/{turn['id']}").json() == {"deleted": 1}
+        assert c.get(f"/inspector/requests/{rid}").status_code == 404
+        assert marker not in c.get("/inspector").text
 
 
 @pytest.mark.parametrize("bad", ["u1\u200b", "\u202eu1", "u\u00a01", "\ufeffu1"],
