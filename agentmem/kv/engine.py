@@ -94,6 +94,19 @@ class _Mounted:
     recomputed: int = 0  # kv+fix: entry tokens recomputed in context
 
 
+def _answer_timings(mounting: dict[str, float], retrieve_s: float, *, start: float, prefill: float, first: float,
+                    end: float) -> dict[str, float]:
+    """``GenerationResult.timings``: the mount's own seconds, then prefill, decode and the end-to-end ``ttft`` and
+    ``total`` (the caller's ``retrieve_s`` included), from ``time.perf_counter()`` marks.
+
+    Example:
+        >>> _answer_timings({"load": 0.5}, 1.0, start=10.0, prefill=11.0, first=12.0, end=14.0)["ttft"]
+        3.0
+    """
+    return {**mounting, "retrieve": retrieve_s, "prefill": first - prefill, "ttft": retrieve_s + (first - start),
+            "decode": end - first, "total": retrieve_s + (end - start)}
+
+
 def _spans_after(start: int, ids: list[list[int]]) -> list[tuple[int, int]]:
     """``(start, end)`` positions of memories placed back to back from ``start`` (text mode's spans).
 
@@ -550,15 +563,7 @@ class KVEngine:
             del prep.cache  # the workspace buffers are reused by the next call
             if own_workspace:
                 self._workspace_busy = False
-        t_end = time.perf_counter()
-        timings = dict(prep.timings)
-        timings.update(
-            retrieve=retrieve_s,
-            prefill=t_first - t,
-            ttft=retrieve_s + (t_first - t0),
-            decode=t_end - t_first,
-            total=retrieve_s + (t_end - t0),
-        )
+        timings = _answer_timings(prep.timings, retrieve_s, start=t0, prefill=t, first=t_first, end=time.perf_counter())
         out = prep.result(self.tokenizer.decode(ids, skip_special_tokens=True), ids, mode, timings)
         out.cancelled = cancel is not None and cancel.is_set()
         return out
