@@ -73,11 +73,12 @@ class Answerer:
     def generate(self, question: str, *, user_id: str, session_id: str | None, k: int, mode: Mode,
                  max_new_tokens: int, tags: Iterable[str] | None, kinds: Iterable[str] | None,
                  filters: Mapping[str, Any] | None, budget_tokens: int | None, strict: bool | None,
-                 do_sample: bool, temperature: float, top_p: float, seed: int | None,
+                 do_sample: bool | None, temperature: float | None, top_p: float | None, seed: int | None,
                  entry_ids: Sequence[str] | None, on_text: Callable[[str], None] | None,
                  logits_processor: Callable[[Any, Any], Any] | None,
                  cancel: threading.Event | None = None, stop: Sequence[str] | None = None,
-                 json_schema: Mapping[str, Any] | None = None) -> GenerationResult:
+                 json_schema: Mapping[str, Any] | None = None,
+                 repetition_penalty: float | None = None) -> GenerationResult:
         """Recall (or take ``entry_ids``), mount and answer: :meth:`agentmem.AgentMemory.generate`.
 
         Example:
@@ -87,7 +88,11 @@ class Answerer:
         check_text(question, "question")
         stop = check_stop(stop)
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
-                         top_p=top_p, seed=seed, do_sample=do_sample, k=k)
+                         top_p=top_p, seed=seed, do_sample=do_sample, k=k, repetition_penalty=repetition_penalty)
+        from agentmem.kv.runner import Sampling  # here: importing agentmem does not load the KV engine
+
+        sampling = Sampling.for_model(self.bank.engine.model, do_sample=do_sample, temperature=temperature,
+                                      top_p=top_p, seed=seed, repetition_penalty=repetition_penalty)
         if entry_ids is not None:
             hits = self.owned_hits(entry_ids, user_id)
         else:
@@ -108,7 +113,8 @@ class Answerer:
         processor, (on_text, flush) = self._processor(logits_processor, json_schema, stop), _stop_cut(stop, on_text)
         out = self.bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
-            do_sample=do_sample, temperature=temperature, top_p=top_p, seed=seed, strict=strict,
+            do_sample=sampling.do_sample, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            seed=seed, repetition_penalty=sampling.repetition_penalty, strict=strict,
             retrieve_s=retrieve_s, on_text=on_text, logits_processor=processor, cancel=cancel,
         )
         flush()

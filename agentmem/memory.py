@@ -563,9 +563,9 @@ class AgentMemory:
         filters: Mapping[str, Any] | None = None,
         budget_tokens: int | None = None,
         strict: bool | None = None,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
+        do_sample: bool | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
         seed: int | None = None,
         entry_ids: Sequence[str] | None = None,
         on_text: Callable[[str], None] | None = None,
@@ -573,12 +573,15 @@ class AgentMemory:
         cancel: threading.Event | None = None,
         stop: Sequence[str] | None = None,
         json_schema: Mapping[str, Any] | None = None,
+        repetition_penalty: float | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
 
         ``logits_processor`` (transformers' ``(ids, scores) -> scores``) constrains decoding, e.g. to a grammar.
         ``json_schema`` holds the answer to that JSON schema (constrained decoding, :mod:`agentmem.kv.constrain`);
         ``stop`` ends the answer at the first of these strings (left out of ``out.text`` and of ``on_text``).
+        Sampling settings left None (``do_sample``, ``temperature``, ``top_p``, ``repetition_penalty``) are the
+        model's own (its ``generation_config``; the embedded SmolLM2's: agentmem/kv/model.py).
 
         ``entry_ids`` skips recall and mounts exactly those entries of ``user_id`` (in that order), e.g. what a
         LangGraph node already chose.
@@ -600,7 +603,8 @@ class AgentMemory:
             question, user_id=user_id, session_id=session_id, k=k, mode=mode, max_new_tokens=max_new_tokens,
             tags=tags, kinds=kinds, filters=filters, budget_tokens=budget_tokens, strict=strict, do_sample=do_sample,
             temperature=temperature, top_p=top_p, seed=seed, entry_ids=entry_ids, on_text=on_text,
-            logits_processor=logits_processor, cancel=cancel, stop=stop, json_schema=json_schema)
+            logits_processor=logits_processor, cancel=cancel, stop=stop, json_schema=json_schema,
+            repetition_penalty=repetition_penalty)
 
     def train(
         self,

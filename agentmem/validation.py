@@ -410,9 +410,10 @@ def format_timestamp(ts: datetime | str | None) -> str | None:
     raise InvalidInputError(f"timestamp must be a datetime or a string, got {type(ts).__name__}")
 
 
-def check_generation(*, max_new_tokens: Any, budget_tokens: Any = None, temperature: Any = 1.0, top_p: Any = 1.0,
-                     seed: Any = None, do_sample: Any = False, k: Any = None) -> None:
-    """Arguments of ``generate`` / ``Session.send`` that reach torch (checked before any retrieval or mount).
+def check_generation(*, max_new_tokens: Any, budget_tokens: Any = None, temperature: Any = None, top_p: Any = None,
+                     seed: Any = None, do_sample: Any = None, k: Any = None, repetition_penalty: Any = None) -> None:
+    """Arguments of ``generate`` / ``Session.send`` that reach torch (checked before any retrieval or mount); None
+    sampling settings stand for the model's own.
 
     Example:
         >>> check_generation(max_new_tokens=64, temperature=0.7, top_p=0.9, seed=1, do_sample=True)
@@ -423,12 +424,13 @@ def check_generation(*, max_new_tokens: Any, budget_tokens: Any = None, temperat
     if budget_tokens is not None and (isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int)
                                       or budget_tokens < 0):
         raise InvalidInputError(f"budget_tokens must be a non-negative integer or None, got {_short(budget_tokens)}")
-    if not isinstance(do_sample, bool):
+    if do_sample is not None and not isinstance(do_sample, bool):
         raise InvalidInputError(f"do_sample must be True or False, got {_short(do_sample)}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
-            math.isfinite(temperature) and temperature > 0):
-        raise InvalidInputError(f"temperature must be a finite number > 0, got {_short(temperature)}")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0 < top_p <= 1):
+    for name, value in (("temperature", temperature), ("repetition_penalty", repetition_penalty)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and value > 0)):
+            raise InvalidInputError(f"{name} must be a finite number > 0, got {_short(value)}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not (0 < top_p <= 1)):
         raise InvalidInputError(f"top_p must be a number in (0, 1], got {_short(top_p)}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
         raise InvalidInputError(f"seed must be a non-negative integer or None, got {_short(seed)}")

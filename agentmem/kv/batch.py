@@ -275,7 +275,7 @@ class DecodeBatch:
                 logits = self._ragged_forward(ids, positions, [s.cache for s in active])
         for b, s in enumerate(active):
             row = logits[b : b + 1, -1]
-            s.token = next_token(processed(row, s.logits_processor, s.out), s.sampling, s.generator)
+            s.token = next_token(processed(row, s.logits_processor, s.out), s.sampling, s.generator, s.out)
 
     def _ragged_forward(self, ids: torch.Tensor, positions: torch.Tensor, caches: list) -> torch.Tensor:
         config = self.model.config

@@ -518,6 +518,7 @@ class KVEngine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        repetition_penalty: float = 1.0,
         seed: int | None = None,
         strict: bool = False,
         retrieve_s: float = 0.0,
@@ -535,7 +536,8 @@ class KVEngine:
         Setting ``cancel`` (from any thread) stops decoding before the next model step; the result then has
         ``cancelled=True`` and the tokens decoded so far.
         """
-        sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                            repetition_penalty=repetition_penalty)
         with self._lock:
             t0 = time.perf_counter()
             own_workspace = not self._workspace_busy  # the reused buffers, unless another answer decodes in them

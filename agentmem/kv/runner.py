@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -136,13 +137,37 @@ def forward_prefix_layers(model, cache, token_ids: Sequence[int] | torch.Tensor,
 
 @dataclass(frozen=True)
 class Sampling:
-    """Greedy by default; ``do_sample=True`` samples with temperature / top-k / top-p from ``seed``."""
+    """Greedy by default; ``do_sample=True`` samples with temperature / top-k / top-p from ``seed``.
+
+    ``repetition_penalty`` > 1 makes ids the answer already holds less likely (transformers' rule: positive logits
+    divided, negative ones multiplied). It sees the answer's own ids only: the prompt is mounted KV, not ids.
+    """
 
     do_sample: bool = False
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    repetition_penalty: float = 1.0
+
+    @classmethod
+    def for_model(cls, model: Any, **given: Any) -> Sampling:
+        """The model's own generation settings (its ``generation_config``: sampling, temperature, top-p / top-k,
+        repetition penalty), each overridden by a ``given`` value that is not None.
+
+        Example:
+            >>> Sampling.for_model(model, temperature=0.7, seed=1)
+        """
+        config = getattr(model, "generation_config", None)  # a model without one decodes greedily
+
+        def own(name: str, neutral: Any) -> Any:
+            value = getattr(config, name, None)
+            return neutral if value is None else value
+
+        defaults = dict(do_sample=bool(own("do_sample", False)), temperature=float(own("temperature", 1.0)),
+                        top_k=int(own("top_k", 0)), top_p=float(own("top_p", 1.0)),
+                        repetition_penalty=float(own("repetition_penalty", 1.0)))
+        return cls(**{**defaults, **{k: v for k, v in given.items() if v is not None}})
 
     def generator(self, device) -> torch.Generator | None:
         if not self.do_sample:
@@ -155,9 +180,16 @@ class Sampling:
         return gen
 
 
-def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None = None) -> int:
-    """Pick the next id from a ``[vocab]`` (or ``[1, vocab]``) logit row."""
+def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None = None,
+               previous: Sequence[int] = ()) -> int:
+    """Pick the next id from a ``[vocab]`` (or ``[1, vocab]``) logit row; ``previous`` are the answer's ids so
+    far (for the repetition penalty)."""
     row = logits.reshape(-1, logits.shape[-1])[-1].float()
+    if sampling.repetition_penalty != 1.0 and len(previous):
+        from transformers import RepetitionPenaltyLogitsProcessor
+
+        penalty = RepetitionPenaltyLogitsProcessor(sampling.repetition_penalty)
+        row = penalty(torch.tensor([list(previous)], dtype=torch.long, device=row.device), row[None])[0]
     if not sampling.do_sample:
         return int(row.argmax())
     row = row / max(sampling.temperature, 1e-5)
@@ -234,7 +266,7 @@ def decode(
     if first_token is not None:
         token = first_token
     else:
-        token = next_token(processed(first_logits, logits_processor, out), sampling, gen)
+        token = next_token(processed(first_logits, logits_processor, out), sampling, gen, out)
     while True:
         if token in eos_ids or (cancel is not None and cancel.is_set()):
             break
@@ -246,5 +278,5 @@ def decode(
         logits = model(
             input_ids=torch.tensor([[token]], device=device), cache=cache, use_cache=True, logits_to_keep=1
         ).logits
-        token = next_token(processed(logits, logits_processor, out), sampling, gen)
+        token = next_token(processed(logits, logits_processor, out), sampling, gen, out)
     return out

@@ -115,8 +115,9 @@ class _Chat:
     def _generate(self, ids: list[str], on_text: Any, cancel: threading.Event | None = None) -> Any:
         """The answer with memories ``ids`` mounted: a session turn when the request names a session."""
         b, mem = self.body, self.state.mem
-        sample = dict(do_sample=bool(b.temperature), temperature=b.temperature or 1.0, top_p=b.top_p or 1.0,
-                      seed=b.seed)
+        # settings the request leaves out are the model's own (its generation_config); temperature 0 is greedy
+        sample = dict(do_sample=None if b.temperature is None else b.temperature > 0,
+                      temperature=b.temperature or None, top_p=b.top_p, seed=b.seed)
         if self.session_id is not None:
             s = mem.session(self.session_id, user_id=self.user)
             return s.send(self.convo.last, max_new_tokens=self.max_tokens, mode=self.mode, entry_ids=ids,

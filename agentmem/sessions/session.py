@@ -199,16 +199,18 @@ class Session:
         remember: bool = True,
         commit: bool = True,
         strict: bool | None = None,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
+        do_sample: bool | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
         seed: int | None = None,
         entry_ids: Sequence[str] | None = None,
         on_text: Callable[[str], None] | None = None,
         cancel: threading.Event | None = None,
+        repetition_penalty: float | None = None,
     ) -> TurnResult:
-        """Answer ``text`` in this conversation; greedy unless ``do_sample``.
+        """Answer ``text`` in this conversation. Sampling settings left None are the model's own
+        (``generation_config``; greedy for a model without one).
 
         ``entry_ids`` mounts exactly those memories of this user, in that order (``k`` is then ignored; ids of
         other users, expired ones and turns already in the working cache are left out) — for a caller that chose
@@ -225,8 +227,9 @@ class Session:
         """
         entry_ids = _check_send(text, mode, k, entry_ids)
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
-                         top_p=top_p, seed=seed, do_sample=do_sample)
-        sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+                         top_p=top_p, seed=seed, do_sample=do_sample, repetition_penalty=repetition_penalty)
+        asked = dict(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                     repetition_penalty=repetition_penalty)
         mgr = self._mgr
         strict = mgr.config.strict_fingerprint if strict is None else strict
         t0 = time.perf_counter()
@@ -240,6 +243,7 @@ class Session:
             ctx = mgr.context()
             if mode != "text":
                 ctx.require_kv()
+            sampling = Sampling.for_model(ctx.engine.model, **asked)
             if commit:
                 self._follow_topic(user_text)
             self.slot.busy = True

@@ -18,6 +18,10 @@ TURNS = ["Hi! I'm Ana and I live in Lisbon.", "My sister is called Ines.", "What
 NEW = 12
 
 
+# the embedded model samples by default (agentmem/kv/model.py EMBEDDED_GENERATION); these compare token for token
+GREEDY = {"do_sample": False, "repetition_penalty": 1.0}
+
+
 @pytest.fixture(scope="module")
 def mem(tmp_path_factory) -> Iterator[AgentMemory]:
     if not (embedded_model_dir() / EMBEDDED_GGUF_FILE).exists():
@@ -34,8 +38,8 @@ def test_reuse_matches_reencoding_the_conversation_and_the_chat_template(mem):
     chat = mem.session("plain", user_id="u1")
     history: list[tuple[str, list[int]]] = []
     for i, message in enumerate(TURNS):
-        dry = chat.send(message, k=0, max_new_tokens=NEW, mode="text", commit=False)
-        r = chat.send(message, k=0, max_new_tokens=NEW, remember=False)
+        dry = chat.send(message, k=0, max_new_tokens=NEW, mode="text", commit=False, **GREEDY)
+        r = chat.send(message, k=0, max_new_tokens=NEW, remember=False, **GREEDY)
         ids = list(engine.layout.preamble_ids)
         for j, (user, reply) in enumerate(history):
             ids += chat_layout.turn_ids(user, reply, first=j == 0)
@@ -62,8 +66,8 @@ def test_disk_offload_and_restore_continue_token_identically_with_memories(mem):
     for i, message in enumerate(["What do I like to eat?", "Where do I work?", "Thanks!"]):
         if i:
             assert mem.sessions.offload("moved", to="disk") == "cold"
-        a = moved.send(message, k=2, max_new_tokens=NEW, remember=False)
-        b = stay.send(message, k=2, max_new_tokens=NEW, remember=False)
+        a = moved.send(message, k=2, max_new_tokens=NEW, remember=False, **GREEDY)
+        b = stay.send(message, k=2, max_new_tokens=NEW, remember=False, **GREEDY)
         assert a.mounted == b.mounted and len(a.mounted) == 2
         assert a.token_ids == b.token_ids
         assert a.restored_from == ("cold" if i else None)
