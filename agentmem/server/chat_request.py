@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
 from agentmem.kv.tools import format_tool_call
+from agentmem.validation import check_stop
 
 __all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "content_text", "last_user_text", "read_conversation"]
 
@@ -269,10 +270,7 @@ def _read_response_format(fmt: Mapping[str, Any] | None, with_tools: bool) -> di
 
 
 def _read_stop(stop: str | list[str] | None) -> list[str]:
-    stops = [stop] if isinstance(stop, str) else list(stop or [])
-    if len(stops) > 4 or not all(s for s in stops):
-        raise InvalidInputError("stop must be up to 4 non-empty strings")
-    return stops
+    return check_stop([stop] if isinstance(stop, str) else stop)  # OpenAI also takes one string
 
 
 def _call_schema(tool: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,13 +5,12 @@ and two API keys made with ``agentmem keys add``: one for u1 (+ u3), one for u2.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from server_helpers import Server, run_cli, start_server
+from server_helpers import Server, run_cli, start_server, stop_server
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +31,4 @@ def server(tmp_path_factory, tiny_model_dir) -> Iterator[Server]:
     key_u2 = run_cli("keys", "add", "--path", str(path), "--user", "u2").stdout.strip()
     proc, url = start_server(path, tiny_model_dir, "--fidelity-share", "1.0", "--model-id", "tiny-llama")
     yield Server(url=url, path=path, key_u1=key_u1, key_u2=key_u2, proc=proc)
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_server(proc)

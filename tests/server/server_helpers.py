@@ -65,6 +65,15 @@ class Server:
         return httpx.Client(base_url=self.url, headers=headers, timeout=120, **kw)
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop a server started by :func:`start_server` (killed if it has not exited within 30 s)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def start_server(path: Path, model_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     """Start ``agentmem serve`` and wait until /healthz answers."""
     port = free_port()

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 
-import subprocess
 
 import jsonschema
 import openai
 import pytest
-from server_helpers import Server, run_cli, start_server
+from server_helpers import Server, run_cli, start_server, stop_server
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
@@ -39,11 +38,7 @@ def server(tmp_path_factory):
     key = run_cli("keys", "add", "--path", str(path), "--user", "u1").stdout.strip()
     proc, url = start_server(path, model_dir, "--model-id", "tiny-llama")
     yield Server(url=url, path=path, key_u1=key, key_u2=key, proc=proc)
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_server(proc)
 
 
 def _client(server):

@@ -5,12 +5,11 @@ OpenAI-compatible HTTP server answering with its own model."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import httpx
 import openai
 import pytest
-from server_helpers import run_cli, start_server
+from server_helpers import run_cli, start_server, stop_server
 
 from agentmem.server.proxy import MEMORY_HEADER
 
@@ -30,11 +29,7 @@ def proxy(tmp_path_factory, tiny_model_dir, server):
         max_ = c.post("/v1/memories", json={"text": "Your dog is called Max.", "user_id": "alice",
                                              "role": "assistant"}).json()["id"]
     yield {"url": url, "key": key, "rex": rex, "max": max_}
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop_server(proc)
 
 
 def _client(proxy, key=None):
