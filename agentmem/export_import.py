@@ -33,7 +33,8 @@ from agentmem.types import json_ready
 __all__ = ["export_records", "import_records"]
 
 _PAGE = 500
-_REPLAYED = ("add", "update")
+_REPLAYED = ("add", "update", "restore")  # the events that write a version (a restore of version n writes one)
+_WRITE_OUTCOME = ("event", "superseded_ids", "matched_id")  # what a remember() did: not part of the entry
 
 
 class _Version(BaseModel):
@@ -87,6 +88,8 @@ def export_records(mem: AgentMemory, user_ids: Iterable[str]) -> Iterator[str]:
                     continue
                 data = json_ready(rec)
                 data.pop("kv", None)  # where the blob lives and which model made it belong to this store
+                for key in _WRITE_OUTCOME:
+                    data.pop(key, None)
                 data["history"] = json_ready(mem.history(rec.id))
                 yield json.dumps(data, ensure_ascii=False)
 
@@ -116,8 +119,12 @@ def _parse(lines: Iterable[str]) -> list[tuple[int, _Record]]:
 
 
 def _chain(rec: _Record) -> list[_Version]:
-    """The versions an import replays: add, then each update (the record alone when it has no history)."""
-    chain = [v for v in rec.history if v.op in _REPLAYED]
+    """The versions an import replays: add, then each update or restore that wrote a new version (a ``restore`` of
+    a superseded entry keeps its version: not replayed); the record alone when it has no history."""
+    chain: list[_Version] = []
+    for v in rec.history:
+        if v.op in _REPLAYED and (not chain or v.version > chain[-1].version):
+            chain.append(v)
     return chain or [_Version(version=1, op="add", text=rec.text)]
 
 

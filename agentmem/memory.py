@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,16 @@ class AgentMemory:
         or skips (False) encoding the entry's KV now; by default the store's ``kv_encoding`` policy decides.
         ``index=False`` stores the entry without a vector or lexical document: :meth:`get` and :meth:`list` see it,
         :meth:`recall` does not (LangGraph's ``put(..., index=False)``).
+
+        The record says what the write did (``event``, docs/lifecycle.md): ``"ADD"``; ``"UPDATE"`` (it superseded
+        ``record.superseded_ids``); or ``"NOOP"`` (the same statement again: the record is the existing entry
+        ``record.matched_id``, its ``seen_count`` raised). A write that differs in any value is never merged.
+
+        Example:
+            >>> mem.remember("I take 5 mg of amlodipine daily.", user_id="u1").event        # doctest: +SKIP
+            'ADD'
+            >>> mem.remember("i take 5 mg of amlodipine daily", user_id="u1").event         # doctest: +SKIP
+            'NOOP'
         """
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind=kind, role=role,
                                 speaker=speaker, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata,
@@ -160,8 +171,9 @@ class AgentMemory:
         return self._write([entry], encode)[0]
 
     def _write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
-        """Consolidate (merge duplicates, supersede replaced facts), encode KV if the policy says so, then write
-        everything all-or-nothing. A merged entry's record is the existing entry it was merged into."""
+        """Consolidate (merge restatements, supersede replaced facts), encode KV if the policy says so, then write
+        everything all-or-nothing. Each record says what happened (``event``); a merged entry's record is the
+        existing entry it was merged into (``NOOP``)."""
         mode = self.config.consolidation if consolidate else "off"
         vectors = decisions = texts = text_vectors = None
         if entries and mode == "local":
@@ -170,25 +182,38 @@ class AgentMemory:
             texts = [self._sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
             decisions, text_vectors = self._consolidator.plan([e.row for e in entries], texts, vectors, time.time())
         keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
+        self._store_entries(entries, keep, encode, vectors, text_vectors)
+        if decisions is None or texts is None:
+            if mode == "llm" and keep:
+                self._llm_worker().submit([entries[i].row.id for i in keep])
+            return [replace(self._record(e.row), event="ADD") for e in entries]
+        applied = apply_decisions(
+            self._store.lifecycle, self._store.catalog.get, [e.row for e in entries], texts, decisions,
+            seal=lambda i, t: self._sealer.seal_text(i, "history", t),
+            open_text=lambda r: self._sealer.open_text(r.id, "text", r.text), now=self._clock())
+        self._lifecycle_stats.update(applied.counts)
+        if applied.unmerged:  # the entry a restatement matched was erased meanwhile: store the write after all
+            self._store_entries(entries, applied.unmerged, encode, vectors, text_vectors)
+        merged = {r.id: r for r in self._store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
+        records = []
+        for n, (e, d) in enumerate(zip(entries, decisions)):
+            if d.merge_into and n not in applied.unmerged:
+                records.append(replace(self._record(merged[d.merge_into]), event="NOOP", matched_id=d.merge_into))
+            else:
+                done = applied.superseded[n]
+                records.append(replace(self._record(e.row), event="UPDATE" if done else "ADD", superseded_ids=done))
+        return records
+
+    def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
+                       vectors: Any, text_vectors: Any) -> None:
+        """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing."""
         kept = [entries[i] for i in keep]
         if kept and self._bank.should_encode(encode):
             for entry, (blob, fields) in zip(kept, self._bank.encode_blobs([e.embed_text for e in kept])):
                 entry.attach_kv(blob, fields)
         if text_vectors is not None:
-            self._consolidator.attach_vectors([e.row for e in kept], text_vectors[keep])
-        self._store.add(kept, None if vectors is None else vectors[keep])
-        if decisions is not None and texts is not None:
-            counts = apply_decisions(
-                self._store.lifecycle, self._store.catalog.get, [e.row for e in entries], texts, decisions,
-                seal=lambda i, t: self._sealer.seal_text(i, "history", t),
-                open_text=lambda r: self._sealer.open_text(r.id, "text", r.text), now=self._clock())
-            self._lifecycle_stats.update(counts)
-            merged = {r.id: r for r in self._store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
-            return [self._record(merged[d.merge_into]) if d.merge_into in merged else self._record(e.row)
-                    for e, d in zip(entries, decisions)]
-        if mode == "llm" and kept:
-            self._llm_worker().submit([e.row.id for e in kept])
-        return [self._record(e.row) for e in entries]
+            self._consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)])
+        self._store.add(kept, None if vectors is None else vectors[list(keep)])
 
     def remember_many(self, items: Sequence[Mapping[str, Any]], *, consolidate: bool = True) -> list[MemoryRecord]:
         """Store many memories in one all-or-nothing batch (embeddings computed in batches).
@@ -304,11 +329,18 @@ class AgentMemory:
             tag_list = None if tag_list is None else [self._scanner.apply(t) for t in tag_list]
             meta = None if meta is None else self._scanner.apply_value(meta)
             reason = None if reason is None else self._scanner.apply(reason)
-        now = self._clock()
         occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
                                     else datetime.now().astimezone())
         if self._scanner is not None and occurred:
             occurred = self._scanner.apply(occurred)  # a timestamp string is text too
+        return self._new_version(row, text, tag_list=tag_list, meta=meta, ttl_s=ttl_s, clear_ttl=clear_ttl,
+                                 reason=reason, index=index, occurred=occurred, op="update")
+
+    def _new_version(self, row: EntryRow, text: str, *, tag_list: list[str] | None, meta: dict[str, Any] | None,
+                     ttl_s: float | None, clear_ttl: bool, reason: str | None, index: bool | None,
+                     occurred: str | None, op: str) -> MemoryRecord:
+        """Write ``text`` (checked) as the entry's next version, active, logged as ``op`` (update or restore)."""
+        now = self._clock()
         line = memory_line(text, kind=row.kind, speaker=row.speaker, role=row.role, occurred_at=occurred)
         version = (row.version or 1) + 1
         indexed = row.indexed if index is None else bool(index)
@@ -328,15 +360,51 @@ class AgentMemory:
             encoded = self._bank.encode_blobs([line])
             if encoded:
                 blob, kv_fields = encoded[0]
-        events = [HistoryEvent(row.id, version, "update", self._sealer.seal_text(row.id, "history", text), now, reason)]
+        events = [HistoryEvent(row.id, version, op, self._sealer.seal_text(row.id, "history", text), now, reason,
+                               related_id=row.superseded_by if op == "restore" else None)]
         self._store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
                             tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
         if row.session_id:  # the old text may sit in its conversation's working KV
             self._end_session_kv(row.session_id, user_id=row.user_id)
         return self._record(self._store.catalog.get([row.id])[0])
 
+    def restore(self, entry_id: str, version: int | None = None) -> MemoryRecord:
+        """Undo a consolidation the store got wrong: a superseded (or retracted) entry becomes active again, the
+        newer entry that replaced it stays (forget it if it is wrong); ``version=n`` also brings back the text of
+        the entry's version ``n`` as a new version. Logged as a ``restore`` event (``related_id``: the entry that
+        had superseded it). Raises :class:`InvalidInputError` when there is nothing to restore.
+
+        Example:
+            >>> green = mem.remember("My favorite color is green now.", user_id="u1")   # doctest: +SKIP
+            >>> green.event, mem.restore(green.superseded_ids[0]).status                # doctest: +SKIP
+            ('UPDATE', 'active')
+        """
+        self._check_open()
+        row = self._live_row(entry_id)
+        current = row.version or 1
+        if version is not None and version != current:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise InvalidInputError("version must be an integer")
+            texts = {h.version: h.text for h in self._store.lifecycle.history(entry_id)
+                     if h.op in ("add", "update", "restore")}
+            if version not in texts:
+                raise InvalidInputError(f"entry {entry_id!r} has no version {version} (versions: {sorted(texts)})")
+            text = self._sealer.open_text(entry_id, "history", texts[version])
+            return self._new_version(row, text, tag_list=None, meta=None, ttl_s=None, clear_ttl=False,
+                                     reason=f"restored version {version}", index=None,
+                                     occurred=format_timestamp(datetime.now().astimezone()), op="restore")
+        if row.status == "active":
+            raise InvalidInputError(f"entry {entry_id!r} is active: nothing to restore (version= brings back an "
+                                    f"earlier text)")
+        sealed = self._sealer.seal_text(row.id, "history", self._record(row).text)
+        event = HistoryEvent(row.id, current, "restore", sealed, self._clock(), "restored by the user",
+                             related_id=row.superseded_by)
+        self._store.lifecycle.reinstate(row.id, event)
+        return self._record(self._store.catalog.get([row.id])[0])
+
     def history(self, entry_id: str) -> list[MemoryVersion]:
-        """The entry's versions and events, oldest first: ``op`` is add / update / supersede / merge / delete.
+        """The entry's versions and events, oldest first: ``op`` is add / update / supersede / merge / delete /
+        restore.
 
         Example:
             >>> [(v.op, v.text) for v in mem.history(rec.id)]                          # doctest: +SKIP
@@ -435,7 +503,8 @@ class AgentMemory:
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             head = found[:CHECKED]  # the same head for every k (consolidation.CHECKED)
             conflicts = self._consolidator.conflicts([s.row for s in head],
-                                                     [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head])
+                                                     [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head],
+                                                     query)
             found = demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)
         found = found[:k]
         return [

@@ -36,7 +36,12 @@ class MemoryRecord:
     """One stored memory entry.
 
     ``text`` is what the caller remembered; ``memory_text`` is the line that is embedded, indexed and
-    encoded to KV (it keeps who said it and when, because temporal questions depend on it).
+    encoded to KV (it keeps who said it and when, because temporal questions depend on it). Records returned by
+    ``remember`` / ``remember_many`` also say what the write did (``event``, as mem0's ``add()``):
+
+    >>> rec = mem.remember("I take 10 mg of amlodipine daily.", user_id="u1")           # doctest: +SKIP
+    >>> rec.event, rec.superseded_ids, rec.matched_id                                   # doctest: +SKIP
+    ('ADD', (), None)
     """
 
     id: str
@@ -56,7 +61,13 @@ class MemoryRecord:
     version: int = 1
     status: str = "active"  # "superseded" (see superseded_by) or "deleted" (retracted by consolidation)
     superseded_by: str | None = None
-    seen_count: int = 1  # how many times a near-identical memory was remembered (merged into this one)
+    seen_count: int = 1  # how many times the same statement was remembered (merged into this one)
+    # what the write that returned this record did (None on records read back by get / list / recall):
+    # "ADD" a new entry; "UPDATE" a new entry that superseded ``superseded_ids``; "NOOP" the same statement again,
+    # counted on the existing entry ``matched_id`` (this record is that entry)
+    event: Literal["ADD", "UPDATE", "NOOP"] | None = None
+    superseded_ids: tuple[str, ...] = ()
+    matched_id: str | None = None
 
 
 @dataclass(frozen=True)

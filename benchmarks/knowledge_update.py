@@ -10,6 +10,11 @@ store. Reported per mode ("off", "local", and "llm" with the local model on a sm
 * ``lookalike_hidden``: share of look-alike statements (same attribute, not an update: "My parents live in Madrid")
   wrongly superseded.
 
+Distinct facts (``distinct``, per mode): pairs that differ in one value (a dose, a PIN, a weekday, a name, a
+date, ...) must both stay reachable (``lost`` = 0, ``merged`` = 0) and the newer must answer its question first
+(``newer_first``); restatements that differ only in case, spacing or punctuation must merge
+(``restatements_merged``).
+
 Then what mounting assistant turns costs (``roles``), LoCoMo recall@5/@10 with consolidation "local" vs "off"
 (``--locomo``; on the "local" store also with each of recall's consolidation steps switched off through
 ``MemoryConfig``: ``without_recall_demotion``, ``without_version_following``; ``--ablate`` does the same for the
@@ -17,7 +22,7 @@ scenarios), and ``remember()`` p95 latency with vs without consolidation, measur
 
     python benchmarks/knowledge_update.py --half test --n 200 --locomo ../shared/data/locomo/locomo_dev5.json
 
-Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "locomo": {...}, "remember_p95_ms": {...}}
+Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "distinct": {"off": {...}, "local": {...}}, "locomo": {...}, "remember_p95_ms": {...}}
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ku_scenarios import Scenario, scenarios  # noqa: E402
+from ku_scenarios import Scenario, distinct_pairs, restatements, scenarios  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
 
@@ -59,6 +64,38 @@ def run_scenarios(mem: AgentMemory, items: list[Scenario], tag: str) -> dict[str
     count = len(items)
     return {"scenarios": count, "top1_new": round(top1 / count, 3), "stale_top3": round(stale / count, 3),
             "others_hidden": round(hidden / max(1, others), 3), "lookalike_hidden": round(alike_hidden / max(1, alike), 3)}
+
+
+def distinct_facts(mem: AgentMemory, n: int, tag: str) -> dict[str, float]:
+    """Pairs differing in one value must both stay reachable (``lost`` = 0) and the newer must answer its question
+    first (``newer_first``); restatements differing only in case, spacing or punctuation must merge (NOOP)."""
+    lost = merged = updates = asked = newer_first = 0
+    for i, pair in enumerate(distinct_pairs(n, seed=1)):
+        user = f"{tag}-distinct-{i}"
+        for text in pair.before:
+            mem.remember(text, user_id=user, role="user")
+        mem.remember(pair.older, user_id=user, role="user")
+        rec = mem.remember(pair.newer, user_id=user, role="user")
+        mem.wait_consolidation(timeout=600)
+        texts = {r.text for r in mem.list(user_id=user)}
+        lost += pair.older not in texts or pair.newer not in texts
+        merged += rec.event == "NOOP"
+        updates += rec.event == "UPDATE"
+        if pair.question:
+            asked += 1
+            top = mem.recall(pair.question, user_id=user, k=1)
+            newer_first += bool(top) and top[0].text == pair.newer
+    same = restatements(n // 2, seed=1)
+    restated = 0
+    for i, (text, again) in enumerate(same):
+        user = f"{tag}-restated-{i}"
+        first = mem.remember(text, user_id=user, role="user")
+        rec = mem.remember(again, user_id=user, role="user")
+        mem.wait_consolidation(timeout=600)
+        restated += rec.event == "NOOP" and rec.matched_id == first.id and len(mem.list(user_id=user)) == 1
+    return {"pairs": n, "lost": lost, "merged": merged, "updates": updates,
+            "newer_first": round(newer_first / max(1, asked), 3),
+            "restatements": len(same), "restatements_merged": round(restated / max(1, len(same)), 3)}
 
 
 def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
@@ -162,6 +199,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200, help="scenarios per mode")
     ap.add_argument("--llm-n", type=int, default=20, help="scenarios for the llm mode (local model: slow on CPU)")
     ap.add_argument("--locomo", type=Path, default=None, help="LoCoMo json: recall@5/@10 with consolidation on/off")
+    ap.add_argument("--distinct-n", type=int, default=100,
+                    help="pairs differing in one value (must not merge) per mode; half as many exact restatements")
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
     ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
@@ -190,6 +229,13 @@ def main() -> None:
                 per_mode["llm"]["decisions"] = mem.stats()["lifecycle"]  # type: ignore[assignment]
             print("llm", per_mode["llm"], file=sys.stderr, flush=True)
         result[args.half] = per_mode
+        if args.distinct_n:
+            distinct = {}
+            for mode in ("off", "local"):
+                with AgentMemory(root / f"distinct-{mode}", consolidation=mode) as mem:
+                    distinct[mode] = distinct_facts(mem, args.distinct_n, mode)
+                print(f"distinct {mode}", distinct[mode], file=sys.stderr, flush=True)
+            result["distinct"] = distinct
         if args.roles_n:
             with AgentMemory(root / "ku-roles", consolidation="local") as mem:
                 result["roles"] = roles_effect(mem, items[: args.roles_n])

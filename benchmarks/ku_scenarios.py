@@ -159,4 +159,66 @@ def _one(table: dict[str, tuple[list[str], list[str], list[str], list[str]]], rn
     return s
 
 
-__all__ = ["Scenario", "scenarios"]
+# Distinct facts (issue #37): two statements that differ in one value are two memories. Each template keeps its frame
+# and swaps one value (a number, an amount with its unit, a date, a weekday, a name, a code); the question asks for
+# the current value. Restatements change only case, spacing and punctuation: those must merge.
+_SWAPS: list[tuple[str, str | None, list[str]]] = [
+    ("I take {v} of amlodipine daily.", "What dose of amlodipine do I take?", ["5 mg", "10 mg", "2.5 mg", "20 mg"]),
+    ("My bank PIN is {v}.", "What is my bank PIN?", ["4821", "4822", "1397", "7730"]),
+    ("The team meeting is on {v} at ten.", "When is the team meeting?", ["Tuesday", "Thursday", "Monday", "Friday"]),
+    ("My flight to Oslo is {v}.", "Which flight do I take to Oslo?", ["SK 4410", "SK 4401", "LH 872", "BA 761"]),
+    ("My brother's name is {v}.", "What is my brother's name?", ["Tom", "Tim", "Luis", "Pavel"]),
+    ("My rent is {v} a month.", "How much rent do I pay?", ["950 EUR", "1,050 EUR", "990 EUR", "1,200 EUR"]),
+    ("The dentist appointment is on {v}.", "When is my dentist appointment?",
+     ["March 3, 2027", "March 13, 2027", "April 3, 2027", "March 3, 2028"]),
+    ("My locker at the gym is number {v}.", "Which locker do I use at the gym?", ["12", "21", "112", "7"]),
+    ("note number {v} about gardening", None, [str(i) for i in range(40)]),
+]
+
+
+@dataclass
+class DistinctPair:
+    """An older and a newer statement that differ in one value, the memories before them, and a question about the
+    current value (None: no single current value, e.g. numbered notes)."""
+
+    older: str
+    newer: str
+    question: str | None
+    before: list[str] = field(default_factory=list)
+
+
+def distinct_pairs(n: int, *, seed: int = 0) -> list[DistinctPair]:
+    """``n`` pairs that must not merge (deterministic for a seed).
+
+    >>> p = distinct_pairs(2, seed=0)[0]
+    >>> p.older != p.newer
+    True
+    """
+    rng = random.Random(f"distinct-{seed}")
+    out = []
+    for _ in range(n):
+        template, question, values = rng.choice(_SWAPS)
+        old, new = rng.sample(values, 2)
+        out.append(DistinctPair(template.format(v=old), template.format(v=new), question,
+                                rng.sample(_CHATTER, rng.randint(0, 4))))
+    return out
+
+
+def restatements(n: int, *, seed: int = 0) -> list[tuple[str, str]]:
+    """``n`` (statement, the same statement with other case / spacing / punctuation): these must merge.
+
+    >>> [a != b for a, b in restatements(3, seed=0)]
+    [True, True, True]
+    """
+    rng = random.Random(f"restate-{seed}")
+    variants = [str.lower, lambda t: t.rstrip(".") + "!", lambda t: "  " + t.replace(" ", "  ", 1), str.upper,
+                lambda t: t.rstrip(".")]
+    out = []
+    for _ in range(n):
+        template, _, values = rng.choice(_SWAPS[:-1])
+        text = template.format(v=rng.choice(values))
+        out.append((text, rng.choice(variants)(text)))
+    return out
+
+
+__all__ = ["DistinctPair", "Scenario", "distinct_pairs", "restatements", "scenarios"]

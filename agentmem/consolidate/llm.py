@@ -2,8 +2,10 @@
 
 Like mem0: for each new memory, the model sees the user's nearest existing memories and proposes one of ADD (keep
 both), UPDATE (the new memory replaces memory ``id``: that one is superseded), DELETE (the new memory retracts
-memory ``id``) or NOOP (nothing new: the new memory is merged into the existing one). ``remember()`` has already
-stored the memory and returned; the decision lands shortly after (``mem.wait_consolidation()`` waits for it).
+memory ``id``) or NOOP (nothing new: the new memory is merged into the existing one — only when both are the same
+statement after normalising case, spacing and punctuation; a NOOP for a differing text keeps both, counted as
+``llm_noop_kept``, since a write is never discarded on a model's word). ``remember()`` has already stored the memory
+and returned; the decision lands shortly after (``mem.wait_consolidation()`` waits for it).
 
 Any LangChain ``BaseChatModel`` works: its ``with_structured_output`` is used when it has one, else its reply is
 parsed as JSON. The local model (:func:`local_chat`) answers through the KV engine with *constrained decoding*: a
@@ -31,6 +33,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
+
+from agentmem.consolidate.statements import statement_key
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +293,8 @@ class StoreActions:
         lifecycle = self.store.lifecycle
         if decision.event == "NOOP":  # nothing new: count it on the existing memory, drop the new row
             text = self.open_text(new)
+            if statement_key(text) != statement_key(self.open_text(target)):
+                return "noop_kept"  # the texts differ: a write is never discarded on a model's word (issue #37)
             lifecycle.seen_again(target_id, now, HistoryEvent(target_id, target.version or 1, "merge",
                                                               self.seal(target_id, text), now, reason))
             self.store.delete([entry_id])

@@ -4,9 +4,10 @@ statement replaces. No LLM; only general signals: embedding similarity, lexical 
 For a new memory N of a user, the candidates are that user's *active* memories of the same kind said by the same
 speaker (or role), older than N: its nearest neighbours in the vector index plus earlier entries of the same batch.
 
-* **duplicate** — cosine ≥ ``DUPLICATE`` *and* the content words mostly agree (Jaccard ≥ ``SAME_WORDS``): N is not
-  stored; the existing entry counts it (``seen_count``, ``last_seen_at``) and logs a ``merge`` event. Repetition then
-  stops outranking new information.
+* **the same statement** — N's text equals an older memory's after normalising case, spacing and punctuation
+  (:func:`agentmem.consolidate.statements.statement_key`; nothing else: "My PIN is 4821" and "My PIN is 4822" are
+  two statements): N is not stored; the existing entry counts it (``seen_count``, ``last_seen_at``) and logs a
+  ``merge`` event (``NOOP``). Repetition then stops outranking new information. Any other write is stored.
 * **supersede** — N replaces an older memory O: the pairwise model of :mod:`agentmem.consolidate.pairs`
   (a logistic regression over cosine, cosine above the speaker's background, word overlap, "nearest", and the two
   embeddings' agreement) scores the pair at or above its threshold. O is marked ``superseded_by`` N (kept in its
@@ -16,14 +17,16 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN`` above the background.
 * **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
   memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
-  the other candidates of the speaker as background, at least 3; never two turns of one conversation session),
+  the other candidates of the speaker as background, at least 3; never two turns of one conversation session), or
+  that restate one sentence with a value swapped (:func:`swapped_values`, in any session, unless the query names
+  the older value and not the newer),
   the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
   are checked, whatever ``k`` (a pair from deeper down pulled a restatement over the evidence). Before that, a superseded entry
   the query finds hands its place to the entry that replaced it
   (:func:`agentmem.consolidate.versions.follow_versions`).
 
-The duplicate constants are round values chosen on the "tune" half of ``benchmarks/ku_scenarios.py``; the
-held-out half is reported in docs/lifecycle.md.
+Before issue #37 a cosine of at least 0.92 with a content-word overlap of at least 0.6 merged N into the older
+entry, which kept the older text of "My PIN is 4821" / "My PIN is 4822" and dropped the newer one.
 
 Example:
     >>> sorted(content_words("I live in Lyon, and I love it!"))
@@ -45,11 +48,10 @@ import numpy as np
 
 from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.consolidate.pairs import PairModel
+from agentmem.consolidate.statements import changed_span, statement_tokens
 from agentmem.entries.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 from agentmem.text import content_words
 
-DUPLICATE = 0.92  # cosine of the texts: near-identical wording (same speaker, same kind)
-SAME_WORDS = 0.6  # Jaccard of content words: "the same statement", not just the same topic
 SUPERSEDE = 0.7  # without the pairwise model: floor on the texts' cosine (a restatement with a changed value)
 MARGIN = 0.3  # without the pairwise model: how far above the speaker's background an older memory must stand
 CONFLICT = 0.75  # without the pairwise model: text cosine above which two recalled memories conflict
@@ -85,6 +87,7 @@ class Neighbour:
     key: tuple[str, str | None, str | None, str | None]
     created_at: float
     vector: np.ndarray | None = None  # unit text vector (the pairwise model needs it)
+    tokens: tuple[str, ...] = ()  # its normalised statement (statements.statement_tokens): equal ones merge
 
 
 @dataclass
@@ -95,22 +98,27 @@ class Decision:
     merge_reason: str | None = None
     supersedes: list[tuple[str, str]] = field(default_factory=list)  # (older id, reason)
 
+    @property
+    def event(self) -> str:
+        """What the write does, in mem0's words: ``NOOP`` (merged), ``UPDATE`` (supersedes) or ``ADD``."""
+        return "NOOP" if self.merge_into else "UPDATE" if self.supersedes else "ADD"
+
 
 def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
            neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
-           pairs: PairModel | None = None) -> Decision:
+           pairs: PairModel | None = None, tokens: tuple[str, ...] | None = None) -> Decision:
     """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
 
-    With ``pairs`` (and the new memory's unit text ``vector``) the pairwise model decides supersession; else the
-    cosine rule does."""
+    Only the same statement merges: a neighbour whose ``tokens`` equal the new text's ``tokens`` (None: nothing
+    merges). With ``pairs`` (and the new memory's unit text ``vector``) the pairwise model decides supersession; else
+    the cosine rule does."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
-    best = mine[0]
-    overlap = jaccard(new_words, best.words)
-    if best.cosine >= DUPLICATE and overlap >= SAME_WORDS:
-        return Decision(merge_into=best.id, merge_reason=f"near-duplicate (cosine {best.cosine:.2f}, "
-                                                         f"word overlap {overlap:.2f})")
+    same = next((n for n in mine if tokens is not None and n.tokens == tokens), None)
+    if same is not None:
+        return Decision(merge_into=same.id, merge_reason="the same statement again (equal after normalising case, "
+                                                         "spacing and punctuation)")
     if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
         scores = pairs.scores(vector, new_words, [n.vector for n in mine], [n.words for n in mine])
         return Decision(supersedes=[(n.id, f"replaced by a newer statement (pair score {s:.2f}, cosine "
@@ -178,6 +186,7 @@ class LocalConsolidator:
         lines = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         unit = self.text_vectors(texts)
         words = [content_words(t) for t in texts]
+        tokens = [statement_tokens(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
             if row.kind not in CONSOLIDATED_KINDS or row.indexed is False:  # unindexed: stored exactly as given
@@ -187,9 +196,9 @@ class LocalConsolidator:
             for j in range(i):  # earlier entries of the batch that were kept
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
-                                                speaker_key(rows[j]), rows[j].created_at, unit[j]))
+                                                speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j]))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
-                              pairs=self.pairs)
+                              pairs=self.pairs, tokens=tokens[i])
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -209,7 +218,7 @@ class LocalConsolidator:
                 and (r.expires_at is None or r.expires_at > now)]
         texts = [self._text_of(r) for r in rows]
         cached = self._vectors_of(rows, texts)
-        return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v)
+        return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t))
                 for r, t, v in zip(rows, texts, cached)]
 
     def _vectors_of(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> list[np.ndarray]:
@@ -225,16 +234,17 @@ class LocalConsolidator:
             self.remember_vectors([rows[i] for i in missing], fresh)
         return cached  # type: ignore[return-value]
 
-    def conflicts(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> set[tuple[str, str]]:
+    def conflicts(self, rows: Sequence[EntryRow], texts: Sequence[str], query: str = "") -> set[tuple[str, str]]:
         """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
         newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
-        on write) reaches its ``conflict`` threshold; without the model, a text cosine of at least ``CONFLICT``."""
+        on write) reaches its ``conflict`` threshold; without the model, a text cosine of at least ``CONFLICT``.
+        Also, in any session, the newer restating the older with a value swapped (:func:`swapped_values`)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
         words = [content_words(t) for t in texts]
         keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
-        out: set[tuple[str, str]] = set()
+        out = swapped_values(rows, texts, keys, query)
         for b, row in enumerate(rows):
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
             # not within one conversation session: a speaker's turns of one session elaborate on a topic (LoCoMo:
@@ -251,6 +261,32 @@ class LocalConsolidator:
                 hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
             out.update((rows[a].id, row.id) for a in hit)
         return out
+
+
+def swapped_values(rows: Sequence[EntryRow], texts: Sequence[str], keys: Sequence[tuple],
+                   query: str = "") -> set[tuple[str, str]]:
+    """(older id, newer id) of rows of one speaker where the newer restates the older with a value swapped ("I
+    take 5 mg ..." / "I take 10 mg ..."): the newer is the current value, whatever the session. Not when ``query``
+    names the older value and not the newer ("is my PIN still 4821?" asks about that one).
+
+    >>> rows = [EntryRow(id=i, user_id="u", kind="turn", text="", memory_text="", created_at=t)
+    ...         for i, t in (("a", 1.0), ("b", 2.0))]
+    >>> swapped_values(rows, ["My PIN is 4821.", "My PIN is 4822."], [("k",), ("k",)])
+    {('a', 'b')}
+    >>> swapped_values(rows, ["My PIN is 4821.", "My PIN is 4822."], [("k",), ("k",)], "is it still 4821?")
+    set()
+    """
+    tokens = [statement_tokens(t) for t in texts]
+    asked = set(statement_tokens(query))
+    out: set[tuple[str, str]] = set()
+    for b, newer in enumerate(rows):
+        for a, older in enumerate(rows):
+            if a == b or keys[a] != keys[b] or older.created_at >= newer.created_at:
+                continue
+            span = changed_span(tokens[a], tokens[b])
+            if span is not None and not (asked & set(span[0]) and not asked & set(span[1])):
+                out.add((older.id, newer.id))
+    return out
 
 
 def demotion_pool(k: int) -> int:
@@ -307,30 +343,49 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
     return order
 
 
+@dataclass
+class Applied:
+    """What :func:`apply_decisions` did: counts by outcome (``merged``, ``superseded``), per new row the older ids it
+    superseded, and the positions of merges whose target was gone by then (those rows must be stored after all)."""
+
+    counts: Counter
+    superseded: list[tuple[str, ...]]
+    unmerged: list[int]
+
+
 def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], list[EntryRow]],
                     new_rows: Sequence[EntryRow], texts: Sequence[str], decisions: Sequence[Decision], *,
-                    seal: Callable[[str, str], str], open_text: Callable[[EntryRow], str], now: float) -> Counter:
+                    seal: Callable[[str, str], str], open_text: Callable[[EntryRow], str], now: float) -> Applied:
     """Record merges (on the existing entry) and supersessions (on the older entry) once the new rows are stored.
 
-    ``seal(entry_id, text)`` seals a history text; returns counts by outcome (``merged``, ``superseded``).
+    ``seal(entry_id, text)`` seals a history text. A merge whose target was erased (or a supersession of an entry
+    no longer active) meanwhile is not recorded: the caller stores a row whose merge did not land.
     """
     targets = {d.merge_into for d in decisions if d.merge_into} | {i for d in decisions for i, _ in d.supersedes}
     current = {r.id: r for r in rows_of(sorted(targets))}
-    counts: Counter = Counter()
-    for row, text, d in zip(new_rows, texts, decisions):
-        target = current.get(d.merge_into or "")
-        if target is not None:
-            event = HistoryEvent(target.id, target.version or 1, "merge", seal(target.id, text), now, d.merge_reason)
-            counts["merged"] += lifecycle.seen_again(target.id, now, event)
+    out = Applied(Counter(), [], [])
+    for n, (row, text, d) in enumerate(zip(new_rows, texts, decisions)):
+        if d.merge_into:
+            target = current.get(d.merge_into)
+            event = None if target is None else HistoryEvent(target.id, target.version or 1, "merge",
+                                                             seal(target.id, text), now, d.merge_reason)
+            if event is not None and lifecycle.seen_again(d.merge_into, now, event):
+                out.counts["merged"] += 1
+            else:
+                out.unmerged.append(n)
+        done = []
         for old_id, reason in d.supersedes:
             old = current.get(old_id)
             if old is None:
                 continue
             event = HistoryEvent(old_id, old.version or 1, "supersede", seal(old_id, open_text(old)), now, reason,
                                  related_id=row.id)
-            counts["superseded"] += lifecycle.set_status(old_id, SUPERSEDED, event, superseded_by=row.id)
-    return counts
+            if lifecycle.set_status(old_id, SUPERSEDED, event, superseded_by=row.id):
+                done.append(old_id)
+        out.counts["superseded"] += len(done)
+        out.superseded.append(tuple(done))
+    return out
 
 
-__all__ = ["CHECKED", "CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Decision", "LocalConsolidator", "Neighbour",
-           "apply_decisions", "decide", "demote_older", "demotion_pool", "jaccard"]
+__all__ = ["CHECKED", "CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Applied", "Decision", "LocalConsolidator",
+           "Neighbour", "apply_decisions", "decide", "demote_older", "demotion_pool", "jaccard", "swapped_values"]

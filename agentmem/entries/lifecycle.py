@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from agentmem.backends.sqlite.catalog import SqliteCatalog, bump_chain_cuts
 from agentmem.backends.sqlite.rows import EntryRow, HistoryRow, TagRow
 
-OPS = ("add", "update", "supersede", "merge", "delete")
+OPS = ("add", "update", "supersede", "merge", "delete", "restore")
 ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"
 
 
@@ -132,6 +132,16 @@ class Lifecycle:
             n = s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status == ACTIVE)
                           .values(status=status, superseded_by=superseded_by)).rowcount
             if n:
+                self.log(s, event)
+            return bool(n)
+
+    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
+        """A superseded or retracted entry is active again (``restore``); False if it is gone or already active."""
+        with self.catalog.transaction() as s:
+            n = s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status != ACTIVE)
+                          .values(status=ACTIVE, superseded_by=None)).rowcount
+            if n:
+                bump_chain_cuts(s)  # the chains through it end here now: every process's remembered ends are stale
                 self.log(s, event)
             return bool(n)
 

@@ -105,13 +105,16 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
             raise NotFoundError(f"no memory entry with id {entry_id!r}")
         return rec
 
-    @server.tool(description="Store a memory for a user. Returns the new entry's id.")
+    @server.tool(description="Store a memory for a user. Returns the entry's id and what the write did: event ADD (a "
+                             "new entry), UPDATE (it superseded superseded_ids) or NOOP (the same statement again, "
+                             "counted on the existing entry matched_id).")
     @_tool
     async def remember(text: str, user_id: str | None = None, session_id: str | None = None,
                        tags: list[str] | None = None, ctx: Context | None = None) -> dict[str, Any]:
         uid = access.user(ctx, user_id)
         rec = await run(mem.remember, text, user_id=uid, session_id=session_id, tags=tags)
-        return {"id": rec.id, "user_id": rec.user_id, "memory_text": rec.memory_text}
+        return {"id": rec.id, "user_id": rec.user_id, "memory_text": rec.memory_text, "event": rec.event,
+                "superseded_ids": list(rec.superseded_ids), "matched_id": rec.matched_id}
 
     @server.tool(description="The k memories of a user most relevant to a query, best first.")
     @_tool

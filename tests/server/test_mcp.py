@@ -26,6 +26,9 @@ async def _exercise(client: Client, user: str | None) -> None:
     assert names >= {"remember", "recall", "list", "get", "update", "history", "forget"}
     args = {"user_id": user} if user else {}
     rec = _data(await client.call_tool("remember", {"text": "The boiler code is 4417.", **args}))
+    assert rec["event"] == "ADD" and rec["superseded_ids"] == [] and rec["matched_id"] is None
+    again = _data(await client.call_tool("remember", {"text": "the boiler code is 4417", **args}))
+    assert (again["event"], again["matched_id"], again["id"]) == ("NOOP", rec["id"], rec["id"])
     hits = _data(await client.call_tool("recall", {"query": "what is the boiler code?", "k": 3, **args}))["hits"]
     assert hits[0]["id"] == rec["id"] and "4417" in hits[0]["text"]
     listed = _data(await client.call_tool("list", {**args}))["memories"]
@@ -36,8 +39,9 @@ async def _exercise(client: Client, user: str | None) -> None:
     assert changed["version"] == 2 and changed["text"] == "The boiler code is 9902."
     versions = _data(await client.call_tool("history", {"entry_id": rec["id"]}))["versions"]
     assert [(v["op"], v["text"]) for v in versions] == [("add", "The boiler code is 4417."),
+                                                         ("merge", "the boiler code is 4417"),
                                                          ("update", "The boiler code is 9902.")]
-    assert versions[1]["reason"] == "new code"
+    assert versions[2]["reason"] == "new code"
     assert _data(await client.call_tool("forget", {"entry_id": rec["id"]}))["deleted"] == 1
     hits = _data(await client.call_tool("recall", {"query": "boiler code", "k": 3, **args}))["hits"]
     assert rec["id"] not in [h["id"] for h in hits]

@@ -10,6 +10,10 @@ def test_remember_recall_get_list_forget(server):
         assert r.status_code == 201, r.text
         rec = r.json()
         assert rec["text"] == "My tortoise is called Shelly." and rec["tags"] == ["pets"] and rec["expires_at"]
+        assert rec["event"] == "ADD" and rec["superseded_ids"] == [] and rec["matched_id"] is None
+        again = c.post("/v1/memories", json={"text": "my tortoise is called Shelly", "user_id": "u1"}).json()
+        assert (again["event"], again["matched_id"], again["seen_count"]) == ("NOOP", rec["id"], 2)
+        assert c.get(f"/v1/memories/{rec['id']}").json()["event"] is None  # a read describes the entry, not a write
         hits = c.post("/v1/memories/recall", json={"query": "what is my tortoise called?", "user_id": "u1"}).json()["hits"]
         assert hits[0]["id"] == rec["id"] and hits[0]["score"] > 0
         assert c.get(f"/v1/memories/{rec['id']}").json()["text"] == "My tortoise is called Shelly."

@@ -41,11 +41,13 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 from agentmem import AgentMemory, InvalidInputError, MemoryRecord
 from agentmem_langgraph._index import StoreIndex
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
@@ -245,6 +247,29 @@ class AgentMemStore(BaseStore):
         self._stop = threading.Event()
 
     # --- BaseStore -------------------------------------------------------------------------------
+    def put_record(self, namespace: tuple[str, ...], key: str, value: dict[str, Any],
+                   index: Literal[False] | list[str] | None = None, *, ttl: float | None | Any = NOT_PROVIDED,
+                   ) -> MemoryRecord:
+        """:meth:`put`, returning the agentmem record of the write and what it did (``record.event``): ``"ADD"`` for
+        a new key, ``"UPDATE"`` for a new version of the item's entry (``record.version``; the old value stays in
+        ``memory.history(record.id)``). Keys decide identity in a store, never similarity, so a put is never a
+        ``NOOP``. LangGraph's :meth:`put` returns None (its contract); this is the same write.
+
+        Example:
+            >>> store.put_record(("u1", "prefs"), "drink", {"content": "likes green tea"}).event   # doctest: +SKIP
+            'ADD'
+            >>> store.put_record(("u1", "prefs"), "drink", {"content": "likes coffee"}).event      # doctest: +SKIP
+            'UPDATE'
+        """
+        ns = tuple(namespace)
+        with self._lock:  # the read before, the write and the read after as one step for this store
+            before = self._find(ns, str(key))
+            self.put(ns, key, value, index=index, ttl=ttl)
+            after = self._find(ns, str(key))
+        if after is None:
+            raise LookupError(f"the item {ns}/{key} was not stored")
+        return replace(after, event="UPDATE" if before is not None else "ADD")
+
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
         results: list[Result] = []

@@ -140,3 +140,14 @@ def test_create_react_agent_with_the_store(mem):
     agent.invoke({"messages": [("user", "Remember that I run marathons.")]})
     assert store.get(("alice", "facts"), "fact-1").value == {"content": "Alice runs marathons"}
     assert mem.recall("sport", user_id="alice", k=1)[0].text == "Alice runs marathons"
+
+
+def test_put_record_says_what_the_put_did(mem):
+    store = AgentMemStore(mem)
+    first = store.put_record(("u1", "prefs"), "drink", {"content": "likes green tea"})
+    assert first.event == "ADD" and first.version == 1 and first.user_id == "u1"
+    again = store.put_record(("u1", "prefs"), "drink", {"content": "likes green tea."})  # keys decide, not similarity
+    assert again.event == "UPDATE" and again.id == first.id and again.version == 2
+    assert [v.op for v in mem.history(first.id)] == ["add", "update"]
+    assert store.get(("u1", "prefs"), "drink").value == {"content": "likes green tea."}
+    assert store.put(("u1", "prefs"), "food", {"content": "ramen"}) is None  # LangGraph's contract

@@ -1,0 +1,83 @@
+"""When are two statements the same statement? Surface comparisons for consolidation (issue #37).
+
+* :func:`statement_key` — the text with case, spacing and punctuation normalised away, and nothing else: two writes
+  merge (``NOOP``) only when their keys are equal. Punctuation that is part of a value stays: the sign, decimal
+  point or separator inside a number (``-5``, ``5.5``, ``4,821``, ``12:30``) and symbols such as ``$``, ``€``,
+  ``%`` or ``#``, so "It costs 5.5 EUR." and "It costs 55 EUR." are two statements.
+* :func:`changed_span` / :func:`changed_value` — the two texts say the same thing with a value swapped ("I take 5
+  mg" / "I take 10 mg", "note number 3" / "note number 4"): they share the frame and differ in one short run of
+  words. Such a pair is two memories (never merged); recall puts the newer first when both are found.
+
+Example:
+    >>> statement_key("I live in  Lyon!") == statement_key("i live in lyon")
+    True
+    >>> statement_key("It costs 5.5 EUR.") == statement_key("It costs 55 EUR.")
+    False
+    >>> changed_value("I take 5 mg of amlodipine daily.", "I take 10 mg of amlodipine daily.")
+    True
+    >>> changed_value("I live in Lyon.", "We watched a film about whales.")
+    False
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from collections.abc import Sequence
+
+# a number with its sign and inner separators ("-5", "5.5", "4,821", "12:30", "2026-03-04"), a word, or any other
+# single non-space character (punctuation is dropped below, symbols are kept)
+_TOKEN = re.compile(r"(?<![\w.,:/-])[-+−]?\d+(?:[.,:/-]\d+)*|\w+|[^\w\s]")
+# punctuation that carries a value: kept as a token of its own
+_VALUE_PUNCTUATION = frozenset("%#@&*/\\‰°")
+MAX_CHANGED = 3  # a value swap replaces at most this many tokens ("5 mg" -> "10 mg": 1; "May 3, 2026" -> ...: 3)
+MIN_SHARED = 2  # ... and keeps at least this many tokens of the frame
+
+
+def _is_punctuation(token: str) -> bool:
+    return len(token) == 1 and unicodedata.category(token).startswith("P") and token not in _VALUE_PUNCTUATION
+
+
+def statement_tokens(text: str) -> tuple[str, ...]:
+    """The text's tokens after Unicode compatibility folding and case folding, sentence punctuation dropped.
+
+    >>> statement_tokens("The PIN is 4,821 (not $40)!")
+    ('the', 'pin', 'is', '4,821', 'not', '$', '40')
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return tuple(t for t in _TOKEN.findall(folded) if not _is_punctuation(t))
+
+
+def statement_key(text: str) -> str:
+    """The text normalised for case, spacing and punctuation only: equal keys are the same statement."""
+    return " ".join(statement_tokens(text))
+
+
+def changed_span(older: Sequence[str], newer: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Where ``newer``'s tokens restate ``older``'s with a value swapped: the one replaced run of tokens (older's,
+    newer's), when it is the only difference, at most ``MAX_CHANGED`` tokens on each side, and at least
+    ``MIN_SHARED`` tokens of the frame are shared; else None (the same statement, a mere insertion, or another one).
+
+    >>> changed_span(("my", "pin", "is", "4821"), ("my", "pin", "is", "4822"))
+    (('4821',), ('4822',))
+    >>> changed_span(("that", "s", "great"), ("that", "s", "so", "great")) is None
+    True
+    """
+    if tuple(older) == tuple(newer) or len(set(older) ^ set(newer)) > 2 * MAX_CHANGED:
+        return None  # the same, or too different to be one swap (a cheap test before aligning them)
+    ops = [op for op in difflib.SequenceMatcher(a=older, b=newer, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(ops) != 1 or ops[0][0] != "replace":
+        return None
+    _, i1, i2, j1, j2 = ops[0]
+    if max(i2 - i1, j2 - j1) > MAX_CHANGED or len(older) - (i2 - i1) < MIN_SHARED:
+        return None
+    return tuple(older[i1:i2]), tuple(newer[j1:j2])
+
+
+def changed_value(older: str, newer: str) -> bool:
+    """True when ``newer`` restates ``older`` with a value swapped (:func:`changed_span` of their tokens)."""
+    return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
+
+
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "statement_key", "statement_tokens"]
