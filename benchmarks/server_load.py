@@ -18,7 +18,8 @@ Phases, all in one run:
    mid-load, restarted, and every acknowledged id is read back: acknowledged writes missing are counted, and
    ``mem.verify()`` is run on the store.
 5. **adversarial** (``--adversarial``): one client streams a ``--long-tokens`` (4,000) answer and hangs up after
-   ``--hangup-s``; meanwhile the other ``--clients`` - 1 clients stream short answers for ``--adversarial-s`` and
+   ``--hangup-s``; meanwhile ``--adversarial-clients`` (default ``--clients`` - 1) clients stream short answers,
+   one after another, for ``--adversarial-s`` and
    measure their time to first token. Reported: their p50/p99 TTFT and errors, whether the long decode was cancelled,
    how many tokens it decoded, and the most pieces any cancelled decode produced after its hang-up was noticed
    (``/metrics``; at most 1 means it stopped within one step).
@@ -366,7 +367,8 @@ def adversarial_phase(srv: ServerProc, key: str, args, rng: random.Random) -> di
     long_thread = threading.Thread(target=long_request)
     long_thread.start()
     time.sleep(1.0)  # the long answer is decoding before the others arrive
-    shorts = [threading.Thread(target=short_client, args=(i,)) for i in range(max(1, args.clients - 1))]
+    n_short = args.adversarial_clients or max(1, args.clients - 1)
+    shorts = [threading.Thread(target=short_client, args=(i,)) for i in range(n_short)]
     for t in shorts:
         t.start()
     time.sleep(args.adversarial_s)
@@ -503,6 +505,8 @@ def main() -> None:
     ap.add_argument("--long-tokens", type=int, default=4000, help="max_tokens of the adversarial long request.")
     ap.add_argument("--hangup-s", type=float, default=5.0, help="When the adversarial client hangs up.")
     ap.add_argument("--adversarial-s", type=float, default=20.0, help="How long the other clients measure.")
+    ap.add_argument("--adversarial-clients", type=int, default=None,
+                    help="Clients measuring first-token latency beside the long request (default: --clients - 1).")
     ap.add_argument("--model", default=None, help="Local model directory (default: the embedded SmolLM2).")
     ap.add_argument("--out", type=Path, default=None, help="Also write the JSON result here.")
     ap.add_argument("--plot", type=Path, default=None, help="Also draw the result to this PNG.")
