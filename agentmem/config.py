@@ -62,6 +62,13 @@ class MemoryConfig(BaseModel):
     candidate_pool: int = Field(
         default=100, gt=0, description="How many dense and lexical candidates each retriever contributes before fusion."
     )
+    ranking: str = Field(
+        default="bundled", min_length=1,
+        description="The ranking's fitted constants (fusion, head re-ranking, learned head order, score calibration): "
+        "'bundled' = the shipped agentmem/recall/weights/ranking.json; a path = a weights file of that shape whose "
+        "groups and values overlay the bundled ones (docs/recall.md). A missing or malformed file is an "
+        "InvalidInputError naming it when the store opens.",
+    )
 
     # --- security -------------------------------------------------------------------------------
     secret_policy: Literal["redact", "reject", "off"] = "redact"

@@ -5,9 +5,10 @@
 Fills one user's store with N short memories (in batches), then times ``recall`` on fresh queries, everything
 included (query embedding, both retrievers, fusion, the head's re-ranking, calibration, loading rows). Side by
 side in the same run, interleaved query by query, the same recall without the head re-ranking step (the ranking
-as before it existed: ``RetrievalParams(speaker_boost=0, temporal_boost=0, rerank_depth=10)``), so the ratio
+as before it existed: a ``MemoryConfig(ranking=<weights file>)`` setting speaker_boost 0, temporal_boost 0,
+rerank_depth 10, the store opened a second time with it), so the ratio
 shows what re-ranking costs on this machine whatever its load; and, the same way, recall without the turn
-context vector search (``context_vector_weight=0``: one vector search fewer), for what that search costs; and
+context vector search (a weights file with ``context_vector_weight`` 0: one vector search fewer), for what that search costs; and
 recall without the lifecycle's version following (``MemoryConfig(recall_follows_versions=False)``): the generator's
 templated sentences make local consolidation supersede about a third of the store, so this is its worst case; and
 recall with the query embedded by the float MiniLM graph (``Embedder.int8_queries = False``; the default embeds
@@ -28,14 +29,12 @@ import random
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
 
 from agentmem import AgentMemory
 from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.recall.retrieval import RetrievalParams
 
 SUBJECTS = ["my sister", "the dog", "our landlord", "my manager", "the dentist", "grandma", "the neighbour", "Tom",
             "the bakery", "my bike", "the garden", "our team", "the kids", "my doctor", "the car", "Lisa"]
@@ -69,7 +68,7 @@ def main() -> None:
             else:  # the same entries were written: draw them again so the queries are the same
                 for i in range(args.entries):
                     sentence(rng, i)
-            result = measure(mem, rng, args)
+            result = measure(mem, rng, args, Path(tmp))
     print(json.dumps(result), flush=True)
 
 
@@ -81,33 +80,45 @@ def fill(mem: AgentMemory, rng: random.Random, entries: int) -> None:
                            for j in range(n)])
 
 
-def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace) -> dict:
-    """Times the variants interleaved query by query; the result line's fields."""
+def ranking_file(folder: Path, name: str, values: dict) -> str:
+    """A weights file (MemoryConfig.ranking) changing only ``values`` of the bundled ranking's "retrieval" group."""
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps({"retrieval": {"values": values}}))
+    return str(path)
+
+
+def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace, folder: Path) -> dict:
+    """Times the variants interleaved query by query; the result line's fields.
+
+    The ranking variants are the same store opened again with ``MemoryConfig(ranking=<weights file>)``."""
     queries = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(args.queries)]
-    for q in queries[:5]:  # warm-up: model load, first HNSW touch
-        mem.recall(q, user_id="u", k=args.k)
-    store = mem._store  # the comparison swaps the store's ranking constants (no public knob for them)
-    default, plain = store.params, RetrievalParams(speaker_boost=0.0, temporal_boost=0.0, rerank_depth=10)
-    no_context = replace(default, context_vector_weight=0.0)
     config, no_follow = mem.config, mem.config.model_copy(update={"recall_follows_versions": False})
-    variants = (("default", default, config), ("no_rerank", plain, config), ("no_context", no_context, config),
-                ("no_follow", default, no_follow), ("float_query", default, config))
-    embedder = store.embedder
-    int8 = getattr(embedder, "int8_queries", False)
-    if int8:  # the float query graph loaded before timing too
-        embedder.int8_queries = False
-        mem.recall(queries[0], user_id="u", k=args.k)
-    times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
-    load_before = os.getloadavg()[0]
-    for q in tqdm(queries, desc="recall", disable=None):
-        for name, params, cfg in variants:
-            store.params, mem.config = params, cfg
-            if int8:  # float_query: the query embedded by the float graph (int8 feed-forward weights otherwise)
-                embedder.int8_queries = name != "float_query"
-            t = time.perf_counter()
-            mem.recall(q, user_id="u", k=args.k)
-            times[name].append(1000 * (time.perf_counter() - t))
-    store.params, mem.config = default, config
+    plain = ranking_file(folder, "no_rerank", {"speaker_boost": 0.0, "temporal_boost": 0.0, "rerank_depth": 10})
+    no_context = ranking_file(folder, "no_context", {"context_vector_weight": 0.0})
+    with (AgentMemory(mem.path, config=config.model_copy(update={"ranking": plain})) as plain_mem,
+          AgentMemory(mem.path, config=config.model_copy(update={"ranking": no_context})) as no_context_mem):
+        variants = (("default", mem, config), ("no_rerank", plain_mem, config),
+                    ("no_context", no_context_mem, config), ("no_follow", mem, no_follow), ("float_query", mem, config))
+        for q in queries[:5]:  # warm-up: model load, first HNSW touch
+            for _, m, _ in variants[:3]:
+                m.recall(q, user_id="u", k=args.k)
+        store = mem._store  # the query embedder's int8 switch and the context-vector count: no public knob
+        embedder = store.embedder
+        int8 = getattr(embedder, "int8_queries", False)
+        if int8:  # the float query graph loaded before timing too
+            embedder.int8_queries = False
+            mem.recall(queries[0], user_id="u", k=args.k)
+        times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+        load_before = os.getloadavg()[0]
+        for q in tqdm(queries, desc="recall", disable=None):
+            for name, m, cfg in variants:
+                m.config = cfg
+                if int8:  # float_query: the query embedded by the float graph (int8 feed-forward weights otherwise)
+                    embedder.int8_queries = name != "float_query"
+                t = time.perf_counter()
+                m.recall(q, user_id="u", k=args.k)
+                times[name].append(1000 * (time.perf_counter() - t))
+    mem.config = config
     if int8:
         embedder.int8_queries = True
     superseded = sum(r.status == "superseded" for r in mem.list(user_id="u"))

@@ -35,7 +35,6 @@ from agentmem.backends.sqlite.rows import EntryRow, HistoryRow
 from agentmem.ports.catalog import EntryRecord
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
-from agentmem.recall.calibration import Calibration
 from agentmem.consolidate.chain_ends import ChainEnds
 from agentmem.consolidate.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
@@ -43,7 +42,8 @@ from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.recall.head import rank_candidates
-from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first, fuse
+from agentmem.recall.ranking_weights import load_ranking
+from agentmem.recall.retrieval import Candidates, best_first, fuse
 from agentmem.ports.vectors import where_clause
 from agentmem.security.blind import BlindIndex
 from agentmem.security.crypto import Cipher
@@ -128,6 +128,8 @@ class EntryStore:
                  blobs: BlobStore | None = None) -> None:
         from agentmem import factory
 
+        # MemoryConfig.ranking (the bundled weights or a weights file), read first: a bad file opens nothing
+        ranking = load_ranking(config.ranking)
         self.root = root
         self.cipher = cipher
         self.sealer = Sealer(cipher)  # every sealed value of the store (texts, blobs) goes through this one
@@ -147,8 +149,9 @@ class EntryStore:
                                 superseded_ids=self._superseded_ids, stamp=lambda: chain_cuts(self.catalog))
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
-        self.params = RetrievalParams()  # ranking constants (cross-validated defaults, research/notes/retrieval-lab-notes.md)
-        self.calibration = Calibration()  # rank score -> P(relevant)
+        self.params = ranking.retrieval  # fusion and head re-ranking constants
+        self.head_model = ranking.head  # the learned head order's model
+        self.calibration = ranking.calibration  # rank score -> P(relevant)
         self._lock = threading.RLock()
         # the lexical search runs beside the query embedding (SQLite, ONNX Runtime and torch release the GIL)
         self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")
@@ -499,7 +502,7 @@ class EntryStore:
             return ([HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in admitted[:depth]],
                     [(row.id, s) for row, s in admitted[depth:]])
 
-        order = rank_candidates(query, cands, self.params, k, load, head_k=head_k)
+        order = rank_candidates(query, cands, self.params, k, load, model=self.head_model, head_k=head_k)
         by_id = {row.id: row for row, _ in admitted}
         missing = [i for i, _ in order if i not in cands.dense]
         # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)

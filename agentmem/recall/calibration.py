@@ -27,6 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agentmem.recall.weights_file import bundled
+
+_DEFAULTS = bundled("calibration")
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -37,15 +41,16 @@ class Calibration:
         True
     """
 
-    # median of the five fold fits of `benchmarks/locomo.py --folds 5` (each fitted on four conversations), refitted
+    # the bundled weights file's "calibration" group (agentmem/recall/weights/ranking.json, with its provenance):
+    # the median of the five fold fits of `benchmarks/locomo.py --folds 5` (each fitted on four conversations), refitted
     # in session 6 with the list-question rule, exact dense pools and int8 query vectors in the rank score: held-out
     # ECE 0.0095 / Brier 0.038 against the previous constants' 0.0262 / 0.0436 on the same folds (research/notes/retrieval-lab-notes.md)
     # checked in session 10 against 9e5f0a4's head under RetrievalParams() (research/calibration_check.py): held-out
     # ECE 0.0085 / Brier 0.039; the median procedure nested 0.0082 (a tie), locomo.py's fold median 0.0118: kept
-    w_rank: float = 1.999
-    w_dense: float = 3.905
-    w_lexical: float = 0.34
-    bias: float = -9.404
+    w_rank: float = _DEFAULTS["w_rank"]
+    w_dense: float = _DEFAULTS["w_dense"]
+    w_lexical: float = _DEFAULTS["w_lexical"]
+    bias: float = _DEFAULTS["bias"]
 
     def __call__(self, rank_score: float, *, best_dense: float, best_lexical: float) -> float:
         z = (self.w_rank * rank_score + self.w_dense * best_dense

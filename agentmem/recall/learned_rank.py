@@ -43,6 +43,7 @@ from agentmem.recall.multihop import list_question
 from agentmem.recall.rerank import HeadEntry, the_named_speaker
 from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first
 from agentmem.recall.temporal import asks_about_time, mentions_time
+from agentmem.recall.weights_file import bundled
 
 FEATURES = ("share", "score", "dense", "in_dense", "lexical", "in_lexical", "context", "spill", "session_best",
             "speaker_match", "speaker_other", "time", "list_share", "list_session", "length", "dense_rank",
@@ -52,14 +53,13 @@ FEATURES = ("share", "score", "dense", "in_dense", "lexical", "in_lexical", "con
 # down the first turn of a one-session head, the "sister's name" recall of tests/unit/test_memory_store.py)
 HEAD_CUES = ("overlap", "rare_overlap", "session_mass", "list_first")
 
-# median of the five fold fits (each on 4 LoCoMo dev conversations, L2 0.1 on standardised features, the head of 20
-# widened by the best 20 of the dense and context pools, the weights of dense / in_dense / context / dense_rank /
-# context_rank held >= 0; L2 and blend chosen by leave-one-conversation-out inside the 4: all five chose L2 0.1,
-# blend 1), in FEATURES + HEAD_CUES order, per unit of each raw feature (research/notes/retrieval-lab-notes.md, session 10)
-WEIGHTS = (4.7174, -1.0201, 0.0, 0.0, 0.26, -0.3341, 0.0, 2.8569, 1.2248, 1.1632, -1.3841, 1.1029, -1.3104, 0.2809,
-           0.8035, 0.0, 1.5941, 1.1712, 0.1427, -0.7879, -1.8687, 2.8699, 0.6837, 1.5938)
-BIAS = -12.0291
-BLEND = 1.0  # the order follows BLEND × the model's logit + (1 - BLEND) × 10 × the entry's share of the top score
+# the bundled weights file's "head_model" group (agentmem/recall/weights/ranking.json, with its provenance): the
+# median of the five fold fits (each on 4 LoCoMo dev conversations), in FEATURES + HEAD_CUES order, per unit of each
+# raw feature (research/notes/retrieval-lab-notes.md, session 10)
+_DEFAULTS = bundled("head_model")
+WEIGHTS: tuple[float, ...] = tuple(_DEFAULTS["weights"])
+BIAS: float = _DEFAULTS["bias"]
+BLEND: float = _DEFAULTS["blend"]  # the order follows BLEND × the logit + (1 - BLEND) × 10 × the entry's top share
 
 
 _CUE_COLUMNS = [CUES.index(c) for c in HEAD_CUES]

@@ -14,7 +14,7 @@ a turn or two further on ("context spillover": a turn passes ``spillover ** d`` 
 distance d ≤ 2 in its session), and the turns that answer one question tend to share a session (each candidate
 gains ``session_weight`` times the best score in its session: a session that matched well lifts its other turns).
 
-Every constant lives in :class:`RetrievalParams`; its defaults were chosen by 5-fold cross-validation over
+Every constant lives in :class:`RetrievalParams`; its defaults (``agentmem/recall/weights/ranking.json``) were chosen by 5-fold cross-validation over
 conversations (``benchmarks/locomo.py --folds 5``: chosen on 4 conversations, scored on the fifth).
 
 Example:
@@ -30,20 +30,24 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Protocol
 
-DENSE_WEIGHT = 0.35  # BM25 leads (cross-validated: chosen by all 5 folds over 0.5)
-SPILLOVER = 0.25  # share of a turn's score passed to its neighbours (squared for the turns two away)
-SESSION_WEIGHT = 0.5  # how much the best score of a candidate's session adds to its own
+from agentmem.recall.weights_file import bundled
+
+# Every value below comes from the bundled weights file (agentmem/recall/weights/ranking.json, group "retrieval",
+# with its provenance); the comments say what each one does.
+_DEFAULTS = bundled("retrieval")
+DENSE_WEIGHT: float = _DEFAULTS["dense_weight"]  # BM25 leads (cross-validated: chosen by all 5 folds over 0.5)
+SPILLOVER: float = _DEFAULTS["spillover"]  # share of a turn's score passed to its neighbours (squared two away)
+SESSION_WEIGHT: float = _DEFAULTS["session_weight"]  # how much the best score of a candidate's session adds
 # Turn context vectors (agentmem.entries.context_vectors: normalise(turn + previous turn)), their cosines min-max
-# scaled over their own pool of candidate_pool and added × this to the fused score. Chosen by 5-fold
-# cross-validation over LoCoMo conversations from {0, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5}: all five folds chose
-# 0.2 (held-out recall@5 / @10 0.710 / 0.795 → 0.719 / 0.801, research/retrieval_ablation.py), and again
-# inside benchmarks/locomo.py's grid (research/notes/retrieval-lab-notes.md).
-CONTEXT_VECTOR_WEIGHT = 0.2
+# scaled over their own pool of candidate_pool and added × this to the fused score (all five folds chose 0.2,
+# research/retrieval_ablation.py, research/notes/retrieval-lab-notes.md).
+CONTEXT_VECTOR_WEIGHT: float = _DEFAULTS["context_vector_weight"]
 
 
 @dataclass(frozen=True)
 class RetrievalParams:
-    """Every ranking constant in one place (defaults: cross-validated on LoCoMo, see research/notes/retrieval-lab-notes.md).
+    """Every ranking constant in one place (defaults: the bundled weights file's "retrieval" group, cross-validated on
+    LoCoMo, see its provenance and research/notes/retrieval-lab-notes.md; ``MemoryConfig.ranking`` names another).
 
     Example:
         >>> RetrievalParams(speaker_boost=0.0).session_weight
@@ -53,18 +57,18 @@ class RetrievalParams:
     dense_weight: float = DENSE_WEIGHT
     spillover: float = SPILLOVER
     session_weight: float = SESSION_WEIGHT
-    speaker_boost: float = 0.5  # × (1 + b) for the turns of the one speaker a query names
-    temporal_boost: float = 0.2  # × (1 + b) for turns that carry a time expression, on "when ..." queries
-    rerank_depth: int = 20  # how many of the best candidates the re-ranking step sees (at least 2k)
+    speaker_boost: float = _DEFAULTS["speaker_boost"]  # × (1 + b) for the turns of the one speaker a query names
+    temporal_boost: float = _DEFAULTS["temporal_boost"]  # × (1 + b) for turns that carry a time expression, on "when ..." queries
+    rerank_depth: int = _DEFAULTS["rerank_depth"]  # how many of the best candidates the re-ranking step sees (at least 2k)
     # session first stage: the candidates of the `session_top` sessions whose candidates' fused scores sum highest
     # gain `session_first` × that sum (scaled to [0, 1] over the pool's sessions); 0 = off (CV chose 0: no gain)
-    session_first: float = 0.0
-    session_top: int = 2
+    session_first: float = _DEFAULTS["session_first"]
+    session_top: int = _DEFAULTS["session_top"]
     # contextual dense evidence (agentmem.recall.context): the mean cosine of a turn and its neighbours, min-max
     # scaled over the head of `context_depth` fused candidates, added × `context_weight`; 0 = off (measured: no
     # gain over spillover, research/notes/retrieval-lab-notes.md)
-    context_weight: float = 0.0
-    context_depth: int = 50
+    context_weight: float = _DEFAULTS["context_weight"]
+    context_depth: int = _DEFAULTS["context_depth"]
     # turn context vectors (a second vector per turn, searched beside the first): see CONTEXT_VECTOR_WEIGHT
     context_vector_weight: float = CONTEXT_VECTOR_WEIGHT
     # how many the turn-context search asks for (at most the dense pool). Kept at the pool's 100: 50 places fewer
@@ -72,16 +76,16 @@ class RetrievalParams:
     # nested CV with the head weights refitted in the folds (0.7482 / 0.8165 -> 0.7484 / 0.8191), but with the
     # shipped weights end to end (locomo.py --folds 5) it lost @5 0.7559 -> 0.7520 and cat. 3 0.508 -> 0.500, for a
     # saving below a whole recall's noise; research/notes/retrieval-lab-notes.md session 13
-    context_pool: int = 100
+    context_pool: int = _DEFAULTS["context_pool"]
     # session weight for questions whose answer is a list (agentmem.recall.multihop; CV: all 5 folds chose 0.25)
-    list_session_weight: float = 0.25
+    list_session_weight: float = _DEFAULTS["list_session_weight"]
     # the head re-ordered by a logistic model over the features recall already has (agentmem.recall.learned_rank;
     # trained on LoCoMo dev questions, CV over conversations); False = the hand-set order of the re-ranking alone
-    learned_head: bool = True
+    learned_head: bool = _DEFAULTS["learned_head"]
     # the learned order's head also holds the best `head_reserve` of the dense and turn-context pools
     # (agentmem.recall.head_cues.widen: up to 2 × head_reserve more rows loaded, ~19 on LoCoMo; nested CV chose 20 of
     # 0 / 20 / 40, research/notes/retrieval-lab-notes.md session 10); 0 = the fused head alone
-    head_reserve: int = 20
+    head_reserve: int = _DEFAULTS["head_reserve"]
 
 
 class Placement(Protocol):

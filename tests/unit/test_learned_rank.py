@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
 from pathlib import Path
 
 from agentmem import AgentMemory
@@ -66,11 +66,13 @@ def test_recall_can_switch_the_learned_order_off(tmp_path: Path) -> None:
     texts = ["Ann: where did you go last week?", "Bob: I went hiking in the Alps with my brother last week",
              "Ann: that sounds lovely", "Bob: we also visited a small museum about glaciers",
              "Ann: where did you stay?", "Bob: in a mountain hut near the trail"]
+    hand_set = tmp_path / "hand_set.json"  # a weights file holding only what it changes (MemoryConfig.ranking)
+    hand_set.write_text(json.dumps({"retrieval": {"values": {"learned_head": False}}}))
     with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
         mem.remember_many([dict(text=t.split(": ", 1)[1], user_id="u1", session_id="s1", kind="turn",
                                 speaker=t.split(":")[0]) for t in texts])
         on = mem.recall("Where did Bob go last week?", user_id="u1", k=6)
-        mem._store.params = replace(mem._store.params, learned_head=False)
+    with AgentMemory(tmp_path / "m", kv_encoding="off", ranking=str(hand_set)) as mem:
         off = mem.recall("Where did Bob go last week?", user_id="u1", k=6)
     assert {h.id for h in on} == {h.id for h in off}
     assert [h.score for h in on] == sorted((h.score for h in on), reverse=True)
