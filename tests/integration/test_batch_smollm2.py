@@ -10,16 +10,12 @@ import pytest
 
 from agentmem.kv import KVEngine, MemoryItem, load_model
 from agentmem.kv.model import EMBEDDED_GGUF_FILE, embedded_model_dir
+from tests.integration.test_kv_smollm2 import MEMORIES as KV_MEMORIES
 
 pytestmark = pytest.mark.slow
 
-MEMORIES = [
-    "[8 May 2023] Caroline: I went to an LGBTQ support group yesterday and it was so powerful.",
-    "[25 May 2023] Melanie: I ran a charity race for mental health last Saturday.",
-    "[9 June 2023] Caroline: I'm researching adoption agencies, I want to give kids a loving home.",
-    "[20 July 2023] Melanie: We went camping at the beach with the kids and roasted marshmallows.",
-    "[3 August 2023] Caroline: My grandmother gave me a necklace from Sweden.",
-]
+# the memories of test_kv_smollm2, and one more so that mounted sets differ in length
+MEMORIES = [*KV_MEMORIES, "[3 August 2023] Caroline: My grandmother gave me a necklace from Sweden."]
 QUESTIONS = ["What is Caroline researching?", "What did Melanie run?", "Where did Melanie go camping?",
              "Where is Caroline's necklace from?", "Tell me about Caroline.", "What did Melanie do in May?"]
 
