@@ -63,5 +63,9 @@ def test_text_and_kv_modes_run_the_same_token_ids():
     prep = engine.prepare("Who likes tea?", stored)
     plain = [MemoryItem("m0", memories[0]), MemoryItem("m1", memories[1])]
     text = engine.prepare("Who likes tea?", plain, mode="text")
-    mounted_ids = engine.layout.preamble_ids + [t for e in entries for t in e.token_ids.tolist()] + prep.pending_ids
-    assert mounted_ids == text.pending_ids
+    memory_ids = [t for e in entries for t in e.token_ids.tolist()]
+    # text mode starts from the cached preamble KV (the prompt prefix cache), so it prefills what follows it
+    assert memory_ids + prep.pending_ids == text.pending_ids
+    engine.prefix_cache = False  # without the prefix cache text mode prefills the preamble too
+    uncached = engine.prepare("Who likes tea?", plain, mode="text")
+    assert engine.layout.preamble_ids + memory_ids + prep.pending_ids == uncached.pending_ids
