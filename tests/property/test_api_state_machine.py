@@ -1,5 +1,5 @@
-"""The public-API state machine with the server in front (tests/property/served_machine.py over api_machine.py) on a
-CI budget; ``benchmarks/fuzz.py --minutes 10`` runs the same machine for longer."""
+"""The public-API state machine (tests/property/api_machine.py) on a CI budget (well under two minutes here);
+``benchmarks/fuzz.py --minutes 10`` runs the same machine for longer."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import os
 from hypothesis import HealthCheck, settings
 
 from agentmem.kv.testing import tiny_causal_lm
-from served_machine import ServedApiMachine
+from api_machine import ApiMachine
 
-ServedApiMachine.model_pair = tiny_causal_lm("llama", seed=0)  # a tiny model, so encoded blobs reach the disk
+ApiMachine.model_pair = tiny_causal_lm("llama", seed=0)  # a tiny model, so encoded blobs reach the disk
 
-TestApiStateMachine = ServedApiMachine.TestCase
+TestApiStateMachine = ApiMachine.TestCase
 TestApiStateMachine.settings = settings(
     max_examples=int(os.environ.get("AGENTMEM_FUZZ_EXAMPLES", "4")),
     stateful_step_count=int(os.environ.get("AGENTMEM_FUZZ_STEPS", "30")),
