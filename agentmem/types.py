@@ -72,8 +72,8 @@ class MemoryRecord:
 
 @dataclass(frozen=True)
 class MemoryVersion:
-    """One event in an entry's history (``mem.history(id)``): ``op`` is add, update, supersede, merge or delete;
-    ``text`` is what the entry said then; ``related_id`` names the entry that superseded it, if any."""
+    """One event in an entry's history (``mem.history(id)``): ``op`` is add, update, supersede, merge, delete or
+    restore; ``text`` is what the entry said then; ``related_id`` names the entry that superseded it, if any."""
 
     version: int
     op: str
