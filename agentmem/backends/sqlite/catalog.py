@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import sqlite3
 import threading
 import time
 from contextlib import contextmanager
@@ -82,8 +83,8 @@ class SqliteCatalog:
         @event.listens_for(self.engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            _switch_to_wal(cur, deadline=time.monotonic() + busy_timeout_ms / 1000)
             cur.execute("PRAGMA foreign_keys=ON")
             # Erased memories must not linger in free pages of the file.
             cur.execute("PRAGMA secure_delete=ON")
@@ -589,6 +590,25 @@ def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]]
 def _bump(s: Session) -> None:
     """Move the change counter inside the write's own transaction (readers of derived caches compare it)."""
     s.execute(text("""UPDATE store_info SET value = CAST(CAST(value AS INTEGER) + 1 AS VARCHAR) WHERE "key" = 'changes'"""))
+
+
+def _switch_to_wal(cur: Any, *, deadline: float) -> None:
+    """Put the file in WAL mode, waiting out other connections that hold it.
+
+    SQLite answers ``PRAGMA journal_mode=WAL`` with "database is locked" at once, without calling the busy
+    handler, while another connection (say, a second process opening the same new store) holds a lock; so the
+    switch is retried here until ``deadline``, the same patience the busy timeout gives every other statement.
+    """
+    pause = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 @contextlib.contextmanager
