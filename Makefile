@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-fast wheel-check servers bench-locomo clean-venv
+.PHONY: demo test test-fast wheel-check servers bench-locomo results clean-venv
 
 $(STAMP): pyproject.toml integrations/langgraph/pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ servers: $(STAMP)
 
 bench-locomo: $(STAMP)
 	$(PY) benchmarks/locomo.py --data ../shared/data/locomo/locomo_dev5.json --k 5 10
+
+# docs/results.md from docs/results.toml and the committed result files
+results: $(STAMP)
+	$(PY) scripts/make_results.py
 
 clean-venv:
 	rm -rf $(VENV)
