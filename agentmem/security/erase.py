@@ -23,9 +23,12 @@ plant a unique marker, erase, and require that no file under the store holds it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -49,19 +52,27 @@ def scan_tree_for_markers(root: str | os.PathLike[str], markers: Sequence[bytes]
     the store is not the store's data). ``ignore_case`` folds ASCII case, which matters for
     FTS indexes that store lower-cased tokens. Unreadable files raise: a scan that skipped
     files could not prove anything.
+
+    Safe on a store that is open in this process: the files are read by a child process
+    (:mod:`agentmem.security.file_scan` says why: closing a descriptor of a SQLite file here
+    would drop this process's locks on it, and another process could then delete the WAL
+    under the open connections).
     """
     needles = [bytes(m) for m in markers]
     if not needles or any(not m for m in needles):
         raise InvalidInputError("markers must be a non-empty list of non-empty bytes")
     wanted = [m.lower() for m in needles] if ignore_case else needles
-    chunk_size = max(chunk_size, 2 * max(len(m) for m in wanted))
-    root = Path(root)
-    found: dict[Path, list[bytes]] = {}
-    for path in _regular_files(root):
-        hits = _scan_file(path, wanted, ignore_case, chunk_size)
-        if hits:
-            found[path] = [needles[i] for i in sorted(hits)]
-    return found
+    request = {"root": os.fspath(root), "needles": [m.hex() for m in wanted], "ignore_case": ignore_case,
+               "chunk_size": max(chunk_size, 2 * max(len(m) for m in wanted))}
+    # -I -S: no site-packages, no environment: the worker needs only the standard library, and starts in ~20 ms
+    done = subprocess.run([sys.executable, "-I", "-S", str(Path(__file__).with_name("file_scan.py"))],
+                          input=json.dumps(request), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the marker scan of {root} failed: {done.stderr.strip()[-2000:]}")
+    answer = json.loads(done.stdout)
+    if "error" in answer:
+        raise OSError(*answer["error"])  # OSError(errno, ...) builds the matching subclass (PermissionError, ...)
+    return {Path(path): [needles[i] for i in hits] for path, hits in answer["found"].items()}
 
 
 def marker_variants(marker: str) -> list[bytes]:
@@ -71,44 +82,6 @@ def marker_variants(marker: str) -> list[bytes]:
     [b'ab', b'a\\x00b\\x00', b'\\x00a\\x00b']
     """
     return [marker.encode("utf-8"), marker.encode("utf-16-le"), marker.encode("utf-16-be")]
-
-
-def _regular_files(root: Path) -> Iterable[Path]:
-    st = os.lstat(root)
-    if stat.S_ISREG(st.st_mode):
-        yield root
-        return
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            try:
-                mode = os.lstat(path).st_mode
-            except FileNotFoundError:  # removed while we walked (e.g. a -journal)
-                continue
-            if stat.S_ISREG(mode):  # never open FIFOs/sockets: a read could block forever
-                yield path
-
-
-def _scan_file(path: Path, needles: list[bytes], ignore_case: bool, chunk_size: int) -> set[int]:
-    hits: set[int] = set()
-    keep = max(len(m) for m in needles) - 1  # overlap so a marker split across chunks is seen
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return hits
-    with f:
-        tail = b""
-        while len(hits) < len(needles):
-            block = f.read(chunk_size)
-            if not block:
-                break
-            window = tail + (block.lower() if ignore_case else block)
-            for i, m in enumerate(needles):
-                if i not in hits and m in window:
-                    hits.add(i)
-            tail = window[-keep:] if keep else b""
-    return hits
 
 
 # -- overwriting files -------------------------------------------------------------------------

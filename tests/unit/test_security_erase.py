@@ -209,3 +209,39 @@ def test_secure_rmtree(tmp_path: Path) -> None:
         (seg / name).write_bytes(MARKER)
     assert secure_rmtree(tmp_path / "chroma") == 3
     assert not (tmp_path / "chroma").exists()
+
+
+def test_a_scan_of_an_open_catalog_leaves_its_sqlite_locks_in_place(tmp_path: Path) -> None:
+    """Scanning a store that this process has open must not drop this process's SQLite locks.
+
+    Before the scan ran in a child process, it opened and closed catalog.db, -wal and -shm here, which under POSIX
+    released every lock this process held on them; a second process closing the store next took itself for the
+    last user and deleted -wal and -shm under the open catalog: this process's next connection got "disk I/O
+    error" (the fuzz violations of issue #41) and its writes since went to a deleted WAL.
+    """
+    from agentmem.backends.sqlite.catalog import SqliteCatalog
+    from agentmem.backends.sqlite.rows import EntryRow
+
+    def row(i: str) -> EntryRow:
+        return EntryRow(id=i, user_id="u", kind="turn", text=i, memory_text=i, created_at=0.0)
+
+    db = tmp_path / "catalog.db"
+    catalog = SqliteCatalog(str(db))
+    catalog.insert([row("e1")], index_texts=["one"])
+    assert scan_tree_for_markers(tmp_path, [MARKER]) == {}
+    other = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT count(*) FROM entries'); c.close()"
+    subprocess.run([sys.executable, "-c", other, str(db)], check=True, timeout=60)
+    assert (tmp_path / "catalog.db-wal").exists(), "another process deleted the WAL of an open catalog"
+    catalog.insert([row("e2")], index_texts=["two"])
+    second = SqliteCatalog(str(db))  # a new connection of this process (what failed with "disk I/O error")
+    assert sorted(r.id for r in second.get(["e1", "e2"])) == ["e1", "e2"]
+    second.close()
+    catalog.close()
+    reopened = SqliteCatalog(str(db))
+    assert sorted(r.id for r in reopened.get(["e1", "e2"])) == ["e1", "e2"], "a write went to a deleted WAL"
+    reopened.close()
+
+
+def test_scan_of_a_missing_root_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        scan_tree_for_markers(tmp_path / "nope", [MARKER])
