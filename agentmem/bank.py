@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from agentmem.config import MemoryConfig
+from agentmem.erasure import Erasure
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
 from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.entries.store import EntryStore
@@ -83,6 +84,13 @@ class KVBank:
                     prefix_cache=self.config.prefix_cache,
                 )
             return self._engine
+
+    def forget_erased(self, _erasure: Erasure | None = None) -> None:
+        """Drop what the loaded engine memoises per memory text (an :meth:`AgentMemory.on_erase` listener); an
+        engine not loaded yet holds nothing."""
+        engine = self._engine  # not under _lock: an erase must not wait for a model load (a new engine is empty)
+        if engine is not None:
+            engine.layout.forget_entry_texts()
 
     def _placement(self) -> tuple[str | None, str | None]:
         """``(device, dtype)`` for :func:`~agentmem.kv.load_model` from the config.

@@ -33,6 +33,7 @@ from agentmem.consolidate.local import (CHECKED, LocalConsolidator, apply_decisi
 from agentmem.consolidate.pairs import PairModel
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
+from agentmem.recall import head_cues
 from agentmem.entries.filters import compile_filters
 from agentmem.entries.records import memory_line, message_fields, to_hit, to_record
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
@@ -97,6 +98,10 @@ class AgentMemory:
             embed=lambda texts: self._store.embedder.encode(texts, batch_size=self.config.embedding_batch_size),
             # the pairwise weights belong to the bundled embedder
             pairs=PairModel.bundled() if embedder is None and self.config.embedding_model is None else None)
+        # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
+        self.on_erase(self._consolidator.forget_erased)
+        self.on_erase(head_cues.forget_erased)
+        self.on_erase(self._bank.forget_erased)
         self._lifecycle_stats: Counter[str] = Counter()
         self._llm: ConsolidationWorker | None = None
         self._consolidation_model = consolidation_model

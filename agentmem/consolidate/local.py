@@ -49,6 +49,7 @@ import numpy as np
 from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import changed_span, statement_tokens
+from agentmem.erasure import Erasure
 from agentmem.entries.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 from agentmem.text import content_words
 
@@ -167,6 +168,27 @@ class LocalConsolidator:
                 self._cache[(row.id, row.version or 1)] = vec
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
+
+    def forget_erased(self, erasure: Erasure) -> None:
+        """Drop the cached text vectors of erased entries (every version): an :meth:`AgentMemory.on_erase` listener,
+        so an erased memory's vector leaves this process's memory with the entry, not when the cache turns over.
+
+        Example:
+            >>> c = LocalConsolidator(lambda *a: [], lambda ids: [], str, lambda t: np.ones((len(t), 2)))
+            >>> c.remember_vectors([EntryRow(id="e1", version=2)], np.ones((1, 2)))
+            >>> c.forget_erased(Erasure(action="forget", entry_ids=frozenset({"e1"}))); c.cached()
+            0
+        """
+        if not erasure.entry_ids:
+            return
+        with self._lock:
+            for key in [k for k in self._cache if k[0] in erasure.entry_ids]:
+                del self._cache[key]
+
+    def cached(self) -> int:
+        """How many text vectors the cache holds."""
+        with self._lock:
+            return len(self._cache)
 
     @staticmethod
     def attach_vectors(rows: Sequence[EntryRow], unit: np.ndarray) -> None:

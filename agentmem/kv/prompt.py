@@ -108,6 +108,19 @@ class PromptLayout:
         memo = self._cached("_entry_memo", lambda: functools.lru_cache(maxsize=_ENTRY_MEMO_SIZE)(self._entry_tuple))
         return list(memo(text))  # a copy: callers may append to it
 
+    def forget_entry_texts(self) -> None:
+        """Empty the :meth:`entry_ids` memo: it is keyed by memory text, so an erased memory must not stay in it
+        (``AgentMemory.forget`` calls this through ``KVBank.forget_erased``). It cannot drop one text; refilling
+        costs one tokenisation per mounted entry.
+
+        Example:
+            >>> layout = PromptLayout(None, "", "", "")
+            >>> layout.forget_entry_texts()  # nothing memoised yet: a no-op
+        """
+        memo = self.__dict__.get("_entry_memo")
+        if memo is not None:
+            memo.cache_clear()
+
     def _entry_tuple(self, text: str) -> tuple[int, ...]:
         prefix, suffix = self._template_tuple(self.entry_prefix), self._template_tuple(self.entry_suffix)
         return (*prefix, *self.content_ids(text), *suffix)
