@@ -68,6 +68,8 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
           no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback only)."),
           metrics_public: bool = typer.Option(False, "--metrics-public",
                                               help="Serve /metrics without a key to loopback clients."),
+          docs: bool = typer.Option(False, "--docs", help="Serve Swagger UI at /docs, behind the API keys like "
+                                    "/openapi.json (off by default: its script and styles load from a CDN)."),
           chat_mode: str = typer.Option("kv", help="Default chat mode: kv (memories mounted as KV) or text."),
           fidelity_share: float = typer.Option(0.1, help="Share of chat requests also scored in text mode."),
           model_id: str = typer.Option("agentmem-smollm2-135m-instruct", help="Model id shown by /v1/models."),
@@ -97,7 +99,7 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
     if len(extra) != len(setting):
         _fail("--set takes FIELD=VALUE")
     try:
-        settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK,
+        settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK, docs=docs,
                                   chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id,
                                   tracing=otel, upstream_url=upstream, upstream_model=upstream_model, **extra)
     except ValueError as exc:  # pydantic's ValidationError names the field and the problem

@@ -303,9 +303,13 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
-        if not (settings.metrics_public and _loopback(request)):
-            caller(request)
-        return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+        # The session tier gauges are store-wide (every tenant's sessions): like /v1/stats' store-wide figures they
+        # go to the operator only (a --metrics-public scrape from loopback, or any scrape without auth); a key
+        # bound to users gets this server's own metrics without them.
+        operator = settings.metrics_public and _loopback(request)
+        if not operator:
+            operator = not caller(request).visible_users()
+        return Response(state.metrics.render(store_wide=operator), media_type="text/plain; version=0.0.4")
 
     if mcp_app is not None:
         from agentmem.server.mcp import McpAuth

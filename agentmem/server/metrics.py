@@ -1,7 +1,9 @@
 """Prometheus metrics of one server: recall and mount latency, KV hit rate, fallbacks, tiers, TTFT, fidelity, errors.
 
 Each app gets its own registry (several apps may live in one test process). Tier bytes and sessions per tier are
-read from ``mem.sessions.stats()`` at scrape time, so they are never stale.
+read from ``mem.sessions.stats()`` at scrape time, so they are never stale. They are store-wide (every tenant's
+sessions), so they sit in a registry of their own that only the operator's scrape renders (``store_wide=True``; the
+app decides who that is, as for ``/v1/stats``).
 
 Example:
     >>> m = ServerMetrics(mem)
@@ -83,7 +85,8 @@ class ServerMetrics:
         self.cancel_overrun = Histogram("agentmem_cancel_overrun_pieces", "Answer pieces decoded after a chat "
                                         "request was cancelled (the decode stops before its next step)",
                                         buckets=(0, 1, 2, 4, 8, 16, 64), registry=r)
-        r.register(_TierCollector(mem))
+        self.store_registry = CollectorRegistry()  # every tenant's figures: the operator's scrape only
+        self.store_registry.register(_TierCollector(mem))
 
     def observe_chat(self, mode: str, ttft_s: float, mount_s: float, mounted: int,
                      fallbacks: list[tuple[str, str]]) -> None:
@@ -104,6 +107,12 @@ class ServerMetrics:
         miss = self.kv_mounts.labels(result="miss")._value.get()
         return None if hit + miss == 0 else hit / (hit + miss)
 
-    def render(self) -> bytes:
-        """The text exposition format."""
-        return generate_latest(self.registry)
+    def render(self, *, store_wide: bool = True) -> bytes:
+        """The text exposition format; ``store_wide``: with the store-wide session tier gauges.
+
+        Example:
+            >>> b"agentmem_session_tier_bytes" in ServerMetrics(mem).render(store_wide=False)
+            False
+        """
+        out = generate_latest(self.registry)
+        return out + generate_latest(self.store_registry) if store_wide else out

@@ -20,7 +20,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agentmem import AgentMemory
 from agentmem.server import KeyStore, ServerSettings, create_app
-from server_helpers import run_cli
+from server_helpers import run_cli, start_server, stop_server
 
 SECRET = "ghp_" + "Fz9q" * 9  # a GitHub token's shape
 
@@ -148,6 +148,33 @@ def test_stats_show_only_the_callers_users(server):
     assert set(stats) == {"users", "server"} and set(stats["users"]) == {"u2"}, stats
     assert {"sessions", "session_tokens", "tiers"} <= set(stats["users"]["u2"])
     assert stats["server"] == {"model": "tiny-llama"}
+
+
+def test_metrics_keep_the_store_wide_tier_gauges_for_the_operator(server, tmp_path):
+    """The session tier gauges count every tenant's sessions: a key bound to users scrapes /metrics without them
+    (it got them before), the operator (no auth, like /v1/stats' store-wide figures) with them."""
+    with server.client(server.key_u1) as c:
+        assert c.post("/v1/sessions", json={"user_id": "u1", "session_id": "metrics-s1"}).status_code == 201
+    with server.client(server.key_u2) as c:
+        scraped = c.get("/metrics")
+    assert scraped.status_code == 200 and "agentmem_recall_seconds" in scraped.text
+    assert "agentmem_session_tier" not in scraped.text, "a tenant's key sees every tenant's session tiers"
+    app = create_app(AgentMemory(tmp_path / "store"), keys=None, settings=ServerSettings(auth=False), mcp=False)
+    with TestClient(app) as client:
+        text = client.get("/metrics").text
+    assert 'agentmem_session_tier_bytes{tier="hot"}' in text and 'agentmem_session_tier_sessions{tier="hot"}' in text
+
+
+def test_serve_docs_flag_turns_swagger_ui_on_behind_the_keys(tmp_path, tiny_model_dir):
+    path = tmp_path / "store"
+    key = run_cli("keys", "add", "--path", str(path), "--user", "u1").stdout.strip()
+    proc, url = start_server(path, tiny_model_dir, "--docs")
+    try:
+        assert httpx.get(f"{url}/docs", timeout=60).status_code == 401
+        page = httpx.get(f"{url}/docs", headers={"Authorization": f"Bearer {key}"}, timeout=60)
+        assert page.status_code == 200 and "/openapi.json" in page.text
+    finally:
+        stop_server(proc)
 
 
 def test_docs_are_off_and_the_schema_needs_a_key(server, tmp_path):
