@@ -76,8 +76,11 @@ class ServerMetrics:
         self.fidelity_last = Gauge("agentmem_fidelity_kl_last", "The latest fidelity KL", registry=r)
         self.fidelity_top1 = Gauge("agentmem_fidelity_top1_agree_last", "Share of the latest scored answer's tokens "
                                    "whose most likely next token is the same in kv and text mode", registry=r)
-        self.chat_cancelled = Counter("agentmem_chat_cancelled", "Chat requests whose decode was cancelled (client "
-                                      "hung up, or shutdown)", registry=r)
+        self.chat_cancelled = Counter("agentmem_chat_cancelled", "Chat requests abandoned before their answer was "
+                                      "delivered (client hung up, or shutdown): decode stopped, turns not kept",
+                                      registry=r)
+        self.chat_in_flight = Gauge("agentmem_chat_in_flight", "Chat requests admitted and not yet finished "
+                                    "(answering, streaming, or writing their turns)", registry=r)
         self.chat_rejected = Counter("agentmem_chat_rejected", "Chat requests refused by an admission cap (429)",
                                      registry=r)
         self.decoded_tokens = Counter("agentmem_decoded_tokens", "Answer tokens decoded for chat requests",

@@ -65,39 +65,36 @@ class _Chat:
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.cancelled = False
+        self.written: list[Any] = []  # records of the turns this exchange wrote (withdrawn if it is not delivered)
+        self.record_id: str | None = None  # this request's record in the request log
 
     def run(self, on_text: Any = None, cancel: threading.Event | None = None) -> dict[str, Any]:
         """Blocking: recall, generate (streaming pieces to ``on_text``), remember; returns the extension field.
 
         Once ``cancel`` is set (the client hung up) decoding stops before its next step, and nothing is remembered:
-        the exchange was never delivered whole. A session turn keeps what was decoded, as a truncated turn."""
-        mem, metrics, tracer = self.state.mem, self.state.metrics, self.state.tracer
-        t0 = time.perf_counter()
-        with tracer.start_as_current_span("agentmem.recall", attributes={"agentmem.user": self.user,
-                                                                         "agentmem.k": self.k}) as span:
-            hits = mem.recall_for_mount(self.question, user_id=self.user, k=self.k, asking_session=self.session_id)
-            span.set_attribute("agentmem.hits", len(hits))
-        recall_s = time.perf_counter() - t0
-        metrics.recall_seconds.observe(recall_s)
-        with tracer.start_as_current_span("agentmem.generate", attributes={
+        the exchange was never delivered whole. A session turn keeps what was decoded, as a truncated turn. Turns
+        written while the client hung up are withdrawn (:meth:`withdraw`)."""
+        mem, metrics = self.state.mem, self.state.metrics
+        hits, recall_s = self._recall()
+        with self.state.tracer.start_as_current_span("agentmem.generate", attributes={
                 "agentmem.user": self.user, "agentmem.mode": self.mode,
                 "agentmem.session": self.session_id or ""}) as span:
             start_ns = time.time_ns()
             out = self._generate([h.id for h in hits], on_text, cancel)
-            mount_span(tracer, start_ns, out)
+            mount_span(self.state.tracer, start_ns, out)
             span.set_attribute("agentmem.completion_tokens", len(out.token_ids))
-        self.cancelled = cancel is not None and cancel.is_set()
-        metrics.decoded_tokens.labels(outcome="cancelled" if self.cancelled else "completed").inc(len(out.token_ids))
+        stopped = cancel is not None and cancel.is_set()  # the decode was cut short (a session turn too)
+        metrics.decoded_tokens.labels(outcome="cancelled" if stopped else "completed").inc(len(out.token_ids))
         text = out.text
         if self.convo.tools:
             text, self.tool_calls = parse_tool_calls(text)
         elif self.convo.schema is not None:
             text = _strict_json(text)
-        remembered: list[str] = []  # in the request log, so erasing these entries drops the record too
+        self.cancelled = cancel is not None and cancel.is_set()  # at the last moment before the write
         if self.cancelled:
             metrics.chat_cancelled.inc()
         elif self.session_id is None and self.body.agentmem.remember and self.convo.ends_with_user:
-            remembered = self._remember_turns(text)
+            self.written = self._remember_turns(text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
@@ -106,11 +103,45 @@ class _Chat:
         ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
         ext["cancelled"] = self.cancelled
         ext["mount_min_score"] = mem.config.mount_min_score
-        rid = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question, "answer": out.text,
-                                       "remembered": remembered})
-        if self.mode == "kv" and not self.cancelled and self.state.fidelity.due():
-            self.state.fidelity.submit(rid, self.question, self.user, out.text, list(out.mounted))
+        # "remembered" is in the request log, so erasing these entries drops the record too
+        self.record_id = self.state.requests.add({**ext, "id": ext["request_id"], "query": self.question,
+                                                  "answer": out.text, "remembered": [r.id for r in self.written]})
+        if cancel is not None and cancel.is_set():
+            self.withdraw()  # the client hung up while the turns were written
+        elif self.mode == "kv" and self.state.fidelity.due():
+            self.state.fidelity.submit(self.record_id, self.question, self.user, out.text, list(out.mounted))
         return ext
+
+    def _recall(self) -> tuple[list[Any], float]:
+        """The memories to mount for the question, under the one mount policy, and the seconds it took."""
+        t0 = time.perf_counter()
+        with self.state.tracer.start_as_current_span("agentmem.recall", attributes={
+                "agentmem.user": self.user, "agentmem.k": self.k}) as span:
+            hits = self.state.mem.recall_for_mount(self.question, user_id=self.user, k=self.k,
+                                                   asking_session=self.session_id)
+            span.set_attribute("agentmem.hits", len(hits))
+        recall_s = time.perf_counter() - t0
+        self.state.metrics.recall_seconds.observe(recall_s)
+        return hits, recall_s
+
+    def withdraw(self) -> None:
+        """Undo this exchange's memory write: its client hung up before the answer was delivered (it was gone
+        while the turns were written, or before the response went out). New entries are erased and the entries
+        they superseded are active again; a restatement (``NOOP``) only counted an entry that existed before, and
+        stays counted. Idempotent; counted as a cancelled request."""
+        written, self.written = self.written, []
+        if not self.cancelled:
+            self.cancelled = True
+            self.state.metrics.chat_cancelled.inc()
+        # the record first: it must not name the entries erased next (an erasure drops the records naming them)
+        self.state.requests.update(self.record_id, remembered=[], cancelled=True)
+        mem = self.state.mem
+        for record in written:
+            if record.event == "NOOP":
+                continue
+            mem.forget(record.id, user_id=self.user)
+            for old in record.superseded_ids:
+                mem.restore(old)
 
     def _generate(self, ids: list[str], on_text: Any, cancel: threading.Event | None = None) -> Any:
         """The answer with memories ``ids`` mounted: a session turn when the request names a session."""
@@ -128,19 +159,19 @@ class _Chat:
                             on_text=None if tools else on_text, json_schema=self.convo.constraint(),
                             stop=self.convo.stop or None, cancel=cancel, **sample)
 
-    def _remember_turns(self, answer: str) -> list[str]:
+    def _remember_turns(self, answer: str) -> list[Any]:
         """The question and the answer as turns of the user, in one write; a turn too long for the model's context
         to be encoded is stored without KV instead (it stays recallable and is mounted as text, or dropped).
-        Returns the ids of the entries written."""
+        Returns the records written."""
         mem = self.state.mem
         turns = [{"role": "user", "content": self.question}]
         turns += [{"role": "assistant", "content": answer}] if answer.strip() else []
         try:
-            return [r.id for r in mem.remember_messages(turns, user_id=self.user)]
+            return list(mem.remember_messages(turns, user_id=self.user))
         except InvalidInputError as exc:
             if "longer than the model's context" not in str(exc):
                 raise
-            return [mem.remember(t["content"], user_id=self.user, role=t["role"], encode=False).id for t in turns]
+            return [mem.remember(t["content"], user_id=self.user, role=t["role"], encode=False) for t in turns]
 
     def _report(self, hits: list[Any], out: Any, spans: list[tuple[int, int]], timings: dict) -> dict[str, Any]:
         score = {h.id: round(float(h.score), 6) for h in hits}
@@ -252,18 +283,25 @@ _DISCONNECT_POLL_S = 0.05
 
 async def _run_watched(request: Request, chat: _Chat, ticket: Ticket) -> dict[str, Any]:
     """``chat.run`` on a worker thread while the client is watched: a hang-up (or this task being cancelled, e.g.
-    by a shutdown) sets the ticket's cancel event, which stops the decode before its next step."""
-    worker = asyncio.get_running_loop().run_in_executor(None, chat.run, None, ticket.cancel)
+    by a shutdown) sets the ticket's cancel event, which stops the decode before its next step, or withdraws the
+    turns being written; a hang-up noticed once the answer is ready withdraws them too (it will not be sent)."""
+    loop = asyncio.get_running_loop()
+    worker = loop.run_in_executor(None, chat.run, None, ticket.cancel)
     try:
         while True:
             done, _ = await asyncio.wait({worker}, timeout=_DISCONNECT_POLL_S)
             if done:
-                return worker.result()
+                break
             if not ticket.cancel.is_set() and await request.is_disconnected():
                 ticket.cancel.set()
     except BaseException:
         ticket.cancel.set()
         raise
+    ext = worker.result()
+    if not chat.cancelled and await request.is_disconnected():  # gone after the answer: it will not be delivered
+        ticket.cancel.set()
+        await loop.run_in_executor(None, chat.withdraw)
+    return ext
 
 
 async def _stream(chat: _Chat, ticket: Ticket) -> AsyncIterator[str]:

@@ -91,8 +91,10 @@ class ServerState:
         requests = RequestLog(settings.request_log)
         monitor = FidelityMonitor(mem, metrics, requests, share=settings.fidelity_share,
                                   tokens=settings.fidelity_tokens)
+        scheduler = Scheduler(settings)
+        metrics.chat_in_flight.set_function(lambda: scheduler.in_flight)  # read at scrape time: never stale
         state = cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
-                    tracer=server_tracer(settings.tracing, tracer_provider), scheduler=Scheduler(settings))
+                    tracer=server_tracer(settings.tracing, tracer_provider), scheduler=scheduler)
         state.stop_purging = mem.on_erase(state.purge)
         return state
 

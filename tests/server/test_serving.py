@@ -3,10 +3,17 @@ bounded time. Against the real server (the installed ``agentmem serve``) with re
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import socket
+import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -17,14 +24,20 @@ from server_helpers import run_cli, start_server
 LONG = 400  # answer tokens asked for by a request that will be abandoned (the tiny model has 512 positions)
 
 
+class Capped(NamedTuple):
+    url: str
+    key: str
+    path: Path  # the store: its catalog.db is what a write waits on
+
+
 @pytest.fixture(scope="module")
-def capped(tmp_path_factory, tiny_model_dir):
+def capped(tmp_path_factory, tiny_model_dir) -> Iterator[Capped]:
     """A server with one chat request in flight per user, and max_tokens up to 450."""
     path = tmp_path_factory.mktemp("capped") / "store"
     key = run_cli("keys", "add", "--path", str(path), "--user", "a", "--user", "b").stdout.strip()
     proc, url = start_server(path, tiny_model_dir, "--set", "max_concurrent_per_user=1", "--set",
                              "max_tokens_limit=450", "--fidelity-share", "0")
-    yield url, key
+    yield Capped(url, key, path)
     proc.terminate()
     proc.wait(timeout=60)
 
@@ -39,9 +52,10 @@ def _client(url: str, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=120)
 
 
-def _long_question(url: str, key: str, user: str = "b") -> str:
+def _long_question(url: str, key: str, user: str = "b", suffix: str = "") -> str:
     """A question the random model answers at length (greedy decoding of some prompts stops early)."""
     for question in ("Tell me a long story.", "hello", "Go on and on.", "What do you know about me?"):
+        question += suffix
         r = _client(url, key).chat.completions.create(model="x", user=user, max_tokens=40, messages=[
             {"role": "user", "content": question}], extra_body={"agentmem": {"remember": False}})
         if r.usage.completion_tokens == 40:
@@ -49,15 +63,15 @@ def _long_question(url: str, key: str, user: str = "b") -> str:
     pytest.skip("no prompt makes the random model answer at length")
 
 
-def _wait_for(predicate, timeout: float = 60.0) -> None:
+def _wait_for(predicate, timeout: float = 60.0, poll: float = 0.1) -> None:
     deadline = time.time() + timeout
     while not predicate():
         assert time.time() < deadline, "timed out"
-        time.sleep(0.1)
+        time.sleep(poll)
 
 
 def test_hangup_mid_stream_stops_the_decode_and_nothing_is_remembered(capped):
-    url, key = capped
+    url, key = capped.url, capped.key
     question = _long_question(url, key) + " (stream)"
     before = _metric(url, key, "agentmem_chat_cancelled_total")
     received = 0
@@ -81,26 +95,65 @@ def test_hangup_mid_stream_stops_the_decode_and_nothing_is_remembered(capped):
     assert question not in texts  # the abandoned exchange was not remembered
 
 
-@pytest.mark.xfail(reason="open bug (issue #40): it fails from 5fd9ed2 on (right after the serving commit): a non-streamed "
-                   "request whose client hangs up is no longer counted as cancelled within 60 s; the streamed case passes",
-                   strict=False)
-def test_hangup_without_stream_stops_the_decode(capped):
-    url, key = capped
-    question = _long_question(url, key)
-    before = _metric(url, key, "agentmem_chat_cancelled_total")
-    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                                                        timeout=httpx.Timeout(60, read=1.0)) as c:
-        c.post("/v1/chat/completions", json={"model": "x", "user": "a", "max_tokens": LONG,
-                                             "messages": [{"role": "user", "content": question + " (plain)"}]})
-    _wait_for(lambda: _metric(url, key, "agentmem_chat_cancelled_total") > before)
+def _post_and_hang_up(url: str, key: str, body: dict, hang_up_when) -> None:
+    """POST a non-streamed chat request over a plain connection and close it, without reading a byte of the
+    answer, once ``hang_up_when()`` holds: a client whose timeout fires or whose process dies mid-request."""
+    where = urlsplit(url)
+    payload = json.dumps(body).encode()
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {where.netloc}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+    with socket.create_connection((where.hostname, where.port), timeout=60) as sock:
+        sock.sendall(head + payload)
+        _wait_for(hang_up_when, poll=0.01)
+
+
+def test_hangup_without_stream_stops_the_decode_and_nothing_is_remembered(capped):
+    url, key = capped.url, capped.key
+    question = _long_question(url, key, suffix=" (plain)")
+    cancelled = _metric(url, key, "agentmem_chat_cancelled_total")
+    decoded = _metric(url, key, 'agentmem_decoded_tokens_total{outcome="cancelled"}')
+    body = {"model": "x", "user": "a", "max_tokens": LONG, "messages": [{"role": "user", "content": question}]}
+    # hang up once the request is admitted (its body read, its answer being computed), whatever the machine's speed
+    _post_and_hang_up(url, key, body, lambda: _metric(url, key, "agentmem_chat_in_flight") >= 1)
+    _wait_for(lambda: _metric(url, key, "agentmem_chat_cancelled_total") > cancelled)
+    assert _metric(url, key, 'agentmem_decoded_tokens_total{outcome="cancelled"}') - decoded < LONG  # cut short
+    _wait_for(lambda: _metric(url, key, "agentmem_chat_in_flight") == 0)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
+        texts = [m["text"] for m in c.get("/v1/memories", params={"user_id": "a"}).json()["memories"]]
+    assert question not in texts  # the abandoned exchange was not remembered
     # the user's slot is free again: a new request is admitted
     r = _client(url, key).chat.completions.create(model="x", user="a", max_tokens=2,
                                                   messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].finish_reason in ("stop", "length")
 
 
+def test_hangup_while_the_turns_are_written_withdraws_them(capped):
+    """The answer is decoded, its turns are being written (held up by another process's write lock on the
+    catalog), and the client hangs up: the answer is never delivered, so the written turns are withdrawn."""
+    url, key = capped.url, capped.key
+    question = "Please remember that my locker code is 4417."
+    cancelled = _metric(url, key, "agentmem_chat_cancelled_total")
+    decoded = _metric(url, key, 'agentmem_decoded_tokens_total{outcome="completed"}')
+    body = {"model": "x", "user": "a", "max_tokens": 4, "messages": [{"role": "user", "content": question}]}
+    catalog = sqlite3.connect(capped.path / "catalog.db", timeout=30, isolation_level=None)
+    try:
+        catalog.execute("BEGIN IMMEDIATE")  # the server's write now waits (its busy timeout is 30 s)
+        _post_and_hang_up(url, key, body, lambda: _metric(
+            url, key, 'agentmem_decoded_tokens_total{outcome="completed"}') > decoded)
+        time.sleep(0.5)  # the hang-up is seen by the route's watch (or, at the latest, once the write returns)
+    finally:
+        catalog.rollback()
+        catalog.close()
+    _wait_for(lambda: _metric(url, key, "agentmem_chat_cancelled_total") > cancelled)
+    _wait_for(lambda: _metric(url, key, "agentmem_chat_in_flight") == 0)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}) as c:
+        texts = [m["text"] for m in c.get("/v1/memories", params={"user_id": "a"}).json()["memories"]]
+        hits = c.post("/v1/memories/recall", json={"user_id": "a", "query": "locker code", "k": 5}).json()["hits"]
+    assert question not in texts and question not in [h["text"] for h in hits]
+
+
 def test_caps_answer_429_with_retry_after_and_400_over_the_token_limit(capped):
-    url, key = capped
+    url, key = capped.url, capped.key
     question = _long_question(url, key)
     started = threading.Event()
     done: list[int] = []
