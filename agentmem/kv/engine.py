@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -38,7 +39,7 @@ from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
 from agentmem.kv.streaming import text_callback
-from agentmem.kv.turn import TurnOutput, TurnRequest, load_memories, run_turn
+from agentmem.kv.turn import TurnOutput, TurnRequest, begin_turn, decode_turn, end_turn, load_memories, run_turn
 from agentmem.kv.types import EncodedEntry, GenerationResult, MemoryItem, Mode, MountChoice, MountMemory
 
 __all__ = ["KVEngine", "MountChoice", "PreparedPrompt"]
@@ -168,6 +169,7 @@ class KVEngine:
         self._kv_shape: tuple[int, int, int] | None = None
         self._workspace = Workspace()
         self._workspace_busy = False  # an answer still decodes in the workspace buffers
+        self._turn_workspaces: set[int] = set()  # ids of the session workspaces a turn is decoding in now
         self._lock = FairRLock()  # granted in arrival order: a prefill never waits behind a stream of decode steps
         self.decoder = DecodeBatch(self.model, self._lock)  # batches the decode steps of concurrent answers
 
@@ -362,7 +364,9 @@ class KVEngine:
         """One conversation turn over a kept history KV (see :mod:`agentmem.kv.turn`): mount, prefill, decode, append.
 
         The memories are loaded first, outside the engine lock (their loaders may read files or encode); the
-        model work then runs under it. The request's ``history`` buffers are updated in place when they have room.
+        prefill and the append run under it, and the reply decodes in :attr:`decoder`'s batch with every other
+        answer decoding now (so a long turn never holds back another conversation's first token). The request's
+        ``history`` buffers are updated in place when they have room.
 
         Example:
             >>> plan = plan_turn(engine, memories, history_len=len(ids), new_len=len(new), max_new_tokens=32)
@@ -371,8 +375,29 @@ class KVEngine:
         """
         timings = dict.fromkeys(("load", "encode", "rebuild", "mount", "prefill", "decode", "append"), 0.0)
         entries, fallbacks = load_memories(self, request, timings)
-        with self._lock:
+        if self._lock.held_by_me():  # the decode worker could not take the lock: decode inline
             return run_turn(self, request, entries, fallbacks, timings)
+        with self._lock:
+            request = self._claim_workspace(request)
+        try:
+            with self._lock:
+                started = begin_turn(self, request, entries, timings)
+            # decoded together with every other answer (between two steps other prefills run)
+            reply = decode_turn(self, request, started, lambda **args: self.decoder.decode(
+                started.cache, started.first, **args), timings)
+            with self._lock:
+                return end_turn(self, request, started, reply, fallbacks, timings)
+        finally:
+            self._turn_workspaces.discard(id(request.workspace))
+
+    def _claim_workspace(self, request: TurnRequest) -> TurnRequest:
+        """``request`` with a workspace no other turn is decoding in (caller holds the engine lock): the shared one
+        it names, or a fresh one while another turn uses that (the lock is let go during the decode)."""
+        if request.workspace is not None and id(request.workspace) in self._turn_workspaces:
+            return dataclasses.replace(request, workspace=Workspace())
+        if request.workspace is not None:
+            self._turn_workspaces.add(id(request.workspace))
+        return request
 
     def prepare(
         self,

@@ -10,7 +10,8 @@ Two steps, so that a caller can make room between them (sessions move other conv
 :func:`plan_turn` fits the memories to the model's positions (what the buffers must hold then follows);
 ``KVEngine.turn(TurnRequest) -> TurnOutput`` loads the memories (the engine's one "stored KV or re-encode"
 decision, :meth:`~agentmem.kv.engine.KVEngine.mount_entry`), then, under the engine lock, builds or grows the
-buffers, mounts, prefills, decodes and appends. Nothing here knows about tiers, transcripts or leases: that
+buffers, mounts and prefills (:func:`begin_turn`); the reply decodes in the engine's batch with every other answer
+(:func:`decode_turn`), and the turn is appended under the lock again (:func:`end_turn`). Nothing here knows about tiers, transcripts or leases: that
 bookkeeping is :mod:`agentmem.sessions`'.
 
 Modes, all on the same token ids: ``"kv"`` reuses the history KV; ``"history-text"`` mounts the memories' KV
@@ -45,7 +46,8 @@ from agentmem.kv.streaming import text_callback
 from agentmem.kv.types import EncodedEntry, MountChoice, MountMemory
 
 __all__ = [
-    "SessionKV", "TurnEngine", "TurnOutput", "TurnPlan", "TurnRequest", "plan_turn", "run_turn", "shift_history",
+    "SessionKV", "StartedTurn", "TurnEngine", "TurnOutput", "TurnPlan", "TurnRequest", "begin_turn", "decode_turn",
+    "end_turn", "plan_turn", "run_turn", "shift_history",
 ]
 
 _TURN_MODES = ("kv", "history-text", "text")
@@ -229,9 +231,31 @@ def load_memories(engine: TurnEngine, req: TurnRequest, timings: dict[str, float
     return entries, fallbacks
 
 
-def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], fallbacks: list[tuple[str, str]],
-             timings: dict[str, float]) -> TurnOutput:
-    """The model part of a turn (caller holds the engine lock): ready the KV, mount, prefill, decode, append."""
+@dataclass
+class StartedTurn:
+    """A turn between its prefill and its decode (:func:`begin_turn`): the prompt cache, the first chosen id, and
+    what :func:`end_turn` needs to append the turn once its reply is decoded."""
+
+    kv: SessionKV | None
+    fresh: bool
+    kv_len: int
+    step: list[int]  # the pending history + the new message (prefilled this turn)
+    base: int  # the working KV's length before the turn
+    cache: BufferedCache
+    own: bool  # the cache writes into ``kv``'s buffers itself
+    first: int | None  # the first reply id (None: no room to answer)
+    prefilled: int
+    first_token_at: float
+    workspace_bytes: int
+
+
+def begin_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry],
+               timings: dict[str, float]) -> StartedTurn:
+    """Ready the KV, mount, prefill and choose the first reply id (caller holds the engine lock).
+
+    Example:
+        >>> with engine_lock: started = begin_turn(engine, req, entries, timings)
+    """
     if req.mode not in _TURN_MODES:
         raise InvalidInputError(f"mode must be one of {_TURN_MODES}")
     t = time.perf_counter()
@@ -246,31 +270,73 @@ def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], 
     timings["mount"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    sampling, max_new = req.sampling, req.plan.max_new_tokens
     logits = prefill(engine.model, cache, step_in)
-    first = next_token(logits, sampling, sampling.generator(engine.device)) if max_new > 0 else None
+    first = next_token(logits, req.sampling, req.sampling.generator(engine.device)) \
+        if req.plan.max_new_tokens > 0 else None
     t_first = time.perf_counter()
     timings["prefill"] = t_first - t
-    on_token, flush = text_callback(engine.tokenizer, req.on_text)
-    # (decode draws from its own generator, as sessions always did: seeded replies stay as they were)
-    reply = decode(engine.model, cache, logits, max_new_tokens=max_new, eos_ids=engine.eos_ids,
-                   sampling=sampling, first_token=first, on_token=on_token, cancel=req.cancel) if first is not None \
-        else []
-    flush()
-    timings["decode"] = time.perf_counter() - t_first
+    return StartedTurn(kv, fresh, kv_len, step, base, cache, own, first, len(step_in) + rebuilt_tokens, t_first,
+                       ws_bytes)
 
+
+def end_turn(engine: TurnEngine, req: TurnRequest, started: StartedTurn, reply: list[int],
+             fallbacks: list[tuple[str, str]], timings: dict[str, float]) -> TurnOutput:
+    """Append the decoded turn to the working KV (caller holds the engine lock) and report it.
+
+    Example:
+        >>> with engine_lock: out = end_turn(engine, req, started, reply, fallbacks, timings)
+    """
     t = time.perf_counter()
+    kv = started.kv
     if req.commit:
-        kv = _append(engine, req, kv, cache, own, step + reply, base, kv_len)
+        kv = _append(engine, req, kv, started.cache, started.own, started.step + reply, started.base, started.kv_len)
+        # a cancelled batched decode may have run past what it delivered: the KV keeps only the reply's tokens
+        kv.length = min(kv.length, started.base + len(started.step) + len(reply))
     elif kv is not None:
-        kv.length = base  # a dry run leaves the working KV as it was (writes past the length are ignored)
-    del cache
+        kv.length = started.base  # a dry run leaves the working KV as it was (writes past the length are ignored)
+    del started.cache
     timings["append"] = time.perf_counter() - t
     return TurnOutput(
-        reply=list(reply), text=engine.tokenizer.decode(reply, skip_special_tokens=True), kv=kv, fresh=fresh,
-        kv_tokens=kv_len, prefilled=len(step_in) + rebuilt_tokens, fallbacks=fallbacks, timings=timings,
-        first_token_at=t_first, workspace_bytes=ws_bytes,
+        reply=list(reply), text=engine.tokenizer.decode(reply, skip_special_tokens=True), kv=kv,
+        fresh=started.fresh, kv_tokens=started.kv_len, prefilled=started.prefilled, fallbacks=fallbacks,
+        timings=timings, first_token_at=started.first_token_at, workspace_bytes=started.workspace_bytes,
     )
+
+
+def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], fallbacks: list[tuple[str, str]],
+             timings: dict[str, float]) -> TurnOutput:
+    """The model part of a turn, all under the engine lock the caller holds: ready the KV, mount, prefill, decode
+    inline (not batched with other answers), append. ``KVEngine.turn`` decodes batched instead, between
+    :func:`begin_turn` and :func:`end_turn`.
+
+    Example:
+        >>> with engine_lock: out = run_turn(engine, req, entries, fallbacks, timings)
+    """
+    started = begin_turn(engine, req, entries, timings)
+    reply = decode_turn(engine, req, started, lambda **args: decode(
+        engine.model, started.cache, None, first_token=started.first, **args), timings)
+    return end_turn(engine, req, started, reply, fallbacks, timings)
+
+
+def decode_turn(engine: TurnEngine, req: TurnRequest, started: StartedTurn, decoder: Callable[..., list[int]],
+                timings: dict[str, float]) -> list[int]:
+    """The reply's ids after the prefill, from ``decoder(**args)`` with the keyword arguments of
+    :func:`agentmem.kv.runner.decode` after its first id (inline there, or batched by the engine's
+    :class:`~agentmem.kv.batch.DecodeBatch`); pieces stream to ``req.on_text``.
+
+    Example:
+        >>> reply = decode_turn(engine, req, started, lambda **a: batch.decode(started.cache, started.first, **a), tm)
+    """
+    if started.first is None:
+        return []
+    on_token, flush = text_callback(engine.tokenizer, req.on_text)
+    # decode draws from its own generator (as sessions always did: seeded replies stay as they were)
+    reply = decoder(on_token=on_token, generator=req.sampling.generator(engine.device),
+                    max_new_tokens=req.plan.max_new_tokens, eos_ids=engine.eos_ids, sampling=req.sampling,
+                    cancel=req.cancel)
+    flush()
+    timings["decode"] = time.perf_counter() - started.first_token_at
+    return reply
 
 
 def _ready_kv(engine: TurnEngine, req: TurnRequest) -> tuple[SessionKV | None, bool, int]:
