@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError
+from agentmem.ports import BlobStore, Catalog, VectorIndex
+from agentmem.ports.abilities import JoinsCatalogTransaction
 
 Port = Literal["catalog", "vectors", "blobs", "session_store", "embedder"]
 Builder = Callable[[str | None, "BuildContext"], Any]
@@ -122,6 +124,38 @@ def build_session_store(ctx: BuildContext) -> Any:
     return build("session_store", ctx.config.session_store_url, ctx)
 
 
+@dataclass(frozen=True)
+class StoreParts:
+    """The entry store's ports and the optional abilities decided for them once, here (parts never probe).
+
+    ``joint_vectors``: the vector index itself when it writes inside the catalog's insert transaction
+    (:class:`~agentmem.ports.abilities.JoinsCatalogTransaction`, and the catalog it joins is this one), else None.
+    """
+
+    catalog: Catalog
+    vectors: VectorIndex
+    blobs: BlobStore
+    joint_vectors: JoinsCatalogTransaction | None = None
+
+
+def build_store_parts(ctx: BuildContext, *, catalog: Catalog | None = None, vectors: VectorIndex | None = None,
+                      blobs: BlobStore | None = None) -> StoreParts:
+    """The catalog, vector index and blob store (those not given built from ``ctx.config``'s URLs, the catalog
+    first: pgvector shares its database) and their abilities.
+
+    Example:
+        >>> parts = build_store_parts(BuildContext(root=Path("/tmp/m"), config=MemoryConfig()))   # doctest: +SKIP
+        >>> parts.joint_vectors is None                                                         # doctest: +SKIP
+        True
+    """
+    catalog = catalog if catalog is not None else build_catalog(ctx)
+    ctx.catalog = catalog
+    vectors = vectors if vectors is not None else build_vectors(ctx)
+    blobs = blobs if blobs is not None else build_blobs(ctx)
+    joint = vectors if isinstance(vectors, JoinsCatalogTransaction) and vectors.catalog is catalog else None
+    return StoreParts(catalog, vectors, blobs, joint)
+
+
 def build_embedder(ctx: BuildContext) -> Any:
     """The sentence embedder (``embedding_model`` path; the bundled MiniLM by default)."""
     return build("embedder", None, ctx)
@@ -212,5 +246,5 @@ for _scheme in ("redis", "rediss", "unix"):
 for _scheme in ("embedded", "file"):
     register("session_store", _scheme, _session_files)
 
-__all__ = ["BuildContext", "build", "build_blobs", "build_catalog", "build_embedder", "build_session_store",
-           "build_vectors", "register", "scheme_of", "schemes"]
+__all__ = ["BuildContext", "StoreParts", "build", "build_blobs", "build_catalog", "build_embedder",
+           "build_session_store", "build_store_parts", "build_vectors", "register", "scheme_of", "schemes"]

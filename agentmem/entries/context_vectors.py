@@ -28,19 +28,18 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import select
-from sqlalchemy.orm import aliased
+from agentmem.ports.catalog import Catalog
+from agentmem.ports.vectors import CONTEXT_SPACE, VectorIndex
 
-from agentmem.ports.vectors import CONTEXT_SPACE
-from agentmem.backends.sqlite.rows import EntryRow
+if TYPE_CHECKING:  # the rows the entry store writes (the catalog port still names them: issue #36)
+    from agentmem.backends.sqlite.rows import EntryRow
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ def _metadata(session_id: str) -> dict[str, Any]:
 
 
 class ContextVectors:
-    """Writes and refreshes the context vectors of one store (its catalog's engine and its vector index).
+    """Writes and refreshes the context vectors of one store (its catalog's turn order and its vector index).
 
     Example:
         >>> ctx = ContextVectors(store.catalog, store.vectors)                    # doctest: +SKIP
@@ -75,11 +74,11 @@ class ContextVectors:
         1
     """
 
-    def __init__(self, catalog: Any, vectors: Any) -> None:
+    def __init__(self, catalog: Catalog, vectors: VectorIndex) -> None:
         self.catalog, self.vectors = catalog, vectors
-        # an index that predates spaces, or a catalog without an SQL engine: no context vectors (recall as before)
-        self.enabled = getattr(catalog, "engine", None) is not None and \
-            "space" in inspect.signature(vectors.add).parameters
+        # every catalog orders turns and every index keeps spaces (the ports declare both); False writes and
+        # searches none, as a store written before context vectors (tests set it to make one)
+        self.enabled = True
         self._backfilled: set[str] = set()
         self._lock = threading.Lock()
 
@@ -87,32 +86,13 @@ class ContextVectors:
     def neighbour(self, ids: Sequence[str], *, after: bool, committed: bool = True) -> dict[str, tuple[str, str | None]]:
         """For the turns among ``ids`` (committed ones only unless ``committed=False``: rows marked for deletion
         still know their place): ``(session_id, the previous (or, ``after``, next) committed turn of the same user
-        and session, or None)``. Rows being written or deleted are never anyone's neighbour."""
-        e, n = aliased(EntryRow), aliased(EntryRow)
-        near = (select(n.id).where(n.user_id == e.user_id, n.session_id == e.session_id, n.kind == "turn",
-                                   n.write_state.is_(None),
-                                   n.created_at > e.created_at if after else n.created_at < e.created_at)
-                .order_by(n.created_at.asc() if after else n.created_at.desc()).limit(1)
-                .correlate(e).scalar_subquery())
-        out: dict[str, tuple[str, str | None]] = {}
-        with self.catalog.engine.connect() as conn:
-            for start in range(0, len(ids), 500):
-                stmt = select(e.id, e.session_id, near).where(e.id.in_(list(ids[start:start + 500])),
-                                                               e.kind == "turn", e.session_id.is_not(None))
-                if committed:
-                    stmt = stmt.where(e.write_state.is_(None))
-                out.update({i: (s, m) for i, s, m in conn.execute(stmt)})
-        return out
+        and session, or None)`` (:meth:`Catalog.turn_neighbours <agentmem.ports.catalog.Catalog.turn_neighbours>`)."""
+        return self.catalog.turn_neighbours(ids, after=after, committed=committed)
 
     def _edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The latest committed turn of a session created before ``created_at`` (a new turn's predecessor), or,
         ``after``, the first one created after it."""
-        when = EntryRow.created_at > created_at if after else EntryRow.created_at < created_at
-        stmt = (select(EntryRow.id).where(EntryRow.user_id == user_id, EntryRow.session_id == session_id,
-                                          EntryRow.kind == "turn", EntryRow.write_state.is_(None), when)
-                .order_by(EntryRow.created_at.asc() if after else EntryRow.created_at.desc()).limit(1))
-        with self.catalog.engine.connect() as conn:
-            return conn.execute(stmt).scalar()
+        return self.catalog.session_edge(user_id, session_id, created_at, after=after)
 
     # --- writes ------------------------------------------------------------------------------------
     def for_new(self, rows: Sequence[EntryRow], vectors: Mapping[str, np.ndarray]) -> tuple[tuple, list[tuple[str, str]]]:

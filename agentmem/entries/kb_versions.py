@@ -26,26 +26,14 @@ from __future__ import annotations
 import hashlib
 from typing import NamedTuple
 
-from sqlalchemy import TextClause, text
-
 from agentmem.errors import InvalidInputError
-from agentmem.backends.sqlite.catalog import CHAIN_CUTS_KEY, SqliteCatalog, chain_cuts_value
+from agentmem.ports.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
 
 _STABLE, _CANDIDATE, _ROLLOUT = "kb_version", "kb_candidate", "kb_rollout"
-# the three keys in one read: every recall asks which version it is served (two ORM get_info reads cost ~0.9 ms
-# per recall at 10,000 entries; this one plain read ~0.15 ms)
+# the three keys in one read: every recall asks which version it is served (Catalog.infos: one plain read)
 _STATE_KEYS = (_STABLE, _CANDIDATE, _ROLLOUT)
-
-
-def _select_info(keys: tuple[str, ...]) -> TextClause:
-    """One plain read of these ``store_info`` rows as (key, value) (constant keys only: they are inlined)."""
-    return text("SELECT key, value FROM store_info WHERE key IN ({})".format(", ".join(f"'{k}'" for k in keys)))
-
-
-_STATE = _select_info(_STATE_KEYS)
 # what a recall reads from store_info: the three keys and the chain-cut stamp (agentmem.consolidate.chain_ends), one read
-# instead of two (each plain read on the pool ~0.1-0.2 ms)
-_RECALL_STATE = _select_info((*_STATE_KEYS, CHAIN_CUTS_KEY))
+_RECALL_STATE_KEYS = (*_STATE_KEYS, CHAIN_CUTS_KEY)
 
 
 class _State(NamedTuple):
@@ -57,14 +45,13 @@ class _State(NamedTuple):
 class KbVersions:
     """Stable / candidate knowledge versions of one store, and which one a session is served."""
 
-    def __init__(self, catalog: SqliteCatalog) -> None:
+    def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
     def _state(self, info: dict[str, str] | None = None) -> _State:
         """Stable version, candidate and rollout share, read together (one query; from ``info`` when given)."""
         if info is None:
-            with self.catalog.read_engine.connect() as conn:  # one statement: the catalog's pool for reads
-                info = dict(conn.execute(_STATE).all())
+            info = self.catalog.infos(_STATE_KEYS)
         candidate, rollout = info.get(_CANDIDATE) or None, info.get(_ROLLOUT)
         return _State(info.get(_STABLE), candidate, float(rollout) if rollout and candidate else 0.0)
 
@@ -143,7 +130,7 @@ class KbVersions:
 
     def recall_state(self, session_id: str | None) -> tuple[tuple[str | None, ...], int]:
         """What one recall reads from ``store_info``, in one query: :meth:`served` for ``session_id`` and the
-        catalog's chain-cut stamp (what :func:`agentmem.backends.sqlite.catalog.chain_cuts` reads; 0 until a first cut).
+        catalog's chain-cut stamp (``store_info`` :data:`~agentmem.ports.catalog.CHAIN_CUTS_KEY`; 0 until a first cut).
 
         Example:
             >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
@@ -151,8 +138,7 @@ class KbVersions:
             >>> kb.recall_state("s1")
             (('v1', None), 0)
         """
-        with self.catalog.read_engine.connect() as conn:
-            info = dict(conn.execute(_RECALL_STATE).all())
+        info = self.catalog.infos(_RECALL_STATE_KEYS)
         return self.served(session_id, self._state(info)), chain_cuts_value(info.get(CHAIN_CUTS_KEY))
 
 

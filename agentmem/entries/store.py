@@ -24,15 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import text
-
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.ports.embedder import embed_query as ports_embed_query
-from agentmem.backends.sqlite.catalog import chain_cuts
 from agentmem.backends.sqlite.rows import EntryRow, HistoryRow
-from agentmem.ports.catalog import EntryRecord
+from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, chain_cuts_value
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
 from agentmem.consolidate.chain_ends import ChainEnds
@@ -50,9 +47,6 @@ from agentmem.security.crypto import Cipher
 from agentmem.security.sealer import Sealer
 
 log = logging.getLogger(__name__)
-
-# every entry the chain query starts from (Lifecycle.chain_ends: any status with a superseded_by, retracted ones too)
-_SUPERSEDED_IDS = text("SELECT id FROM entries WHERE user_id = :user AND superseded_by IS NOT NULL")
 
 BlobSealer = Callable[[bytes, str], bytes]  # (plaintext, entry id) -> bytes on disk, and the reverse
 
@@ -138,15 +132,15 @@ class EntryStore:
         self.config = config
         root.mkdir(parents=True, exist_ok=True)
         ctx = factory.BuildContext(root=root, config=config, cipher=cipher)
-        self.catalog = catalog if catalog is not None else factory.build_catalog(ctx)
-        ctx.catalog = self.catalog
+        parts = factory.build_store_parts(ctx, catalog=catalog, vectors=vectors, blobs=blobs)
+        self.catalog, self.vectors, self.blobs = parts.catalog, parts.vectors, parts.blobs
+        # an index in the catalog's database (pgvector) writes inside the row's transaction (decided by the factory)
+        self._joint_vectors = parts.joint_vectors
         self.lifecycle = Lifecycle(self.catalog)
-        self.vectors = vectors if vectors is not None else factory.build_vectors(ctx)
-        self.blobs = blobs if blobs is not None else factory.build_blobs(ctx)
         self.contexts = ContextVectors(self.catalog, self.vectors)  # turn context vectors (second vector space)
         # where superseded_by chains end, remembered and checked against the rows each recall loads
         self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN),
-                                superseded_ids=self._superseded_ids, stamp=lambda: chain_cuts(self.catalog))
+                                superseded_ids=self.catalog.superseded_ids, stamp=self._chain_cuts)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = ranking.retrieval  # fusion and head re-ranking constants
@@ -199,8 +193,7 @@ class EntryStore:
                        [_vector_metadata(rows[i]) for i in indexed], [entries[i].embed_text for i in indexed])
         if not indexed:
             vector_args = None
-        # an index in the catalog's database (pgvector) writes inside the row's transaction
-        add_in = getattr(self.vectors, "add_in", None) if getattr(self.vectors, "catalog", None) is self.catalog else None
+        add_in = self._joint_vectors.add_in if self._joint_vectors is not None else None
         has_blobs = any(e.blob is not None for e in entries)
         history = [e.history for e in entries if e.history is not None]
         with self._lock:
@@ -264,8 +257,7 @@ class EntryStore:
         """
         with self._lock:
             token = None if blob is None else self.blobs.stage(row.id, self._seal(row.id, blob))
-            get = getattr(self.vectors, "get", None)  # to restore on failure (indexes without get: deleted instead)
-            old_vector = get(row.user_id, [row.id]) if get is not None else {}
+            old_vector = self.vectors.get(row.user_id, [row.id])  # to restore on failure
             fields.update(kv_path=None, kv_tokens=None, kv_fingerprint=None, kv_dtype=None, kv_staged_at=time.time())
             try:
                 if embed_text is not None:
@@ -548,11 +540,9 @@ class EntryStore:
                 break
         return admitted
 
-    def _superseded_ids(self, user_id: str) -> list[str]:
-        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status, as :data:`_SUPERSEDED_IDS` says): the
-        chains recall remembers at its first call."""
-        with self.catalog.read() as s:
-            return [i for (i,) in s.execute(_SUPERSEDED_IDS, {"user": user_id})]
+    def _chain_cuts(self) -> int:
+        """The catalog's chain-cut stamp (:mod:`agentmem.consolidate.chain_ends`; 0 until a chain was first cut)."""
+        return chain_cuts_value(self.catalog.get_info(CHAIN_CUTS_KEY))
 
     def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],
                         rows: dict[str, EntryRecord]) -> dict[str, EntryRecord]:

@@ -79,15 +79,32 @@ class EntryRecord:
     tags: tuple[str, ...]
 
 
+# the store_info key whose value moves whenever a superseded_by chain is cut or re-pointed (readers of remembered
+# chain ends compare it: agentmem.consolidate.chain_ends)
+CHAIN_CUTS_KEY = "chain_cuts"
+
+
+def chain_cuts_value(value: str | None) -> int:
+    """The chain-cut stamp from its stored ``store_info`` value (None, no row: 0).
+
+    Example:
+        >>> chain_cuts_value(None), chain_cuts_value("3")
+        (0, 3)
+    """
+    return int(value) if value is not None else 0
+
+
 @runtime_checkable
 class Catalog(Protocol):
     """Rows, tags, lexical search and write state of every entry."""
 
     # --- writes ------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False) -> None:
-        """Insert rows with their tags and lexical documents in one transaction; ``pending`` hides them until
-        :meth:`commit`."""
+    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
+               pending: bool = False, history: Sequence[Any] = ()) -> None:
+        """Insert rows with their tags, lexical documents (None: stored, not indexed) and history events in one
+        transaction; ``pending`` hides them until :meth:`commit`. (A catalog that a vector index joins,
+        :class:`~agentmem.ports.abilities.JoinsCatalogTransaction`, also takes ``extra=``: a callable run inside
+        the same transaction.)"""
         ...
 
     def commit(self, ids: Sequence[str]) -> None:
@@ -118,6 +135,10 @@ class Catalog(Protocol):
     def set_info(self, key: str, value: str) -> None: ...
     def get_info(self, key: str) -> str | None: ...
 
+    def infos(self, keys: Sequence[str]) -> dict[str, str]:
+        """Several :meth:`get_info` values in one read (keys without a value are left out)."""
+        ...
+
     # --- reads (committed rows only) -------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> list[EntryRow]:
         """Rows for ``ids`` in the order given; missing or uncommitted ids are skipped."""
@@ -140,6 +161,27 @@ class Catalog(Protocol):
     def expired_ids(self, now: float) -> list[str]: ...
     def existing(self, ids: Sequence[str]) -> set[str]: ...
 
+    def unindexed_ids(self) -> set[str]:
+        """Entries stored without a vector on purpose (``indexed`` false; ``verify()`` only)."""
+        ...
+
+    def superseded_ids(self, user_id: str) -> list[str]:
+        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's version chains
+        start (recall remembers their ends)."""
+        ...
+
+    def turn_neighbours(self, ids: Sequence[str], *, after: bool,
+                        committed: bool = True) -> dict[str, tuple[str, str | None]]:
+        """For the turns (``kind="turn"`` with a session) among ``ids``: ``(session_id, the previous committed turn
+        of the same user and session, or None)``; ``after``: the next one. ``committed=False`` answers for rows
+        marked in flight too (rows being erased still know their place); rows in flight are never a neighbour."""
+        ...
+
+    def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
+        """The latest committed turn of the session created before ``created_at`` (``after``: the first one
+        created after it), or None."""
+        ...
+
     def lexical_search(self, query: str, *, user_id: str, limit: int,
                        blind: Callable[[str], str] | None = None) -> list[tuple[str, float]]:
         """Lexical (BM25-like, per-user statistics) search: ``[(id, score)]``, best first, score > 0."""
@@ -160,4 +202,4 @@ class Catalog(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["Catalog", "EntryRecord", "TurnContext"]
+__all__ = ["CHAIN_CUTS_KEY", "Catalog", "EntryRecord", "TurnContext", "chain_cuts_value"]

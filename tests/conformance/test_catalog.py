@@ -168,3 +168,27 @@ def test_turn_context_two_turns_each_side(cat: Catalog) -> None:
     assert ctx["t0"].before == () and ctx["t4"].after == ()
     assert ctx["k"].session_id == "s1" and ctx["k"].before == ()
     assert ctx["n"].session_id is None and "missing" not in ctx
+
+
+def test_turn_neighbours_and_session_edges_follow_committed_turns(cat: Catalog) -> None:
+    # what context vectors are computed from (agentmem.entries.context_vectors): the turn before / after each turn
+    _add(cat, [_row(f"t{i}", session="s1", at=float(i)) for i in range(4)]
+         + [_row("k", session="s1", at=1.5, kind="fact"), _row("o", user="v", session="s1", at=1.2)])
+    _add(cat, [_row("p", session="s1", at=2.5)], pending=True)  # in flight: nobody's neighbour
+    assert cat.turn_neighbours(["t0", "t2", "k", "o", "p", "missing"], after=False) == {
+        "t0": ("s1", None), "t2": ("s1", "t1"), "o": ("s1", None)}
+    assert cat.turn_neighbours(["t2", "t3"], after=True) == {"t2": ("s1", "t3"), "t3": ("s1", None)}
+    assert cat.turn_neighbours(["p"], after=True, committed=False) == {"p": ("s1", "t3")}
+    assert cat.session_edge("u", "s1", 2.7, after=False) == "t2" and cat.session_edge("u", "s1", 2.7, after=True) == "t3"
+    assert cat.session_edge("u", "s1", 9.0, after=True) is None and cat.session_edge("v", "s1", 9.0, after=False) == "o"
+
+
+def test_infos_reads_several_keys_and_superseded_ids_starts_the_chains(cat: Catalog) -> None:
+    cat.set_info("a", "1")
+    cat.set_info("b", "two")
+    assert cat.infos(["a", "b", "missing"]) == {"a": "1", "b": "two"} and cat.infos([]) == {}
+    old, new = _row("old"), _row("new", at=1.0)
+    old.status, old.superseded_by = "superseded", "new"
+    _add(cat, [old, new, _row("w", user="v")])
+    assert cat.superseded_ids("u") == ["old"] and cat.superseded_ids("v") == []
+    assert cat.unindexed_ids() == set()

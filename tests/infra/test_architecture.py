@@ -4,7 +4,10 @@
   factory builds backends; no import circles), run through its own CLI, ``lint-imports``, as CI runs it;
 * no module outside ``agentmem/backends/`` (and the factory) imports a database client (``sqlalchemy``,
   ``chromadb``, ``redis``), found by walking every module's syntax tree, imports inside functions and
-  ``TYPE_CHECKING`` blocks included.
+  ``TYPE_CHECKING`` blocks included;
+* no part probes a port object for what it is or what it has (``getattr`` / ``hasattr`` / ``isinstance`` on a
+  catalog, vector index, blob store, embedder or session store, or against a port's or a backend's class): the
+  factory decides a backend's optional abilities once (``agentmem.ports.abilities``, ``factory.StoreParts``).
 
 Known exceptions are listed by name with what is left to do, here and in ``.importlinter`` (``ignore_imports``),
 never skipped silently: a listed exception that no longer happens fails too, so the lists only shrink.
@@ -28,9 +31,6 @@ CLIENT_HOMES = ("agentmem/backends/", "agentmem/factory.py")
 # Modules outside those homes that still import a client, and what is left to move them (issue #36).
 KNOWN_CLIENT_IMPORTS: dict[str, str] = {
     "agentmem/server/auth.py": "the API-key store runs its own SQLite through SQLAlchemy: a backend behind a port",
-    "agentmem/entries/store.py": "the write pipeline takes SQLAlchemy errors and queries: ports over plain dataclasses",
-    "agentmem/entries/context_vectors.py": "runs raw SQL on the catalog's engine: a declared Catalog ability",
-    "agentmem/entries/kb_versions.py": "reads catalog.read_engine with SQLAlchemy: a declared Catalog ability",
     "agentmem/entries/lifecycle.py": "SQLAlchemy queries over the catalog's tables: ports over plain dataclasses",
 }
 
@@ -111,3 +111,79 @@ def test_the_client_walk_sees_every_kind_of_import(tmp_path: Path, source: str, 
     module = tmp_path / "m.py"
     module.write_text(source)
     assert _client_imports(module) == clients
+
+
+# --- no probing of port objects outside the factory --------------------------------------------------------------
+# Names the parts give port objects (the attribute or variable holding a Catalog, VectorIndex, BlobStore, Embedder or
+# SessionTierStore), and the classes a probe would test against: the ports, their abilities, the backends'.
+PORT_OBJECTS = {"catalog", "vectors", "blobs", "embedder", "index", "session_store", "cold_store"}
+PORT_CLASS_SUFFIXES = ("Catalog", "VectorIndex", "Index", "BlobStore", "SessionStore", "TierStore", "Embedder",
+                       "JoinsCatalogTransaction")
+PROBES = ("getattr", "hasattr", "isinstance")
+# Where probing belongs: the factory, and the backends (each builder checks what it is handed to build on).
+PROBE_HOMES = ("agentmem/backends/", "agentmem/factory.py")
+# Probes that remain, by module and function, with the reason they stay.
+KNOWN_PROBES: dict[tuple[str, str], str] = {
+    ("agentmem/ports/embedder.py", "embed_query"): "the query path of an Embedder that has one: a structural "
+    "isinstance against QueryEmbedder costs ~1 ms per recall (it evaluates ``dim``); run once per query",
+}
+
+
+def _names_a_port(node: ast.expr) -> bool:
+    """Whether an expression is a port object by its name (``catalog``, ``self.store.vectors``, ``vectors_``...)."""
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+    return name is not None and name.strip("_") in PORT_OBJECTS
+
+
+def _names_a_port_class(node: ast.expr) -> bool:
+    names = node.elts if isinstance(node, ast.Tuple) else [node]
+    return any((n.attr if isinstance(n, ast.Attribute) else getattr(n, "id", "")).endswith(PORT_CLASS_SUFFIXES)
+               for n in names)
+
+
+def _probes(path: Path) -> set[str]:
+    """``function_name`` of every function in ``path`` that probes a port object (module level: ``<module>``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: set[str] = set()
+
+    def walk(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else where
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name) and child.func.id in PROBES \
+                    and child.args and (_names_a_port(child.args[0]) or (
+                        child.func.id == "isinstance" and len(child.args) > 1 and _names_a_port_class(child.args[1]))):
+                found.add(inner)
+            walk(child, inner)
+
+    walk(tree, "<module>")
+    return found
+
+
+def _port_probes() -> set[tuple[str, str]]:
+    out = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if not rel.startswith(PROBE_HOMES):
+            out.update((rel, fn) for fn in _probes(path))
+    return out
+
+
+def test_no_part_probes_a_port_object() -> None:
+    found = _port_probes()
+    unexpected = sorted(found - set(KNOWN_PROBES))
+    assert not unexpected, ("getattr/hasattr/isinstance on a port object outside the factory (declare the ability "
+                            f"in agentmem/ports/abilities.py and decide it in factory.build_store_parts): {unexpected}")
+    cleared = sorted(set(KNOWN_PROBES) - found)
+    assert not cleared, f"no longer probe a port object: remove them from KNOWN_PROBES: {cleared}"
+
+
+@pytest.mark.parametrize("source, probes", [
+    ("def f(catalog):\n    return getattr(catalog, 'engine', None)\n", {"f"}),
+    ("def g(self):\n    return hasattr(self.store.vectors, 'add_in')\n", {"g"}),
+    ("def h(x):\n    return isinstance(x, (int, PostgresCatalog))\n", {"h"}),
+    ("import inspect\nOK = isinstance(3, int)\ndef k(row):\n    return getattr(row, 'id')\n", set()),
+])
+def test_the_probe_walk_sees_each_kind_of_probe(tmp_path: Path, source: str, probes: set[str]) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(source)
+    assert _probes(module) == probes

@@ -38,7 +38,8 @@ from agentmem.backends.sqlite.entry_records import read_records
 from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
 from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, HistoryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-from agentmem.ports.catalog import EntryRecord, TurnContext
+from agentmem.backends.sqlite.turn_order import session_edge, superseded_ids, turn_neighbours
+from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, TurnContext, chain_cuts_value
 from agentmem.text import STOPWORDS
 
 log = logging.getLogger(__name__)
@@ -270,6 +271,13 @@ class SqliteCatalog:
         with self.read_engine.connect() as conn:
             return conn.execute(select(StoreInfo.value).where(StoreInfo.key == key)).scalar()
 
+    def infos(self, keys: Sequence[str]) -> dict[str, str]:
+        """Several ``store_info`` values in one read (keys without a value are left out): every recall asks which
+        knowledge version it is served and the chain-cut stamp (two ORM reads cost ~0.9 ms per recall at 10,000
+        entries; this one Core read ~0.15 ms)."""
+        with self.read_engine.connect() as conn:
+            return dict(conn.execute(select(StoreInfo.key, StoreInfo.value).where(StoreInfo.key.in_(list(keys)))).all())
+
     @staticmethod
     def _among(column: Any, ids: Sequence[str]) -> Any:
         """``column IN ids`` (PostgreSQL overrides it with one array bind: a fixed statement text).
@@ -376,6 +384,19 @@ class SqliteCatalog:
             for chunk in chunks(list(ids), 500):
                 out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
         return out
+
+    def superseded_ids(self, user_id: str) -> list[str]:
+        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's chains start."""
+        return superseded_ids(self.read_engine, user_id)
+
+    def turn_neighbours(self, ids: Sequence[str], *, after: bool,
+                        committed: bool = True) -> dict[str, tuple[str, str | None]]:
+        """``{id: (session_id, previous (``after``: next) committed turn or None)}`` for the turns among ``ids``."""
+        return turn_neighbours(self.engine, ids, after=after, committed=committed)
+
+    def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
+        """The session's last committed turn before ``created_at`` (``after``: its first one after it), or None."""
+        return session_edge(self.engine, user_id, session_id, created_at, after=after)
 
     # Below this many documents a user's exhaustive BM25 costs less than the look-ups that prove a shortcut safe.
     prune_min_docs = 2000
@@ -541,8 +562,6 @@ def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
     s.execute(update(HistoryRow).where(HistoryRow.related_id.in_(ids)).values(related_id=None))
 
 
-# the store_info key whose value moves whenever a superseded_by chain is cut or re-pointed
-CHAIN_CUTS_KEY = "chain_cuts"
 _BUMP_CHAIN_CUTS = text(f"""INSERT INTO store_info("key", value) VALUES ('{CHAIN_CUTS_KEY}', '1') ON CONFLICT ("key")
     DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS VARCHAR)""")  # SQLite >= 3.24, PostgreSQL
 _CHAIN_CUTS = text(f"""SELECT value FROM store_info WHERE "key" = '{CHAIN_CUTS_KEY}'""")
@@ -563,16 +582,6 @@ def chain_cuts(catalog: SqliteCatalog) -> int:
     """
     with catalog.read_engine.connect() as conn:
         return chain_cuts_value(conn.execute(_CHAIN_CUTS).scalar())
-
-
-def chain_cuts_value(value: str | None) -> int:
-    """The stamp from its stored ``store_info`` value (None, no row: 0), for readers that fetch the row with others.
-
-    Example:
-        >>> chain_cuts_value(None), chain_cuts_value("3")
-        (0, 3)
-    """
-    return int(value) if value is not None else 0
 
 
 def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]], *, pending: bool) -> None:
