@@ -197,8 +197,9 @@ class MemoryConfig(BaseModel):
         default=None, description="Catalog: None = SQLite under the path; 'postgresql+psycopg://user@host/db'.")
     vector_url: str | None = Field(
         default=None, description="Vectors: None = embedded Chroma under the path; 'pgvector' (the catalog's "
-        "PostgreSQL database); 'chroma+http://host:port'.")
-    blob_url: str | None = Field(default=None, description="KV blobs: None = files under the path; 'redis://...'.")
+        "PostgreSQL database); 'chroma+http://host:port'; 'memory' (in-process, not persisted).")
+    blob_url: str | None = Field(default=None, description="KV blobs: None = files under the path; 'redis://...'; "
+                                 "'memory' (in-process, not persisted).")
     session_store_url: str | None = Field(
         default=None, description="Cold tier of session KV: None = files under the path; 'redis://host:port/db' "
         "(shared by every worker; ?prefix= sets the key prefix).")

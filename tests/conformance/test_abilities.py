@@ -26,7 +26,7 @@ def _row(entry_id: str) -> EntryRow:
     return EntryRow(id=entry_id, user_id="u", kind="turn", text="t", memory_text="t", created_at=0.0, metadata_json={})
 
 
-@pytest.mark.parametrize("urls", [{}], ids=["embedded"])
+@pytest.mark.parametrize("urls", [{}, {"vector_url": "memory", "blob_url": "memory"}], ids=["embedded", "memory"])
 def test_indexes_outside_the_catalog_join_no_transaction(tmp_path: Path, urls: dict[str, str]) -> None:
     parts = _parts(tmp_path, **urls)
     try:

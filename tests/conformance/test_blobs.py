@@ -1,4 +1,4 @@
-"""One conformance suite for every BlobStore: files under a path and Redis."""
+"""One conformance suite for every BlobStore: files under a path, Redis, in-process (``blob_url="memory"``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,16 @@ from agentmem.backends.files import FileBlobStore
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore
 
-BACKENDS = ["files", "redis"]
+BACKENDS = ["files", "redis", "memory"]
 
 
 def make_blobs(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> BlobStore:
     if kind == "files":
         return FileBlobStore(tmp_path / "store")
+    if kind == "memory":
+        from agentmem.backends.in_memory import MemoryBlobStore
+
+        return MemoryBlobStore()
     from agentmem.backends.redis_blobs import RedisBlobStore
 
     return RedisBlobStore(request.getfixturevalue("fresh_redis_url"))

@@ -1,4 +1,5 @@
-"""The public API on every backend combination: embedded, PostgreSQL + pgvector, and a Chroma server."""
+"""The public API on every backend combination: embedded, PostgreSQL + pgvector, a Chroma server, Redis, and the
+in-process vector index and blob store (written only against the ports)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from agentmem import AgentMemory, MemoryConfig
 from agentmem.errors import InvalidInputError
 from agentmem.kv.testing import tiny_causal_lm
 
-COMBOS = ["embedded", "postgres+pgvector", "sqlite+chroma-http", "postgres+chroma-http", "embedded+redis"]
+COMBOS = ["embedded", "postgres+pgvector", "sqlite+chroma-http", "postgres+chroma-http", "embedded+redis",
+          "sqlite+memory"]
 
 
 def _config(combo: str, request: pytest.FixtureRequest) -> MemoryConfig:
@@ -22,6 +24,8 @@ def _config(combo: str, request: pytest.FixtureRequest) -> MemoryConfig:
         urls["vector_url"] = "pgvector"
     if "+chroma-http" in combo:
         urls["vector_url"] = request.getfixturevalue("fresh_chroma_http_url")
+    if combo.endswith("+memory"):  # the in-process vector index and blob store (agentmem.backends.in_memory)
+        urls["vector_url"] = urls["blob_url"] = "memory"
     if combo.endswith("+redis"):  # KV blobs and the session cold tier on Redis: every part on a server
         urls["blob_url"] = urls["session_store_url"] = request.getfixturevalue("fresh_redis_url")
     return MemoryConfig(kv_encoding="eager", **urls)
@@ -72,3 +76,16 @@ def test_update_replaces_the_lexical_document_on_every_backend(mem: AgentMemory)
     hits = mem.recall("canoe garage", user_id="u", k=1)
     assert hits[0].id == rec.id and hits[0].scores.get("lexical", 0) > 0  # the new text is searchable
     assert all(h.scores.get("lexical", 0) == 0 for h in mem.recall("kayak harbour", user_id="u", k=2))  # old one gone
+
+
+def test_history_and_restore_on_every_backend(mem: AgentMemory) -> None:
+    rec = mem.remember("I live in Lyon near the old market.", user_id="u", session_id="s1")
+    mem.remember("My sister plays the cello.", user_id="u", session_id="s1")
+    assert mem.update(rec.id, text="I live in Paris near the canal.").version == 2
+    back = mem.restore(rec.id, version=1)
+    assert back.text == "I live in Lyon near the old market." and back.version == 3
+    assert [v.op for v in mem.history(rec.id)] == ["add", "update", "restore"]
+    hits = mem.recall("Where do I live, near the market?", user_id="u", k=1)
+    assert hits[0].id == rec.id and hits[0].text == back.text
+    check = mem.verify()
+    assert check["rows"] == check["vectors"] == check["blobs"] == 2, check

@@ -1,4 +1,5 @@
-"""One conformance suite for every VectorIndex: embedded Chroma, pgvector (real PostgreSQL), Chroma server (HTTP)."""
+"""One conformance suite for every VectorIndex: embedded Chroma, pgvector (real PostgreSQL), Chroma server (HTTP),
+in-process (``vector_url="memory"``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from agentmem.errors import InvalidInputError
 from agentmem.ports import VectorIndex
 from agentmem.ports.vectors import CONTEXT_SPACE
 
-BACKENDS = ["chroma", "pgvector", "chroma-http"]
+BACKENDS = ["chroma", "pgvector", "chroma-http", "memory"]
 DIM = 16
 
 
@@ -26,6 +27,10 @@ def make_index(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Vec
         from agentmem.backends.postgres import PostgresCatalog
 
         return PgVectorIndex(PostgresCatalog(request.getfixturevalue("fresh_postgres_url")).engine)
+    if kind == "memory":
+        from agentmem.backends.in_memory import MemoryVectorIndex
+
+        return MemoryVectorIndex()
     from agentmem.backends.chroma_http import ChromaHttpIndex
 
     return ChromaHttpIndex(request.getfixturevalue("fresh_chroma_http_url"))
