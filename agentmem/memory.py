@@ -13,10 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,23 +25,21 @@ from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure, ErasureListeners
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
-from agentmem.consolidate.local import (CHECKED, LocalConsolidator, apply_decisions, demote_older, demotion_pool,
-                                         pack_vector)
+from agentmem.consolidate.local import CHECKED, LocalConsolidator, demote_older, demotion_pool
 from agentmem.consolidate.pairs import PairModel
 from agentmem.entries.kb_versions import KbVersions
-from agentmem.entries.lifecycle import HistoryEvent
 from agentmem.recall import head_cues
 from agentmem.entries.filters import compile_filters
-from agentmem.entries.records import memory_line, message_fields, to_hit, to_record
+from agentmem.entries.records import message_fields, to_hit
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
-    check_entry_id, check_id, check_k, check_kind, check_kinds, check_limit_offset, check_messages,
-    check_session_id,
-    check_metadata, check_remember_item, check_role, check_score, check_speaker, check_tags, check_text, check_timestamp,
-    check_ttl, format_timestamp,
+    check_entry_id, check_id, check_k, check_kinds, check_limit_offset, check_messages, check_metadata,
+    check_remember_item, check_score, check_session_id, check_tags, check_text, check_timestamp, check_ttl,
+    format_timestamp,
 )
 from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
+from agentmem.write import Writer
 
 if TYPE_CHECKING:
     from agentmem.kv.types import GenerationResult, Mode
@@ -102,14 +97,15 @@ class AgentMemory:
         self.on_erase(self._consolidator.forget_erased)
         self.on_erase(head_cues.forget_erased)
         self.on_erase(self._bank.forget_erased)
-        self._lifecycle_stats: Counter[str] = Counter()
+        self._writer = Writer(store=self._store, bank=self._bank, config=self.config, consolidator=self._consolidator,
+                              kb=self._kb, scanner=self._scanner,
+                              submit_llm=lambda ids: self._llm_worker().submit(ids),
+                              end_session_kv=lambda session, user: self._end_session_kv(session, user_id=user))
         self._llm: ConsolidationWorker | None = None
         self._consolidation_model = consolidation_model
         self._sessions: SessionManager | None = None
         self._sessions_lock = threading.Lock()
         self._closed = False
-        self._last_ts = 0.0
-        self._clock_lock = threading.Lock()
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
         if self.config.sweep_interval:
@@ -176,49 +172,7 @@ class AgentMemory:
         return self._write([entry], encode)[0]
 
     def _write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
-        """Consolidate (merge restatements, supersede replaced facts), encode KV if the policy says so, then write
-        everything all-or-nothing. Each record says what happened (``event``); a merged entry's record is the
-        existing entry it was merged into (``NOOP``)."""
-        mode = self.config.consolidation if consolidate else "off"
-        vectors = decisions = texts = text_vectors = None
-        if entries and mode == "local":
-            vectors = self._store.embedder.encode([e.embed_text for e in entries],
-                                                  batch_size=self.config.embedding_batch_size)
-            texts = [self._sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
-            decisions, text_vectors = self._consolidator.plan([e.row for e in entries], texts, vectors, time.time())
-        keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
-        self._store_entries(entries, keep, encode, vectors, text_vectors)
-        if decisions is None or texts is None:
-            if mode == "llm" and keep:
-                self._llm_worker().submit([entries[i].row.id for i in keep])
-            return [replace(self._record(e.row), event="ADD") for e in entries]
-        applied = apply_decisions(
-            self._store.lifecycle, self._store.catalog.get, [e.row for e in entries], texts, decisions,
-            seal=lambda i, t: self._sealer.seal_text(i, "history", t),
-            open_text=lambda r: self._sealer.open_text(r.id, "text", r.text), now=self._clock())
-        self._lifecycle_stats.update(applied.counts)
-        if applied.unmerged:  # the entry a restatement matched was erased meanwhile: store the write after all
-            self._store_entries(entries, applied.unmerged, encode, vectors, text_vectors)
-        merged = {r.id: r for r in self._store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
-        records = []
-        for n, (e, d) in enumerate(zip(entries, decisions)):
-            if d.merge_into and n not in applied.unmerged:
-                records.append(replace(self._record(merged[d.merge_into]), event="NOOP", matched_id=d.merge_into))
-            else:
-                done = applied.superseded[n]
-                records.append(replace(self._record(e.row), event="UPDATE" if done else "ADD", superseded_ids=done))
-        return records
-
-    def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
-                       vectors: Any, text_vectors: Any) -> None:
-        """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing."""
-        kept = [entries[i] for i in keep]
-        if kept and self._bank.should_encode(encode):
-            for entry, (blob, fields) in zip(kept, self._bank.encode_blobs([e.embed_text for e in kept])):
-                entry.attach_kv(blob, fields)
-        if text_vectors is not None:
-            self._consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)])
-        self._store.add(kept, None if vectors is None else vectors[list(keep)])
+        return self._writer.write(entries, encode, consolidate=consolidate)
 
     def remember_many(self, items: Sequence[Mapping[str, Any]], *, consolidate: bool = True) -> list[MemoryRecord]:
         """Store many memories in one all-or-nothing batch (embeddings computed in batches).
@@ -262,34 +216,9 @@ class AgentMemory:
             ))
         return self._write(entries, None)
 
-    def _new_entry(self, text: str, *, user_id: str, session_id: str | None, kind: str, role: str | None,
-                   speaker: str | None, timestamp: datetime | str | None, tags: Iterable[str] | None,
-                   ttl: float | timedelta | None, metadata: Mapping[str, Any] | None, index: bool = True) -> NewEntry:
+    def _new_entry(self, text: str, **fields: Any) -> NewEntry:
         self._check_open()
-        text = check_text(text)
-        check_id(user_id, "user_id", required=True)
-        check_session_id(session_id, required=False, scanner=self._scanner)
-        check_kind(kind)
-        role, speaker = check_role(role), check_speaker(speaker)
-        tag_list = check_tags(tags)
-        ttl_s = check_ttl(ttl)
-        meta = check_metadata(metadata)
-        occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
-                                    else datetime.now().astimezone())
-        if self._scanner is not None:
-            # before anything is embedded, indexed or encoded: secrets never enter the bank
-            text = self._scanner.apply(text)
-            speaker = self._scanner.apply(speaker) if speaker else speaker
-            occurred = self._scanner.apply(occurred) if occurred else occurred  # a timestamp string is text too
-            tag_list = [self._scanner.apply(t) for t in tag_list]
-            meta = self._scanner.apply_value(meta)
-        now = self._clock()
-        line = memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=occurred)
-        return self._store.new_entry(
-            str(uuid.uuid4()), text, line, user_id=user_id, session_id=session_id, kind=kind, role=role,
-            speaker=speaker, occurred_at=occurred, metadata=meta, tags=tag_list, created_at=now,
-            expires_at=None if ttl_s is None else now + ttl_s, indexed=bool(index),
-            kb_version=self._kb.write_version() if kind == "knowledge" else None)
+        return self._writer.new_entry(text, **fields)
 
     # --- lifecycle: versions and history ---------------------------------------------------------
     def update(
@@ -338,40 +267,8 @@ class AgentMemory:
                                     else datetime.now().astimezone())
         if self._scanner is not None and occurred:
             occurred = self._scanner.apply(occurred)  # a timestamp string is text too
-        return self._new_version(row, text, tag_list=tag_list, meta=meta, ttl_s=ttl_s, clear_ttl=clear_ttl,
-                                 reason=reason, index=index, occurred=occurred, op="update")
-
-    def _new_version(self, row: EntryRow, text: str, *, tag_list: list[str] | None, meta: dict[str, Any] | None,
-                     ttl_s: float | None, clear_ttl: bool, reason: str | None, index: bool | None,
-                     occurred: str | None, op: str) -> MemoryRecord:
-        """Write ``text`` (checked) as the entry's next version, active, logged as ``op`` (update or restore)."""
-        now = self._clock()
-        line = memory_line(text, kind=row.kind, speaker=row.speaker, role=row.role, occurred_at=occurred)
-        version = (row.version or 1) + 1
-        indexed = row.indexed if index is None else bool(index)
-        fields: dict[str, Any] = dict(
-            text=self._sealer.seal_text(row.id, "text", text), memory_text=self._sealer.seal_text(row.id, "memory_text", line),
-            occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
-            text_vector=None,  # the old text's; recomputed below when consolidation compares texts
-        )
-        if self.config.consolidation != "off":
-            fields["text_vector"] = pack_vector(self._consolidator.text_vectors([text])[0])
-        if meta is not None:
-            fields["metadata_json"] = meta
-        if ttl_s is not None or clear_ttl:
-            fields["expires_at"] = None if clear_ttl else now + (ttl_s or 0.0)
-        blob = kv_fields = None
-        if self._bank.should_encode(None) and row.kind != "trained":
-            encoded = self._bank.encode_blobs([line])
-            if encoded:
-                blob, kv_fields = encoded[0]
-        events = [HistoryEvent(row.id, version, op, self._sealer.seal_text(row.id, "history", text), now, reason,
-                               related_id=row.superseded_by if op == "restore" else None)]
-        self._store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
-                            tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
-        if row.session_id:  # the old text may sit in its conversation's working KV
-            self._end_session_kv(row.session_id, user_id=row.user_id)
-        return self._record(self._store.catalog.get([row.id])[0])
+        return self._writer.new_version(row, text, tag_list=tag_list, meta=meta, ttl_s=ttl_s, clear_ttl=clear_ttl,
+                                        reason=reason, index=index, occurred=occurred, op="update")
 
     def restore(self, entry_id: str, version: int | None = None) -> MemoryRecord:
         """Undo a consolidation the store got wrong: a superseded (or retracted) entry becomes active again, the
@@ -385,27 +282,7 @@ class AgentMemory:
             ('UPDATE', 'active')
         """
         self._check_open()
-        row = self._live_row(entry_id)
-        current = row.version or 1
-        if version is not None and version != current:
-            if isinstance(version, bool) or not isinstance(version, int):
-                raise InvalidInputError("version must be an integer")
-            texts = {h.version: h.text for h in self._store.lifecycle.history(entry_id)
-                     if h.op in ("add", "update", "restore")}
-            if version not in texts:
-                raise InvalidInputError(f"entry {entry_id!r} has no version {version} (versions: {sorted(texts)})")
-            text = self._sealer.open_text(entry_id, "history", texts[version])
-            return self._new_version(row, text, tag_list=None, meta=None, ttl_s=None, clear_ttl=False,
-                                     reason=f"restored version {version}", index=None,
-                                     occurred=format_timestamp(datetime.now().astimezone()), op="restore")
-        if row.status == "active":
-            raise InvalidInputError(f"entry {entry_id!r} is active: nothing to restore (version= brings back an "
-                                    f"earlier text)")
-        sealed = self._sealer.seal_text(row.id, "history", self._record(row).text)
-        event = HistoryEvent(row.id, current, "restore", sealed, self._clock(), "restored by the user",
-                             related_id=row.superseded_by)
-        self._store.lifecycle.reinstate(row.id, event)
-        return self._record(self._store.catalog.get([row.id])[0])
+        return self._writer.restore(self._live_row(entry_id), version)
 
     def history(self, entry_id: str) -> list[MemoryVersion]:
         """The entry's versions and events, oldest first: ``op`` is add / update / supersede / merge / delete /
@@ -429,8 +306,7 @@ class AgentMemory:
         return rows[0]
 
     def _record(self, row: EntryRow) -> MemoryRecord:
-        return to_record(row, text=self._sealer.open_text(row.id, "text", row.text),
-                         memory_text=self._sealer.open_text(row.id, "memory_text", row.memory_text))
+        return self._writer.record(row)
 
     # --- read ----------------------------------------------------------------------------------
     def recall(
@@ -598,7 +474,7 @@ class AgentMemory:
     def stats(self) -> dict[str, Any]:
         """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time;
         consolidation outcomes (``lifecycle``: merged, superseded, llm decisions)."""
-        life = dict(self._lifecycle_stats) | ({} if self._llm is None else self._llm.stats())
+        life = dict(self._writer.stats) | ({} if self._llm is None else self._llm.stats())
         return {"kv": self._bank.stats.as_dict(), "model_loaded": self._bank.loaded, "lifecycle": life}
 
     def wait_consolidation(self, timeout: float | None = 30.0) -> bool:
@@ -618,7 +494,7 @@ class AgentMemory:
 
                 chat = self._consolidation_model or local_chat(lambda: self._bank.engine)
                 actions = StoreActions(self._store, open_text=lambda r: self._sealer.open_text(r.id, "text", r.text),
-                                       seal=lambda i, t: self._sealer.seal_text(i, "history", t), clock=self._clock)
+                                       seal=lambda i, t: self._sealer.seal_text(i, "history", t), clock=self._writer.clock)
                 self._llm = ConsolidationWorker(chat, actions.context, actions.apply)
             return self._llm
 
@@ -910,12 +786,6 @@ class AgentMemory:
 
         self._sweeper = threading.Thread(target=loop, name="agentmem-sweeper", daemon=True)
         self._sweeper.start()
-
-    def _clock(self) -> float:
-        """Strictly increasing wall-clock seconds, so entries written together keep their order."""
-        with self._clock_lock:
-            self._last_ts = max(time.time(), self._last_ts + 1e-6)
-            return self._last_ts
 
     def _has_sessions(self) -> bool:
         # a shared cold store may hold this store's sessions even if this process never opened one

@@ -1,0 +1,253 @@
+"""The write pipeline: a checked memory becomes an entry; entries are consolidated, encoded and written
+all-or-nothing; an entry gets a new version (``update``, ``restore``).
+
+``remember`` / ``remember_many`` / ``remember_messages`` go through :meth:`Writer.write`:
+
+    consolidate (merge restatements, plan supersessions: :mod:`agentmem.consolidate.local`)
+      → encode the kept entries' KV where the policy says so (the bank)
+      → add them all-or-nothing (:meth:`agentmem.entries.store.EntryStore.add`)
+      → apply the decisions (supersede the replaced entries, count the merged restatements)
+
+Each record says what the write did (``event``: ADD / UPDATE / NOOP, docs/lifecycle.md). The facade
+(:class:`agentmem.AgentMemory`) holds a :class:`Writer` and only delegates to it.
+
+Example:
+    >>> writer = Writer(store=store, bank=bank, config=config, consolidator=consolidator, kb=kb,
+    ...                 scanner=None, submit_llm=print, end_session_kv=lambda s, u: None)   # doctest: +SKIP
+    >>> writer.write([writer.new_entry("I moved to Lyon.", user_id="u1")], None)[0].event    # doctest: +SKIP
+    'ADD'
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentmem.config import MemoryConfig
+from agentmem.consolidate.local import LocalConsolidator, apply_decisions, pack_vector
+from agentmem.entries.kb_versions import KbVersions
+from agentmem.entries.lifecycle import HistoryEvent
+from agentmem.entries.records import memory_line, to_record
+from agentmem.entries.store import EntryStore, NewEntry
+from agentmem.errors import InvalidInputError
+from agentmem.security import SecretScanner
+from agentmem.types import MemoryRecord
+from agentmem.validation import (
+    check_id, check_kind, check_metadata, check_role, check_session_id, check_speaker, check_tags, check_text,
+    check_timestamp, check_ttl, format_timestamp,
+)
+
+if TYPE_CHECKING:
+    from agentmem.backends.sqlite.rows import EntryRow
+
+
+class BlobEncoder(Protocol):
+    """What the writer needs of the KV bank (:class:`agentmem.bank.KVBank`): whether to encode now, and the blobs."""
+
+    def should_encode(self, encode: bool | None) -> bool: ...
+
+    def encode_blobs(self, texts: Sequence[str]) -> list[tuple[bytes, dict[str, Any]]]: ...
+
+
+class Writer:
+    """Entries in, records out: the store's one write path (see the module docstring).
+
+    ``submit_llm`` queues written ids for the background LLM consolidation (``consolidation="llm"``);
+    ``end_session_kv(session_id, user_id)`` drops a conversation's working KV whose text an update changed.
+    """
+
+    def __init__(self, *, store: EntryStore, bank: BlobEncoder, config: MemoryConfig,
+                 consolidator: LocalConsolidator, kb: KbVersions, scanner: SecretScanner | None,
+                 submit_llm: Callable[[list[str]], None],
+                 end_session_kv: Callable[[str, str | None], None]) -> None:
+        self.store, self.bank, self.config = store, bank, config
+        self.consolidator, self.kb, self.scanner = consolidator, kb, scanner
+        self.sealer = store.sealer
+        self._submit_llm, self._end_session_kv = submit_llm, end_session_kv
+        self.stats: Counter[str] = Counter()  # consolidation outcomes (AgentMemory.stats()["lifecycle"])
+        self._last_ts = 0.0
+        self._clock_lock = threading.Lock()
+
+    def clock(self) -> float:
+        """Strictly increasing wall-clock seconds, so entries written together keep their order.
+
+        Example:
+            >>> writer.clock() < writer.clock()                                       # doctest: +SKIP
+            True
+        """
+        with self._clock_lock:
+            self._last_ts = max(time.time(), self._last_ts + 1e-6)
+            return self._last_ts
+
+    def record(self, row: EntryRow) -> MemoryRecord:
+        """The public record of a catalog row (texts opened).
+
+        Example:
+            >>> writer.record(store.catalog.get([entry_id])[0]).text                  # doctest: +SKIP
+            'I moved to Lyon.'
+        """
+        return to_record(row, text=self.sealer.open_text(row.id, "text", row.text),
+                         memory_text=self.sealer.open_text(row.id, "memory_text", row.memory_text))
+
+    # --- new entries ---------------------------------------------------------------------------
+    def new_entry(self, text: str, *, user_id: str, session_id: str | None = None, kind: str = "turn",
+                  role: str | None = None, speaker: str | None = None, timestamp: datetime | str | None = None,
+                  tags: Iterable[str] | None = None, ttl: float | timedelta | None = None,
+                  metadata: Mapping[str, Any] | None = None, index: bool = True) -> NewEntry:
+        """One memory (``remember``'s arguments), checked and with secrets redacted, as an entry for :meth:`write`.
+
+        Example:
+            >>> writer.new_entry("I moved to Lyon.", user_id="u1").row.kind           # doctest: +SKIP
+            'turn'
+        """
+        text = check_text(text)
+        check_id(user_id, "user_id", required=True)
+        check_session_id(session_id, required=False, scanner=self.scanner)
+        check_kind(kind)
+        role, speaker = check_role(role), check_speaker(speaker)
+        tag_list = check_tags(tags)
+        ttl_s = check_ttl(ttl)
+        meta = check_metadata(metadata)
+        occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
+                                    else datetime.now().astimezone())
+        if self.scanner is not None:
+            # before anything is embedded, indexed or encoded: secrets never enter the bank
+            text = self.scanner.apply(text)
+            speaker = self.scanner.apply(speaker) if speaker else speaker
+            occurred = self.scanner.apply(occurred) if occurred else occurred  # a timestamp string is text too
+            tag_list = [self.scanner.apply(t) for t in tag_list]
+            meta = self.scanner.apply_value(meta)
+        now = self.clock()
+        line = memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=occurred)
+        return self.store.new_entry(
+            str(uuid.uuid4()), text, line, user_id=user_id, session_id=session_id, kind=kind, role=role,
+            speaker=speaker, occurred_at=occurred, metadata=meta, tags=tag_list, created_at=now,
+            expires_at=None if ttl_s is None else now + ttl_s, indexed=bool(index),
+            kb_version=self.kb.write_version() if kind == "knowledge" else None)
+
+    def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
+        """Consolidate (merge restatements, supersede replaced facts), encode KV if the policy says so, then write
+        everything all-or-nothing. Each record says what happened (``event``); a merged entry's record is the
+        existing entry it was merged into (``NOOP``).
+
+        Example:
+            >>> [r.event for r in writer.write(entries, None)]                         # doctest: +SKIP
+            ['ADD', 'UPDATE']
+        """
+        mode = self.config.consolidation if consolidate else "off"
+        vectors = decisions = texts = text_vectors = None
+        if entries and mode == "local":
+            vectors = self.store.embedder.encode([e.embed_text for e in entries],
+                                                 batch_size=self.config.embedding_batch_size)
+            texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
+            decisions, text_vectors = self.consolidator.plan([e.row for e in entries], texts, vectors, time.time())
+        keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
+        self._store_entries(entries, keep, encode, vectors, text_vectors)
+        if decisions is None or texts is None:
+            if mode == "llm" and keep:
+                self._submit_llm([entries[i].row.id for i in keep])
+            return [replace(self.record(e.row), event="ADD") for e in entries]
+        applied = apply_decisions(
+            self.store.lifecycle, self.store.catalog.get, [e.row for e in entries], texts, decisions,
+            seal=lambda i, t: self.sealer.seal_text(i, "history", t),
+            open_text=lambda r: self.sealer.open_text(r.id, "text", r.text), now=self.clock())
+        self.stats.update(applied.counts)
+        if applied.unmerged:  # the entry a restatement matched was erased meanwhile: store the write after all
+            self._store_entries(entries, applied.unmerged, encode, vectors, text_vectors)
+        merged = {r.id: r for r in self.store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
+        records = []
+        for n, (e, d) in enumerate(zip(entries, decisions)):
+            if d.merge_into and n not in applied.unmerged:
+                records.append(replace(self.record(merged[d.merge_into]), event="NOOP", matched_id=d.merge_into))
+            else:
+                done = applied.superseded[n]
+                records.append(replace(self.record(e.row), event="UPDATE" if done else "ADD", superseded_ids=done))
+        return records
+
+    def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
+                       vectors: Any, text_vectors: Any) -> None:
+        """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing."""
+        kept = [entries[i] for i in keep]
+        if kept and self.bank.should_encode(encode):
+            for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.embed_text for e in kept])):
+                entry.attach_kv(blob, fields)
+        if text_vectors is not None:
+            self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)])
+        self.store.add(kept, None if vectors is None else vectors[list(keep)])
+
+    # --- versions ------------------------------------------------------------------------------
+    def new_version(self, row: EntryRow, text: str, *, tag_list: list[str] | None, meta: dict[str, Any] | None,
+                    ttl_s: float | None, clear_ttl: bool, reason: str | None, index: bool | None,
+                    occurred: str | None, op: str) -> MemoryRecord:
+        """Write ``text`` (checked) as the entry's next version, active, logged as ``op`` (update or restore).
+
+        Example:
+            >>> writer.new_version(row, "I moved to Paris.", tag_list=None, meta=None, ttl_s=None, clear_ttl=False,
+            ...                    reason=None, index=None, occurred=None, op="update").version   # doctest: +SKIP
+            2
+        """
+        now = self.clock()
+        line = memory_line(text, kind=row.kind, speaker=row.speaker, role=row.role, occurred_at=occurred)
+        version = (row.version or 1) + 1
+        indexed = row.indexed if index is None else bool(index)
+        seal = self.sealer.seal_text
+        fields: dict[str, Any] = dict(
+            text=seal(row.id, "text", text), memory_text=seal(row.id, "memory_text", line),
+            occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
+            text_vector=None,  # the old text's; recomputed below when consolidation compares texts
+        )
+        if self.config.consolidation != "off":
+            fields["text_vector"] = pack_vector(self.consolidator.text_vectors([text])[0])
+        if meta is not None:
+            fields["metadata_json"] = meta
+        if ttl_s is not None or clear_ttl:
+            fields["expires_at"] = None if clear_ttl else now + (ttl_s or 0.0)
+        blob = kv_fields = None
+        if self.bank.should_encode(None) and row.kind != "trained":
+            encoded = self.bank.encode_blobs([line])
+            if encoded:
+                blob, kv_fields = encoded[0]
+        events = [HistoryEvent(row.id, version, op, seal(row.id, "history", text), now, reason,
+                               related_id=row.superseded_by if op == "restore" else None)]
+        self.store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
+                           tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
+        if row.session_id:  # the old text may sit in its conversation's working KV
+            self._end_session_kv(row.session_id, row.user_id)
+        return self.record(self.store.catalog.get([row.id])[0])
+
+    def restore(self, row: EntryRow, version: int | None = None) -> MemoryRecord:
+        """``AgentMemory.restore``: ``row`` active again or, with ``version``, that version's text as a new one.
+
+        Example:
+            >>> writer.restore(superseded_row).status                                  # doctest: +SKIP
+            'active'
+        """
+        current = row.version or 1
+        if version is not None and version != current:
+            if isinstance(version, bool) or not isinstance(version, int):
+                raise InvalidInputError("version must be an integer")
+            texts = {h.version: h.text for h in self.store.lifecycle.history(row.id)
+                     if h.op in ("add", "update", "restore")}
+            if version not in texts:
+                raise InvalidInputError(f"entry {row.id!r} has no version {version} (versions: {sorted(texts)})")
+            text = self.sealer.open_text(row.id, "history", texts[version])
+            return self.new_version(row, text, tag_list=None, meta=None, ttl_s=None, clear_ttl=False,
+                                    reason=f"restored version {version}", index=None,
+                                    occurred=format_timestamp(datetime.now().astimezone()), op="restore")
+        if row.status == "active":
+            raise InvalidInputError(f"entry {row.id!r} is active: nothing to restore (version= brings back an "
+                                    f"earlier text)")
+        sealed = self.sealer.seal_text(row.id, "history", self.record(row).text)
+        event = HistoryEvent(row.id, current, "restore", sealed, self.clock(), "restored by the user",
+                             related_id=row.superseded_by)
+        self.store.lifecycle.reinstate(row.id, event)
+        return self.record(self.store.catalog.get([row.id])[0])
+
+
+__all__ = ["BlobEncoder", "Writer"]
