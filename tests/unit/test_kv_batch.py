@@ -105,6 +105,32 @@ def test_a_long_answer_does_not_hold_back_a_short_one(engine):
     assert out.token_ids and done["short"] < done["long"]
 
 
+def test_a_new_request_is_prefilled_while_a_running_answer_decodes_and_answers_as_alone(engine):
+    """Continuous batching: a request arriving while a long answer decodes is prefilled between two of its steps
+    (the lock is granted in arrival order: test_fair_lock_is_granted_in_arrival_order), decodes beside it, and
+    still answers exactly what it answers alone."""
+    alone = engine.generate("What did Dan buy?", [], max_new_tokens=12).token_ids
+    running = threading.Thread(target=engine.generate, args=("Go on and on.", []), kwargs={"max_new_tokens": 400})
+    start = engine.decoder.steps
+    running.start()
+    deadline = time.time() + 60
+    while engine.decoder.steps < start + 5:  # the long answer is decoding
+        assert time.time() < deadline and running.is_alive()
+        time.sleep(0.001)
+    first_choice: list[bool] = []
+
+    def note_first_choice(ids, scores):  # called when the first id is chosen: right after the prefill
+        if not first_choice:
+            first_choice.append(running.is_alive())
+        return scores
+
+    out = engine.generate("What did Dan buy?", [], max_new_tokens=12, logits_processor=note_first_choice)
+    done_while_long_decodes = running.is_alive()
+    running.join(300)
+    assert first_choice == [True] and done_while_long_decodes
+    assert out.token_ids == alone and len(alone) > 3
+
+
 def test_fair_lock_is_granted_in_arrival_order():
     lock, order = FairRLock(), []
     lock.acquire()
