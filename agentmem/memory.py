@@ -30,12 +30,12 @@ from agentmem.consolidate.pairs import PairModel
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.recall import head_cues
 from agentmem.entries.filters import compile_filters
-from agentmem.entries.records import message_fields, to_hit
+from agentmem.entries.records import to_hit
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
-    check_entry_id, check_id, check_k, check_kinds, check_limit_offset, check_messages, check_metadata,
-    check_remember_item, check_score, check_session_id, check_tags, check_text, check_timestamp, check_ttl,
+    check_entry_id, check_id, check_k, check_kinds, check_limit_offset, check_metadata,
+    check_score, check_session_id, check_tags, check_text, check_timestamp, check_ttl,
     format_timestamp,
 )
 from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
@@ -181,13 +181,8 @@ class AgentMemory:
         ``mem.remember_many([{"text": "hi", "user_id": "u1", "speaker": "Ann"}, ...])``. ``consolidate=False``
         stores every item as given (keyed stores that manage their own versions).
         """
-        if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
-            raise InvalidInputError("remember_many takes a list of dicts of remember() arguments")
-        entries = []
-        for n, item in enumerate(items):
-            text, fields = check_remember_item(item, n)
-            entries.append(self._new_entry(text, **{**_REMEMBER_DEFAULTS, **fields}))
-        return self._write(entries, None, consolidate=consolidate)
+        self._check_open()
+        return self._write(self._writer.item_entries(items), None, consolidate=consolidate)
 
     def remember_messages(
         self,
@@ -205,16 +200,10 @@ class AgentMemory:
         Tool results become ``kind="tool"`` entries; system messages are skipped (they are instructions,
         not memories). Embeddings are computed in one batch.
         """
-        entries = []
-        for message in check_messages(messages):
-            role, content, name = message_fields(message)
-            if role == "system":
-                continue
-            entries.append(self._new_entry(
-                content, user_id=user_id, session_id=session_id, kind="tool" if role == "tool" else "turn",
-                role=role, speaker=name, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata,
-            ))
-        return self._write(entries, None)
+        self._check_open()
+        return self._write(self._writer.message_entries(
+            messages, user_id=user_id, session_id=session_id, timestamp=timestamp, tags=tags, ttl=ttl,
+            metadata=metadata), None)
 
     def _new_entry(self, text: str, **fields: Any) -> NewEntry:
         self._check_open()
@@ -800,10 +789,5 @@ class AgentMemory:
         if self._closed:
             raise InvalidInputError("this AgentMemory is closed")
 
-
-_REMEMBER_DEFAULTS: dict[str, Any] = dict(
-    session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None, ttl=None, metadata=None,
-    index=True,
-)
 
 __all__ = ["AgentMemory"]

@@ -33,14 +33,14 @@ from agentmem.config import MemoryConfig
 from agentmem.consolidate.local import LocalConsolidator, apply_decisions, pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
-from agentmem.entries.records import memory_line, to_record
+from agentmem.entries.records import memory_line, message_fields, to_record
 from agentmem.entries.store import EntryStore, NewEntry
 from agentmem.errors import InvalidInputError
 from agentmem.security import SecretScanner
 from agentmem.types import MemoryRecord
 from agentmem.validation import (
-    check_id, check_kind, check_metadata, check_role, check_session_id, check_speaker, check_tags, check_text,
-    check_timestamp, check_ttl, format_timestamp,
+    check_id, check_kind, check_messages, check_metadata, check_remember_item, check_role, check_session_id,
+    check_speaker, check_tags, check_text, check_timestamp, check_ttl, format_timestamp,
 )
 
 if TYPE_CHECKING:
@@ -130,6 +130,38 @@ class Writer:
             speaker=speaker, occurred_at=occurred, metadata=meta, tags=tag_list, created_at=now,
             expires_at=None if ttl_s is None else now + ttl_s, indexed=bool(index),
             kb_version=self.kb.write_version() if kind == "knowledge" else None)
+
+    def item_entries(self, items: Sequence[Mapping[str, Any]]) -> list[NewEntry]:
+        """``remember_many``'s items (each a dict of :meth:`new_entry`'s arguments) as entries, all checked first.
+
+        Example:
+            >>> len(writer.item_entries([{"text": "hi", "user_id": "u1"}]))               # doctest: +SKIP
+            1
+        """
+        if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
+            raise InvalidInputError("remember_many takes a list of dicts of remember() arguments")
+        entries = []
+        for n, item in enumerate(items):
+            text, fields = check_remember_item(item, n)
+            entries.append(self.new_entry(text, **fields))
+        return entries
+
+    def message_entries(self, messages: Sequence[Any], **shared: Any) -> list[NewEntry]:
+        """Chat messages (role/content dicts or LangChain messages) as entries: tool results ``kind="tool"``,
+        system messages skipped (instructions, not memories); ``shared``: ``remember_messages``'s other arguments.
+
+        Example:
+            >>> [e.row.role for e in writer.message_entries([{"role": "user", "content": "hi"}],
+            ...                                              user_id="u1")]              # doctest: +SKIP
+            ['user']
+        """
+        entries = []
+        for message in check_messages(messages):
+            role, content, name = message_fields(message)
+            if role != "system":
+                entries.append(self.new_entry(content, kind="tool" if role == "tool" else "turn", role=role,
+                                              speaker=name, **shared))
+        return entries
 
     def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
         """Consolidate (merge restatements, supersede replaced facts), encode KV if the policy says so, then write
