@@ -216,7 +216,8 @@ def row_loader(rows: dict[str, Any]) -> HeadLoader:
         (['a'], [('b', 0.5)])
     """
     def load(ranked: Ranked, depth: int) -> tuple[list[HeadEntry], Ranked]:
-        return [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text) for i, s in ranked[:depth]], ranked[depth:]
+        return [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text, getattr(rows[i], "text", None),
+                          getattr(rows[i], "occurred_at", None)) for i, s in ranked[:depth]], ranked[depth:]
 
     return load
 

@@ -491,7 +491,7 @@ class EntryStore:
         def load(ranked: list[tuple[str, float]], depth: int) -> tuple[list[HeadEntry], list[tuple[str, float]]]:
             """The head's rows, admitted by scope (current versions when following them): agentmem.recall.head."""
             admitted.extend(self._admitted(ranked, depth, scope, now, follow_versions, chain_stamp))
-            return ([HeadEntry(row.id, s, row.speaker, self._memory_line(row)) for row, s in admitted[:depth]],
+            return ([self._head_entry(row, s) for row, s in admitted[:depth]],
                     [(row.id, s) for row, s in admitted[depth:]])
 
         order = rank_candidates(query, cands, self.params, k, load, model=self.head_model, head_k=head_k)
@@ -571,6 +571,11 @@ class EntryStore:
 
     def _memory_line(self, row: EntryRow | EntryRecord) -> str:
         return self.sealer.open_text(row.id, "memory_text", row.memory_text)
+
+    def _head_entry(self, row: EntryRecord, score: float) -> HeadEntry:
+        """What re-ranking reads of a head row: its fields, never its memory line's format (agentmem.recall.rerank)."""
+        return HeadEntry(row.id, score, row.speaker, self._memory_line(row),
+                         text=self.sealer.open_text(row.id, "text", row.text), occurred_at=row.occurred_at)
 
     # --- recovery ------------------------------------------------------------------------------
     def recover(self, grace_s: float | None = None) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """The order recall gives one query's candidates: the pure ranking steps, shared by ``EntryStore._ranked`` and the
 LoCoMo benchmarks (``benchmarks/locomo.py``'s ``ranking``), so a change to the ranking is made in one place.
 
-The steps: the query's own parameters (:func:`agentmem.recall.multihop.for_query`), fusion, spillover and the
+The query is parsed once (:func:`agentmem.recall.query.parse_query`) and the :class:`~agentmem.recall.query.QueryInfo`
+passed to every step. The steps: the query's own parameters (:func:`agentmem.recall.multihop.for_query`), fusion, spillover and the
 session boost (:func:`agentmem.recall.retrieval.rank_parts`), best first, the head widened by the pools' best
 (:func:`agentmem.recall.head_cues.widen`, with ``head_reserve`` and the learned order), the head's rows read by the
 caller (``load``: the store pages its rows in, filters them by scope and follows versions; a benchmark reads them
@@ -19,6 +20,7 @@ from typing import NamedTuple
 from agentmem.recall.head_cues import widen
 from agentmem.recall.learned_rank import HeadModel, reorder
 from agentmem.recall.multihop import for_query
+from agentmem.recall.query import QueryInfo, as_query
 from agentmem.recall.rerank import HeadEntry, rerank
 from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first, rank_parts
 
@@ -38,7 +40,7 @@ class Head(NamedTuple):
     tail: Ranked  # the ranked candidates the loader kept after the head
 
 
-def head_of(query: str, cands: Candidates, params: RetrievalParams, depth: int, reserve: int,
+def head_of(query: str | QueryInfo, cands: Candidates, params: RetrievalParams, depth: int, reserve: int,
             load: HeadLoader) -> Head:
     """The head of ``depth`` candidates (widened by the best ``reserve`` of the dense and turn-context pools when
     ``reserve`` > 0) in the hand-set order: the steps of :func:`rank_candidates` before the learned order, which
@@ -52,6 +54,7 @@ def head_of(query: str, cands: Candidates, params: RetrievalParams, depth: int, 
         >>> [e.id for e in h.entries], [i for i, _ in h.tail]
         (['a'], ['b'])
     """
+    query = as_query(query)  # parsed once for every step below
     params = for_query(params, query)  # a list question: a weaker session boost (store.multihop)
     scores, fused, spilled = rank_parts(cands, params)
     ranked = best_first(scores)
@@ -63,7 +66,7 @@ def head_of(query: str, cands: Candidates, params: RetrievalParams, depth: int, 
     return Head(params, entries, rerank(query, entries, params), fused, spilled, tail)
 
 
-def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: int, load: HeadLoader,
+def rank_candidates(query: str | QueryInfo, cands: Candidates, params: RetrievalParams, k: int, load: HeadLoader,
                     model: HeadModel = HeadModel(), head_k: int | None = None) -> Ranked:
     """The best ``k`` of ``cands`` as (id, score), best first: the order ``recall`` returns.
 
@@ -84,6 +87,7 @@ def rank_candidates(query: str, cands: Candidates, params: RetrievalParams, k: i
         >>> [i for i, _ in rank_candidates("Where did Ann go?", cands, RetrievalParams(), 5, load)]
         ['a', 'b']
     """
+    query = as_query(query)  # the query parsed once: every step reads this QueryInfo
     reserve = params.head_reserve if params.learned_head else 0  # widened only for the learned order
     head = head_of(query, cands, params, max(2 * (k if head_k is None else head_k), params.rerank_depth), reserve,
                    load)

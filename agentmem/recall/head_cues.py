@@ -7,7 +7,7 @@ by ``research/learned_ablation.py`` (research/notes/retrieval-lab-notes.md, sess
 - ``session_first``: 1 / (1 + the head entries above this one from its session): the session boost fills a head
   with one session's turns, and a multi-hop answer is spread over sessions.
 - ``session_mass``: the share of the head from the entry's session.
-- ``list_first``: a list question (:func:`agentmem.recall.multihop.list_question`) × ``session_first``.
+- ``list_first``: a list question (``QueryInfo.is_list``, :mod:`agentmem.recall.query`) × ``session_first``.
 
 :func:`widen` moves the best ``reserve`` of the dense and turn-context pools into the head: a turn deep in the fused
 order but near the top of one pool is often the other half of a multi-hop answer.
@@ -28,7 +28,7 @@ import numpy as np
 
 from agentmem.erasure import Erasure
 from agentmem.text import content_words
-from agentmem.recall.multihop import list_question
+from agentmem.recall.query import QueryInfo, as_query
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.retrieval import Candidates, best_first
 from agentmem.text import STOPWORDS
@@ -75,7 +75,7 @@ def forget_erased(_erasure: Erasure | None = None) -> None:
     stem.cache_clear()
 
 
-def question_words(query: str, speakers: Iterable[str | None]) -> list[str]:
+def question_words(query: str | QueryInfo, speakers: Iterable[str | None]) -> list[str]:
     """The question's content words as stems, the speakers' first names left out.
 
     Example:
@@ -84,16 +84,16 @@ def question_words(query: str, speakers: Iterable[str | None]) -> list[str]:
     """
     skip = {stem(s.split()[0].lower()) for s in speakers if s and s.strip()}
     out: list[str] = []
-    for w in _WORD.findall(query.lower()):
+    for w in _WORD.findall(as_query(query).text.lower()):
         s = stem(w)
         if w not in STOPWORDS and s not in skip and s not in out:
             out.append(s)
     return out
 
 
-def cues(query: str, bodies: Sequence[str], sessions: Sequence[str | None], speakers: Iterable[str | None],
+def cues(query: str | QueryInfo, bodies: Sequence[str], sessions: Sequence[str | None], speakers: Iterable[str | None],
          listed: bool) -> np.ndarray:
-    """One row of ``CUES`` per head entry (``bodies``: the turns' texts without the date stamp, best first).
+    """One row of ``CUES`` per head entry (``bodies``: the entries' own texts, best first).
 
     Example:
         >>> cues("Which birds did Ann paint?", ["Ann: I paint birds", "Ann: hi"], ["s1", "s1"], ["Ann"], True)
@@ -120,24 +120,20 @@ def cues(query: str, bodies: Sequence[str], sessions: Sequence[str | None], spea
     return np.asarray(rows, dtype=np.float64).reshape(n, len(CUES))
 
 
-def _body(line: str) -> str:
-    """A memory line without its leading "[date] " stamp."""
-    return line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
-
-
-def cue_columns(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates
+def cue_columns(query: str | QueryInfo, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates
                 ) -> np.ndarray:
     """The ``CUES`` of ``order``'s entries (the re-ranked head), to stand beside the library's features.
 
     Example:
-        >>> h = [HeadEntry("a", 1.0, "Ann", "[1 May 2023] Ann: hi")]
+        >>> h = [HeadEntry("a", 1.0, "Ann", "[1 May 2023] Ann: hi", text="hi")]
         >>> cue_columns("hi?", h, [("a", 1.0)], Candidates({"a": 0.5}, {})).shape
         (1, 5)
     """
+    query = as_query(query)
     by_id = {h.id: h for h in head}
-    bodies = [_body(by_id[i].memory_line) for i, _ in order]
+    bodies = [by_id[i].body for i, _ in order]
     sessions = [getattr(cands.places.get(i), "session_id", None) for i, _ in order]
-    return cues(query, bodies, sessions, {h.speaker for h in head}, list_question(query))
+    return cues(query, bodies, sessions, {h.speaker for h in head}, query.is_list)
 
 
 def widen(ranked: Sequence[tuple[str, float]], cands: Candidates, depth: int, reserve: int

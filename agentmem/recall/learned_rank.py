@@ -39,10 +39,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from agentmem.recall.head_cues import CUES, cue_columns
-from agentmem.recall.multihop import list_question
-from agentmem.recall.rerank import HeadEntry, the_named_speaker
+from agentmem.recall.query import QueryInfo, as_query
+from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first
-from agentmem.recall.temporal import asks_about_time, mentions_time
+from agentmem.recall.temporal import mentions_time
 from agentmem.recall.weights_file import bundled
 
 FEATURES = ("share", "score", "dense", "in_dense", "lexical", "in_lexical", "context", "spill", "session_best",
@@ -105,7 +105,7 @@ def _ranks(scores: Mapping[str, float], wanted: set[str]) -> dict[str, float]:
     return {i: 1.0 / (1 + r) for r, (i, _) in enumerate(best_first(scores)) if i in wanted}
 
 
-def features(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
+def features(query: str | QueryInfo, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
              fused: Mapping[str, float], spilled: Mapping[str, float], params: RetrievalParams) -> np.ndarray:
     """One row of ``FEATURES`` per entry of ``order`` (the re-ranked head), from what the ranking computed.
 
@@ -128,15 +128,15 @@ def features(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, f
         lexical = {i: s / best_lexical for i, s in cands.lexical.items() if i in wanted}
     context = _scaled(cands.turn_context, wanted)
     ranks = [_ranks(pool, wanted) for pool in (cands.dense, cands.lexical, cands.turn_context)]
-    speaker = the_named_speaker(query, head)
-    timely, listed = asks_about_time(query), float(list_question(query))
+    query = as_query(query)
+    speaker = query.the_named_speaker(h.speaker for h in head)
+    timely, listed = query.asks_time, float(query.is_list)
     top = max((s for _, s in order), default=1.0) or 1.0
     weight = params.session_weight or 1.0
     rows = []
     for position, (entry_id, score) in enumerate(order):
         h = by_id[entry_id]
-        line = h.memory_line
-        body = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+        body = h.body
         spill = spilled.get(entry_id, 0.0)
         session_best = (h.score - spill) / weight  # what the session boost added, in units of its weight
         share = score / top
@@ -145,13 +145,13 @@ def features(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, f
                      spill - fused.get(entry_id, 0.0), session_best,
                      float(speaker is not None and h.speaker == speaker),
                      float(speaker is not None and h.speaker != speaker),
-                     float(timely and mentions_time(line)), listed * share, listed * session_best,
+                     float(timely and mentions_time(body)), listed * share, listed * session_best,
                      math.log1p(len(body)), ranks[0].get(entry_id, 0.0), ranks[1].get(entry_id, 0.0),
                      ranks[2].get(entry_id, 0.0), 1.0 / (1 + position), float(body.rstrip().endswith("?"))))
     return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(FEATURES))
 
 
-def reorder(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
+def reorder(query: str | QueryInfo, head: Sequence[HeadEntry], order: Sequence[tuple[str, float]], cands: Candidates,
             fused: Mapping[str, float], spilled: Mapping[str, float], params: RetrievalParams,
             model: HeadModel = HeadModel()) -> list[tuple[str, float]]:
     """``order`` (the re-ranked head, best first) re-ordered by the model; the n-th entry keeps the n-th score.
@@ -160,6 +160,7 @@ def reorder(query: str, head: Sequence[HeadEntry], order: Sequence[tuple[str, fl
     """
     if len(order) < 2:
         return list(order)
+    query = as_query(query)
     X = features(query, head, order, cands, fused, spilled, params)
     if model.cues:
         X = np.hstack([X, cue_columns(query, head, order, cands)[:, _CUE_COLUMNS]])

@@ -7,8 +7,7 @@ Measured on LoCoMo (``research/multihop_ablation.py --signals listq``; the weigh
 scored on the 5th): every fold chose 0.25 of {0, 0.1, 0.25, 0.5}; held-out recall@5 / @10 0.7213 / 0.8018 →
 0.7220 / 0.8039, multi-hop (cat. 1) recall@10 0.499 → 0.510 (research/notes/retrieval-lab-notes.md, with the losers: clause
 decomposition, a per-session cap, adjacent-turn expansion, a keyword-only query). The detection is the question's
-form only — a plural noun after *what* / *which*, or *how many* / *in what ways* / *what are some* — no topic
-word list; it costs one regular expression per recall.
+form only (:func:`agentmem.recall.query.list_question`, parsed once into ``QueryInfo.is_list``), no topic word list.
 
 Example:
     >>> list_question("What activities does Melanie partake in?"), list_question("What is Jon's job?")
@@ -19,35 +18,20 @@ Example:
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
+from agentmem.recall.query import QueryInfo, as_query, list_question
 from agentmem.recall.retrieval import RetrievalParams
 
-# what/which + (one optional word) + a plural noun — not a verb ending in s (is, does, was, has) — or the
-# counting / enumerating openings
-_LIST = re.compile(r"^\s*(?:(?:what|which)\s+(?:\w+\s+)?\w+s\b(?<!\bis)(?<!\bdoes)(?<!\bwas)(?<!\bhas)"
-                   r"|how many\b|in what ways\b|what are some\b)", re.IGNORECASE)
 
-
-def list_question(query: str) -> bool:
-    """Does the question ask for a set of things (by its form: see the module docstring)?
-
-    Example:
-        >>> [list_question(q) for q in ("How many times has John injured his ankle?", "When did Mel paint?")]
-        [True, False]
-    """
-    return bool(_LIST.search(query))
-
-
-def for_query(params: RetrievalParams, query: str) -> RetrievalParams:
+def for_query(params: RetrievalParams, query: str | QueryInfo) -> RetrievalParams:
     """``params`` for this query: a list question gets ``list_session_weight`` as its session weight.
 
     Example:
         >>> for_query(RetrievalParams(), "What did Caroline research?").session_weight
         0.5
     """
-    if params.list_session_weight == params.session_weight or not list_question(query):
+    if params.list_session_weight == params.session_weight or not as_query(query).is_list:
         return params
     return replace(params, session_weight=params.list_session_weight)
 

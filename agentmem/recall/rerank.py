@@ -18,39 +18,47 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from agentmem.recall.query import QueryInfo, as_query
 from agentmem.recall.retrieval import RetrievalParams
-from agentmem.recall.temporal import asks_about_time, mentions_time
+from agentmem.recall.temporal import happened_within, mentions_time
 
 
 class HeadEntry(NamedTuple):
-    """One of the best candidates, with the row fields re-ranking reads."""
+    """One of the best candidates, with the row fields re-ranking reads: ``text`` is the entry's own text and
+    ``occurred_at`` its timestamp as stored (the ``memory_line`` is what was embedded; ranking never parses it).
+
+    Example:
+        >>> HeadEntry("a", 1.0, "Ann", "[1 May 2023] Ann: hi", text="hi").body
+        'hi'
+    """
 
     id: str
     score: float
     speaker: str | None
     memory_line: str
+    text: str | None = None
+    occurred_at: str | None = None
+
+    @property
+    def body(self) -> str:
+        """The entry's own text (its memory line where the caller gave none)."""
+        return self.memory_line if self.text is None else self.text
 
 
-def named_speakers(query: str, speakers: Iterable[str | None]) -> set[str]:
-    """The speakers whose first name appears in ``query`` as a whole word (case-insensitive).
+def named_speakers(query: str | QueryInfo, speakers: Iterable[str | None]) -> set[str]:
+    """The speakers ``query`` names (:meth:`agentmem.recall.query.QueryInfo.named_speakers`).
 
     Example:
         >>> sorted(named_speakers("what does caroline like?", ["Caroline Smith", "Melanie", None]))
         ['Caroline Smith']
     """
-    out: set[str] = set()
-    for speaker in {s for s in speakers if s and s.strip()}:
-        first = speaker.split()[0]
-        if re.search(rf"(?<!\w){re.escape(first)}(?!\w)", query, re.IGNORECASE):
-            out.add(speaker)
-    return out
+    return as_query(query).named_speakers(speakers)
 
 
-def the_named_speaker(query: str, head: Sequence[HeadEntry]) -> str | None:
+def the_named_speaker(query: str | QueryInfo, head: Sequence[HeadEntry]) -> str | None:
     """The one speaker of ``head`` that ``query`` names (None when it names none or several): whose turns the
     re-ranking lifts, and the learned head order's speaker features.
 
@@ -58,21 +66,24 @@ def the_named_speaker(query: str, head: Sequence[HeadEntry]) -> str | None:
         >>> the_named_speaker("what does Ann like?", [HeadEntry("a", 1.0, "Ann", "Ann: tea")])
         'Ann'
     """
-    named = named_speakers(query, (h.speaker for h in head))
-    return next(iter(named)) if len(named) == 1 else None
+    return as_query(query).the_named_speaker(h.speaker for h in head)
 
 
-def rerank(query: str, head: Sequence[HeadEntry], params: RetrievalParams) -> list[tuple[str, float]]:
+def rerank(query: str | QueryInfo, head: Sequence[HeadEntry], params: RetrievalParams) -> list[tuple[str, float]]:
     """Boost the named speaker's turns and, for time questions, the turns that date an event; best first."""
-    speaker = the_named_speaker(query, head) if params.speaker_boost else None
-    timely = params.temporal_boost > 0 and asks_about_time(query)
+    info = as_query(query)
+    speaker = info.the_named_speaker(h.speaker for h in head) if params.speaker_boost else None
+    timely = params.temporal_boost > 0 and info.asks_time
+    anchors = info.anchors if params.anchor_boost > 0 else ()
     out: list[tuple[str, float]] = []
     for h in head:
         score = h.score
         if speaker is not None and h.speaker == speaker:
             score *= 1 + params.speaker_boost
-        if timely and mentions_time(h.memory_line):
+        if timely and mentions_time(h.body):
             score *= 1 + params.temporal_boost
+        if anchors and happened_within(h.occurred_at, anchors):
+            score *= 1 + params.anchor_boost
         out.append((h.id, score))
     out.sort(key=lambda kv: (-kv[1], kv[0]))
     return out

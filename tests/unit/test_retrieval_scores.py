@@ -69,14 +69,17 @@ def test_every_hit_reports_its_cosine_even_beyond_the_dense_pool(tmp_path: Path)
 
 
 def test_the_named_speakers_turns_and_dated_turns_are_lifted() -> None:
-    head = [HeadEntry("m1", 1.0, "Melanie", "[1 May 2023] Melanie: I love painting at the lake"),
-            HeadEntry("c1", 0.8, "Caroline", "[1 May 2023] Caroline: painting helps me too"),
-            HeadEntry("c2", 0.5, "Caroline", "[1 May 2023] Caroline: I went to the group yesterday")]
+    head = [HeadEntry("m1", 1.0, "Melanie", "[1 May 2023] Melanie: I love painting at the lake",
+                      text="I love painting at the lake"),
+            HeadEntry("c1", 0.8, "Caroline", "[1 May 2023] Caroline: painting helps me too", text="painting helps me too"),
+            HeadEntry("c2", 0.5, "Caroline", "[1 May 2023] Caroline: I went to the group yesterday",
+                      text="I went to the group yesterday")]
     p = RetrievalParams(speaker_boost=0.5, temporal_boost=0.2)
     assert [i for i, _ in rerank("What does Caroline paint?", head, p)] == ["c1", "m1", "c2"]
     assert [i for i, _ in rerank("When did Caroline go to the group?", head, p)][0] == "c1"
     timed = dict(rerank("When did Caroline go to the group?", head, p))
     assert timed["c2"] == pytest.approx(0.5 * 1.5 * 1.2)
+    assert timed["c1"] == pytest.approx(0.8 * 1.5)  # the line's "[1 May 2023]" stamp does not date the text
     # two speakers named, or none: order unchanged; the boosts switched off: unchanged
     assert [i for i, _ in rerank("Did Caroline and Melanie paint?", head, p)] == ["m1", "c1", "c2"]
     assert [i for i, _ in rerank("What does Caroline paint?", head, RetrievalParams(speaker_boost=0.0))] == \
@@ -87,9 +90,8 @@ def test_the_named_speakers_turns_and_dated_turns_are_lifted() -> None:
 def test_time_questions_and_time_expressions() -> None:
     assert asks_about_time("When did she move?") and asks_about_time("how long has he lived there")
     assert asks_about_time("What year did they marry?") and not asks_about_time("Where is the whenua?")
-    assert mentions_time("[3 June 2022] Ann: we met two years ago")
-    assert not mentions_time("[3 June 2022] Ann: we met at the park")  # the stamp alone is not the text dating it
-    assert mentions_time("I was born in 1990")
+    assert mentions_time("we met two years ago") and mentions_time("I was born in 1990")
+    assert not mentions_time("we met at the park")  # more formats: tests/unit/test_query.py
 
 
 def test_speaker_named_in_the_query_wins_end_to_end(mem: AgentMemory) -> None:
