@@ -158,8 +158,18 @@ VARIANTS: dict[str, Variant] = {
     "wide_time_question": (lambda p: p, fresh, lambda rows: rows,
                            lambda: patched(temporal, "_TIME_QUESTION", WIDE_TIME_QUESTION)),
     "wide_list": (lambda p: p, fresh, lambda rows: rows, lambda: patched(query_mod, "_LIST", WIDE_LIST)),
-    "anchor_0.5": (lambda p: replace(p, anchor_boost=0.5), parse_query, lambda rows: rows, SAME),
-    "anchor_1": (lambda p: replace(p, anchor_boost=1.0), parse_query, lambda rows: rows, SAME),
+    "anchor_0.25_0": (lambda p: replace(p, anchor_boost=0.25, anchor_days=0), fresh, lambda rows: rows, SAME),
+    "anchor_0.25_1": (lambda p: replace(p, anchor_boost=0.25, anchor_days=1), fresh, lambda rows: rows, SAME),
+    "anchor_0.25_2": (lambda p: replace(p, anchor_boost=0.25, anchor_days=2), fresh, lambda rows: rows, SAME),
+    "anchor_0.25_3": (lambda p: replace(p, anchor_boost=0.25, anchor_days=3), fresh, lambda rows: rows, SAME),
+    "anchor_0.5_0": (lambda p: replace(p, anchor_boost=0.5, anchor_days=0), fresh, lambda rows: rows, SAME),
+    "anchor_0.5_1": (lambda p: replace(p, anchor_boost=0.5, anchor_days=1), fresh, lambda rows: rows, SAME),
+    "anchor_0.5_2": (lambda p: replace(p, anchor_boost=0.5, anchor_days=2), fresh, lambda rows: rows, SAME),
+    "anchor_0.5_3": (lambda p: replace(p, anchor_boost=0.5, anchor_days=3), fresh, lambda rows: rows, SAME),
+    "anchor_1.0_0": (lambda p: replace(p, anchor_boost=1.0, anchor_days=0), fresh, lambda rows: rows, SAME),
+    "anchor_1.0_1": (lambda p: replace(p, anchor_boost=1.0, anchor_days=1), fresh, lambda rows: rows, SAME),
+    "anchor_1.0_2": (lambda p: replace(p, anchor_boost=1.0, anchor_days=2), fresh, lambda rows: rows, SAME),
+    "anchor_1.0_3": (lambda p: replace(p, anchor_boost=1.0, anchor_days=3), fresh, lambda rows: rows, SAME),
 }
 
 

@@ -82,7 +82,7 @@ def rerank(query: str | QueryInfo, head: Sequence[HeadEntry], params: RetrievalP
             score *= 1 + params.speaker_boost
         if timely and mentions_time(h.body):
             score *= 1 + params.temporal_boost
-        if anchors and happened_within(h.occurred_at, anchors):
+        if anchors and happened_within(h.occurred_at, anchors, params.anchor_days):
             score *= 1 + params.anchor_boost
         out.append((h.id, score))
     out.sort(key=lambda kv: (-kv[1], kv[0]))

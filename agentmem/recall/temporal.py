@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from functools import lru_cache
 
 from dateutil import parser as date_parser
@@ -56,9 +56,9 @@ _NAMED_DATE = re.compile(
     rf"(?:\b(?P<d1>\d{{1,2}}){_ORD}\s+(?:of\s+)?)?\b(?P<month>{_MONTH})\b\.?(?:\s+(?P<d2>\d{{1,2}}){_ORD}\b)?"
     rf"(?:,?\s+(?P<year>(?:19|20)\d\d)\b)?")
 # numeric dates: day.month.year (dots: day first, as written wherever dots are used), month/day/year (slashes:
-# dateutil's default, month first), and ISO year-month-day
-_DOTTED = re.compile(r"\b(?P<d>\d{1,2})\.(?P<m>\d{1,2})\.(?P<y>(?:19|20)?\d\d)\b")
-_SLASHED = re.compile(r"\b(?P<m>\d{1,2})/(?P<d>\d{1,2})/(?P<y>(?:19|20)?\d\d)\b")
+# dateutil's default, month first), and ISO year-month-day; a four-digit year only ("11/22/63" is a book)
+_DOTTED = re.compile(r"\b(?P<d>\d{1,2})\.(?P<m>\d{1,2})\.(?P<y>(?:19|20)\d\d)\b")
+_SLASHED = re.compile(r"\b(?P<m>\d{1,2})/(?P<d>\d{1,2})/(?P<y>(?:19|20)\d\d)\b")
 _ISO = re.compile(r"\b(?P<y>(?:19|20)\d\d)-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b")
 _YEAR = re.compile(r"\b(?:19|20)\d\d\b")
 
@@ -103,11 +103,6 @@ def mentions_time(text: str) -> bool:
     return _TIME_EXPRESSION.search(text) is not None
 
 
-def _year(text: str) -> int:
-    year = int(text)
-    return year + 2000 if year < 100 else year
-
-
 def _anchor(year: int | None, month: int | None, day: int | None) -> DateAnchor | None:
     """The anchor, or None when it names no real date (a 31st of February, a 13th month)."""
     if month is not None and not 1 <= month <= 12:
@@ -135,7 +130,7 @@ def date_anchors(query: str) -> tuple[DateAnchor, ...]:
     taken: list[range] = []
     for pattern in (_ISO, _DOTTED, _SLASHED):
         for m in pattern.finditer(query):
-            anchor = _anchor(_year(m["y"]), int(m["m"]), int(m["d"]))
+            anchor = _anchor(int(m["y"]), int(m["m"]), int(m["d"]))
             taken.append(range(m.start(), m.end()))  # a date that does not exist is no year either
             if anchor is not None:
                 found.append((m.start(), anchor))
@@ -176,17 +171,22 @@ def event_date(occurred_at: str | None) -> date | None:
     return one if one == two else None
 
 
-def happened_within(occurred_at: str | None, anchors: tuple[DateAnchor, ...]) -> bool:
-    """Whether an entry's ``occurred_at`` falls within one of a query's date ``anchors``.
+def happened_within(occurred_at: str | None, anchors: tuple[DateAnchor, ...], days: int = 0) -> bool:
+    """Whether an entry's ``occurred_at`` falls within one of a query's date ``anchors``, or ``days`` either side
+    of one (what happened on the 10th is told on the 11th, a plan for the 16th on the 15th).
 
     Example:
         >>> happened_within("10.01.2024, 21:03:00", date_anchors("What did Kevin watch on 10.01.2024?"))
+        True
+        >>> happened_within("12.01.2024, 00:56:22", date_anchors("What did Kevin watch on 10.01.2024?"), days=2)
         True
         >>> happened_within("8 May 2023, 13:56", date_anchors("Where was she in June 2023?"))
         False
     """
     when = event_date(occurred_at) if anchors else None
-    return when is not None and any(a.holds(when) for a in anchors)
+    if when is None:
+        return False
+    return any(a.holds(when + timedelta(days=d)) for d in range(-days, days + 1) for a in anchors)
 
 
 __all__ = ["DateAnchor", "asks_about_time", "date_anchors", "event_date", "happened_within", "mentions_time"]

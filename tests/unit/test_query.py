@@ -43,6 +43,7 @@ def test_a_query_is_parsed_into_its_form(question: str, wh: str | None, asks_tim
     ("Which outdoor spot did Joanna visit in May?", [DateAnchor(None, 5, None)]),
     ("What football match did Kevin watch in 2017?", [DateAnchor(2017, None, None)]),
     ("what did I book for 2024-01-06 and 02/14/2024?", [DateAnchor(2024, 1, 6), DateAnchor(2024, 2, 14)]),
+    ('When did he start reading "11/22/63"?', []),  # a title, not a date: numeric dates need a four-digit year
     ("may I ask what we did in march?", []),  # lower-case "may" / "march" are verbs here, not months
     ("What happened on 31.02.2024?", []),  # no such day
     ("How many hours of lessons did Paola have?", []),
