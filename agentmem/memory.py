@@ -29,6 +29,7 @@ from agentmem.consolidate.local import CHECKED, LocalConsolidator, demote_older,
 from agentmem.consolidate.pairs import PairModel
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.recall import head_cues
+from agentmem.recall import query as recall_query
 from agentmem.entries.filters import compile_filters
 from agentmem.entries.records import to_hit
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
@@ -96,6 +97,7 @@ class AgentMemory:
         # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
         self.on_erase(self._consolidator.forget_erased)
         self.on_erase(head_cues.forget_erased)
+        self.on_erase(recall_query.forget_erased)  # parsed queries, speaker names and timestamps
         self.on_erase(self._bank.forget_erased)
         self._writer = Writer(store=self._store, bank=self._bank, config=self.config, consolidator=self._consolidator,
                               kb=self._kb, scanner=self._scanner,

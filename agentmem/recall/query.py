@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from difflib import SequenceMatcher
 from functools import lru_cache
 
-from agentmem.recall.temporal import DateAnchor, asks_about_time, date_anchors
+from agentmem.erasure import Erasure
+from agentmem.recall.temporal import DateAnchor, asks_about_time, date_anchors, event_date
 
 _WH = ("when", "what", "which", "who", "whom", "whose", "where", "why", "how")
 _TOKEN = re.compile(r"\w+")
@@ -129,6 +130,19 @@ def parse_query(text: str) -> QueryInfo:
                      anchors=date_anchors(text), words=words)
 
 
+def forget_erased(_erasure: Erasure | None = None) -> None:
+    """Empty the caches of the query parse and the time signals (:func:`parse_query`, the speaker-name matches,
+    :func:`agentmem.recall.temporal.date_anchors` and ``event_date``): they hold speakers' names and entries'
+    timestamps, which leave with an erased entry. An :meth:`AgentMemory.on_erase` listener; refilling costs little.
+
+    Example:
+        >>> _ = parse_query("Where is Bob?"); forget_erased(); parse_query.cache_info().currsize
+        0
+    """
+    for cached in (parse_query, _names, date_anchors, event_date):
+        cached.cache_clear()
+
+
 def as_query(query: str | QueryInfo) -> QueryInfo:
     """``query`` as a :class:`QueryInfo` (parsed once per distinct text: :func:`parse_query` keeps the last ones).
 
@@ -139,4 +153,4 @@ def as_query(query: str | QueryInfo) -> QueryInfo:
     return query if isinstance(query, QueryInfo) else parse_query(query)
 
 
-__all__ = ["QueryInfo", "as_query", "list_question", "parse_query"]
+__all__ = ["QueryInfo", "as_query", "forget_erased", "list_question", "parse_query"]
