@@ -9,7 +9,8 @@ What is parsed, by the question's form only (no dataset's phrasing, no topic wor
 - ``asks_time``: a question about when something happened (:func:`agentmem.recall.temporal.asks_about_time`);
 - ``is_list``: a question whose answer is a set of things (:func:`list_question`; what it changes:
   :mod:`agentmem.recall.multihop`);
-- ``anchors``: the dates it names (:func:`agentmem.recall.temporal.date_anchors`);
+- ``anchors``: the dates it names (:func:`agentmem.recall.temporal.date_anchors`; no stage ranks by them yet: a
+  boost of the head entries dated on them had no held-out gain on either dev set, ``research/query_ablation.py``);
 - ``words``: its word tokens as written, for matching the speakers it names (:meth:`QueryInfo.named_speakers`),
   which are known only once the head's rows are read.
 

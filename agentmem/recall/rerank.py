@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from agentmem.recall.query import QueryInfo, as_query
 from agentmem.recall.retrieval import RetrievalParams
-from agentmem.recall.temporal import happened_within, mentions_time
+from agentmem.recall.temporal import mentions_time
 
 
 class HeadEntry(NamedTuple):
@@ -74,7 +74,6 @@ def rerank(query: str | QueryInfo, head: Sequence[HeadEntry], params: RetrievalP
     info = as_query(query)
     speaker = info.the_named_speaker(h.speaker for h in head) if params.speaker_boost else None
     timely = params.temporal_boost > 0 and info.asks_time
-    anchors = info.anchors if params.anchor_boost > 0 else ()
     out: list[tuple[str, float]] = []
     for h in head:
         score = h.score
@@ -82,8 +81,6 @@ def rerank(query: str | QueryInfo, head: Sequence[HeadEntry], params: RetrievalP
             score *= 1 + params.speaker_boost
         if timely and mentions_time(h.body):
             score *= 1 + params.temporal_boost
-        if anchors and happened_within(h.occurred_at, anchors, params.anchor_days):
-            score *= 1 + params.anchor_boost
         out.append((h.id, score))
     out.sort(key=lambda kv: (-kv[1], kv[0]))
     return out

@@ -59,9 +59,6 @@ class RetrievalParams:
     session_weight: float = SESSION_WEIGHT
     speaker_boost: float = _DEFAULTS["speaker_boost"]  # × (1 + b) for the turns of the one speaker a query names
     temporal_boost: float = _DEFAULTS["temporal_boost"]  # × (1 + b) for turns that carry a time expression, on "when ..." queries
-    # × (1 + b) for entries whose occurred_at falls on a date the query names ("on 10.01.2024", "in May 2023")
-    anchor_boost: float = _DEFAULTS.get("anchor_boost", 0.0)
-    anchor_days: int = _DEFAULTS.get("anchor_days", 0)  # ... or this many days either side of it
     rerank_depth: int = _DEFAULTS["rerank_depth"]  # how many of the best candidates the re-ranking step sees (at least 2k)
     # session first stage: the candidates of the `session_top` sessions whose candidates' fused scores sum highest
     # gain `session_first` × that sum (scaled to [0, 1] over the pool's sessions); 0 = off (CV chose 0: no gain)
