@@ -34,9 +34,16 @@ import learned_ablation as la  # noqa: E402
 import locomo  # noqa: E402
 
 from agentmem.recall.head import Ranked  # noqa: E402
-from agentmem.recall.head_cues import _body, _stems, move_up, question_words  # noqa: E402
+from agentmem.recall.head_cues import _stems, move_up, question_words  # noqa: E402
 from agentmem.recall.learned_rank import FEATURES  # noqa: E402
 from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first  # noqa: E402
+
+
+def _body(line: str) -> str:
+    """A cached memory line after its "[date] " stamp: the research cache (research/_locomo_cache.py) keeps the
+    line, not the entry's text, which the library's head reads (HeadEntry.text)."""
+    return line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+
 
 SHIPPED_CUES = "overlap,rare_overlap,session_mass,list_first"
 
