@@ -489,6 +489,28 @@ def goals(result: dict) -> dict:
     return out
 
 
+class LoadSampler:
+    """The machine's 1-minute load average, sampled every ``every`` seconds while the benchmark runs: the figures
+    are only comparable between runs under similar load (this project's machine is shared)."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.samples = [os.getloadavg()[0]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict:
+        self._stop.set()
+        self._thread.join(5)
+        s = self.samples + [os.getloadavg()[0]]
+        return {"load_avg_1m_min": min(s), "load_avg_1m_mean": round(statistics.mean(s), 2),
+                "load_avg_1m_max": max(s), "samples": len(s)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=16)
@@ -518,6 +540,7 @@ def main() -> None:
     phases = set(args.phases or ["memory", "chat", "ttft", "kill9"]) | ({"adversarial"} if args.adversarial else set())
     rng = random.Random(0)
     result: dict = {}
+    load = LoadSampler()
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         from agentmem.server.auth import KeyStore
@@ -546,7 +569,7 @@ def main() -> None:
             result["kill9"]["verify"] = verify_store(store)
     result["goals"] = goals(result)
     result["config"] = {k: v for k, v in vars(args).items() if k not in ("out", "plot", "replot")} \
-        | {"cpus": os.cpu_count()}
+        | {"cpus": os.cpu_count(), **load.summary()}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
     if args.plot:

@@ -36,7 +36,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
-from agentmem.errors import InvalidInputError
+from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.kv.tools import parse_tool_calls
 from agentmem.server.auth import Principal
 from agentmem.server.chat_request import ChatRequest, Conversation, read_conversation
@@ -141,7 +141,10 @@ class _Chat:
                 continue
             mem.forget(record.id, user_id=self.user)
             for old in record.superseded_ids:
-                mem.restore(old)
+                try:
+                    mem.restore(old)
+                except (InvalidInputError, NotFoundError):  # active again already, or erased meanwhile
+                    continue
 
     def _generate(self, ids: list[str], on_text: Any, cancel: threading.Event | None = None) -> Any:
         """The answer with memories ``ids`` mounted: a session turn when the request names a session."""
