@@ -35,7 +35,7 @@ from agentmem.entries.records import to_hit
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
-    check_entry_id, check_id, check_k, check_kinds, check_limit_offset, check_metadata,
+    check_entry_id, check_entry_ids, check_id, check_k, check_kinds, check_limit_offset, check_metadata,
     check_score, check_session_id, check_tags, check_text, check_timestamp, check_ttl,
     format_timestamp,
 )
@@ -461,6 +461,19 @@ class AgentMemory:
         """
         self._check_open()
         return self._store.verify()
+
+    def stored_vectors(self, entry_ids: Sequence[str], *, user_id: str) -> dict[str, Any]:
+        """The vectors the index holds for ``user_id``'s ``entry_ids`` (float32 numpy arrays; ids it does not hold
+        are left out). For audits: an erasure check looks for these exact bytes in the store's files afterwards.
+
+        Example:
+            >>> rec = mem.remember("I live in Oslo.", user_id="u1")                   # doctest: +SKIP
+            >>> mem.stored_vectors([rec.id], user_id="u1")[rec.id].shape              # doctest: +SKIP
+            (384,)
+        """
+        self._check_open()
+        owner = check_id(user_id, "user_id", required=True) or ""
+        return self._store.vectors.get(owner, check_entry_ids(entry_ids))
 
     def stats(self) -> dict[str, Any]:
         """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time;

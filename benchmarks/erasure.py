@@ -38,16 +38,13 @@ os.environ.pop("AGENTMEM_ENCRYPTION_KEY", None)
 
 
 def vector_prefixes(mem, user: str, ids: list[str]) -> list[bytes]:
-    """The first 32 bytes of each entry's vector as Chroma stores it."""
+    """The first 32 bytes (8 float32s) of each entry's vector as the index stores it (``mem.stored_vectors``)."""
     import numpy as np
 
-    vectors = mem._store.vectors
     out: list[bytes] = []
-    with vectors._handle.lock:
-        col = vectors._collection(vectors._handle.fresh(), user, create=False)
-        for i in range(0, len(ids), 500):
-            got = col.get(ids=ids[i : i + 500], include=["embeddings"])
-            out += [np.asarray(v, dtype=np.float32)[:8].tobytes() for v in got["embeddings"]]
+    for i in range(0, len(ids), 500):
+        got = mem.stored_vectors(ids[i : i + 500], user_id=user)
+        out += [np.asarray(v, dtype=np.float32)[:8].tobytes() for v in got.values()]
     return out
 
 

@@ -17,9 +17,7 @@ N_FLUSH = 1_100  # past Chroma's default HNSW sync threshold (1,000): vectors re
 
 def planted(mem: AgentMemory, user_id: str, ids: list[str]) -> list[bytes]:
     """The exact bytes of each entry's stored vector (a 32-byte float32 prefix: unique, and what an attacker reads)."""
-    col = _collection(mem, user_id)
-    got = col.get(ids=ids, include=["embeddings"])
-    return [np.asarray(v, dtype=np.float32)[:8].tobytes() for v in got["embeddings"]]
+    return [np.asarray(v, dtype=np.float32)[:8].tobytes() for v in mem.stored_vectors(ids, user_id=user_id).values()]
 
 
 def _collection(mem: AgentMemory, user_id: str):
