@@ -101,7 +101,8 @@ def distinct_facts(mem: AgentMemory, n: int, tag: str) -> dict[str, float]:
 def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
     """What mounting assistant turns costs: each old statement gets an assistant reply restating it (and one stale
     restatement after the update, as a model that had not caught up would). Share of scenarios whose top 3 hold a
-    stale statement when assistant turns are mountable vs with ``unmounted_roles=("assistant",)`` (the default)."""
+    stale statement in plain ``recall`` (assistant turns included) vs in ``recall_for_mount``, what generate and
+    sessions mount (``unmounted_roles=("assistant",)`` by default, and hits below ``mount_min_score`` left out)."""
     with_assistant = without = 0
     for n, s in enumerate(items):
         user = f"roles-{n}"
@@ -110,8 +111,9 @@ def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
             if text in s.old_texts:
                 mem.remember(f"Noted. {text}", user_id=user, role="assistant")
         mem.remember(f"Sure. {s.old_texts[-1]}", user_id=user, role="assistant")
-        for for_mount in (False, True):  # what generate()/sessions mount: _recall(for_mount=True)
-            hits = mem._recall(s.question, user_id=user, k=3, for_mount=for_mount)
+        for for_mount in (False, True):  # what generate()/sessions/the chat endpoint mount: recall_for_mount
+            ask = mem.recall_for_mount if for_mount else mem.recall
+            hits = ask(s.question, user_id=user, k=3)
             stale = any(s.old_value.lower() in h.text.lower() and s.new_value.lower() not in h.text.lower()
                         for h in hits)
             if for_mount:
