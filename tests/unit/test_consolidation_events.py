@@ -72,6 +72,20 @@ def test_an_update_names_what_it_superseded(mem: AgentMemory) -> None:
     assert mem.get(green.id).event is None and mem.list(user_id="u1")[0].event is None
 
 
+@pytest.mark.parametrize("sessions,replaced", [(("monday", "friday"), True), (("monday", "monday"), False)])
+def test_a_turn_of_the_same_session_is_not_superseded(mem: AgentMemory, sessions: tuple[str, str],
+                                                      replaced: bool) -> None:
+    """Within one conversation session a speaker elaborates on a topic (REALTALK: turns hidden that questions asked
+    about); a fact that changes does so between sessions, and then the newer supersedes the older."""
+    old = mem.remember("My favorite color is blue.", user_id="u1", session_id=sessions[0])
+    for line in _CHATTER:
+        mem.remember(line, user_id="u1", session_id=sessions[0])
+    new = mem.remember("My favorite color is green now.", user_id="u1", session_id=sessions[1])
+    assert new.event == ("UPDATE" if replaced else "ADD")
+    assert mem.get(old.id).status == ("superseded" if replaced else "active")
+    assert {r.text for r in mem.list(user_id="u1")} >= {old.text, new.text}
+
+
 def test_remember_many_reports_each_event(mem: AgentMemory) -> None:
     recs = mem.remember_many([{"text": "I live in Lyon.", "user_id": "u1"},
                               {"text": "I live in Lyon", "user_id": "u1"},
