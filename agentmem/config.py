@@ -175,11 +175,11 @@ class MemoryConfig(BaseModel):
         "(the assistant's own replies can be wrong; docs/lifecycle.md measures the default).",
     )
     mount_min_score: float = Field(
-        default=0.0, ge=0.0, le=1.0,
-        description="Recalled memories scoring below this (Hit.score, a calibrated relevance in [0, 1]) are not "
-        "mounted by generate(), sessions, the chat endpoint, the memory proxy or the LangGraph node/chat model "
-        "(one policy: AgentMemory.recall_for_mount). 0.0 = no threshold (the default until scores are measured to "
-        "separate relevant from irrelevant memories well enough to drop by them; docs/lifecycle.md).")
+        default=0.5, ge=0.0, le=1.0,
+        description="Recalled memories scoring below this (Hit.score: how likely the memory answers the query, "
+        "the same on any store) are not mounted by generate(), sessions, the chat endpoint, the memory proxy or the "
+        "LangGraph node/chat model (one policy: AgentMemory.recall_for_mount). 0.5: a memory as likely to answer "
+        "as not; what it costs on LoCoMo and REALTALK is in docs/recall.md. 0.0 = no threshold.")
     topic_switch_threshold: float | None = Field(
         default=None, ge=-1.0, le=1.0,
         description="A session message (of 3+ content words) whose cosine similarity to the session's last 3 user "

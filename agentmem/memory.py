@@ -315,10 +315,10 @@ class AgentMemory:
     ) -> list[Hit]:
         """The ``k`` memories of ``user_id`` most relevant to ``query`` (hybrid dense + lexical), best first.
 
-        ``Hit.score`` is a calibrated relevance in [0, 1] (the estimated probability that the memory is relevant,
-        comparable across queries: research/notes/retrieval-lab-notes.md); ``min_score`` drops hits below it. ``Hit.scores`` keeps
-        the parts: ``dense`` (cosine similarity), ``lexical`` (BM25), ``context`` (the cosine of a turn's context
-        vector) and ``rank`` (the fused ranking score).
+        ``Hit.score`` is how likely the memory answers the query, in [0, 1], the same on any store (>= 0.5: as likely
+        as not; see :class:`~agentmem.types.Hit`); ``min_score`` drops hits below it, the rest stay in rank order.
+        ``Hit.scores`` keeps the parts: ``dense`` (cosine similarity), ``overlap`` (share of the query's words),
+        ``lexical`` (BM25), ``context`` (the cosine of a turn's context vector) and ``rank`` (the fused ranking score).
         Never returns another user's entries, nor expired ones (even before a sweep). Entries a newer memory
         superseded (or consolidation retracted) are left out unless ``include_superseded``; knowledge entries
         are those of the stable knowledge version (and unversioned ones).

@@ -5,22 +5,20 @@ session date kept in the memory line); for each question of categories 1-4 we re
 evidence turns among the top k recalled (public API: ``recall``).
 
     python benchmarks/locomo.py --data ../shared/data/locomo/locomo_dev5.json --k 5 10 [--folds 5]
-        [--backend embedded|postgres|chroma-server] [--consolidation off|local|llm]
+        [--backend embedded|postgres|chroma-server] [--consolidation off|local|llm] [--min-score 0.5]
 
 Consolidation is the library's default (``MemoryConfig().consolidation``, "local") unless ``--consolidation`` says
 otherwise, so the figure is what a user of the defaults gets; what it costs against "off" is measured by the
 lifecycle benchmark (docs/lifecycle.md).
 
 ``--folds N`` adds the cross-validated figure: the conversations are split into N folds; for each fold the
-ranking constants (a small grid around the defaults) are chosen on the other folds and scored on it, and the
-score calibration is fitted on the other folds and measured on it (every question also asked of another
-conversation's user, where nothing is relevant): ``calibration_heldout``, under the fold's chosen constants. The
-shipped calibration constants are measured on the same held-out folds twice: ``calibration_shipped_heldout`` under the
-shipped ranking (``RetrievalParams()``, what ``recall`` scores) and ``calibration_shipped_heldout_grid`` under the
-fold's chosen constants (comparable with the refit; a constant the grid moves, such as the session weight, moves the
-rank scores the calibration reads, so it overstates the shipped miscalibration). The grid runs on the store's own
-candidates (``EntryStore.candidates``, retrieved once per question) with the library's ranking functions, so a
-setting costs no new retrieval.
+ranking constants (a small grid around the defaults) are chosen on the other folds and scored on it. The grid runs on
+the store's own candidates (``EntryStore.candidates``, retrieved once per question) with the library's ranking
+functions, so a setting costs no new retrieval. (``Hit.score`` is fitted and cross-checked across datasets by
+``research/fit_scores.py``.)
+
+``--min-score T [T ...]`` adds, for each threshold, recall@k of ``recall(..., min_score=T)`` and ``kept@k``, its share
+of the unthresholded recall@k: what a ``min_score`` (or ``MemoryConfig.mount_min_score``) of T costs in evidence.
 
 ``--query-tower`` sets ``MemoryConfig.query_tower`` (``none``: the plain MiniLM query); ``--held-out-towers DIR`` adds
 the figure with each conversation's questions asked through a tower trained without that conversation
@@ -43,7 +41,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,6 @@ from tqdm import tqdm
 from _backends import BACKENDS, backend_urls
 
 from agentmem import AgentMemory, MemoryConfig
-from agentmem.recall.calibration import Calibration
 from agentmem.entries.store import Scope
 from agentmem.recall.head import HeadLoader, Ranked, rank_candidates
 from agentmem.recall.learned_rank import HeadModel
@@ -101,7 +98,6 @@ class Question:
     category: int
     gold: set[str]
     cands: Candidates | None = None  # asked of its own conversation
-    foreign: Candidates | None = None  # asked of another conversation (nothing relevant there)
 
 
 def ingest_once(mem: AgentMemory, conversations: list[dict], manifest: Path,
@@ -144,10 +140,22 @@ def end_to_end(mem: AgentMemory, questions: list[Question], ks: list[int]) -> di
     return result
 
 
-def recalled(mem: AgentMemory, questions: list[Question], k: int) -> list[list[str]]:
-    """Every question's top-``k`` ids from ``recall()``."""
-    return [[h.id for h in mem.recall(q.text, user_id=f"locomo-{q.conv}", k=k)]
+def recalled(mem: AgentMemory, questions: list[Question], k: int, min_score: float | None = None) -> list[list[str]]:
+    """Every question's top-``k`` ids from ``recall()`` (those scoring at least ``min_score``, if given)."""
+    return [[h.id for h in mem.recall(q.text, user_id=f"locomo-{q.conv}", k=k, min_score=min_score)]
             for q in tqdm(questions, desc="recalling", unit="q", disable=None)]
+
+
+def thresholded(mem: AgentMemory, questions: list[Question], ks: list[int], cuts: list[float],
+                unthresholded: dict[str, Any]) -> dict[str, Any]:
+    """recall@k of ``recall(min_score=T)`` for each T of ``cuts``, and ``kept@k``: its share of ``unthresholded``'s."""
+    out: dict[str, Any] = {}
+    for cut in cuts:
+        summary = recall_summary(questions, recalled(mem, questions, max(ks), cut), ks)
+        kept = {f"kept@{k}": round(summary[f"recall@{k}"] / unthresholded[f"recall@{k}"], 4) for k in ks
+                if unthresholded[f"recall@{k}"]}
+        out[str(cut)] = {**summary, **kept}
+    return out
 
 
 def recall_summary(questions: list[Question], ranked: list[list[str]], ks: list[int]) -> dict[str, Any]:
@@ -229,16 +237,6 @@ def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalPa
     return rank_candidates(q.text, cands, p, k, row_loader(rows), model)
 
 
-def median_of(fits: list[Calibration]) -> Calibration:
-    """The per-weight median of ``fits`` (how the shipped calibration constants are made).
-
-    Example:
-        >>> median_of([Calibration(1, 2, 3, -4), Calibration(3, 2, 1, -6), Calibration(2, 2, 2, -5)]).w_rank
-        2
-    """
-    return Calibration(**{k: statistics.median(asdict(f)[k] for f in fits) for k in asdict(fits[0])})
-
-
 def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int], folds: int) -> dict[str, Any]:
     kmax = max(ks)
     convs = sorted({q.conv for q in questions})
@@ -256,10 +254,7 @@ def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int
         return sum(recall[si][j][k] for j in members for k in ks) / (len(members) * len(ks))
 
     held: list[dict[int, float]] = [{} for _ in questions]
-    chosen, fits = [], []
-    calib: dict[str, list[float]] = {n: [] for n in ("brier", "ece", "unrelated_top1", "relevant_mean", "other_mean")}
-    shipped: dict[str, list[float]] = {n: [] for n in calib}
-    shipped_grid: dict[str, list[float]] = {n: [] for n in calib}
+    chosen = []
     for f in range(folds):
         train = [j for j, q in enumerate(questions) if fold_of[q.conv] != f]
         test = [j for j, q in enumerate(questions) if fold_of[q.conv] == f]
@@ -269,16 +264,6 @@ def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int
         chosen.append({name: getattr(settings[best], name) for name in GRID})
         for j in test:
             held[j] = recall[best][j]
-        cal = Calibration.fit(*calibration_samples([questions[j] for j in train], rows, settings[best], kmax))
-        fits.append(asdict(cal))
-        for name, value in calibration_quality([questions[j] for j in test], rows, settings[best], kmax, cal).items():
-            calib[name].append(value)
-        # the shipped constants on the same held-out fold (fitted on every conversation: in-sample for this one, so
-        # a refit that matches them held-out is no worse): under the fold's grid choice, beside the refit, and under
-        # the shipped ranking (RetrievalParams()), what recall scores
-        for held_out, p in ((shipped_grid, settings[best]), (shipped, RetrievalParams())):
-            for name, value in calibration_quality([questions[j] for j in test], rows, p, kmax, Calibration()).items():
-                held_out[name].append(value)
     per_cat: dict[int, list[float]] = defaultdict(list)
     for q, r in zip(questions, held):
         per_cat[q.category].append(r[kmax])
@@ -288,72 +273,20 @@ def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int
         statistics.fmean(held[j][k] for j, q in enumerate(questions) if fold_of[q.conv] == f)
         for f in range(folds)), 4) for k in ks}
     out["chosen"] = chosen
-    out["calibration_fits"] = fits
-    out["calibration_median"] = asdict(median_of([Calibration(**fit) for fit in fits]))
-    out["calibration_heldout"] = {name: round(statistics.fmean(v), 4) for name, v in calib.items()}
-    out["calibration_shipped_heldout"] = {name: round(statistics.fmean(v), 4) for name, v in shipped.items()}
-    out["calibration_shipped_heldout_grid"] = {name: round(statistics.fmean(v), 4) for name, v in shipped_grid.items()}
     return out
-
-
-def _labelled(qs: list[Question], rows: dict[str, Any], p: RetrievalParams, k: int):
-    """(features, label, foreign) of the top-k hits of each question, asked of its own and of another user."""
-    for q in qs:
-        for cands, foreign in ((q.cands, False), (q.foreign, True)):
-            for entry_id, score in ranking(q, cands, rows, p, k):
-                x = Calibration.features(score, cands.best_dense, cands.best_lexical)
-                yield x, int(not foreign and entry_id in q.gold), foreign
-
-
-def calibration_samples(qs: list[Question], rows: dict[str, Any], p: RetrievalParams, k: int):
-    xs, ys = [], []
-    for x, y, _ in _labelled(qs, rows, p, k):
-        xs.append(x)
-        ys.append(y)
-    return xs, ys
-
-
-def calibration_quality(qs: list[Question], rows: dict[str, Any], p: RetrievalParams, k: int,
-                        cal: Calibration) -> dict[str, float]:
-    """Brier score, expected calibration error (10 bins), and mean scores, on held-out questions."""
-    preds, labels, unrelated_top1 = [], [], []
-    for q in qs:
-        for cands, foreign in ((q.cands, False), (q.foreign, True)):
-            hits = ranking(q, cands, rows, p, k)
-            for rank, (entry_id, score) in enumerate(hits):
-                prob = cal(score, best_dense=cands.best_dense, best_lexical=cands.best_lexical)
-                preds.append(prob)
-                labels.append(int(not foreign and entry_id in q.gold))
-                if foreign and rank == 0:
-                    unrelated_top1.append(prob)
-    bins: dict[int, list[int]] = defaultdict(list)
-    for i, prob in enumerate(preds):
-        bins[min(int(prob * 10), 9)].append(i)
-    ece = sum(abs(statistics.fmean(preds[i] for i in b) - statistics.fmean(labels[i] for i in b)) * len(b)
-              for b in bins.values()) / len(preds)
-    return {
-        "brier": statistics.fmean((pr - y) ** 2 for pr, y in zip(preds, labels)),
-        "ece": ece,
-        "unrelated_top1": statistics.fmean(unrelated_top1),
-        "relevant_mean": statistics.fmean(pr for pr, y in zip(preds, labels) if y),
-        "other_mean": statistics.fmean(pr for pr, y in zip(preds, labels) if not y),
-    }
 
 
 def gather_candidates(mem: AgentMemory, questions: list[Question], pool: int,
                       towers: Path | None = None) -> dict[str, Any]:
-    """Retrieve every question's candidates once (own user and a foreign one; with ``towers``, each conversation's
-    through its held-out tower); return every turn's row."""
+    """Retrieve every question's candidates once (with ``towers``, each conversation's through its held-out tower);
+    return every turn's row."""
     store = mem._store  # the benchmark re-ranks the store's own candidates: see the module docstring
     convs = sorted({q.conv for q in questions})
-    foreign_of = {c: convs[(i + 1) % len(convs)] for i, c in enumerate(convs)}
     bar = tqdm(total=len(questions), desc="candidates", unit="q", disable=None)
     for conv in convs:
         with conversation_tower(mem, towers, conv):
             for q in (q for q in questions if q.conv == conv):
-                q.cands, vec = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)
-                q.foreign, _ = store.candidates(q.text, Scope(f"locomo-{foreign_of[q.conv]}"), pool=pool,
-                                                query_vector=vec)
+                q.cands, _ = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)
                 bar.update()
     bar.close()
     rows: dict[str, Any] = {}
@@ -370,6 +303,8 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=None,
                     help="store directory (default: a temp dir); reused when it holds this data's ingest")
     ap.add_argument("--folds", type=int, default=0, help="cross-validate over conversations in this many folds")
+    ap.add_argument("--min-score", type=float, nargs="*", default=[],
+                    help="also: recall@k with recall(min_score=T) for each T, and its share of the plain recall@k")
     ap.add_argument("--conversations", type=int, default=None, help="only the first N conversations (a quicker run)")
     ap.add_argument("--backend", choices=BACKENDS, default="embedded",
                     help="where the catalog / vectors live (servers started for the run, see benchmarks/_backends.py)")
@@ -399,6 +334,8 @@ def main() -> None:
             result = {"backend": args.backend, "consolidation": args.consolidation,
                       **end_to_end(mem, questions, args.k)}
             result["ingest_s"] = round(ingest_s, 1)
+            if args.min_score:
+                result["min_score"] = thresholded(mem, questions, args.k, args.min_score, result)
             if args.held_out_towers:
                 result["held_out_towers"] = held_out_towers(mem, questions, args.k, args.held_out_towers)
             if args.folds:

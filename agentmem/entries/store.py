@@ -38,6 +38,7 @@ from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
 from agentmem.ports.vectors import CONTEXT_SPACE
+from agentmem.recall.calibration import stems, word_overlap
 from agentmem.recall.head import rank_candidates
 from agentmem.recall.ranking_weights import load_ranking
 from agentmem.recall.retrieval import Candidates, best_first, fuse
@@ -145,7 +146,7 @@ class EntryStore:
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = ranking.retrieval  # fusion and head re-ranking constants
         self.head_model = ranking.head  # the learned head order's model
-        self.calibration = ranking.calibration  # rank score -> P(relevant)
+        self.calibration = ranking.calibration  # (cosine, word overlap) of one hit -> P(it answers the query)
         self._lock = threading.RLock()
         # the lexical search runs beside the query embedding (SQLite, ONNX Runtime and torch release the GIL)
         self._lexical_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentmem-lexical")
@@ -500,7 +501,7 @@ class EntryStore:
         # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)
         cosine = {**cands.dense, **dict(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), ids=missing))} \
             if missing else cands.dense
-        best_dense, best_lexical = cands.best_dense, cands.best_lexical
+        asked = stems(query)  # the score reads the query and each hit alone (agentmem.recall.calibration)
         out: list[ScoredRow] = []
         for entry_id, score in order:
             parts = {"rank": score}
@@ -510,8 +511,10 @@ class EntryStore:
                 parts["lexical"] = cands.lexical[entry_id]
             if entry_id in cands.turn_context:
                 parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
-            calibrated = self.calibration(score, best_dense=best_dense, best_lexical=best_lexical)
-            out.append(ScoredRow(by_id[entry_id], calibrated, parts))
+            row = by_id[entry_id]
+            parts["overlap"] = word_overlap(asked, self.sealer.open_text(row.id, "text", row.text), row.speaker)
+            relevance = self.calibration(cosine=parts.get("dense", 0.0), overlap=parts["overlap"])
+            out.append(ScoredRow(by_id[entry_id], relevance, parts))
         return out
 
     def _admitted(self, ranked: Sequence[tuple[str, float]], depth: int, scope: Scope, now: float,

@@ -1,88 +1,125 @@
-"""Calibrated recall scores: the probability that a recalled memory is relevant to the query, in [0, 1].
+"""The recall score: how likely a recalled memory answers the query, in [0, 1], read from that query and that memory
+alone.
 
-The ranking score (:func:`agentmem.recall.retrieval.rank_scores`) is relative — scaled inside each query's
-candidate pool — so it cannot say whether anything matched at all: with one stored item, every query's only
-candidate is "the best". The calibrated score adds what is absolute about the query's evidence, the best cosine
-similarity and the best BM25 score in its pool, in a logistic model (Platt scaling)::
+The ranking score (:func:`agentmem.recall.retrieval.rank_scores`) is relative — scaled inside each query's candidate
+pool, lifted by the memory's neighbours and session — so it orders well but cannot say whether anything matched at
+all: with one stored item, every query's only candidate is "the best". ``Hit.score`` is therefore computed apart
+from the order, from two features of the (query, memory) pair that do not depend on the other candidates, on the
+store's size or on its word statistics::
 
-    P(relevant) = sigmoid(w_rank · rank_score + w_dense · best_cosine + w_lexical · ln(1 + best_bm25) + bias)
+    cosine  = the query's vector (through the query tower) · the memory line's vector      (Hit.scores["dense"])
+    overlap = the share of the query's content words the memory's text holds, by a crude stem, the memory's own
+              speaker's name left out of the query                                           (Hit.scores["overlap"])
+    score   = sigmoid(w_dense · cosine + w_overlap · overlap + w_both · cosine · overlap + bias)
 
-The query-level terms are the same for every hit of one query, so the calibrated score keeps the ranking's order
-(``min_score`` cuts a prefix), while an unrelated query — low cosine, no word in common — scores low whatever its
-rank. The weights were fitted by ``benchmarks/locomo.py --folds 5`` on four conversations at a time (every
-question asked of its own conversation and, as unrelated queries, of another one); the defaults are the median
-of the five fits, and each fit's calibration is measured on the fifth conversation (research/notes/retrieval-lab-notes.md).
+so a memory scores the same in a 1-item store and a 100k-entry one, and a threshold (``min_score``,
+``MemoryConfig.mount_min_score``) means the same for every question and every store. The rank order stays free to
+use every other signal; ``min_score`` keeps the hits at or above it in rank order (no longer always a prefix).
+
+The weights (the bundled weights file's "calibration" group, with its provenance) are fitted by
+``research/fit_scores.py`` on three sources with equal weight: LoCoMo dev and REALTALK dev (each question's evidence
+turns among its top 10, against the top 10 of another conversation asked the same question with the speakers'
+names swapped for that conversation's), and small stores of facts, preferences, tool outputs and documents
+(:mod:`research.score_stores`), both classes weighted equally: a score of 0.5 means "as likely to answer the query as
+not", with no prior on how many stored memories are relevant. Cross-dataset figures: research/notes/scores.md.
 
 Example:
     >>> cal = Calibration()
-    >>> cal(1.5, best_dense=0.65, best_lexical=12.0) > cal(0.6, best_dense=0.08, best_lexical=0.0)
+    >>> cal(cosine=0.7, overlap=1.0) > 0.5 > 0.3 > cal(cosine=0.05, overlap=0.0)
     True
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from agentmem.recall.head_cues import stem
 from agentmem.recall.weights_file import bundled
+from agentmem.text import STOPWORDS
 
 _DEFAULTS = bundled("calibration")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def stems(text: str) -> frozenset[str]:
+    """The stems of ``text``'s content words (function words dropped, :data:`agentmem.text.STOPWORDS`), by
+    :func:`agentmem.recall.head_cues.stem` ("painting" meets "paints").
+
+    Example:
+        >>> sorted(stems("When is my daughter's piano recital?"))
+        ['daugh', 'piano', 'recit']
+    """
+    return frozenset(stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS)
+
+
+def word_overlap(query: frozenset[str], text: str, speaker: str | None = None) -> float:
+    """The share of the query's stems (:func:`stems`) that the memory's ``text`` holds, the memory's own
+    ``speaker``'s name left out of the query (every turn of a speaker would match it; what they said is what
+    answers); 0 for a query without other content words.
+
+    Example:
+        >>> word_overlap(stems("When is my daughter's piano recital?"), "My daughter's piano recital is on 14 May.")
+        1.0
+        >>> word_overlap(stems("What did Caroline paint?"), "I painted a sunset.", "Caroline")
+        1.0
+        >>> word_overlap(stems("where do I live?"), "I moved to Lyon.")
+        0.0
+    """
+    if speaker:
+        query = query - stems(speaker)
+    return len(query & stems(text)) / len(query) if query else 0.0
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Logistic map from (rank score, best cosine, best BM25) to P(relevant).
+    """Logistic map from a (query, memory) pair's cosine and word overlap to the probability that it answers.
 
     Example:
-        >>> 0.0 <= Calibration()(0.0, best_dense=0.0, best_lexical=0.0) <= 1.0
+        >>> 0.0 <= Calibration()(cosine=0.0, overlap=0.0) <= 1.0
         True
     """
 
-    # the bundled weights file's "calibration" group (agentmem/recall/weights/ranking.json, with its provenance):
-    # the median of the five fold fits of `benchmarks/locomo.py --folds 5` (each fitted on four conversations), refitted
-    # in session 6 with the list-question rule, exact dense pools and int8 query vectors in the rank score: held-out
-    # ECE 0.0095 / Brier 0.038 against the previous constants' 0.0262 / 0.0436 on the same folds (research/notes/retrieval-lab-notes.md)
-    # checked in session 10 against 9e5f0a4's head under RetrievalParams() (research/calibration_check.py): held-out
-    # ECE 0.0085 / Brier 0.039; the median procedure nested 0.0082 (a tie), locomo.py's fold median 0.0118: kept
-    w_rank: float = _DEFAULTS["w_rank"]
     w_dense: float = _DEFAULTS["w_dense"]
-    w_lexical: float = _DEFAULTS["w_lexical"]
+    w_overlap: float = _DEFAULTS["w_overlap"]
+    w_both: float = _DEFAULTS["w_both"]
     bias: float = _DEFAULTS["bias"]
 
-    def __call__(self, rank_score: float, *, best_dense: float, best_lexical: float) -> float:
-        z = (self.w_rank * rank_score + self.w_dense * best_dense
-             + self.w_lexical * math.log1p(max(best_lexical, 0.0)) + self.bias)
+    def __call__(self, *, cosine: float, overlap: float) -> float:
+        z = self.w_dense * cosine + self.w_overlap * overlap + self.w_both * cosine * overlap + self.bias
         return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
     @staticmethod
-    def features(rank_score: float, best_dense: float, best_lexical: float) -> list[float]:
+    def features(cosine: float, overlap: float) -> list[float]:
         """The model's inputs, in the order of :meth:`fit`'s columns."""
-        return [rank_score, best_dense, math.log1p(max(best_lexical, 0.0))]
+        return [cosine, overlap, cosine * overlap]
 
     @classmethod
-    def fit(cls, x: Sequence[Sequence[float]], y: Sequence[int], *, l2: float = 1e-3, steps: int = 50) -> Calibration:
-        """Maximum-likelihood logistic regression (Newton's method, a little L2 for stability).
-
-        ``x`` rows are :meth:`features`; ``y`` is 1 for a relevant hit, 0 otherwise.
+    def fit(cls, x: Sequence[Sequence[float]], y: Sequence[int], *, weights: Sequence[float] | None = None,
+            l2: float = 1e-3) -> Calibration:
+        """Weighted maximum-likelihood logistic regression over rows of :meth:`features` (``y`` 1 = answers).
 
         Example:
-            >>> cal = Calibration.fit([[1.5, 0.7, 2.5], [0.4, 0.2, 0.0]] * 20, [1, 0] * 20)
-            >>> cal(1.5, best_dense=0.7, best_lexical=11.0) > 0.9
+            >>> cal = Calibration.fit([Calibration.features(0.7, 1.0), Calibration.features(0.1, 0.0)] * 20, [1, 0] * 20)
+            >>> cal(cosine=0.7, overlap=1.0) > 0.9
             True
         """
-        w = fit_logistic(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), l2=l2, steps=steps)
-        return cls(*(round(float(v), 3) for v in w))
+        w = fit_logistic(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), l2=l2,
+                         sample_weight=None if weights is None else np.asarray(weights, dtype=np.float64))
+        return cls(*(round(float(v), 4) for v in w))
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50,
-                 nonneg: Sequence[int] = ()) -> np.ndarray:
+                 nonneg: Sequence[int] = (), sample_weight: np.ndarray | None = None) -> np.ndarray:
     """Maximum-likelihood logistic regression by Newton's method with an L2 penalty on the weights (not the bias):
-    the weights of ``x``'s columns, then the bias. Shared by the calibration and the learned head's fits.
+    the weights of ``x``'s columns, then the bias. Shared by the score's and the learned head's fits.
     ``nonneg``: columns whose weight is held >= 0 (projected Newton with an active set: a held weight at 0 whose
-    gradient pushes it below 0 is left out of the step, then held weights are clamped at 0).
+    gradient pushes it below 0 is left out of the step, then held weights are clamped at 0). ``sample_weight``: each
+    row's weight in the likelihood (default 1).
 
     Example:
         >>> w = fit_logistic(np.array([[0.0], [1.0], [0.0], [1.0]]), np.array([0.0, 1.0, 0.0, 1.0]), l2=1.0)
@@ -94,6 +131,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50,
         True
     """
     design = np.column_stack([x, np.ones(len(x))])
+    sw = np.ones(len(x)) if sample_weight is None else sample_weight
     d = design.shape[1]
     w = np.zeros(d)
     reg = l2 * np.eye(d)
@@ -102,8 +140,8 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50,
     held[list(nonneg)] = True
     for _ in range(steps):
         p = 1.0 / (1.0 + np.exp(-np.clip(design @ w, -30, 30)))
-        grad = design.T @ (p - y) + reg @ w
-        hess = (design * (p * (1 - p))[:, None]).T @ design + reg
+        grad = design.T @ (sw * (p - y)) + reg @ w
+        hess = (design * (sw * p * (1 - p))[:, None]).T @ design + reg
         free = ~(held & (w <= 0) & (grad > 0))
         step = np.zeros(d)
         step[free] = np.linalg.solve(hess[np.ix_(free, free)], grad[free])
@@ -116,4 +154,4 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, l2: float, steps: int = 50,
     return w
 
 
-__all__ = ["Calibration", "fit_logistic"]
+__all__ = ["Calibration", "fit_logistic", "stems", "word_overlap"]

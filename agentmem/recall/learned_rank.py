@@ -13,12 +13,13 @@ multiply-adds per head entry.
 
 The weights were trained on LoCoMo dev questions (``research/learned_ablation.py --signals ltr --reserve 20
 --monotone dense``: fitted on 4 conversations, scored on the 5th; the constants are the median of the five fold
-fits, like the calibration's), with the weights of the dense and context features held >= 0: more similar never
+fits), with the weights of the dense and context features held >= 0: more similar never
 ranks lower (an unconstrained fit gave the cosine a negative weight "given the rest", and put a BM25 top over the
 cosine top in small stores). Held-out recall@5 / @10 0.7205 / 0.8024 (hand-set order) → 0.748 / 0.817
 (research/notes/retrieval-lab-notes.md, session 10). The entries keep the head's scores in
-their sorted order (the n-th entry gets the n-th best score), so the calibration, fitted on those scores, still
-applies and a ``min_score`` cut is still a prefix. ``RetrievalParams(learned_head=False)`` switches it off.
+their sorted order (the n-th entry gets the n-th best score), so ``Hit.scores["rank"]`` still falls down the list
+(``Hit.score`` is read from each hit alone: :mod:`agentmem.recall.calibration`). ``RetrievalParams(learned_head=False)``
+switches it off.
 
 Example:
     >>> from agentmem.recall.rerank import HeadEntry

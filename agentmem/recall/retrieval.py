@@ -1,6 +1,6 @@
 """Hybrid scoring: dense (cosine) and lexical (BM25) evidence fused into one ranking score, spread along the
 conversation it came from; then the head of the ranking is re-ranked (:mod:`agentmem.recall.rerank`) and every
-score is mapped to a calibrated relevance (:mod:`agentmem.recall.calibration`).
+hit is given a calibrated relevance read from the query and that hit alone (:mod:`agentmem.recall.calibration`).
 
 Why this fusion: on conversational memory BM25 alone beats MiniLM alone, and rank fusion (RRF) throws away
 how *much* better the top lexical match is. We keep the scores: dense cosine is min-max scaled over the
@@ -109,16 +109,6 @@ class Candidates:
     places: Mapping[str, Placement] = field(default_factory=dict)
     context: dict[str, float] = field(default_factory=dict)  # mean cosine with the session neighbours (head only)
     turn_context: dict[str, float] = field(default_factory=dict)  # cosine of the turns' context vectors
-
-    @property
-    def best_dense(self) -> float:
-        """The best cosine in the pool (a query-level feature of the calibration)."""
-        return max(self.dense.values(), default=0.0)
-
-    @property
-    def best_lexical(self) -> float:
-        """The best BM25 in the pool (a query-level feature of the calibration)."""
-        return max(self.lexical.values(), default=0.0)
 
 
 def fuse(dense: Mapping[str, float], lexical: Mapping[str, float], *, dense_weight: float = DENSE_WEIGHT) -> dict[str, float]:

@@ -9,7 +9,7 @@ part, so every part can read its defaults here.
 
 Example:
     >>> bundled("calibration")["bias"]
-    -9.404
+    -3.5269
 """
 
 from __future__ import annotations

@@ -142,4 +142,4 @@ def test_assistant_replies_are_recalled_but_never_mounted(server):
     r = _ask(_client(server), [{"role": "user", "content": "What is my parrot called?"}])
     ext = r.model_extra["agentmem"]
     assert said not in [m["id"] for m in ext["mounted"]] + [h["id"] for h in ext["recalled"]]  # ... never mounted
-    assert ext["recalled"] and ext["mount_min_score"] == 0.0
+    assert ext["recalled"] and ext["mount_min_score"] == 0.5

@@ -21,7 +21,7 @@ def test_a_turn_that_only_asks_falls_below_the_answer_and_scores_stay_sorted() -
     order = rerank("Where did Bob go?", HEAD, p)
     out = reorder("Where did Bob go?", HEAD, order, CANDS, {}, {}, p)
     assert [i for i, _ in out][:2] == ["a", "q"]  # the named speaker's answer over a question turn
-    # the same entries, and the n-th entry keeps the n-th best score: the calibration still applies
+    # the same entries, and the n-th entry keeps the n-th best score: the rank scores still fall down the list
     assert sorted(i for i, _ in out) == sorted(i for i, _ in order)
     assert [s for _, s in out] == sorted((s for _, s in order), reverse=True)
 
@@ -75,7 +75,7 @@ def test_recall_can_switch_the_learned_order_off(tmp_path: Path) -> None:
     with AgentMemory(tmp_path / "m", kv_encoding="off", ranking=str(hand_set)) as mem:
         off = mem.recall("Where did Bob go last week?", user_id="u1", k=6)
     assert {h.id for h in on} == {h.id for h in off}
-    assert [h.score for h in on] == sorted((h.score for h in on), reverse=True)
+    assert [h.scores["rank"] for h in on] == sorted((h.scores["rank"] for h in on), reverse=True)
     assert "Alps" in on[0].text
     # a turn that only asks a question is worth less than a reply: the learned order moves it down, the hand-set
     # one leaves it where the fused scores put it

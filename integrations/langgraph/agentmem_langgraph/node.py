@@ -77,9 +77,9 @@ class MemoryNode:
         user_id: fallback user when neither the config nor the runtime context names one.
         k: how many memories to recall per step.
         kinds / tags: restrict recall to these entry kinds / tags (e.g. ``kinds=["turn", "tool"]``).
-        min_score: drop recalled memories scoring below this (scores are calibrated relevances in [0, 1]), on top
-            of the store's one mount policy (``AgentMemory.recall_for_mount``: no assistant replies, nothing below
-            ``MemoryConfig.mount_min_score``).
+        min_score: drop recalled memories scoring below this (``Hit.score``: how likely the memory answers, in
+            [0, 1]), on top of the store's one mount policy (``AgentMemory.recall_for_mount``: no assistant replies,
+            nothing below ``MemoryConfig.mount_min_score``, 0.5 by default).
         write_tags / ttl: tags and time-to-live given to the memories this node writes.
         user_name: speaker name written with the user's messages (default: the message's ``name``).
 

@@ -156,8 +156,21 @@ def test_store_items_are_recalled_by_the_node(mem):
     AgentMemStore(mem).put(("alice", "profile"), "diet", {"content": "Alice is vegetarian."})
     llm = RecordingChatModel(["How about a risotto?"])
     build(MemoryNode(mem), llm, InMemorySaver()).invoke(
-        {"messages": [("user", "Suggest a dinner recipe for me.")]}, cfg("alice", "t1"))
+        {"messages": [("user", "What should I cook for Alice?")]}, cfg("alice", "t1"))
     assert "Alice is vegetarian." in llm.system_text()
+
+
+def test_a_memory_the_request_does_not_name_is_mounted_only_without_a_threshold(tmp_path):
+    # "Suggest a dinner recipe" shares nothing MiniLM sees with "Alice is vegetarian." (cosine ~0.04): under the
+    # default mount threshold (0.5) it is not mounted; mount_min_score=0.0 mounts every recalled hit, as before
+    for threshold, mounted in ((None, False), (0.0, True)):
+        config = {} if threshold is None else {"mount_min_score": threshold}
+        with AgentMemory(tmp_path / f"m{threshold}", kv_encoding="off", **config) as mem:
+            AgentMemStore(mem).put(("alice", "profile"), "diet", {"content": "Alice is vegetarian."})
+            llm = RecordingChatModel(["How about a risotto?"])
+            build(MemoryNode(mem), llm, InMemorySaver()).invoke(
+                {"messages": [("user", "Suggest a dinner recipe for me.")]}, cfg("alice", "t1"))
+            assert ("Alice is vegetarian." in llm.system_text()) is mounted
 
 
 def test_kv_mode_puts_only_entry_ids_in_the_state(mem):
