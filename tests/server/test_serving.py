@@ -152,6 +152,38 @@ def test_hangup_while_the_turns_are_written_withdraws_them(capped):
     assert question not in texts and question not in [h["text"] for h in hits]
 
 
+def test_a_long_session_turn_does_not_hold_back_another_users_answer(capped):
+    """Session turns (X-AgentMem-Session) decode in the same batch as every other answer: while user a's long
+    session turn streams, user b's answer is prefilled between two of its steps and finishes first."""
+    url, key = capped.url, capped.key
+    headers = {"Authorization": f"Bearer {key}", "X-AgentMem-Session": "long-turn"}
+    question = _long_question(url, key, user="a")
+    other: threading.Thread | None = None
+    b_answered = threading.Event()
+    after_b = 0  # pieces of a's turn that arrived after b had its whole answer
+
+    def answer_b() -> None:
+        _client(url, key).chat.completions.create(model="x", user="b", max_tokens=2,
+                                                  messages=[{"role": "user", "content": "hi"}])
+        b_answered.set()
+
+    with httpx.Client(base_url=url, headers=headers, timeout=120) as c:
+        body = {"model": "x", "user": "a", "max_tokens": LONG, "stream": True,
+                "messages": [{"role": "user", "content": question}], "agentmem": {"remember": False}}
+        with c.stream("POST", "/v1/chat/completions", json=body) as r:
+            for line in r.iter_lines():
+                if '"content"' not in line:
+                    continue
+                if other is None:  # a's turn is decoding: b asks now
+                    other = threading.Thread(target=answer_b)
+                    other.start()
+                elif b_answered.is_set():
+                    after_b += 1
+    assert other is not None
+    other.join(60)
+    assert b_answered.is_set() and after_b > 0
+
+
 def test_caps_answer_429_with_retry_after_and_400_over_the_token_limit(capped):
     url, key = capped.url, capped.key
     question = _long_question(url, key)
