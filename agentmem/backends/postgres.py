@@ -26,9 +26,10 @@ from typing import Any
 from sqlalchemy import ARRAY, String, any_, bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from agentmem.backends.sqlite.catalog import SqliteCatalog, chunks, add_rows, erase_lifecycle, fts_query
+from agentmem.backends.sqlite.catalog import SqliteCatalog, chunks, add_rows, fts_query
+from agentmem.backends.sqlite.history import erase_lifecycle, history_rows
 from agentmem.backends.sqlite.rows import EntryRow, TagRow
-from agentmem.ports.catalog import TurnContext
+from agentmem.ports.catalog import HistoryEvent, TurnContext
 from agentmem.backends.lexical_bounds import B as _B, K1 as _K1, can_stop, term_bound, token_count
 
 _TS_CONFIG = "english"
@@ -110,12 +111,12 @@ class PostgresCatalog(SqliteCatalog):
 
     # --- writes --------------------------------------------------------------------------------
     def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, extra: Callable[[Session], None] | None = None, history: Sequence[Any] = ()) -> None:
+               pending: bool = False, extra: Callable[[Session], None] | None = None, history: Sequence[HistoryEvent] = ()) -> None:
         """Insert rows, tags, lexical documents (None: not indexed), statistics and history events in one
         transaction; ``extra`` runs inside it too (pgvector adds the vectors there, so row and vector commit together)."""
         with self._sessions.begin() as s:
             add_rows(s, rows, tags, pending=pending)
-            s.add_all(history)
+            s.add_all(history_rows(history))
             indexed = [(r, t) for r, t in zip(rows, index_texts) if t is not None]
             self._index(s, [r.id for r, _ in indexed], [r.user_id for r, _ in indexed], [t for _, t in indexed])
             if extra is not None:

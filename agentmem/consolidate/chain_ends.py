@@ -22,7 +22,7 @@ superseded entries is remembered candidate by candidate instead.
 What the rows cannot show is a chain cut or re-pointed in its middle: a ``forget`` of an entry inside a chain
 (the entries before it then stand for nothing), or an ``update`` of one (it is current again, and the chains
 through it end there), in this process or ANOTHER. Those writes move the catalog's chain-cut stamp
-(``store_info`` ``chain_cuts``, in the write's own transaction: :func:`agentmem.backends.sqlite.catalog.bump_chain_cuts`);
+(``store_info`` ``chain_cuts``, in the write's own transaction: :func:`agentmem.backends.sqlite.history.bump_chain_cuts`);
 :meth:`ChainEnds.of_user` reads it (one plain read, ~0.1 ms) and forgets every chain when it moved. New memories
 and supersessions do not move it (a chain only grows at its end: the row check sees that), so the chains stay
 remembered while a conversation is being written. The answer is therefore always what the query gives today.

@@ -28,7 +28,7 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.ports.embedder import embed_query as ports_embed_query
-from agentmem.backends.sqlite.rows import EntryRow, HistoryRow
+from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, chain_cuts_value
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
@@ -59,7 +59,7 @@ class NewEntry:
     index_text: str
     tags: Sequence[str] = ()
     blob: bytes | None = None  # KV blob bytes (already sealed/encrypted by the caller's policy)
-    history: HistoryRow | None = None  # the entry's "add" event, written in the same transaction
+    history: HistoryEvent | None = None  # the entry's "add" event, written in the same transaction
 
     def attach_kv(self, blob: bytes, fields: dict[str, Any]) -> None:
         """Give the entry its KV blob and the row's KV fields (``kv_tokens``, ``kv_fingerprint``, ...) before
@@ -171,7 +171,7 @@ class EntryStore:
             metadata_json=metadata, created_at=created_at, expires_at=expires_at, version=1, status="active",
             seen_count=1, indexed=bool(indexed), kb_version=kb_version,
         )
-        history = HistoryRow(entry_id=entry_id, version=1, op="add", at=created_at, text=seal(entry_id, "history", text))
+        history = HistoryEvent(entry_id, 1, "add", seal(entry_id, "history", text), created_at)
         return NewEntry(row=row, embed_text=line, index_text=line, tags=tags, history=history)
 
     def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
@@ -267,9 +267,8 @@ class EntryStore:
                 else:
                     self.vectors.delete([row.id], user_id=row.user_id)
                 try:
-                    with self.catalog.transaction() as s:
-                        self.lifecycle.replace(s, row, fields, tags=tags, events=events,
-                                               index_text=None if index_text is None else self._index_text(index_text))
+                    self.lifecycle.replace(row.id, fields, tags=tags, events=events,
+                                           index_text=None if index_text is None else self._index_text(index_text))
                 except BaseException:
                     self._restore_vector(row, old_vector)
                     raise

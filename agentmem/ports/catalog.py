@@ -79,6 +79,38 @@ class EntryRecord:
     tags: tuple[str, ...]
 
 
+# Entry statuses (docs/lifecycle.md): ``active`` entries are recalled and mounted; ``superseded`` (a newer entry
+# replaced them, ``superseded_by`` names it) and ``deleted`` (consolidation retracted them) stay, never mounted.
+ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"
+# what a history event can record
+OPS = ("add", "update", "supersede", "merge", "delete", "restore")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One event of an entry as stored (``text`` sealed by the caller when the store is encrypted).
+
+    Example:
+        >>> HistoryEvent("e1", 1, "add", "hi", 0.0).op
+        'add'
+        >>> HistoryEvent("e1", 1, "rename", "hi", 0.0)
+        Traceback (most recent call last):
+        ValueError: unknown history op 'rename'
+    """
+
+    entry_id: str
+    version: int
+    op: str
+    text: str
+    at: float
+    reason: str | None = None
+    related_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in OPS:
+            raise ValueError(f"unknown history op {self.op!r}")
+
+
 # the store_info key whose value moves whenever a superseded_by chain is cut or re-pointed (readers of remembered
 # chain ends compare it: agentmem.consolidate.chain_ends)
 CHAIN_CUTS_KEY = "chain_cuts"
@@ -100,7 +132,7 @@ class Catalog(Protocol):
 
     # --- writes ------------------------------------------------------------------------------
     def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, history: Sequence[Any] = ()) -> None:
+               pending: bool = False, history: Sequence[HistoryEvent] = ()) -> None:
         """Insert rows with their tags, lexical documents (None: stored, not indexed) and history events in one
         transaction; ``pending`` hides them until :meth:`commit`. (A catalog that a vector index joins,
         :class:`~agentmem.ports.abilities.JoinsCatalogTransaction`, also takes ``extra=``: a callable run inside
@@ -199,7 +231,45 @@ class Catalog(Protocol):
         """Push erased bytes out of the backend's free space and logs, where it can (``vacuum``: rewrite pages)."""
         ...
 
+    # --- lifecycle: versions, statuses and history (agentmem/entries/lifecycle.py), each one transaction --------
+    def log_history(self, events: Sequence[HistoryEvent]) -> None:
+        """Record ``events`` (all or nothing)."""
+        ...
+
+    def history(self, entry_id: str) -> list[HistoryEvent]:
+        """The entry's events, oldest first (``[]`` for an unknown or erased id)."""
+        ...
+
+    def chain_ends(self, ids: Sequence[str], *, longest: int = 8) -> dict[str, str]:
+        """For each entry among ``ids`` with a ``superseded_by``: the id at the end of its chain (A -> B -> C gives
+        A: C), following only superseded links and at most ``longest`` of them; other ids are left out."""
+        ...
+
+    def replace_entry(self, entry_id: str, fields: dict[str, Any], *, index_text: str | None,
+                      tags: Sequence[str] | None, events: Sequence[HistoryEvent]) -> None:
+        """Overwrite an entry's columns (``fields``), its lexical document (None: dropped), its tags (when given)
+        and log ``events``, all or nothing; :class:`LookupError` if the entry is gone. Taking an entry out of a
+        chain moves the chain-cut stamp (:data:`CHAIN_CUTS_KEY`)."""
+        ...
+
+    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
+                   superseded_by: str | None = None) -> bool:
+        """Mark an :data:`ACTIVE` entry ``status`` (with ``superseded_by``) and log ``event``; False (nothing
+        written) if the entry is gone or not active."""
+        ...
+
+    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
+        """Make a superseded or deleted entry :data:`ACTIVE` again (``superseded_by`` cleared, the chain-cut stamp
+        moved) and log ``event``; False (nothing written) if it is gone or already active."""
+        ...
+
+    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
+        """Count one more sighting of an entry (``seen_count`` + 1, ``last_seen_at`` = ``at``) and log ``event``;
+        False (nothing written) if the entry is gone."""
+        ...
+
     def close(self) -> None: ...
 
 
-__all__ = ["CHAIN_CUTS_KEY", "Catalog", "EntryRecord", "TurnContext", "chain_cuts_value"]
+__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "OPS", "SUPERSEDED", "Catalog", "EntryRecord", "HistoryEvent",
+           "TurnContext", "chain_cuts_value"]

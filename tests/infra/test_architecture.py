@@ -32,7 +32,6 @@ CLIENT_HOMES = ("agentmem/backends/", "agentmem/factory.py")
 # Modules outside those homes that still import a client, and what is left to move them (issue #36).
 KNOWN_CLIENT_IMPORTS: dict[str, str] = {
     "agentmem/server/auth.py": "the API-key store runs its own SQLite through SQLAlchemy: a backend behind a port",
-    "agentmem/entries/lifecycle.py": "SQLAlchemy queries over the catalog's tables: ports over plain dataclasses",
 }
 
 

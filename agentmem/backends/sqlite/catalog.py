@@ -34,12 +34,14 @@ from sqlalchemy.pool import StaticPool
 
 from agentmem.backends.lexical_bounds import WILDCARD, can_stop, idf, prefix_of, term_bound
 from agentmem.backends.migrations import apply_migrations, schema_version
+from agentmem.backends.sqlite import history as lifecycle_sql
 from agentmem.backends.sqlite.entry_records import read_records
+from agentmem.backends.sqlite.history import bump_chain_cuts, erase_lifecycle
 from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
-from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, HistoryRow, StoreInfo, TagRow
+from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 from agentmem.backends.sqlite.turn_order import session_edge, superseded_ids, turn_neighbours
-from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, TurnContext, chain_cuts_value
+from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, HistoryEvent, TurnContext, chain_cuts_value
 from agentmem.text import STOPWORDS
 
 log = logging.getLogger(__name__)
@@ -148,7 +150,7 @@ class SqliteCatalog:
 
     # --- writes --------------------------------------------------------------------------------
     def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, history: Sequence[HistoryRow] = ()) -> None:
+               pending: bool = False, history: Sequence[HistoryEvent] = ()) -> None:
         """Insert rows, their tags, lexical documents (None: stored, not indexed) and history events in one
         transaction (all or nothing).
 
@@ -156,7 +158,7 @@ class SqliteCatalog:
         """
         with self._write_lock, self._sessions.begin() as s:
             add_rows(s, rows, tags, pending=pending)
-            s.add_all(history)
+            s.add_all(lifecycle_sql.history_rows(history))
             for user_id in dict.fromkeys(r.user_id for r in rows):
                 table = lexical_table(user_id)
                 # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
@@ -498,6 +500,54 @@ class SqliteCatalog:
             finally:
                 conn.close()
 
+    # --- lifecycle (the port's versions, statuses and history; SQL in backends/sqlite/history.py) --------------
+    def log_history(self, events: Sequence[HistoryEvent]) -> None:
+        """Record history events (all or nothing)."""
+        with self.transaction() as s:
+            s.add_all(lifecycle_sql.history_rows(events))
+
+    def history(self, entry_id: str) -> list[HistoryEvent]:
+        """The entry's events, oldest first."""
+        with self.read() as s:
+            return lifecycle_sql.read_history(s, entry_id)
+
+    def chain_ends(self, ids: Sequence[str], *, longest: int = 8) -> dict[str, str]:
+        """Each superseded id's chain end, in one recursive query (the port's ``chain_ends``)."""
+        if not ids:
+            return {}
+        with self.read() as s:
+            return lifecycle_sql.chain_ends(s, ids, longest)
+
+    def replace_entry(self, entry_id: str, fields: dict[str, Any], *, index_text: str | None,
+                      tags: Sequence[str] | None, events: Sequence[HistoryEvent]) -> None:
+        """Overwrite an entry's columns, lexical document, tags and log ``events`` in one transaction."""
+        with self.transaction() as s:
+            live = lifecycle_sql.replace_fields(s, entry_id, fields, tags)
+            self.replace_lexical(s, live.user_id, entry_id, index_text)
+            s.add_all(lifecycle_sql.history_rows(events))
+
+    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
+                   superseded_by: str | None = None) -> bool:
+        """Mark an active entry ``status`` and log ``event``; False if it is gone or not active."""
+        with self.transaction() as s:
+            done = lifecycle_sql.set_status(s, entry_id, status, superseded_by)
+            s.add_all(lifecycle_sql.history_rows([event] if done else []))
+            return done
+
+    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
+        """Make a superseded or deleted entry active again and log ``event``; False if gone or already active."""
+        with self.transaction() as s:
+            done = lifecycle_sql.reinstate(s, entry_id)
+            s.add_all(lifecycle_sql.history_rows([event] if done else []))
+            return done
+
+    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
+        """Count one more sighting of an entry and log ``event``; False if it is gone."""
+        with self.transaction() as s:
+            done = lifecycle_sql.seen_again(s, entry_id, at)
+            s.add_all(lifecycle_sql.history_rows([event] if done else []))
+            return done
+
     def close(self) -> None:
         self.engine.dispose()
         if self.read_engine is not self.engine:
@@ -553,24 +603,7 @@ def _bounds_of(conn: Any, table: str, prefixes: Sequence[str]) -> tuple[int | No
     return min_len, most
 
 
-def erase_lifecycle(s: Session, ids: Sequence[str]) -> None:
-    """Inside a deletion's transaction: erase the entries' history (every version) and every reference to them
-    (``superseded_by`` of older entries, ``related_id`` of other entries' events), so no trace of an id is left."""
-    s.execute(delete(HistoryRow).where(HistoryRow.entry_id.in_(ids)))
-    if s.execute(update(EntryRow).where(EntryRow.superseded_by.in_(ids)).values(superseded_by=None)).rowcount:
-        bump_chain_cuts(s)  # a superseded_by chain is cut: every process's remembered chain ends are stale
-    s.execute(update(HistoryRow).where(HistoryRow.related_id.in_(ids)).values(related_id=None))
-
-
-_BUMP_CHAIN_CUTS = text(f"""INSERT INTO store_info("key", value) VALUES ('{CHAIN_CUTS_KEY}', '1') ON CONFLICT ("key")
-    DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS VARCHAR)""")  # SQLite >= 3.24, PostgreSQL
 _CHAIN_CUTS = text(f"""SELECT value FROM store_info WHERE "key" = '{CHAIN_CUTS_KEY}'""")
-
-
-def bump_chain_cuts(s: Session) -> None:
-    """Inside the write's transaction: move the chain-cut stamp (:func:`chain_cuts` readers then forget what they
-    remembered of chains). Only cuts move it, not every write: remembered chains survive new memories."""
-    s.execute(_BUMP_CHAIN_CUTS)
 
 
 def chain_cuts(catalog: SqliteCatalog) -> int:
