@@ -79,7 +79,8 @@ def test_reinstate_makes_an_entry_current_and_moves_the_chain_cut_stamp(cat: Cat
     assert (row.status, row.superseded_by) == (ACTIVE, None)
     assert _stamp(cat) > stamp  # remembered chain ends through b are stale now
     assert cat.chain_ends(["a"]) == {"a": "b"}
-    assert not cat.reinstate("b", _event("b", "restore", 11.0)) and not cat.reinstate("zz", _event("zz", "restore", 11.0))
+    assert not cat.reinstate("b", _event("b", "restore", 11.0))  # already active: nothing written
+    assert not cat.reinstate("zz", _event("zz", "restore", 11.0))
     assert [e.op for e in cat.history("b")] == ["supersede", "restore"]
 
 
@@ -107,7 +108,8 @@ def test_replace_entry_rewrites_fields_tags_lexical_document_and_history_togethe
     cat.replace_entry("e", {"version": 3}, index_text=None, tags=None, events=[])  # stored, not indexed
     assert cat.lexical_search("mailbox", user_id="u", limit=5) == [] and cat.get(["e"])[0].tags == ("home", "keys")
     with pytest.raises(LookupError):
-        cat.replace_entry("missing", {"version": 2}, index_text="x", tags=None, events=[_event("missing", "update", 3.0)])
+        cat.replace_entry("missing", {"version": 2}, index_text="x", tags=None,
+                          events=[_event("missing", "update", 3.0)])
     assert cat.history("missing") == []
 
 

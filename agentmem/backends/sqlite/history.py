@@ -7,12 +7,12 @@ which inherits it) opens that transaction and exposes them as the Catalog port's
 Example:
     >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
     >>> from agentmem.backends.sqlite.rows import EntryRow
-    >>> cat = SqliteCatalog(":memory:")
-    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
-    ...            index_texts=["hi"])
-    >>> cat.log_history([HistoryEvent("e1", 1, "add", "hi", 0.0)])
-    >>> [e.op for e in cat.history("e1")]
-    ['add']
+    >>> catalog = SqliteCatalog(":memory:")
+    >>> notes = [EntryRow(id=i, user_id="u", kind="note", text=i, memory_text=i, created_at=0.0) for i in ("a", "b")]
+    >>> catalog.insert(notes, index_texts=[None, None])
+    >>> why = HistoryEvent("a", 1, "supersede", "a", 1.0, related_id="b")
+    >>> catalog.set_status("a", "superseded", why, superseded_by="b"), catalog.chain_ends(["a", "b"])
+    (True, {'a': 'b'})
 """
 
 from __future__ import annotations
