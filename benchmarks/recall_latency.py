@@ -10,14 +10,14 @@ rerank_depth 10, the store opened a second time with it), so the ratio
 shows what re-ranking costs on this machine whatever its load; and, the same way, recall without the turn
 context vector search (a weights file with ``context_vector_weight`` 0: one vector search fewer), for what that search costs; and
 recall without the lifecycle's version following (``MemoryConfig(recall_follows_versions=False)``): the generator's
-templated sentences make local consolidation supersede about a third of the store, so this is its worst case; and
-recall with the query embedded by the float MiniLM graph (``Embedder.int8_queries = False``; the default embeds
-queries with int8 feed-forward weights), for what the quantisation saves.
+templated sentences make local consolidation supersede about a third of the store, so this is its worst case.
+What the int8 query embedding saves over the float MiniLM graph (an internal switch, no setting) is research:
+``research/int8_query_latency.py``.
 ``--store DIR`` keeps the filled store in DIR and reuses it when it is already there (the same generator and
 seed: the same entries and queries), for profiling runs; without it the store lives in a temporary folder.
 Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
 "no_context_p95_ms": ..., "context_p95_ratio": ..., "no_follow_p95_ms": ..., "follow_p95_ratio": ...,
-"float_query_p95_ms": ..., "int8_query_p95_ratio": ..., "superseded": ..., "load_avg": [before, after]}
+"superseded": ..., "load_avg": [before, after]}
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pathlib import Path
 from tqdm import tqdm
 
 from agentmem import AgentMemory
-from agentmem.ports.vectors import CONTEXT_SPACE
 
 SUBJECTS = ["my sister", "the dog", "our landlord", "my manager", "the dentist", "grandma", "the neighbour", "Tom",
             "the bakery", "my bike", "the garden", "our team", "the kids", "my doctor", "the car", "Lisa"]
@@ -60,16 +59,20 @@ def main() -> None:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.store if args.store is not None else Path(tmp) / "store"
-        filled = (root / "filled").exists()
         with AgentMemory(root) as mem:
-            if not filled:
-                fill(mem, rng, args.entries)
-                (root / "filled").write_text(str(args.entries))
-            else:  # the same entries were written: draw them again so the queries are the same
-                for i in range(args.entries):
-                    sentence(rng, i)
+            fill_once(mem, root, rng, args.entries)
             result = measure(mem, rng, args, Path(tmp))
     print(json.dumps(result), flush=True)
+
+
+def fill_once(mem: AgentMemory, root: Path, rng: random.Random, entries: int) -> None:
+    """Fill the store at ``root`` unless a run kept it filled; either way ``rng`` ends where the queries start."""
+    if not (root / "filled").exists():
+        fill(mem, rng, entries)
+        (root / "filled").write_text(str(entries))
+    else:  # the same entries were written: draw them again so the queries are the same
+        for i in range(entries):
+            sentence(rng, i)
 
 
 def fill(mem: AgentMemory, rng: random.Random, entries: int) -> None:
@@ -98,31 +101,20 @@ def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace, fold
     with (AgentMemory(mem.path, config=config.model_copy(update={"ranking": plain})) as plain_mem,
           AgentMemory(mem.path, config=config.model_copy(update={"ranking": no_context})) as no_context_mem):
         variants = (("default", mem, config), ("no_rerank", plain_mem, config),
-                    ("no_context", no_context_mem, config), ("no_follow", mem, no_follow), ("float_query", mem, config))
+                    ("no_context", no_context_mem, config), ("no_follow", mem, no_follow))
         for q in queries[:5]:  # warm-up: model load, first HNSW touch
             for _, m, _ in variants[:3]:
                 m.recall(q, user_id="u", k=args.k)
-        store = mem._store  # the query embedder's int8 switch and the context-vector count: no public knob
-        embedder = store.embedder
-        int8 = getattr(embedder, "int8_queries", False)
-        if int8:  # the float query graph loaded before timing too
-            embedder.int8_queries = False
-            mem.recall(queries[0], user_id="u", k=args.k)
         times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
         load_before = os.getloadavg()[0]
         for q in tqdm(queries, desc="recall", disable=None):
             for name, m, cfg in variants:
                 m.config = cfg
-                if int8:  # float_query: the query embedded by the float graph (int8 feed-forward weights otherwise)
-                    embedder.int8_queries = name != "float_query"
                 t = time.perf_counter()
                 m.recall(q, user_id="u", k=args.k)
                 times[name].append(1000 * (time.perf_counter() - t))
     mem.config = config
-    if int8:
-        embedder.int8_queries = True
     superseded = sum(r.status == "superseded" for r in mem.list(user_id="u"))
-    context_vectors = len(store.vectors.user_ids("u", space=CONTEXT_SPACE))  # while the store is open
     for v in times.values():
         v.sort()
     p95 = {name: v[int(0.95 * (len(v) - 1))] for name, v in times.items()}
@@ -141,10 +133,6 @@ def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace, fold
         "no_follow_p50_ms": round(statistics.median(times["no_follow"]), 2),
         "no_follow_p95_ms": round(p95["no_follow"], 2),
         "follow_p95_ratio": round(p95["default"] / p95["no_follow"], 3),
-        "float_query_p50_ms": round(statistics.median(times["float_query"]), 2),
-        "float_query_p95_ms": round(p95["float_query"], 2),
-        "int8_query_p95_ratio": round(p95["default"] / p95["float_query"], 3),
-        "context_vectors": context_vectors,
         "superseded": superseded,
         "load_avg": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
