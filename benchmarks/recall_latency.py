@@ -29,6 +29,8 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm import tqdm
@@ -48,20 +50,37 @@ def sentence(rng: random.Random, i: int) -> str:
     return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} (note {i})"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(doc: str | None) -> argparse.Namespace:
+    """The store's size and seed, the queries and ``--store`` (shared with research/int8_query_latency.py)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--entries", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--store", type=Path, default=None, help="keep (or reuse) the filled store in this folder")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+@contextmanager
+def filled_store(args: argparse.Namespace) -> Iterator[tuple[AgentMemory, random.Random, Path]]:
+    """The store filled with ``args.entries`` (or the one kept in ``args.store``), the generator where the queries
+    start, and a scratch folder."""
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.store if args.store is not None else Path(tmp) / "store"
         with AgentMemory(root) as mem:
             fill_once(mem, root, rng, args.entries)
-            result = measure(mem, rng, args, Path(tmp))
+            yield mem, rng, Path(tmp)
+
+
+def queries_of(rng: random.Random, n: int) -> list[str]:
+    return [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(n)]
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    with filled_store(args) as (mem, rng, scratch):
+        result = measure(mem, rng, args, scratch)
     print(json.dumps(result), flush=True)
 
 
@@ -94,7 +113,7 @@ def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace, fold
     """Times the variants interleaved query by query; the result line's fields.
 
     The ranking variants are the same store opened again with ``MemoryConfig(ranking=<weights file>)``."""
-    queries = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(args.queries)]
+    queries = queries_of(rng, args.queries)
     config, no_follow = mem.config, mem.config.model_copy(update={"recall_follows_versions": False})
     plain = ranking_file(folder, "no_rerank", {"speaker_boost": 0.0, "temporal_boost": 0.0, "rerank_depth": 10})
     no_context = ranking_file(folder, "no_context", {"context_vector_weight": 0.0})

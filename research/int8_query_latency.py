@@ -13,18 +13,15 @@ Last line: {"entries", "queries", "p50_ms", "p95_ms", "float_query_p50_ms", "flo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the benchmark's store and queries
-from recall_latency import SUBJECTS, VERBS, fill_once  # noqa: E402
+from recall_latency import filled_store, parse_args, queries_of  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
 from agentmem.ports.vectors import CONTEXT_SPACE  # noqa: E402
@@ -49,22 +46,12 @@ def measure(mem: AgentMemory, queries: list[str], k: int) -> dict[str, list[floa
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--entries", type=int, default=10_000)
-    ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--k", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--store", type=Path, default=None, help="a store kept by recall_latency.py --store")
-    args = ap.parse_args()
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.store if args.store is not None else Path(tmp) / "store"
-        with AgentMemory(root) as mem:
-            fill_once(mem, root, rng, args.entries)
-            queries = [f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(args.queries)]
-            load_before = os.getloadavg()[0]
-            times = measure(mem, queries, args.k)
-            context_vectors = len(mem._store.vectors.user_ids("u", space=CONTEXT_SPACE))
+    args = parse_args(__doc__)
+    with filled_store(args) as (mem, rng, _):
+        queries = queries_of(rng, args.queries)
+        load_before = os.getloadavg()[0]
+        times = measure(mem, queries, args.k)
+        context_vectors = len(mem._store.vectors.user_ids("u", space=CONTEXT_SPACE))
     p95 = {name: v[int(0.95 * (len(v) - 1))] for name, v in times.items()}
     print(json.dumps({
         "entries": args.entries, "queries": len(queries),
