@@ -79,6 +79,7 @@ class AsyncAgentMemory:
     # --- lanes ---------------------------------------------------------------------------------------------
     recall = _lane("io", "recall")
     recall_for_mount = _lane("io", "recall_for_mount")
+    mount_choice = _lane("io", "mount_choice")
     get = _lane("io", "get")
     list = _lane("io", "list")
     forget = _lane("io", "forget")

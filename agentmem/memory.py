@@ -39,7 +39,7 @@ from agentmem.validation import (
     check_score, check_session_id, check_tags, check_text, check_timestamp, check_ttl,
     format_timestamp,
 )
-from agentmem.types import Hit, MemoryRecord, MemoryVersion, utc_from_epoch
+from agentmem.types import Hit, MemoryRecord, MemoryVersion, MountChoice, utc_from_epoch
 from agentmem.write import Writer
 
 if TYPE_CHECKING:
@@ -340,17 +340,36 @@ class AgentMemory:
             >>> [h.role for h in mem.recall_for_mount("what is my dog called?", user_id="u1")]   # doctest: +SKIP
             ['user']
         """
-        return self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
-                            asking_session=asking_session, for_mount=True, min_score=min_score)
+        return self.mount_choice(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
+                                 min_score=min_score, asking_session=asking_session).mounted
+
+    def mount_choice(self, query: str, *, user_id: str, k: int = 4, kinds: Iterable[str] | None = None,
+                     tags: Iterable[str] | None = None, filters: Mapping[str, Any] | None = None,
+                     min_score: float | None = None, asking_session: str | None = None) -> MountChoice:
+        """:meth:`recall_for_mount`'s hits, and the recalled hits it left out for scoring below the threshold in
+        force (one search: what a mount explains, e.g. the server's inspector).
+
+        Example:
+            >>> choice = mem.mount_choice("where do I live?", user_id="u1")                    # doctest: +SKIP
+            >>> choice.threshold, [h.score < choice.threshold for h in choice.below_threshold]  # doctest: +SKIP
+            (0.5, [True])
+        """
+        threshold = max(check_score(min_score, "min_score") or 0.0, self.config.mount_min_score)
+        below: list[Hit] = []
+        mounted = self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
+                               asking_session=asking_session, for_mount=True, min_score=threshold or None,
+                               below=below)
+        return MountChoice(mounted=mounted, below_threshold=below, threshold=threshold)
 
     def _recall(self, query: str, *, user_id: str, k: int, session_id: str | None = None,
                 kinds: Iterable[str] | None = None, tags: Iterable[str] | None = None,
                 filters: Mapping[str, Any] | None = None, include_superseded: bool = False,
                 asking_session: str | None = None, for_mount: bool = False,
-                min_score: float | None = None) -> list[Hit]:
+                min_score: float | None = None, below: list[Hit] | None = None) -> list[Hit]:
         """``recall``; ``asking_session`` picks the knowledge version served, ``for_mount`` applies the mount policy:
         it leaves out the roles that are stored but not mounted (``MemoryConfig.unmounted_roles``) and hits scoring
-        below ``MemoryConfig.mount_min_score``."""
+        below ``MemoryConfig.mount_min_score``. ``below`` (a list) receives the ranked hits ``min_score`` left
+        out."""
         self._check_open()
         query = check_text(query, "query")
         served, chain_stamp = self._kb.recall_state(asking_session)  # one read of store_info for both
@@ -370,20 +389,24 @@ class AgentMemory:
             min_score = max(min_score or 0.0, cfg.mount_min_score)
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
-        found = self._store.search(query, scope, k=want, min_score=min_score, follow_versions=follow,
-                                   chain_stamp=chain_stamp, head_k=k)
+        found = self._store.search(query, scope, k=want, follow_versions=follow, chain_stamp=chain_stamp, head_k=k)
+        if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
+            dropped = [s for s in found if s.score < min_score]
+            found = [s for s in found if s.score >= min_score]
+            if below is not None:
+                below += [self._hit(s) for s in dropped[:k]]
         if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
             head = found[:CHECKED]  # the same head for every k (consolidation.CHECKED)
             conflicts = self._consolidator.conflicts([s.row for s in head],
                                                      [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head],
                                                      query)
             found = demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)
-        found = found[:k]
-        return [
-            to_hit(s.row, s.score, s.scores, text=self._sealer.open_text(s.row.id, "text", s.row.text),
-                   memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))
-            for s in found
-        ]
+        return [self._hit(s) for s in found[:k]]
+
+    def _hit(self, s: Any) -> Hit:
+        """A scored row as a :class:`Hit` (its texts opened)."""
+        return to_hit(s.row, s.score, s.scores, text=self._sealer.open_text(s.row.id, "text", s.row.text),
+                      memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))
 
     def get(self, entry_id: str, *, user_id: str | None = None) -> MemoryRecord:
         """The entry with that id; raises :class:`NotFoundError` if it does not exist or has expired.

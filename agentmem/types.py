@@ -107,6 +107,23 @@ class Hit(MemoryRecord):
     scores: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MountChoice:
+    """What the mount policy chose for a query (:meth:`agentmem.AgentMemory.mount_choice`): the hits to mount, in rank
+    order, and the recalled hits left out because they score below ``threshold`` (the higher of
+    ``MemoryConfig.mount_min_score`` and the caller's ``min_score``), so a tool such as the inspector can say why
+    a memory was not mounted.
+
+    >>> choice = mem.mount_choice("where do I live?", user_id="u1")                        # doctest: +SKIP
+    >>> [h.text for h in choice.mounted], [(h.text, round(h.score, 2)) for h in choice.below_threshold]  # doctest: +SKIP
+    (['I moved to Lyon in March.'], [('My dog is called Rex.', 0.04)])
+    """
+
+    mounted: list[Hit]
+    below_threshold: list[Hit]
+    threshold: float
+
+
 def json_ready(value: Any) -> Any:
     """A value object (or a dict / list of them) as JSON-ready data: dataclasses as dicts, datetimes as ISO 8601.
 

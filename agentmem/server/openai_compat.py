@@ -41,7 +41,8 @@ from agentmem.kv.tools import parse_tool_calls
 from agentmem.server.auth import Principal
 from agentmem.server.chat_request import ChatRequest, Conversation, read_conversation
 from agentmem.server.scheduler import Ticket
-from agentmem.server.state import SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user
+from agentmem.server.state import (SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user,
+                                   threshold_drops)
 from agentmem.server.tracing import mount_span
 
 __all__ = ["ChatRequest", "openai_tool_calls", "router"]
@@ -65,6 +66,7 @@ class _Chat:
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.cancelled = False
+        self.below_threshold: list[dict[str, Any]] = []  # recalled, left out by the mount threshold
         self.written: list[Any] = []  # records of the turns this exchange wrote (withdrawn if it is not delivered)
         self.record_id: str | None = None  # this request's record in the request log
 
@@ -117,8 +119,9 @@ class _Chat:
         t0 = time.perf_counter()
         with self.state.tracer.start_as_current_span("agentmem.recall", attributes={
                 "agentmem.user": self.user, "agentmem.k": self.k}) as span:
-            hits = self.state.mem.recall_for_mount(self.question, user_id=self.user, k=self.k,
-                                                   asking_session=self.session_id)
+            choice = self.state.mem.mount_choice(self.question, user_id=self.user, k=self.k,
+                                                 asking_session=self.session_id)
+            hits, self.below_threshold = choice.mounted, threshold_drops(choice)
             span.set_attribute("agentmem.hits", len(hits))
         recall_s = time.perf_counter() - t0
         self.state.metrics.recall_seconds.observe(recall_s)
@@ -186,6 +189,7 @@ class _Chat:
         seen = set(out.mounted) | set(out.dropped)
         dropped += [{"id": i, "reason": fell.get(i) or "already in the session's working KV"}
                     for i in score if i not in seen]
+        dropped += self.below_threshold
         return {"request_id": self.id, "user": self.user, "session_id": self.session_id, "mode": self.mode,
                 "recalled": [{"id": h.id, "score": score[h.id]} for h in hits], "mounted": mounted,
                 "dropped": dropped, "fallbacks": [{"id": i, "reason": r} for i, r in out.fallbacks],

@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentmem.server.auth import Principal
 from agentmem.server.chat_request import ChatRequest, last_user_text
-from agentmem.server.state import USER_HEADER, ServerState, caller, get_state, pick_user
+from agentmem.server.state import USER_HEADER, ServerState, caller, get_state, pick_user, threshold_drops
 
 __all__ = ["MEMORY_HEADER", "UPSTREAM_KEY_ENV", "router"]
 
@@ -65,10 +65,11 @@ class _Exchange:
         """Blocking: recall, budget, build the upstream payload (also fills the report's memory part)."""
         mem, settings = self.state.mem, self.state.settings
         t = time.perf_counter()
-        hits = mem.recall_for_mount(self.query, user_id=self.user, k=self.k)
+        choice = mem.mount_choice(self.query, user_id=self.user, k=self.k)
+        hits = choice.mounted
         recall_s = time.perf_counter() - t
         self.state.metrics.recall_seconds.observe(recall_s)
-        lines, mounted, dropped, used = [MEMORY_HEADER], [], [], mem.count_tokens(MEMORY_HEADER)
+        lines, mounted, dropped, used = [MEMORY_HEADER], [], threshold_drops(choice), mem.count_tokens(MEMORY_HEADER)
         for h in hits:
             line = f"- {h.memory_text}"
             tokens = mem.count_tokens(line)

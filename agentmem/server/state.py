@@ -151,3 +151,17 @@ def pick_user(principal: Principal, *candidates: str | None) -> str:
     if len(users) == 1:
         return users[0]
     raise HTTPException(400, "user_id is required: set the request's 'user' field or the X-AgentMem-User header")
+
+
+def threshold_drops(choice: Any) -> list[dict[str, Any]]:
+    """The request log's "dropped" entries for the recalled memories a mount left out for scoring below its
+    threshold (``AgentMemory.mount_choice``), each with its score and the reason in words.
+
+    Example:
+        >>> threshold_drops(mem.mount_choice("where do I live?", user_id="u1"))             # doctest: +SKIP
+        [{'id': '6f1c…', 'score': 0.04, 'reason': 'scored 0.04, below the mount threshold 0.5'}]
+    """
+    return [{"id": h.id, "score": round(float(h.score), 6),
+             "reason": f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}"}
+            for h in choice.below_threshold]
+

@@ -143,3 +143,16 @@ def test_assistant_replies_are_recalled_but_never_mounted(server):
     ext = r.model_extra["agentmem"]
     assert said not in [m["id"] for m in ext["mounted"]] + [h["id"] for h in ext["recalled"]]  # ... never mounted
     assert ext["recalled"] and ext["mount_min_score"] == 0.5
+
+
+def test_memories_below_the_mount_threshold_are_reported_as_dropped_with_why(server):
+    with server.client(server.key_u1) as c:
+        c.post("/v1/memories", json={"text": "My parrot is called Kiwi.", "user_id": "u1", "role": "user"})
+        c.post("/v1/memories", json={"text": "The quarterly tax form is due in April.", "user_id": "u1",
+                                     "role": "user"})
+    r = _ask(_client(server), [{"role": "user", "content": "What is my parrot called?"}])
+    ext = r.model_extra["agentmem"]
+    below = [d for d in ext["dropped"] if "below the mount threshold" in d["reason"]]
+    assert below, ext  # the unrelated memory was recalled, and the reply says why it was not mounted
+    assert all(d["score"] < ext["mount_min_score"] for d in below)
+    assert not {d["id"] for d in below} & {m["id"] for m in ext["mounted"]}

@@ -49,3 +49,18 @@ def test_memory_node_mounts_by_the_same_policy(mem):
     node = MemoryNode(mem, user_id="u1", mode="text", k=5)
     ids = [h.id for h in node.search({"messages": [HumanMessage("What is my parrot called?")]}, {})]
     assert told in ids and said not in ids
+
+
+def test_mount_choice_says_which_hits_the_threshold_left_out(mem_path):
+    with AgentMemory(mem_path) as mem:
+        _seed(mem)
+        scores = {h.id: h.score for h in mem.recall("What is my parrot called?", user_id="u1", k=5)}
+    cut = sorted(scores.values())[len(scores) // 2]
+    with AgentMemory(mem_path, mount_min_score=cut) as mem:
+        choice = mem.mount_choice("What is my parrot called?", user_id="u1", k=5)
+        assert [h.id for h in choice.mounted] == [
+            h.id for h in mem.recall_for_mount("What is my parrot called?", user_id="u1", k=5)]
+    assert choice.threshold == cut
+    assert choice.below_threshold and all(h.score < cut for h in choice.below_threshold)
+    assert {h.id for h in choice.below_threshold} == {i for i, s in scores.items() if s < cut}
+    assert not {h.id for h in choice.mounted} & {h.id for h in choice.below_threshold}

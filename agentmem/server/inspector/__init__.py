@@ -214,6 +214,7 @@ def request_page(request_id: str, request: Request) -> Response:
         except NotFoundError:  # forgotten since
             pass
     scores = {h["id"]: h["score"] for h in r["recalled"]}
+    scores.update({d["id"]: d["score"] for d in r.get("dropped", ()) if d.get("score") is not None})  # below threshold
     # the mount threshold the request ran under (recorded with it), else the store's current setting
     threshold = r.get("mount_min_score", state.mem.config.mount_min_score)
     return _page(request, "request.html", title=f"request {request_id}", r={**r, "when": _when(r.get("at"))},
