@@ -83,14 +83,18 @@ def pick(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def field(record: dict[str, Any], dotted: str) -> Any:
-    """A (dotted) field of a record; ``a.*`` is every value of ``a``."""
+    """A (dotted) field of a record; ``a.*`` is every value of ``a``; a key holding dots (``min_score.0.5``) is
+    matched whole."""
     value: Any = record
-    for part in dotted.split("."):
-        if part == "*" and isinstance(value, dict):
+    parts = dotted.split(".")
+    while parts:
+        if parts[0] == "*" and isinstance(value, dict):
             return list(value.values())
-        if not isinstance(value, dict) or part not in value:
+        n = next((n for n in range(1, len(parts) + 1)
+                  if isinstance(value, dict) and ".".join(parts[:n]) in value), None)
+        if n is None:
             raise ResultsError(f"no field {dotted!r} in {sorted(record)}")
-        value = value[part]
+        value, parts = value[".".join(parts[:n])], parts[n:]
     return value
 
 

@@ -39,7 +39,8 @@ def test_a_row_naming_a_record_that_is_not_there_is_an_error() -> None:
 
 def test_goals_are_checked_on_the_record_shown(tmp_path: Path) -> None:
     mr = _load()
-    record = {"recall@10": 0.8, "by_category": {"1": 0.6, "2": 0.5}}
+    record = {"recall@10": 0.8, "by_category": {"1": 0.6, "2": 0.5}, "min_score": {"0.5": {"kept@10": 0.88}}}
+    assert mr.check(record, "min_score.0.5.kept@10 >= 0.8")  # a key with a dot in it
     assert mr.check(record, "recall@10 >= 0.8")
     assert not mr.check(record, "recall@10 > 0.8")
     assert mr.check(record, "by_category.* >= 0.5") and not mr.check(record, "by_category.* >= 0.55")
