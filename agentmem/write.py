@@ -29,6 +29,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from agentmem.config import MemoryConfig
 from agentmem.consolidate.local import LocalConsolidator, apply_decisions, pack_vector
 from agentmem.entries.kb_versions import KbVersions
@@ -179,6 +181,8 @@ class Writer:
                                                  batch_size=self.config.embedding_batch_size)
             texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
             decisions, text_vectors = self.consolidator.plan([e.row for e in entries], texts, vectors, time.time())
+        elif entries and self.config.consolidation != "off":
+            vectors, text_vectors = self._unconsolidated_vectors(entries)
         keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
         self._store_entries(entries, keep, encode, vectors, text_vectors)
         if decisions is None or texts is None:
@@ -201,6 +205,20 @@ class Writer:
                 done = applied.superseded[n]
                 records.append(replace(self.record(e.row), event="UPDATE" if done else "ADD", superseded_ids=done))
         return records
+
+    def _unconsolidated_vectors(self, entries: Sequence[NewEntry]) -> tuple[np.ndarray, np.ndarray]:
+        """Index (memory-line) vectors and text vectors of entries written without consolidation, in one embedding
+        call: recall's conflict check compares texts, and a row without its text vector is re-embedded on every
+        recall that looks at it (2,000 such entries: recall p50 262 ms instead of 23 ms). A text that is its own
+        memory line (no head) is embedded once."""
+        lines = [e.embed_text for e in entries]
+        texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
+        unique = list(dict.fromkeys(lines + texts))
+        at = {t: i for i, t in enumerate(unique)}
+        embedded = np.asarray(self.store.embedder.encode(unique, batch_size=self.config.embedding_batch_size),
+                              dtype=np.float32)
+        unit = embedded / np.maximum(np.linalg.norm(embedded, axis=1, keepdims=True), 1e-12)
+        return embedded[[at[t] for t in lines]], unit[[at[t] for t in texts]]
 
     def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
                        vectors: Any, text_vectors: Any) -> None:
