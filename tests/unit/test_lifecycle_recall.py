@@ -155,7 +155,9 @@ def test_the_conflict_check_settles_the_same_head_whatever_k(tmp_path: Path) -> 
              "I went to Tokyo for work once.", "My trip to New York was exhausting.",
              "Barcelona's beaches were crowded.", "I stopped in Munich on the way home.", "I visited my aunt in Dublin.",
              "Athens was very hot in August.", "I saw the fjords near Bergen.", "Florence had the best gelato.",
-             "I spent a rainy week in Edinburgh.", "Zurich was spotless when I visited."]
+             "I spent a rainy week in Edinburgh.", "Zurich was spotless when I visited.",
+             "I walked all over Budapest in spring.", "Copenhagen was colder than I expected.",
+             "I went to Oslo for a wedding."]  # enough trips that the later turn ranks below the checked head
     new = "I might have found a spot for the dance studio downtown."
     query = "Which cities have I visited?"
     with AgentMemory(tmp_path / "s") as mem:
