@@ -28,7 +28,8 @@ def tiny_pair():
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, tiny_pair):
     """One store for the many bad-input cases: each must leave it exactly as it was."""
-    with AgentMemory(tmp_path_factory.mktemp("hostile") / "s", model=tiny_pair) as mem:
+    # mount_min_score 0: "hi" must find "hello there" to mount, so generate's room check for memories is reached
+    with AgentMemory(tmp_path_factory.mktemp("hostile") / "s", model=tiny_pair, mount_min_score=0.0) as mem:
         mem.remember("hello there", user_id="u", session_id="s", metadata={"x": [1, 2], "y": "a"})
         yield mem
 

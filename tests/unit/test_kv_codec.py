@@ -273,7 +273,9 @@ def test_kv_dtype_is_an_alias_of_kv_codec():
 def test_trained_entries_keep_full_precision_under_an_integer_codec(tmp_path: Path):
     store = tmp_path / "s"
     doc = "Ann: I moved to Oslo in May 2021 and I teach chemistry at the old school by the harbour. " * 3
-    with AgentMemory(store, model=tiny_causal_lm("llama"), kv_encoding="eager", kv_codec="int4") as mem:
+    # mount_min_score 0: both entries are mounted whatever their relevance; this test is about their codecs
+    with AgentMemory(store, model=tiny_causal_lm("llama"), kv_encoding="eager", kv_codec="int4",
+                     mount_min_score=0.0) as mem:
         trained = mem.train(doc, user_id="u", tokens=8, steps=1, seed=0, progress=False, samples=2, batch_size=2,
                             question_tokens=4, answer_tokens=4)
         plain = mem.remember("Ann likes sailing on weekends.", user_id="u")
