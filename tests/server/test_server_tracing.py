@@ -59,7 +59,8 @@ def traced(tmp_path_factory, tiny_model_dir):
 def _chat(url: str, **extra) -> dict:
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
     r = client.chat.completions.create(model="x", user="t1", max_tokens=3,
-                                       messages=[{"role": "user", "content": "Where do I live?"}], **extra)
+                                       messages=[{"role": "user", "content": "Which city did I move to last May?"}],
+                                       **extra)  # a question whose memory scores over the mount threshold (0.5)
     return r.model_extra["agentmem"]
 
 
