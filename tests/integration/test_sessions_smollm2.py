@@ -26,7 +26,8 @@ GREEDY = {"do_sample": False, "repetition_penalty": 1.0}
 def mem(tmp_path_factory) -> Iterator[AgentMemory]:
     if not (embedded_model_dir() / EMBEDDED_GGUF_FILE).exists():
         pytest.skip("embedded SmolLM2 not installed")
-    m = AgentMemory(tmp_path_factory.mktemp("store"), session_idle_seconds=3600)
+    # mount_min_score 0: these tests mount every recalled memory (k of them) to check offload and restore exactness
+    m = AgentMemory(tmp_path_factory.mktemp("store"), session_idle_seconds=3600, mount_min_score=0.0)
     yield m
     m.sessions.close()
     m.close()
