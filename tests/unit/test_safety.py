@@ -50,12 +50,14 @@ def test_reject_policy_stores_nothing(mem_path: Path) -> None:
 def test_encryption_at_rest(tmp_path: Path, tiny_pair) -> None:
     store, key = tmp_path / "enc", Cipher.format_key(Cipher.generate_key())
     marker = f"lighthouse{uuid.uuid4().hex[:10]}"
-    with AgentMemory(store, encryption_key=key, model=tiny_pair, kv_encoding="eager") as mem:
+    # mount_min_score 0 (both opens): "where?" must mount the blobs, whose decryption and tampering are checked
+    with AgentMemory(store, encryption_key=key, model=tiny_pair, kv_encoding="eager", mount_min_score=0.0) as mem:
         rec = mem.remember(f"the secret place is the {marker} near Brest", user_id="u")
         mem.remember("unrelated note about baking bread", user_id="u")
         assert mem.recall(f"where is the {marker}?", user_id="u", k=1)[0].id == rec.id  # blind lexical + dense
         assert marker in mem.get(rec.id).text
-        assert mem.generate("where?", user_id="u", k=1, max_new_tokens=2).fallbacks == []  # blob decrypts
+        out = mem.generate("where?", user_id="u", k=1, max_new_tokens=2)
+        assert out.mounted and out.fallbacks == []  # the blob decrypts
     assert scan_tree_for_markers(store, [marker.encode(), b"near Brest"]) == {}
     with pytest.raises(EncryptionError, match="encrypted"):
         AgentMemory(store)
@@ -66,7 +68,7 @@ def test_encryption_at_rest(tmp_path: Path, tiny_pair) -> None:
     data = bytearray(blob.read_bytes())
     data[-5] ^= 0xFF
     blob.write_bytes(bytes(data))
-    with AgentMemory(store, encryption_key=key, model=tiny_pair) as mem:
+    with AgentMemory(store, encryption_key=key, model=tiny_pair, mount_min_score=0.0) as mem:
         mem.generate("where is it?", user_id="u", k=2, max_new_tokens=1)
         assert mem.stats()["kv"]["corrupted_blobs"] == 1
 
