@@ -354,12 +354,17 @@ class AgentMemory:
             >>> choice.threshold, [h.score < choice.threshold for h in choice.below_threshold]  # doctest: +SKIP
             (0.5, [True])
         """
-        threshold = max(check_score(min_score, "min_score") or 0.0, self.config.mount_min_score)
         below: list[Hit] = []
         mounted = self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
-                               asking_session=asking_session, for_mount=True, min_score=threshold or None,
-                               below=below)
+                               asking_session=asking_session, for_mount=True, min_score=min_score, below=below)
+        threshold = self._mount_threshold(check_score(min_score, "min_score")) or 0.0
         return MountChoice(mounted=mounted, below_threshold=below, threshold=threshold)
+
+    def _mount_threshold(self, min_score: float | None) -> float | None:
+        """The score a mounted hit needs: the higher of ``min_score`` and ``MemoryConfig.mount_min_score``."""
+        if self.config.mount_min_score > 0:
+            return max(min_score or 0.0, self.config.mount_min_score)
+        return min_score
 
     def _recall(self, query: str, *, user_id: str, k: int, session_id: str | None = None,
                 kinds: Iterable[str] | None = None, tags: Iterable[str] | None = None,
@@ -385,8 +390,8 @@ class AgentMemory:
         follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
         demote = consolidating and cfg.recall_conflict_demotion
         want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
-        if for_mount and cfg.mount_min_score > 0:
-            min_score = max(min_score or 0.0, cfg.mount_min_score)
+        if for_mount:
+            min_score = self._mount_threshold(min_score)
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
         found = self._store.search(query, scope, k=want, follow_versions=follow, chain_stamp=chain_stamp, head_k=k)
