@@ -1,6 +1,6 @@
 """recall() latency at scale, embedding of the query included.
 
-    python benchmarks/recall_latency.py --entries 10000 [--queries 200] [--store DIR]
+    python benchmarks/recall_latency.py --entries 10000 [--queries 200] [--store DIR] [--no-consolidate]
 
 Fills one user's store with N short memories (in batches), then times ``recall`` on fresh queries, everything
 included (query embedding, both retrievers, fusion, the head's re-ranking, calibration, loading rows). Side by
@@ -15,7 +15,10 @@ What the int8 query embedding saves over the float MiniLM graph (an internal swi
 ``research/int8_query_latency.py``.
 ``--store DIR`` keeps the filled store in DIR and reuses it when it is already there (the same generator and
 seed: the same entries and queries), for profiling runs; without it the store lives in a temporary folder.
-Last line: {"entries": N, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
+``--no-consolidate`` writes the entries with ``remember_many(..., consolidate=False)``, as LangGraph's
+``AgentMemStore`` does (keys decide identity there, not similarity): nothing is superseded, and each entry carries
+its text vector, so recall's conflict check embeds nothing.
+Last line: {"entries": N, "consolidate": true|false, "p50_ms": ..., "p95_ms": ..., "mean_ms": ..., "no_rerank_p95_ms": ..., "p95_ratio": ...,
 "no_context_p95_ms": ..., "context_p95_ratio": ..., "no_follow_p95_ms": ..., "follow_p95_ratio": ...,
 "superseded": ..., "load_avg": [before, after]}
 """
@@ -58,6 +61,8 @@ def parse_args(doc: str | None) -> argparse.Namespace:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--store", type=Path, default=None, help="keep (or reuse) the filled store in this folder")
+    ap.add_argument("--no-consolidate", dest="consolidate", action="store_false",
+                    help="write with consolidate=False (LangGraph's AgentMemStore): no supersession, text vectors kept")
     return ap.parse_args()
 
 
@@ -69,7 +74,7 @@ def filled_store(args: argparse.Namespace) -> Iterator[tuple[AgentMemory, random
     with tempfile.TemporaryDirectory() as tmp:
         root = args.store if args.store is not None else Path(tmp) / "store"
         with AgentMemory(root) as mem:
-            fill_once(mem, root, rng, args.entries)
+            fill_once(mem, root, rng, args.entries, consolidate=args.consolidate)
             yield mem, rng, Path(tmp)
 
 
@@ -84,22 +89,28 @@ def main() -> None:
     print(json.dumps(result), flush=True)
 
 
-def fill_once(mem: AgentMemory, root: Path, rng: random.Random, entries: int) -> None:
-    """Fill the store at ``root`` unless a run kept it filled; either way ``rng`` ends where the queries start."""
-    if not (root / "filled").exists():
-        fill(mem, rng, entries)
-        (root / "filled").write_text(str(entries))
+def fill_once(mem: AgentMemory, root: Path, rng: random.Random, entries: int, *, consolidate: bool = True) -> None:
+    """Fill the store at ``root`` unless a run kept it filled; either way ``rng`` ends where the queries start.
+
+    A kept store filled another way (another size, or written with the other ``consolidate``) is refused: its
+    timings would be another configuration's."""
+    marker, made = root / "filled", f"{entries}" + ("" if consolidate else " consolidate=False")
+    if not marker.exists():
+        fill(mem, rng, entries, consolidate=consolidate)
+        marker.write_text(made)
+    elif marker.read_text().strip() != made:
+        raise SystemExit(f"{root} was filled as {marker.read_text().strip()!r}, not {made!r}: use another --store")
     else:  # the same entries were written: draw them again so the queries are the same
         for i in range(entries):
             sentence(rng, i)
 
 
-def fill(mem: AgentMemory, rng: random.Random, entries: int) -> None:
+def fill(mem: AgentMemory, rng: random.Random, entries: int, *, consolidate: bool = True) -> None:
     batch = 500
     for start in tqdm(range(0, entries, batch), desc="filling", unit="batch", disable=None):
         n = min(batch, entries - start)
         mem.remember_many([dict(text=sentence(rng, start + j), user_id="u", session_id=f"s{(start + j) // 50}")
-                           for j in range(n)])
+                           for j in range(n)], consolidate=consolidate)
 
 
 def ranking_file(folder: Path, name: str, values: dict) -> str:
@@ -139,6 +150,7 @@ def measure(mem: AgentMemory, rng: random.Random, args: argparse.Namespace, fold
     p95 = {name: v[int(0.95 * (len(v) - 1))] for name, v in times.items()}
     result = {
         "entries": args.entries,
+        "consolidate": args.consolidate,
         "queries": len(times["default"]),
         "p50_ms": round(statistics.median(times["default"]), 2),
         "p95_ms": round(p95["default"], 2),

@@ -31,12 +31,15 @@ from agentmem.ports.vectors import CONTEXT_SPACE  # noqa: E402
 
 class Row(NamedTuple):
     """The row fields the ranking reads (``text``: the entry's own text, which the head's time expressions and
-    question-word cues read; None in a cache written before it was kept, where they read the memory line)."""
+    question-word cues read; None in a cache written before it was kept, where they read the memory line;
+    ``occurred_at``: when it happened, which the time-window match reads; None in a cache written before it was
+    kept)."""
 
     session_id: str | None
     speaker: str | None
     memory_text: str
     text: str | None = None
+    occurred_at: str | None = None
 
 
 def build(data: Path, store_dir: Path, consolidation: str, pool: int) -> dict:
@@ -64,7 +67,7 @@ def build(data: Path, store_dir: Path, consolidation: str, pool: int) -> dict:
             ctx[cid] = np.stack([got.get(t["id"], vecs[cid][n]) for n, t in enumerate(ts)])
         qvecs = ra.query_vectors(store, [q.text for q in questions])
     return {"questions": questions,
-            "rows": {i: Row(r.session_id, r.speaker, r.memory_text, r.text) for i, r in rows.items()},
+            "rows": {i: Row(r.session_id, r.speaker, r.memory_text, r.text, r.occurred_at) for i, r in rows.items()},
             "places": places, "turns": turns, "vecs": vecs, "ctx": ctx, "qvecs": qvecs}
 
 
