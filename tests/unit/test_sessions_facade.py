@@ -27,9 +27,12 @@ def test_send_recalls_other_sessions_mounts_them_and_remembers_the_turn(mem):
     assert old.id in r.mounted and r.timings["ttft"] > 0 and len(r.records) == len(mem.list(session_id="s1"))
     stored = mem.list(session_id="s1")
     assert [e.role for e in stored][:1] == ["user"] and stored[0].text == "What is my dog called?"
-    r2 = chat.send("And what did I just ask?", k=3, max_new_tokens=4)
+    again = "What is my dog called? I asked you before."
+    # recall alone would mount this session's first turn (it passes the mount threshold) ...
+    assert {h.id for h in mem.mount_choice(again, user_id="u1", k=3).mounted} & {e.id for e in stored}
+    r2 = chat.send(again, k=3, max_new_tokens=4)
     assert r2.reused_tokens > 0 and r2.rebuilt is None
-    assert not set(r2.mounted) & {e.id for e in stored}  # the live session's turns are already in its KV
+    assert not set(r2.mounted) & {e.id for e in stored}  # ... but the live session's turns are already in its KV
     assert mem.session("s1", user_id="u1") is chat
 
 
