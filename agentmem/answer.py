@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from agentmem.bank import KVBank
     from agentmem.config import MemoryConfig
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.backends.sqlite.rows import EntryRow
+    from agentmem.ports.catalog import EntryRecord
     from agentmem.entries.store import EntryStore, NewEntry
     from agentmem.types import Hit, MemoryRecord
 
@@ -68,7 +68,7 @@ class Answerer:
     scanner: Any  # the secret scanner applied to trained documents (None: secret_policy "off")
     recall: Callable[..., list[Hit]]
     new_entry: Callable[..., NewEntry]
-    record: Callable[[EntryRow], MemoryRecord]
+    record: Callable[[EntryRecord], MemoryRecord]
 
     def generate(self, question: str, *, user_id: str, session_id: str | None, k: int, mode: Mode,
                  max_new_tokens: int, tags: Iterable[str] | None, kinds: Iterable[str] | None,

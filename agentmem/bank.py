@@ -26,7 +26,7 @@ import torch
 from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.entries.store import EntryStore
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class KVBank:
         # no kb_version here: it is the knowledge version an entry was written under (entries/kb_versions.py)
         return dict(kv_tokens=tokens, kv_fingerprint=self.engine.fingerprint.digest, kv_dtype=codec)
 
-    def stale_rows(self, rows: Sequence[EntryRow]) -> list[EntryRow]:
+    def stale_rows(self, rows: Sequence[EntryRecord]) -> list[EntryRecord]:
         """Rows without KV for the loaded model (never encoded, or encoded by another model)."""
         digest = self.engine.fingerprint.digest
         return [r for r in rows if r.kind != "trained" and (not r.kv_path or r.kv_fingerprint != digest)]
@@ -164,7 +164,7 @@ class KVBank:
         codec = self.config.kv_codec if self.config.kv_codec in _DTYPES else str(engine.dtype).removeprefix("torch.")
         return engine.to_bytes(entry, codec_name=codec), self._kv_fields(prefix.tokens, codec), prefix.record
 
-    def stale_reason(self, row: EntryRow, document: str) -> str | None:
+    def stale_reason(self, row: EntryRecord, document: str) -> str | None:
         """Why a trained entry must not be mounted (document or model changed), else None."""
         from agentmem.train import is_stale
 
@@ -173,7 +173,7 @@ class KVBank:
                         preamble_digest=self.engine.layout.preamble_digest)
 
     # --- mount -----------------------------------------------------------------------------------
-    def memories(self, rows: Sequence[EntryRow], texts: Sequence[str], *, strict: bool,
+    def memories(self, rows: Sequence[EntryRecord], texts: Sequence[str], *, strict: bool,
                  documents: Sequence[str] | None = None) -> tuple[list[BankMemory], list[tuple[str, str]]]:
         """Mountable memories for recalled rows (most relevant first) and the stale trained entries left out.
 
@@ -199,7 +199,7 @@ class KVBank:
             out.append(memory)
         return out, skipped
 
-    def _loader(self, row: EntryRow, memory: BankMemory, strict: bool):
+    def _loader(self, row: EntryRecord, memory: BankMemory, strict: bool):
         """``memory.load_kv``: the stored entry, or a fresh encoding stored in its place, with the reason recorded
         in ``memory.load_fallback`` so the engine reports it in ``out.fallbacks`` (it was swallowed before)."""
 

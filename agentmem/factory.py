@@ -240,7 +240,8 @@ register("embedder", "embedded", _minilm)
 register("catalog", "postgresql", "agentmem.backends.postgres:build_catalog")
 register("vectors", "pgvector", "agentmem.backends.pgvector:build_vectors")
 register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors")
-register("vectors", "memory", "agentmem.backends.in_memory:build_vectors")  # in-process: tests, notebooks
+register("catalog", "memory", "agentmem.backends.memory_catalog:build_catalog")  # in-process: tests, notebooks
+register("vectors", "memory", "agentmem.backends.in_memory:build_vectors")
 register("blobs", "memory", "agentmem.backends.in_memory:build_blobs")
 for _scheme in ("redis", "rediss", "unix"):
     register("blobs", _scheme, "agentmem.backends.redis_blobs:build")

@@ -44,7 +44,7 @@ from agentmem.write import Writer
 
 if TYPE_CHECKING:
     from agentmem.kv.types import GenerationResult, Mode
-    from agentmem.backends.sqlite.rows import EntryRow
+    from agentmem.ports.catalog import EntryRecord
     from agentmem.consolidate.llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
 
@@ -289,14 +289,14 @@ class AgentMemory:
                               at=utc_from_epoch(h.at), reason=h.reason, related_id=h.related_id)
                 for h in self._store.lifecycle.history(entry_id)]
 
-    def _live_row(self, entry_id: str) -> EntryRow:
+    def _live_row(self, entry_id: str) -> EntryRecord:
         check_id(entry_id, "entry_id", required=True)
         rows = self._store.catalog.get([entry_id])
         if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()):
             raise NotFoundError(f"no memory entry with id {entry_id!r}")
         return rows[0]
 
-    def _record(self, row: EntryRow) -> MemoryRecord:
+    def _record(self, row: EntryRecord) -> MemoryRecord:
         return self._writer.record(row)
 
     # --- read ----------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from agentmem.validation import (
 )
 
 if TYPE_CHECKING:
-    from agentmem.backends.sqlite.rows import EntryRow
+    from agentmem.ports.catalog import EntryRecord
 
 
 class BlobEncoder(Protocol):
@@ -87,7 +87,7 @@ class Writer:
             self._last_ts = max(time.time(), self._last_ts + 1e-6)
             return self._last_ts
 
-    def record(self, row: EntryRow) -> MemoryRecord:
+    def record(self, row: EntryRecord) -> MemoryRecord:
         """The public record of a catalog row (texts opened).
 
         Example:
@@ -232,7 +232,7 @@ class Writer:
         self.store.add(kept, None if vectors is None else vectors[list(keep)])
 
     # --- versions ------------------------------------------------------------------------------
-    def new_version(self, row: EntryRow, text: str, *, tag_list: list[str] | None, meta: dict[str, Any] | None,
+    def new_version(self, row: EntryRecord, text: str, *, tag_list: list[str] | None, meta: dict[str, Any] | None,
                     ttl_s: float | None, clear_ttl: bool, reason: str | None, index: bool | None,
                     occurred: str | None, op: str) -> MemoryRecord:
         """Write ``text`` (checked) as the entry's next version, active, logged as ``op`` (update or restore).
@@ -271,7 +271,7 @@ class Writer:
             self._end_session_kv(row.session_id, row.user_id)
         return self.record(self.store.catalog.get([row.id])[0])
 
-    def restore(self, row: EntryRow, version: int | None = None) -> MemoryRecord:
+    def restore(self, row: EntryRecord, version: int | None = None) -> MemoryRecord:
         """``AgentMemory.restore``: ``row`` active again or, with ``version``, that version's text as a new one.
 
         Example:

@@ -49,6 +49,7 @@ from tqdm import tqdm
 
 from _backends import BACKENDS, backend_urls
 
+from agentmem.ports.catalog import CatalogScope
 from agentmem import AgentMemory, MemoryConfig
 from agentmem.entries.store import Scope
 from agentmem.recall.head import HeadLoader, Ranked, rank_candidates
@@ -291,7 +292,7 @@ def gather_candidates(mem: AgentMemory, questions: list[Question], pool: int,
     bar.close()
     rows: dict[str, Any] = {}
     for c in convs:
-        ids = [i for page in store.catalog.iter_ids(store.catalog.scope_select(user_id=f"locomo-{c}")) for i in page]
+        ids = [i for page in store.catalog.iter_ids(CatalogScope(user_id=f"locomo-{c}")) for i in page]
         rows.update({r.id: r for r in store.catalog.get(ids)})
     return rows
 

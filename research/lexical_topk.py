@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # t
 from _backends import BACKENDS, backend_urls  # noqa: E402
 from locomo import turn_text  # noqa: E402
 
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.entries.records import memory_line
 
 
@@ -46,7 +46,7 @@ def build(cat: Any, conversations: list[dict], *, merged: bool) -> dict[tuple[st
                 entry_id = f"{cid}-{turn['dia_id']}"
                 line = memory_line(turn_text(turn), kind="turn", speaker=turn["speaker"], role=None,
                                    occurred_at=session["date_time"])
-                rows.append(EntryRow(id=entry_id, user_id=user, kind="turn", text=line, memory_text=line,
+                rows.append(EntryRecord(id=entry_id, user_id=user, kind="turn", text=line, memory_text=line,
                                      created_at=float(len(ids)), metadata_json={}))
                 lines.append(line)
                 ids[cid, turn["dia_id"]] = entry_id

@@ -31,6 +31,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks")]
 import locomo  # noqa: E402
 
+from agentmem.ports.catalog import CatalogScope
 from agentmem import AgentMemory  # noqa: E402
 from agentmem.entries.store import Scope  # noqa: E402
 from agentmem.recall import query as query_mod  # noqa: E402
@@ -77,7 +78,7 @@ def build(data: Path, store: Path) -> dict[str, Any]:
                        es.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)[0]) for q in questions]
         rows: dict[str, Row] = {}
         for conv in sorted({q.conv for q in questions}):
-            got = [i for page in es.catalog.iter_ids(es.catalog.scope_select(user_id=f"locomo-{conv}")) for i in page]
+            got = [i for page in es.catalog.iter_ids(CatalogScope(user_id=f"locomo-{conv}")) for i in page]
             for r in es.catalog.get(got):
                 rows[r.id] = Row(r.session_id, r.speaker, r.memory_text, r.text, r.occurred_at)
     return {"data": str(data), "questions": asked, "rows": rows}

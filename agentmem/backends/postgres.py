@@ -23,13 +23,14 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, String, any_, bindparam, create_engine, delete, select, text
+from sqlalchemy import bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from agentmem.backends.sqlite.catalog import SqliteCatalog, chunks, add_rows, fts_query
 from agentmem.backends.sqlite.history import erase_lifecycle, history_rows
 from agentmem.backends.sqlite.rows import EntryRow, TagRow
-from agentmem.ports.catalog import HistoryEvent, TurnContext
+from agentmem.backends.sqlite.entry_records import record_of
+from agentmem.ports.catalog import EntryRecord, HistoryEvent, TurnContext
 from agentmem.backends.lexical_bounds import B as _B, K1 as _K1, can_stop, term_bound, token_count
 
 _TS_CONFIG = "english"
@@ -91,17 +92,6 @@ class PostgresCatalog(SqliteCatalog):
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_KEY})
             apply_migrations(conn, MIGRATIONS)
 
-    @staticmethod
-    def _among(column: Any, ids: Sequence[str]) -> Any:
-        """``column = ANY(:array)``: one statement text for any number of ids, so psycopg keeps it parsed and
-        prepares it on the server after a few runs (``IN`` expands to one bind per id: a new text each time).
-
-        Example:
-            >>> str(PostgresCatalog._among(EntryRow.id, ["a", "b"]))
-            'entries.id = ANY (:param_1)'
-        """
-        return column == any_(bindparam(None, list(ids), type_=ARRAY(String)))
-
     def _bump(self, s: Session) -> None:
         s.execute(text("SELECT nextval('agentmem_changes')"))  # a sequence: writers never wait on one hot row
 
@@ -110,14 +100,14 @@ class PostgresCatalog(SqliteCatalog):
             return int(conn.execute(text("SELECT last_value + CAST(is_called AS INTEGER) FROM agentmem_changes")).scalar_one())
 
     # --- writes --------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, extra: Callable[[Session], None] | None = None, history: Sequence[HistoryEvent] = ()) -> None:
+    def insert(self, records: Sequence[EntryRecord], *, index_texts: Sequence[str | None], pending: bool = False,
+               extra: Callable[[Session], None] | None = None, history: Sequence[HistoryEvent] = ()) -> None:
         """Insert rows, tags, lexical documents (None: not indexed), statistics and history events in one
         transaction; ``extra`` runs inside it too (pgvector adds the vectors there, so row and vector commit together)."""
         with self._sessions.begin() as s:
-            add_rows(s, rows, tags, pending=pending)
+            add_rows(s, records, pending=pending)
             s.add_all(history_rows(history))
-            indexed = [(r, t) for r, t in zip(rows, index_texts) if t is not None]
+            indexed = [(r, t) for r, t in zip(records, index_texts) if t is not None]
             self._index(s, [r.id for r, _ in indexed], [r.user_id for r, _ in indexed], [t for _, t in indexed])
             if extra is not None:
                 extra(s)
@@ -174,14 +164,14 @@ class PostgresCatalog(SqliteCatalog):
                 s.execute(text("DELETE FROM lexical_terms WHERE user_id = :u AND df <= 0"), {"u": user})
                 s.execute(text("DELETE FROM lexical_users WHERE user_id = :u AND n_docs <= 0"), {"u": user})
 
-    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+    def delete(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Delete rows, tags, lexical documents (and their share of the statistics); returns what was deleted."""
         if not ids:
             return []
-        out: list[EntryRow] = []
+        out: list[EntryRecord] = []
         with self._sessions.begin() as s:
             for chunk in chunks(list(ids), 500):
-                rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk))))
+                rows = [record_of(r) for r in s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk)))]
                 if not rows:
                     continue
                 found = [r.id for r in rows]

@@ -49,7 +49,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import changed_span, statement_tokens
 from agentmem.erasure import Erasure
@@ -75,7 +75,7 @@ def jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
 
-def speaker_key(row: EntryRow) -> tuple[str, str | None, str | None, str | None]:
+def speaker_key(row: EntryRecord) -> tuple[str, str | None, str | None, str | None]:
     """Who said it: memories are only consolidated with the same speaker's (the user's vs the assistant's), and
     knowledge only within its knowledge version (a staged version never retires the stable one's entries)."""
     return (row.kind, row.speaker, row.role, row.kb_version if row.kind == "knowledge" else None)
@@ -159,14 +159,14 @@ class LocalConsolidator:
 
     Args:
         query: ``(line vector, user_id, n, kind) -> [(id, cosine)]`` nearest stored memories of that user and kind.
-        rows: ``ids -> [EntryRow]`` catalog rows.
+        rows: ``ids -> [EntryRecord]`` catalog rows.
         text_of: the opened (decrypted) text of a row.
         embed: texts -> unit-normalisable vectors (the store's embedder).
         pairs: the pairwise supersession model (None: the cosine rule; for embedders it was not fitted for).
     """
 
     def __init__(self, query: Callable[[np.ndarray, str, int, str], list[tuple[str, float]]],
-                 rows: Callable[[Sequence[str]], list[EntryRow]], text_of: Callable[[EntryRow], str],
+                 rows: Callable[[Sequence[str]], list[EntryRecord]], text_of: Callable[[EntryRecord], str],
                  embed: Callable[[list[str]], np.ndarray], cache_size: int = 50_000,
                  pairs: PairModel | None = None) -> None:
         self._query, self._rows, self._text_of, self._embed = query, rows, text_of, embed
@@ -175,7 +175,7 @@ class LocalConsolidator:
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
-    def remember_vectors(self, rows: Sequence[EntryRow], unit: np.ndarray) -> None:
+    def remember_vectors(self, rows: Sequence[EntryRecord], unit: np.ndarray) -> None:
         """Cache the text vectors of stored rows that carry none (written before schema 6 or without consolidation)."""
         with self._lock:
             for row, vec in zip(rows, unit):
@@ -189,7 +189,8 @@ class LocalConsolidator:
 
         Example:
             >>> c = LocalConsolidator(lambda *a: [], lambda ids: [], str, lambda t: np.ones((len(t), 2)))
-            >>> c.remember_vectors([EntryRow(id="e1", version=2)], np.ones((1, 2)))
+            >>> row = EntryRecord(id="e1", user_id="u", kind="turn", text="", memory_text="", created_at=0.0, version=2)
+            >>> c.remember_vectors([row], np.ones((1, 2)))
             >>> c.forget_erased(Erasure(action="forget", entry_ids=frozenset({"e1"}))); c.cached()
             0
         """
@@ -205,7 +206,7 @@ class LocalConsolidator:
             return len(self._cache)
 
     @staticmethod
-    def attach_vectors(rows: Sequence[EntryRow], unit: np.ndarray) -> None:
+    def attach_vectors(rows: Sequence[EntryRecord], unit: np.ndarray) -> None:
         """Store each row's unit text vector on the row itself (float16, written with it), so a recall's conflict
         check in any process reads it instead of re-embedding the text (``update`` replaces it with the text)."""
         for row, vec in zip(rows, unit):
@@ -215,7 +216,7 @@ class LocalConsolidator:
         vecs = np.asarray(self._embed(list(texts)), dtype=np.float32)
         return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
-    def plan(self, rows: Sequence[EntryRow], texts: Sequence[str], vectors: np.ndarray,
+    def plan(self, rows: Sequence[EntryRecord], texts: Sequence[str], vectors: np.ndarray,
              now: float) -> tuple[list[Decision], np.ndarray]:
         """One decision per new row (aligned with ``rows``) and the rows' text vectors (give the kept ones to
         :meth:`attach_vectors`, so they are written with the rows); ``texts`` are their plain texts, ``vectors`` their memory-line vectors."""
@@ -244,7 +245,7 @@ class LocalConsolidator:
             decisions.append(decision)
         return decisions, unit
 
-    def _stored_neighbours(self, row: EntryRow, line: np.ndarray, unit: np.ndarray, now: float) -> list[Neighbour]:
+    def _stored_neighbours(self, row: EntryRecord, line: np.ndarray, unit: np.ndarray, now: float) -> list[Neighbour]:
         try:
             found = dict(self._query(line, row.user_id, 2 * NEIGHBOURS, row.kind))
         except Exception:  # an index another process is rewriting: store this memory as is (never fail the write)
@@ -258,7 +259,7 @@ class LocalConsolidator:
         return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t),
                           r.session_id) for r, t, v in zip(rows, texts, cached)]
 
-    def _vectors_of(self, rows: Sequence[EntryRow], texts: Sequence[str]) -> list[np.ndarray]:
+    def _vectors_of(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> list[np.ndarray]:
         """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""
         with self._lock:
             cached = [unpack_vector(r.text_vector) if r.text_vector else self._cache.get((r.id, r.version or 1))
@@ -271,7 +272,7 @@ class LocalConsolidator:
             self.remember_vectors([rows[i] for i in missing], fresh)
         return cached  # type: ignore[return-value]
 
-    def conflicts(self, rows: Sequence[EntryRow], texts: Sequence[str], query: str = "") -> set[tuple[str, str]]:
+    def conflicts(self, rows: Sequence[EntryRecord], texts: Sequence[str], query: str = "") -> set[tuple[str, str]]:
         """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
         newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
         on write) reaches its ``conflict`` threshold; without the model, a text cosine of at least ``CONFLICT``.
@@ -300,13 +301,13 @@ class LocalConsolidator:
         return out
 
 
-def swapped_values(rows: Sequence[EntryRow], texts: Sequence[str], keys: Sequence[tuple],
+def swapped_values(rows: Sequence[EntryRecord], texts: Sequence[str], keys: Sequence[tuple],
                    query: str = "") -> set[tuple[str, str]]:
     """(older id, newer id) of rows of one speaker where the newer restates the older with a value swapped ("I
     take 5 mg ..." / "I take 10 mg ..."): the newer is the current value, whatever the session. Not when ``query``
     names the older value and not the newer ("is my PIN still 4821?" asks about that one).
 
-    >>> rows = [EntryRow(id=i, user_id="u", kind="turn", text="", memory_text="", created_at=t)
+    >>> rows = [EntryRecord(id=i, user_id="u", kind="turn", text="", memory_text="", created_at=t)
     ...         for i, t in (("a", 1.0), ("b", 2.0))]
     >>> swapped_values(rows, ["My PIN is 4821.", "My PIN is 4822."], [("k",), ("k",)])
     {('a', 'b')}
@@ -339,7 +340,7 @@ def demotion_pool(k: int) -> int:
 
 
 def pack_vector(vec: np.ndarray) -> bytes:
-    """A unit vector as the float16 bytes stored in ``EntryRow.text_vector`` (cosines keep ~3 decimals).
+    """A unit vector as the float16 bytes stored in ``EntryRecord.text_vector`` (cosines keep ~3 decimals).
 
     >>> [round(float(x), 3) for x in unpack_vector(pack_vector(np.array([0.6, 0.8], dtype=np.float32)))]
     [0.6, 0.8]
@@ -390,9 +391,9 @@ class Applied:
     unmerged: list[int]
 
 
-def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], list[EntryRow]],
-                    new_rows: Sequence[EntryRow], texts: Sequence[str], decisions: Sequence[Decision], *,
-                    seal: Callable[[str, str], str], open_text: Callable[[EntryRow], str], now: float) -> Applied:
+def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], list[EntryRecord]],
+                    new_rows: Sequence[EntryRecord], texts: Sequence[str], decisions: Sequence[Decision], *,
+                    seal: Callable[[str, str], str], open_text: Callable[[EntryRecord], str], now: float) -> Applied:
     """Record merges (on the existing entry) and supersessions (on the older entry) once the new rows are stored.
 
     ``seal(entry_id, text)`` seals a history text. A merge whose target was erased (or a supersession of an entry

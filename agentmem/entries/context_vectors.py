@@ -32,14 +32,12 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-from agentmem.ports.catalog import Catalog
+from agentmem.ports.catalog import Catalog, EntryRecord
 from agentmem.ports.vectors import CONTEXT_SPACE, VectorIndex
 
-if TYPE_CHECKING:  # the rows the entry store writes (the catalog port still names them: issue #36)
-    from agentmem.backends.sqlite.rows import EntryRow
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +53,7 @@ def context_vector(own: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
     return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
 
 
-def is_turn(row: EntryRow) -> bool:
+def is_turn(row: EntryRecord) -> bool:
     """Whether a row has a place in a conversation's turn order (a turn in a session; an unindexed one has no
     vector, so it adds no words to the turn after it, but it is still that turn's predecessor)."""
     return row.kind == "turn" and row.session_id is not None
@@ -95,7 +93,7 @@ class ContextVectors:
         return self.catalog.session_edge(user_id, session_id, created_at, after=after)
 
     # --- writes ------------------------------------------------------------------------------------
-    def for_new(self, rows: Sequence[EntryRow], vectors: Mapping[str, np.ndarray]) -> tuple[tuple, list[tuple[str, str]]]:
+    def for_new(self, rows: Sequence[EntryRecord], vectors: Mapping[str, np.ndarray]) -> tuple[tuple, list[tuple[str, str]]]:
         """The context vectors of new rows as ``VectorIndex.add`` arguments (``()`` when there are none), and the
         committed turns that will follow them (``(user, id)``: to :meth:`refresh` once the rows are committed).
 
@@ -104,7 +102,7 @@ class ContextVectors:
         """
         if not self.enabled:
             return (), []
-        groups: dict[tuple[str, str], list[EntryRow]] = defaultdict(list)
+        groups: dict[tuple[str, str], list[EntryRecord]] = defaultdict(list)
         for row in rows:
             if is_turn(row):
                 groups[(row.user_id, row.session_id)].append(row)
@@ -147,7 +145,7 @@ class ContextVectors:
                 written += len(keep)
         return written
 
-    def successors(self, rows: Sequence[EntryRow]) -> list[tuple[str, str]]:
+    def successors(self, rows: Sequence[EntryRecord]) -> list[tuple[str, str]]:
         """``(user, id)`` of the committed turns that follow ``rows`` (rows about to be erased): their context
         vectors carry the erased turns' words and must be refreshed once the rows are gone."""
         if not self.enabled:

@@ -12,9 +12,9 @@ transaction together with the event recording it (the SQL lives in the backend: 
 
 Example:
     >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
-    >>> from agentmem.backends.sqlite.rows import EntryRow
+    >>> from agentmem.ports.catalog import EntryRecord
     >>> cat = SqliteCatalog(":memory:")
-    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
+    >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
     ...            index_texts=["hi"])
     >>> life = Lifecycle(cat)
     >>> life.log_many([HistoryEvent("e1", 1, "add", "hi", 0.0)])

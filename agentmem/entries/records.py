@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmem.errors import InvalidInputError
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.types import Hit, KvInfo, MemoryRecord, utc_from_epoch
 from agentmem.validation import check_text
 
@@ -20,16 +20,16 @@ def memory_line(text: str, *, kind: str, speaker: str | None, role: str | None, 
     return f"{head} {text}" if head else text
 
 
-def to_record(row: EntryRow, *, text: str | None = None, memory_text: str | None = None) -> MemoryRecord:
+def to_record(row: EntryRecord, *, text: str | None = None, memory_text: str | None = None) -> MemoryRecord:
     return MemoryRecord(**_record_fields(row, text, memory_text))
 
 
-def to_hit(row: EntryRow, score: float, scores: dict[str, float], *, text: str | None = None,
+def to_hit(row: EntryRecord, score: float, scores: dict[str, float], *, text: str | None = None,
            memory_text: str | None = None) -> Hit:
     return Hit(**_record_fields(row, text, memory_text), score=score, scores=scores)
 
 
-def _record_fields(row: EntryRow, text: str | None, memory_text: str | None) -> dict[str, Any]:
+def _record_fields(row: EntryRecord, text: str | None, memory_text: str | None) -> dict[str, Any]:
     kv = None
     if row.kv_path and row.kv_fingerprint:
         kv = KvInfo(path=row.kv_path, tokens=row.kv_tokens or 0, fingerprint=row.kv_fingerprint,

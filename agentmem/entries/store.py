@@ -9,7 +9,7 @@ discards blobs staged as long ago. No process ids: it works the same with writer
 
 Example:
     >>> store = EntryStore(Path("/tmp/mem"), MemoryConfig())             # doctest: +SKIP
-    >>> store.add([NewEntry(row=..., embed_text=..., index_text=..., tags=[...])])   # doctest: +SKIP
+    >>> store.add([NewEntry(row=EntryRecord(...), embed_text=..., index_text=...)])   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
 from agentmem.ports.embedder import embed_query as ports_embed_query
-from agentmem.backends.sqlite.rows import EntryRow
-from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, chain_cuts_value
+from agentmem.ports.catalog import CHAIN_CUTS_KEY, CatalogScope, EntryRecord, chain_cuts_value
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
 from agentmem.consolidate.chain_ends import ChainEnds
@@ -54,10 +53,9 @@ BlobSealer = Callable[[bytes, str], bytes]  # (plaintext, entry id) -> bytes on 
 
 @dataclass
 class NewEntry:
-    row: EntryRow
+    row: EntryRecord  # its tags included
     embed_text: str
     index_text: str
-    tags: Sequence[str] = ()
     blob: bytes | None = None  # KV blob bytes (already sealed/encrypted by the caller's policy)
     history: HistoryEvent | None = None  # the entry's "add" event, written in the same transaction
 
@@ -84,7 +82,7 @@ class Scope:
     exclude_roles: Sequence[str] = ()
     kb_versions: Sequence[str | None] | None = None  # knowledge entries of these versions only (None: any)
 
-    def admits(self, row: EntryRow | EntryRecord, now: float) -> bool:
+    def admits(self, row: EntryRecord, now: float) -> bool:
         if row.user_id != self.user_id:
             return False
         if not self.include_superseded and row.status != ACTIVE:
@@ -106,7 +104,7 @@ class Scope:
 
 @dataclass
 class ScoredRow:
-    row: EntryRecord  # read-only (catalog.records); catalog.get for a row to write
+    row: EntryRecord  # a plain value: changing it writes nothing
     score: float
     scores: dict[str, float] = field(default_factory=dict)
 
@@ -165,14 +163,14 @@ class EntryStore:
             ...                     expires_at=None)                                         # doctest: +SKIP
         """
         seal = self.sealer.seal_text
-        row = EntryRow(
+        row = EntryRecord(
             id=entry_id, user_id=user_id, session_id=session_id, kind=kind, role=role, speaker=speaker,
             occurred_at=occurred_at, text=seal(entry_id, "text", text), memory_text=seal(entry_id, "memory_text", line),
             metadata_json=metadata, created_at=created_at, expires_at=expires_at, version=1, status="active",
-            seen_count=1, indexed=bool(indexed), kb_version=kb_version,
+            seen_count=1, indexed=bool(indexed), kb_version=kb_version, tags=tuple(dict.fromkeys(tags)),
         )
         history = HistoryEvent(entry_id, 1, "add", seal(entry_id, "history", text), created_at)
-        return NewEntry(row=row, embed_text=line, index_text=line, tags=tags, history=history)
+        return NewEntry(row=row, embed_text=line, index_text=line, history=history)
 
     def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
         """Write entries all-or-nothing (see the module docstring for the protocol)."""
@@ -208,8 +206,7 @@ class EntryStore:
                 if ctx_args:
                     add_in(s, *ctx_args, space=CONTEXT_SPACE)
 
-            self.catalog.insert(rows, index_texts=index_texts, tags=[e.tags for e in entries],
-                                pending=has_blobs or add_in is None, history=history,
+            self.catalog.insert(rows, index_texts=index_texts, pending=has_blobs or add_in is None, history=history,
                                 **({"extra": in_transaction} if add_in and vector_args else {}))
             if add_in is not None and not has_blobs:
                 self.contexts.refresh(follow)
@@ -232,7 +229,7 @@ class EntryStore:
         for r in rows:  # the caller's row objects describe committed entries
             r.write_state = r.write_since = None
 
-    def _roll_back(self, rows: Sequence[EntryRow], staged: Sequence[str]) -> None:
+    def _roll_back(self, rows: Sequence[EntryRecord], staged: Sequence[str]) -> None:
         """Undo a failed add: every part that may have been written, then the pending rows."""
         try:
             for token in staged:
@@ -244,7 +241,7 @@ class EntryStore:
     def _index_text(self, text: str) -> str:
         return text if self._blind_index is None else self._blind_index.text(text)
 
-    def replace(self, row: EntryRow, fields: dict[str, Any], *, embed_text: str | None, index_text: str | None,
+    def replace(self, row: EntryRecord, fields: dict[str, Any], *, embed_text: str | None, index_text: str | None,
                 tags: Sequence[str] | None, blob: bytes | None, kv_fields: dict[str, Any] | None,
                 events: Sequence[HistoryEvent]) -> None:
         """Replace an entry's text, vector, lexical document and KV blob all-or-nothing (``mem.update``).
@@ -285,14 +282,14 @@ class EntryStore:
                     self.blobs.delete(row.id)
                 self.catalog.update_kv(row.id)  # clears the in-flight marker
 
-    def _restore_vector(self, row: EntryRow, old: dict[str, np.ndarray]) -> None:
+    def _restore_vector(self, row: EntryRecord, old: dict[str, np.ndarray]) -> None:
         if row.id in old:
             self.vectors.add([row.user_id], [row.id], old[row.id][None, :], [_vector_metadata(row)], None)
         else:
             self.vectors.delete([row.id], user_id=row.user_id)
         self._refresh_context([row])
 
-    def _refresh_context(self, rows: Sequence[EntryRow]) -> None:
+    def _refresh_context(self, rows: Sequence[EntryRecord]) -> None:
         """Recompute the context vectors of turns whose own vector changed, and of the turns after them."""
         self.contexts.refresh([*((r.user_id, r.id) for r in rows), *self.contexts.successors(rows)])
 
@@ -311,9 +308,9 @@ class EntryStore:
             self.catalog.update_kv(entry_id, kv_path=self.blobs.location(entry_id), **kv_fields)
             return True
 
-    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+    def delete(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Erase rows, vectors and blobs; returns the rows that existed."""
-        deleted: list[EntryRow] = []
+        deleted: list[EntryRecord] = []
         with self._lock:
             for i in range(0, len(ids), 500):
                 rows = self.catalog.mark_deleting(list(ids[i : i + 500]))  # hidden first: a crash is finished later
@@ -324,7 +321,7 @@ class EntryStore:
                 self.vectors.erase_residue([r.user_id for r in deleted])  # deleted vectors stay in Chroma's files
         return deleted
 
-    def _erase(self, rows: Sequence[EntryRow]) -> None:
+    def _erase(self, rows: Sequence[EntryRecord]) -> None:
         """Erase the vectors (every space) and blobs of rows marked in flight, then the rows; then the context
         vectors of the turns that followed them are rebuilt without the erased turns' words."""
         after = self.contexts.successors(rows)
@@ -346,28 +343,28 @@ class EntryStore:
             >>> store.scope_ids(user_id="u", alive_at=time.time())                   # doctest: +SKIP
             ['3f1c…', …]
         """
-        q = self.catalog.scope_select(user_id=user_id, session_id=session_id, tags=tags, alive_at=alive_at)
-        return [i for page in self.catalog.iter_ids(q) for i in page]
+        scope = CatalogScope(user_id=user_id, session_id=session_id, tags=tags, alive_at=alive_at)
+        return [i for page in self.catalog.iter_ids(scope) for i in page]
 
-    def list_rows(self, *, limit: int | None, offset: int = 0, **scope: Any) -> list[EntryRow]:
+    def list_rows(self, *, limit: int | None, offset: int = 0, **scope: Any) -> list[EntryRecord]:
         """Rows of a scope (``user_id``, ``session_id``, ``kinds``, ``tags``, ``alive_at``), oldest first.
 
         Example:
             >>> store.list_rows(user_id="u", limit=10, alive_at=time.time())        # doctest: +SKIP
         """
-        return self.catalog.list_rows(self.catalog.scope_select(**scope), limit=limit, offset=offset)
+        return self.catalog.list_entries(CatalogScope(**scope), limit=limit, offset=offset)
 
     def blob_path(self, entry_id: str) -> Path:
         """Where the files blob store keeps ``entry_id``'s blob."""
         return self.root / "kv" / entry_id[:2] / f"{entry_id}.kv"
 
-    def read_blob(self, row: EntryRow) -> bytes:
+    def read_blob(self, row: EntryRecord) -> bytes:
         if not row.kv_path:
             raise BlobCorruptedError(f"entry {row.id} has no KV blob")
         data = self.blobs.read(row.id)
         return self.sealer.open_blob(row.id, data)  # BlobCorruptedError if tampered
 
-    def map_blob(self, row: EntryRow) -> bytes | memoryview:
+    def map_blob(self, row: EntryRecord) -> bytes | memoryview:
         """The entry's blob for a one-shot read, without copying it when the store is not encrypted.
 
         Plaintext blobs come from :meth:`BlobStore.view` (memory-mapped files: the 94 MB of a 2,048-token mount
@@ -470,12 +467,12 @@ class EntryStore:
         hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp, head_k)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
-            allowed = [i for page in self.catalog.iter_ids(self.catalog.scope_select(
+            allowed = [i for page in self.catalog.iter_ids(CatalogScope(
                 user_id=scope.user_id, session_id=scope.session_id, kinds=scope.kinds, tags=scope.tags, alive_at=now))
                 for i in page]
             if scope.predicate is not None:  # superseded rows stay in when they stand for their successors
                 test = replace(scope, include_superseded=True) if follow_versions else scope
-                allowed = [r.id for r in self.catalog.records(allowed) if test.admits(r, now)]
+                allowed = [r.id for r in self.catalog.get(allowed) if test.admits(r, now)]
             if allowed:
                 cands, vec = self.candidates(query, scope, pool=max(pool, len(allowed)), query_vector=vec,
                                              ids=allowed)
@@ -550,8 +547,7 @@ class EntryStore:
                         rows: dict[str, EntryRecord]) -> dict[str, EntryRecord]:
         """``rows`` plus the rows of ``ids`` and of their chain ends, those not in it yet read in one query."""
         wanted = [i for i in dict.fromkeys([*ids, *(ends[i] for i in ids if i in ends)]) if i not in rows]
-        # read-only records, not ORM rows: recall only reads them (catalog.records: a fraction of get's cost)
-        return {**rows, **{r.id: r for r in self.catalog.records(wanted)}} if wanted else rows
+        return {**rows, **{r.id: r for r in self.catalog.get(wanted)}} if wanted else rows
 
     @staticmethod
     def _current_versions(page: Sequence[tuple[str, float]], rows: dict[str, EntryRecord], ends: dict[str, str],
@@ -571,7 +567,7 @@ class EntryStore:
             out.append((row, score))
         return out
 
-    def _memory_line(self, row: EntryRow | EntryRecord) -> str:
+    def _memory_line(self, row: EntryRecord) -> str:
         return self.sealer.open_text(row.id, "memory_text", row.memory_text)
 
     def _head_entry(self, row: EntryRecord, score: float) -> HeadEntry:
@@ -622,7 +618,7 @@ class EntryStore:
             vector_ids = set(self.vectors.all_ids()) - pending
             row_ids: set[str] = set()
             with_blob: set[str] = set()
-            for page in self.catalog.iter_ids(self.catalog.scope_select()):
+            for page in self.catalog.iter_ids(CatalogScope()):
                 row_ids.update(page)
                 with_blob.update(r.id for r in self.catalog.get(page) if r.kv_path)
             blob_keys = set(self.blobs.keys()) - pending
@@ -644,7 +640,7 @@ class EntryStore:
         self.blobs.close()
 
 
-def _vector_metadata(row: EntryRow) -> dict[str, Any]:
+def _vector_metadata(row: EntryRecord) -> dict[str, Any]:
     meta: dict[str, Any] = {"kind": row.kind}
     if row.session_id is not None:
         meta["session_id"] = row.session_id

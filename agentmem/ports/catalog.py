@@ -5,24 +5,30 @@ marked first, then its vector and blob are erased, then the row goes. Readers ne
 committed. Recovery asks :meth:`Catalog.pending` for marked rows older than a grace period and finishes or rolls
 them back: it never scans the vectors or the blobs, and it needs no process ids, so it works across hosts.
 
-Rows are :class:`agentmem.backends.sqlite.rows.EntryRow` (SQLAlchemy 2.0 typed ORM); both SQL catalogs share the model.
-Schema changes are numbered, forward-only migrations applied on open (:mod:`agentmem.backends.migrations`).
+The port speaks plain values only: entries go in and come out as :class:`EntryRecord` (a slotted dataclass, no
+database session behind it), scopes are :class:`CatalogScope` values that each catalog translates itself, history
+is :class:`HistoryEvent`. A catalog is written against this module alone: the SQL catalogs
+(:mod:`agentmem.backends.sqlite.catalog`, :mod:`agentmem.backends.postgres`) map records to their SQLAlchemy rows
+inside the backend; :mod:`agentmem.backends.in_memory` keeps them in dicts. Every catalog passes
+tests/conformance/test_catalog*.py.
 
 Example:
     >>> from agentmem.ports.catalog import Catalog
     >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
-    >>> isinstance(SqliteCatalog(":memory:"), Catalog)
+    >>> cat = SqliteCatalog(":memory:")
+    >>> isinstance(cat, Catalog)
     True
+    >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="fact", text="hi", memory_text="hi", created_at=0.0,
+    ...                         tags=("t",))], index_texts=["hi"])
+    >>> [(r.id, r.tags) for r in cat.get(["e1", "gone"])], cat.count(CatalogScope(user_id="u", tags=("t",)))
+    ([('e1', ('t',))], 1)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
-
-if TYPE_CHECKING:  # the SQLAlchemy model both SQL catalogs share; the port should speak plain records (issue #36)
-    from agentmem.backends.sqlite.rows import EntryRow
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 
 class TurnContext(NamedTuple):
@@ -38,45 +44,77 @@ class TurnContext(NamedTuple):
     after: tuple[str, ...]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, kw_only=True)
 class EntryRecord:
-    """One committed entry as recall reads it (every column of :class:`EntryRow`, by the same names, and its tags).
+    """One entry as the catalog stores it: what :meth:`Catalog.insert` takes and every read returns.
 
-    ``eq=False``: records compare and hash by identity, as ORM instances do (recall keys its dicts by id anyway).
+    A plain value with no database session behind it: changing one changes nothing stored (writes go through the
+    catalog's methods). ``tags`` is the entry's tag set (sorted when read back). ``eq=False``: records compare and
+    hash by identity (recall keys its dicts by id anyway).
 
     Example:
-        >>> EntryRecord.__slots__[:3]
-        ('id', 'user_id', 'session_id')
+        >>> r = EntryRecord(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)
+        >>> r.status, r.version, r.tags, r.write_state
+        ('active', 1, (), None)
     """
 
     id: str
     user_id: str
-    session_id: str | None
+    session_id: str | None = None
     kind: str
-    role: str | None
-    speaker: str | None
-    occurred_at: str | None
+    role: str | None = None
+    speaker: str | None = None
+    occurred_at: str | None = None
     text: str
     memory_text: str
-    metadata_json: dict[str, Any]
+    metadata_json: dict[str, Any] = field(default_factory=dict)
     created_at: float
-    expires_at: float | None
-    kv_path: str | None
-    kv_tokens: int | None
-    kv_fingerprint: str | None
-    kv_dtype: str | None
-    kb_version: str | None
-    write_state: str | None
-    write_since: float | None
-    kv_staged_at: float | None
-    version: int
-    status: str
-    superseded_by: str | None
-    seen_count: int
-    last_seen_at: float | None
-    indexed: bool
-    text_vector: bytes | None
-    tags: tuple[str, ...]
+    expires_at: float | None = None
+    # KV blob attached by the KV bank (all None until the entry is encoded)
+    kv_path: str | None = None
+    kv_tokens: int | None = None
+    kv_fingerprint: str | None = None
+    kv_dtype: str | None = None
+    kb_version: str | None = None
+    # write state: None = committed and visible; "adding" / "deleting" = hidden, in flight or abandoned
+    write_state: str | None = None
+    write_since: float | None = None
+    kv_staged_at: float | None = None  # a blob write in flight
+    # lifecycle (agentmem/entries/lifecycle.py)
+    version: int = 1
+    status: str = "active"
+    superseded_by: str | None = None
+    seen_count: int = 1
+    last_seen_at: float | None = None
+    indexed: bool = True  # False: stored but not embedded (LangGraph index=False)
+    text_vector: bytes | None = None  # the plain text's unit vector (float16 bytes), None = not computed
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogScope:
+    """Which committed entries a listing, count or id walk covers: every field given must hold (all ``tags``
+    present; ``kinds``: any of them; ``alive_at``: not expired at that time). The empty scope is every entry.
+
+    Example:
+        >>> CatalogScope(user_id="u", tags=("a",)).admits(
+        ...     EntryRecord(id="e", user_id="u", kind="turn", text="", memory_text="", created_at=0.0, tags=("a", "b")))
+        True
+    """
+
+    user_id: str | None = None
+    session_id: str | None = None
+    kinds: Sequence[str] | None = None
+    tags: Sequence[str] | None = None
+    alive_at: float | None = None
+
+    def admits(self, record: EntryRecord) -> bool:
+        """Whether a (committed) ``record`` is in the scope: the meaning every catalog's translation keeps."""
+        return ((self.user_id is None or record.user_id == self.user_id)
+                and (self.session_id is None or record.session_id == self.session_id)
+                and (not self.kinds or record.kind in self.kinds)
+                and set(self.tags or ()) <= set(record.tags)
+                and (self.alive_at is None or record.expires_at is None or record.expires_at > self.alive_at))
 
 
 # Entry statuses (docs/lifecycle.md): ``active`` entries are recalled and mounted; ``superseded`` (a newer entry
@@ -131,10 +169,10 @@ class Catalog(Protocol):
     """Rows, tags, lexical search and write state of every entry."""
 
     # --- writes ------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, history: Sequence[HistoryEvent] = ()) -> None:
-        """Insert rows with their tags, lexical documents (None: stored, not indexed) and history events in one
-        transaction; ``pending`` hides them until :meth:`commit`. (A catalog that a vector index joins,
+    def insert(self, records: Sequence[EntryRecord], *, index_texts: Sequence[str | None], pending: bool = False,
+               history: Sequence[HistoryEvent] = ()) -> None:
+        """Insert entries with their tags, lexical documents (None: stored, not indexed) and history events in one
+        transaction; ``pending`` hides them until :meth:`commit`. The records' ``write_state`` is not read. (A catalog that a vector index joins,
         :class:`~agentmem.ports.abilities.JoinsCatalogTransaction`, also takes ``extra=``: a callable run inside
         the same transaction.)"""
         ...
@@ -143,11 +181,11 @@ class Catalog(Protocol):
         """Make pending rows visible (their vectors and blobs are in)."""
         ...
 
-    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRow]:
+    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Hide rows and mark them for deletion; returns the rows marked (to erase their vectors and blobs)."""
         ...
 
-    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+    def delete(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Delete rows, tags and lexical documents; returns what was deleted."""
         ...
 
@@ -156,11 +194,12 @@ class Catalog(Protocol):
         a blob write marked by :meth:`mark_blob_pending`."""
         ...
 
-    def mark_blob_pending(self, entry_id: str) -> bool:
-        """Record that a blob is being written for a visible row; False if the row does not exist."""
+    def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
+        """Record that a blob is being written for a visible row; False if the row does not exist (or, with
+        ``version``, is at another version: the blob was made from an older text)."""
         ...
 
-    def pending(self, older_than: float) -> list[EntryRow]:
+    def pending(self, older_than: float) -> list[EntryRecord]:
         """Rows with a write or deletion (or blob write) marked before ``older_than`` (epoch seconds)."""
         ...
 
@@ -172,24 +211,19 @@ class Catalog(Protocol):
         ...
 
     # --- reads (committed rows only) -------------------------------------------------------------
-    def get(self, ids: Sequence[str]) -> list[EntryRow]:
-        """Rows for ``ids`` in the order given; missing or uncommitted ids are skipped."""
+    def get(self, ids: Sequence[str]) -> list[EntryRecord]:
+        """Committed entries for ``ids`` in the order given; missing or uncommitted ids are skipped."""
         ...
 
-    def records(self, ids: Sequence[str]) -> list[EntryRecord]:
-        """Like :meth:`get`, as read-only :class:`EntryRecord` objects (same
-        attributes, no ORM session): what recall reads on every call."""
+    def iter_ids(self, scope: CatalogScope, *, page_size: int = 1000) -> Iterator[list[str]]:
+        """Every id in ``scope``, in pages of at most ``page_size``, ascending (no silent cap)."""
         ...
 
-    def scope_select(self, *, user_id: str | None = None, session_id: str | None = None,
-                     kinds: Sequence[str] | None = None, tags: Sequence[str] | None = None,
-                     alive_at: float | None = None) -> Any:
-        """An opaque scope query for :meth:`iter_ids`, :meth:`list_rows` and :meth:`count`."""
+    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0) -> list[EntryRecord]:
+        """The entries in ``scope`` ordered by (``created_at``, ``id``), ``offset`` skipped, at most ``limit``."""
         ...
 
-    def iter_ids(self, query: Any, *, page_size: int = 1000) -> Iterator[list[str]]: ...
-    def list_rows(self, query: Any, *, limit: int | None = None, offset: int = 0) -> list[EntryRow]: ...
-    def count(self, query: Any) -> int: ...
+    def count(self, scope: CatalogScope) -> int: ...
     def expired_ids(self, now: float) -> list[str]: ...
     def existing(self, ids: Sequence[str]) -> set[str]: ...
 
@@ -271,5 +305,5 @@ class Catalog(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "OPS", "SUPERSEDED", "Catalog", "EntryRecord", "HistoryEvent",
+__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "OPS", "SUPERSEDED", "Catalog", "CatalogScope", "EntryRecord", "HistoryEvent",
            "TurnContext", "chain_cuts_value"]

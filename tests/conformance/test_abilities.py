@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from agentmem import MemoryConfig
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.factory import BuildContext, build_store_parts
 from agentmem.ports.abilities import JoinsCatalogTransaction
 
@@ -22,8 +22,8 @@ def _parts(tmp_path: Path, **urls: str):
     return build_store_parts(BuildContext(root=tmp_path / "store", config=MemoryConfig(**urls)))
 
 
-def _row(entry_id: str) -> EntryRow:
-    return EntryRow(id=entry_id, user_id="u", kind="turn", text="t", memory_text="t", created_at=0.0, metadata_json={})
+def _row(entry_id: str) -> EntryRecord:
+    return EntryRecord(id=entry_id, user_id="u", kind="turn", text="t", memory_text="t", created_at=0.0, metadata_json={})
 
 
 @pytest.mark.parametrize("urls", [{}, {"vector_url": "memory", "blob_url": "memory"}], ids=["embedded", "memory"])

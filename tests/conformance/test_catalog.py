@@ -12,16 +12,20 @@ from pathlib import Path
 import pytest
 
 from agentmem.ports import Catalog
+from agentmem.ports.catalog import CatalogScope, EntryRecord
 from agentmem.backends.sqlite.catalog import SqliteCatalog
-from agentmem.backends.sqlite.rows import EntryRow
 from agentmem.backends.sqlite.schema import SCHEMA_VERSION
 
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = ["sqlite", "postgres", "memory"]
 
 
 def make_catalog(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Catalog:
     if kind == "sqlite":
         return SqliteCatalog(str(tmp_path / "catalog.db"))
+    if kind == "memory":  # the in-process catalog, written against the port alone (agentmem/backends/memory_catalog.py)
+        from agentmem.backends.memory_catalog import MemoryCatalog
+
+        return MemoryCatalog()
     from agentmem.backends.postgres import PostgresCatalog
 
     return PostgresCatalog(request.getfixturevalue("fresh_postgres_url"))
@@ -34,19 +38,28 @@ def cat(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]:
     c.close()
 
 
+def _is_memory(cat: Catalog) -> bool:
+    from agentmem.backends.memory_catalog import MemoryCatalog
+
+    return isinstance(cat, MemoryCatalog)
+
+
 def _row(entry_id: str, user: str = "u", text: str = "t", *, session: str | None = None, at: float = 0.0,
-         kind: str = "turn", expires: float | None = None) -> EntryRow:
-    return EntryRow(id=entry_id, user_id=user, session_id=session, kind=kind, text=text, memory_text=text,
+         kind: str = "turn", expires: float | None = None) -> EntryRecord:
+    return EntryRecord(id=entry_id, user_id=user, session_id=session, kind=kind, text=text, memory_text=text,
                     created_at=at, expires_at=expires, metadata_json={})
 
 
-def _add(cat: Catalog, rows: list[EntryRow], tags=(), pending: bool = False) -> None:
-    cat.insert(rows, index_texts=[r.text for r in rows], tags=list(tags) or (), pending=pending)
+def _add(cat: Catalog, rows: list[EntryRecord], tags=(), pending: bool = False) -> None:
+    for row, tag_list in zip(rows, tags):
+        row.tags = tuple(tag_list)
+    cat.insert(rows, index_texts=[r.text for r in rows], pending=pending)
 
 
-def test_is_a_catalog_at_the_latest_schema(cat: Catalog) -> None:
+def test_is_a_catalog_and_keeps_store_facts(cat: Catalog) -> None:
     assert isinstance(cat, Catalog)
-    assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
+    if not _is_memory(cat):  # the SQL catalogs migrate their schema on open
+        assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
     cat.set_info("kb_version", "v1")
     cat.set_info("kb_version", "v2")
     assert cat.get_info("kb_version") == "v2" and cat.get_info("nothing") is None
@@ -60,27 +73,44 @@ def test_rows_round_trip_in_the_order_asked(cat: Catalog) -> None:
     assert cat.existing(["a", "zz"]) == {"a"}
 
 
-def test_records_are_get_without_the_orm(cat: Catalog) -> None:
-    """Recall's read-only records (Catalog.records, one Core SELECT) carry every column of get's ORM rows."""
-    from agentmem.backends.sqlite.entry_records import _FIELDS
+def test_get_returns_every_field_as_written(cat: Catalog) -> None:
+    """get() gives back plain records with every field the insert carried (tags sorted, each once), in the order
+    asked, over more ids than one SQL chunk; in-flight and missing ids are skipped."""
+    from dataclasses import fields
 
     rows = [_row(f"r{i}", text=f"text {i}", session=f"s{i % 2}", at=float(i)) for i in range(6)]
     rows[1].metadata_json, rows[2].speaker, rows[3].text_vector = {"n": [1, {"x": "y"}]}, "Ann", b"\x00\x01"
-    _add(cat, rows, tags=[["b", "a"], [], ["c"], [], ["z", "y", "x"], []])
+    rows[5].kv_path, rows[5].kv_tokens, rows[5].version, rows[5].seen_count = "kv/r5", 12, 3, 2
+    _add(cat, rows, tags=[["b", "a"], [], ["c", "c"], [], ["z", "y", "x"], []])
     _add(cat, [_row("hidden", text="in flight")], pending=True)
-    wanted = ["r4", "hidden", "missing", "r1", "r0", "r2", "r3"] + [f"pad{i}" for i in range(600)]  # 2 chunks
-    got, orm = cat.records(wanted), cat.get(wanted)
-    assert [r.id for r in got] == [r.id for r in orm] == ["r4", "r1", "r0", "r2", "r3"]
-    for record, row in zip(got, orm):
-        assert {k: getattr(record, k) for k in (*_FIELDS, "tags")} == {k: getattr(row, k) for k in (*_FIELDS, "tags")}
-    assert got[0].tags == ("x", "y", "z") and got[1].metadata_json == {"n": [1, {"x": "y"}]}
-    assert got[4].text_vector == b"\x00\x01" and got[3].speaker == "Ann" and cat.records([]) == []
+    wanted = ["r4", "hidden", "missing", "r1", "r0", "r2", "r3", "r5"] + [f"pad{i}" for i in range(600)]  # 2 chunks
+    got = cat.get(wanted)
+    assert [r.id for r in got] == ["r4", "r1", "r0", "r2", "r3", "r5"]
+    written = {r.id: r for r in rows}
+    names = [f.name for f in fields(EntryRecord) if f.name != "tags"]
+    for record in got:
+        assert isinstance(record, EntryRecord)
+        assert {k: getattr(record, k) for k in names} == {k: getattr(written[record.id], k) for k in names}
+        assert record.tags == tuple(sorted(set(written[record.id].tags)))
+    assert got[0].tags == ("x", "y", "z") and got[3].tags == ("c",) and got[1].metadata_json == {"n": [1, {"x": "y"}]}
+    assert got[4].text_vector == b"\x00\x01" and got[3].speaker == "Ann" and cat.get([]) == []
+
+
+def test_a_record_read_back_is_a_copy(cat: Catalog) -> None:
+    """Changing a record the catalog returned (or one it was given) writes nothing: writes go through its methods."""
+    row = _row("a", text="kept")
+    _add(cat, [row], tags=[["t"]])
+    row.text = "changed after insert"
+    got = cat.get(["a"])[0]
+    got.text, got.tags, got.metadata_json["x"] = "changed after get", ("u",), 1
+    again = cat.get(["a"])[0]
+    assert (again.text, again.tags, again.metadata_json) == ("kept", ("t",), {})
 
 
 def test_pending_rows_are_invisible_until_committed(cat: Catalog) -> None:
     _add(cat, [_row("p", text="pending kayak")], pending=True)
     assert cat.get(["p"]) == [] and cat.existing(["p"]) == set()
-    assert cat.count(cat.scope_select(user_id="u")) == 0
+    assert cat.count(CatalogScope(user_id="u")) == 0
     assert [r.id for r in cat.pending(time.time() + 1)] == ["p"]
     assert cat.pending(time.time() - 3600) == []  # recorded just now: not older than an hour
     cat.commit(["p"])
@@ -123,12 +153,13 @@ def test_scopes_tags_kinds_sessions_and_expiry(cat: Catalog) -> None:
                _row("c", session="s1", at=3.0, expires=now - 1), _row("d", user="v", at=4.0)],
          tags=[["t1", "t2"], ["t1"], [], []])
     ids = lambda q: [i for page in cat.iter_ids(q, page_size=1) for i in page]  # noqa: E731
-    assert ids(cat.scope_select(user_id="u")) == ["a", "b", "c"]
-    assert ids(cat.scope_select(user_id="u", tags=["t1", "t2"])) == ["a"]
-    assert ids(cat.scope_select(user_id="u", kinds=["fact"])) == ["b"]
-    assert ids(cat.scope_select(session_id="s1", alive_at=now)) == ["a"]
-    assert [r.id for r in cat.list_rows(cat.scope_select(user_id="u"), limit=2, offset=1)] == ["b", "c"]
-    assert cat.count(cat.scope_select()) == 4
+    assert ids(CatalogScope(user_id="u")) == ["a", "b", "c"]
+    assert ids(CatalogScope(user_id="u", tags=["t1", "t2"])) == ["a"]
+    assert ids(CatalogScope(user_id="u", kinds=["fact"])) == ["b"]
+    assert ids(CatalogScope(session_id="s1", alive_at=now)) == ["a"]
+    assert [r.id for r in cat.list_entries(CatalogScope(user_id="u"), limit=2, offset=1)] == ["b", "c"]
+    assert [r.id for r in cat.list_entries(CatalogScope(user_id="u", tags=["t1"]))] == ["a", "b"]
+    assert cat.count(CatalogScope()) == 4 and cat.count(CatalogScope(user_id="u", kinds=["turn", "fact"])) == 3
     assert cat.expired_ids(now) == ["c"]
 
 

@@ -1,6 +1,6 @@
-"""The Catalog port's lifecycle methods (history, chain ends, replace, statuses, sightings) on every SQL catalog.
+"""The Catalog port's lifecycle methods (history, chain ends, replace, statuses, sightings) on every catalog.
 
-Same catalogs as tests/conformance/test_catalog.py: SQLite under tmp and a fresh PostgreSQL database.
+Same catalogs as tests/conformance/test_catalog.py: SQLite under tmp, a fresh PostgreSQL database and the in-memory one.
 """
 
 from __future__ import annotations

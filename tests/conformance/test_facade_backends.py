@@ -1,5 +1,5 @@
 """The public API on every backend combination: embedded, PostgreSQL + pgvector, a Chroma server, Redis, and the
-in-process vector index and blob store (written only against the ports)."""
+in-process catalog, vector index and blob store (written only against the ports)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agentmem.errors import InvalidInputError
 from agentmem.kv.testing import tiny_causal_lm
 
 COMBOS = ["embedded", "postgres+pgvector", "sqlite+chroma-http", "postgres+chroma-http", "embedded+redis",
-          "sqlite+memory"]
+          "sqlite+memory", "memory"]
 
 
 def _config(combo: str, request: pytest.FixtureRequest) -> MemoryConfig:
@@ -24,8 +24,10 @@ def _config(combo: str, request: pytest.FixtureRequest) -> MemoryConfig:
         urls["vector_url"] = "pgvector"
     if "+chroma-http" in combo:
         urls["vector_url"] = request.getfixturevalue("fresh_chroma_http_url")
-    if combo.endswith("+memory"):  # the in-process vector index and blob store (agentmem.backends.in_memory)
+    if combo.endswith("memory"):  # the in-process vector index and blob store (agentmem.backends.in_memory)
         urls["vector_url"] = urls["blob_url"] = "memory"
+    if combo == "memory":  # and the in-process catalog (agentmem.backends.memory_catalog): no part from the package's
+        urls["catalog_url"] = "memory"
     if combo.endswith("+redis"):  # KV blobs and the session cold tier on Redis: every part on a server
         urls["blob_url"] = urls["session_store_url"] = request.getfixturevalue("fresh_redis_url")
     return MemoryConfig(kv_encoding="eager", **urls)

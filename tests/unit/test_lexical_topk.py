@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from agentmem.backends.migrations import apply_migrations
 from agentmem.backends.sqlite.catalog import SqliteCatalog
 from agentmem.backends.sqlite.lexical import lexical_table
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.backends.lexical_bounds import can_stop, doc_bounds, prefix_counts, term_bound
 from agentmem.backends.sqlite.schema import MIGRATIONS
 
@@ -48,7 +48,7 @@ def _queries(n: int, seed: int = 1) -> list[str]:
 
 def _fill(cat, docs: list[str], user: str = "u") -> None:
     for start in range(0, len(docs), 500):
-        rows = [EntryRow(id=f"e{i:05d}" if user == "u" else f"{user}{i}", user_id=user, kind="turn", text=d, memory_text=d, created_at=float(i),
+        rows = [EntryRecord(id=f"e{i:05d}" if user == "u" else f"{user}{i}", user_id=user, kind="turn", text=d, memory_text=d, created_at=float(i),
                          metadata_json={}) for i, d in enumerate(docs[start:start + 500], start)]
         cat.insert(rows, index_texts=[r.text for r in rows])
 
@@ -109,7 +109,7 @@ def test_bounds_only_loosen_when_documents_are_deleted_and_stay_exact(filled) ->
     filled.delete([f"e{i:05d}" for i in range(0, 3000, 7)])
     _same_top(filled.lexical_search(q, user_id="u", limit=20), _exhaustive(filled, q, 20))
     doc = "kayak " * 40 + "heron " * 40  # a long document repeating both terms: the bounds must grow with it
-    filled.insert([EntryRow(id="long", user_id="u", kind="turn", text=doc, memory_text=doc, created_at=9e9,
+    filled.insert([EntryRecord(id="long", user_id="u", kind="turn", text=doc, memory_text=doc, created_at=9e9,
                             metadata_json={})], index_texts=[doc])
     fast, full = filled.lexical_search(q, user_id="u", limit=20), _exhaustive(filled, q, 20)
     _same_top(fast, full)

@@ -16,7 +16,8 @@ from agentmem.backends.migrations import Migration, apply_migrations, schema_ver
 from agentmem.errors import AgentMemError
 from agentmem.backends.sqlite.catalog import SqliteCatalog
 from agentmem.backends.sqlite.lexical import lexical_table
-from agentmem.backends.sqlite.rows import Base, EntryRow
+from agentmem.backends.sqlite.rows import Base
+from agentmem.ports.catalog import EntryRecord
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
 _ROWS = [("a1", "alice", "red kayak"), ("b1", "bob", "blue kayak")]
@@ -93,7 +94,7 @@ def test_two_opens_race_on_a_new_store_and_both_work(tmp_path: Path) -> None:
         t.join()
     assert errors == []
     cat = SqliteCatalog(str(tmp_path / "c.db"))
-    cat.insert([EntryRow(id="x", user_id="u", kind="turn", text="t", memory_text="t", created_at=0.0)],
+    cat.insert([EntryRecord(id="x", user_id="u", kind="turn", text="t", memory_text="t", created_at=0.0)],
                index_texts=["t"])
     assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
 

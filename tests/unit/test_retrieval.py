@@ -11,19 +11,19 @@ import pytest
 from agentmem import AgentMemory
 from agentmem.backends.sqlite.catalog import SqliteCatalog, fts_query
 from agentmem.backends.sqlite.lexical import lexical_table
-from agentmem.backends.sqlite.rows import EntryRow
+from agentmem.ports.catalog import EntryRecord
 from agentmem.entries.store import Scope
 from agentmem.recall.retrieval import DENSE_WEIGHT, Candidates, fuse, session_boost, session_first_stage, spill_over
 from agentmem.embed.minilm import MiniLMEmbedder
 
 
 def _row(entry_id: str, user: str, text: str, *, session: str | None = None, at: float = 0.0,
-         kind: str = "turn") -> EntryRow:
-    return EntryRow(id=entry_id, user_id=user, session_id=session, kind=kind, text=text, memory_text=text,
+         kind: str = "turn") -> EntryRecord:
+    return EntryRecord(id=entry_id, user_id=user, session_id=session, kind=kind, text=text, memory_text=text,
                     created_at=at)
 
 
-def _insert(cat: SqliteCatalog, rows: list[EntryRow]) -> None:
+def _insert(cat: SqliteCatalog, rows: list[EntryRecord]) -> None:
     cat.insert(rows, index_texts=[r.text for r in rows])
 
 

@@ -220,10 +220,10 @@ def test_a_scan_of_an_open_catalog_leaves_its_sqlite_locks_in_place(tmp_path: Pa
     error" (the fuzz violations of issue #41) and its writes since went to a deleted WAL.
     """
     from agentmem.backends.sqlite.catalog import SqliteCatalog
-    from agentmem.backends.sqlite.rows import EntryRow
+    from agentmem.ports.catalog import EntryRecord
 
-    def row(i: str) -> EntryRow:
-        return EntryRow(id=i, user_id="u", kind="turn", text=i, memory_text=i, created_at=0.0)
+    def row(i: str) -> EntryRecord:
+        return EntryRecord(id=i, user_id="u", kind="turn", text=i, memory_text=i, created_at=0.0)
 
     db = tmp_path / "catalog.db"
     catalog = SqliteCatalog(str(db))

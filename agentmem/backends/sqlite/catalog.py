@@ -7,7 +7,7 @@ of their own, like their own Chroma collection: BM25's document frequencies and 
 
 Example:
     >>> cat = SqliteCatalog(":memory:")
-    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
+    >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
     ...            index_texts=["hi"])
     >>> [r.id for r in cat.get(["e1"])]
     ['e1']
@@ -29,19 +29,20 @@ from typing import Any
 from sqlalchemy import create_engine, delete, event, func, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session, joinedload, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from agentmem.backends.lexical_bounds import WILDCARD, can_stop, idf, prefix_of, term_bound
 from agentmem.backends.migrations import apply_migrations, schema_version
 from agentmem.backends.sqlite import history as lifecycle_sql
-from agentmem.backends.sqlite.entry_records import read_records
+from agentmem.backends.sqlite.entry_records import read_records, record_of, row_of
 from agentmem.backends.sqlite.history import bump_chain_cuts, erase_lifecycle
 from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
 from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 from agentmem.backends.sqlite.turn_order import session_edge, superseded_ids, turn_neighbours
-from agentmem.ports.catalog import CHAIN_CUTS_KEY, EntryRecord, HistoryEvent, TurnContext, chain_cuts_value
+from agentmem.ports.catalog import (CHAIN_CUTS_KEY, CatalogScope, EntryRecord, HistoryEvent, TurnContext,
+                                    chain_cuts_value)
 from agentmem.text import STOPWORDS
 
 log = logging.getLogger(__name__)
@@ -149,26 +150,26 @@ class SqliteCatalog:
         return table in self._lexical_tables
 
     # --- writes --------------------------------------------------------------------------------
-    def insert(self, rows: Sequence[EntryRow], *, index_texts: Sequence[str | None], tags: Sequence[Iterable[str]] = (),
-               pending: bool = False, history: Sequence[HistoryEvent] = ()) -> None:
-        """Insert rows, their tags, lexical documents (None: stored, not indexed) and history events in one
+    def insert(self, records: Sequence[EntryRecord], *, index_texts: Sequence[str | None], pending: bool = False,
+               history: Sequence[HistoryEvent] = ()) -> None:
+        """Insert entries, their tags, lexical documents (None: stored, not indexed) and history events in one
         transaction (all or nothing).
 
         ``pending`` records the rows as writes in flight ("adding"): readers do not see them until :meth:`commit`.
         """
         with self._write_lock, self._sessions.begin() as s:
-            add_rows(s, rows, tags, pending=pending)
+            add_rows(s, records, pending=pending)
             s.add_all(lifecycle_sql.history_rows(history))
-            for user_id in dict.fromkeys(r.user_id for r in rows):
+            for user_id in dict.fromkeys(r.user_id for r in records):
                 table = lexical_table(user_id)
                 # always IF NOT EXISTS: another process may have dropped it; DDL rolls back with the rows
                 s.execute(text(lexical_ddl(table)))
-                docs = [{"id": r.id, "c": t} for r, t in zip(rows, index_texts) if r.user_id == user_id and t is not None]
+                docs = [{"id": r.id, "c": t} for r, t in zip(records, index_texts) if r.user_id == user_id and t is not None]
                 if docs:
                     s.execute(text(f"INSERT INTO {table}(id, content) VALUES (:id, :c)"), docs)
                     record_bounds(s, table, [d["c"] for d in docs])
             self._bump(s)
-        self._lexical_tables.update(lexical_table(r.user_id) for r in rows)
+        self._lexical_tables.update(lexical_table(r.user_id) for r in records)
 
     def commit(self, ids: Sequence[str]) -> None:
         """Make pending rows visible: their vectors and blobs are in place."""
@@ -178,18 +179,18 @@ class SqliteCatalog:
                           .values(write_state=None, write_since=None))
             self._bump(s)
 
-    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRow]:
-        """Hide committed rows and record their deletion as in flight; returns the rows marked."""
+    def mark_deleting(self, ids: Sequence[str]) -> list[EntryRecord]:
+        """Hide committed rows and record their deletion as in flight; returns the entries marked."""
         if not ids:
             return []
         now = time.time()
-        out: list[EntryRow] = []
+        out: list[EntryRecord] = []
         with self._write_lock, self._sessions.begin() as s:
             for chunk in chunks(list(ids), 500):
                 rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(chunk), COMMITTED)))
                 for row in rows:
                     row.write_state, row.write_since = "deleting", now
-                out += rows
+                out += map(record_of, rows)
             self._bump(s)
         return out
 
@@ -201,7 +202,7 @@ class SqliteCatalog:
             done = s.execute(update(EntryRow).where(*where).values(kv_staged_at=time.time()))
             return bool(done.rowcount)
 
-    def pending(self, older_than: float) -> list[EntryRow]:
+    def pending(self, older_than: float) -> list[EntryRecord]:
         """Rows whose add, deletion or blob write was recorded before ``older_than`` and not finished.
 
         Served by two partial indexes that hold only in-flight rows: the cost is O(in flight), not O(store).
@@ -211,7 +212,7 @@ class SqliteCatalog:
                                                          EntryRow.write_since <= older_than)))
             rows += s.scalars(select(EntryRow).where(EntryRow.kv_staged_at.is_not(None),
                                                      EntryRow.kv_staged_at <= older_than, COMMITTED))
-        return rows
+            return [record_of(r) for r in rows]
 
     def update_kv(self, entry_id: str, **fields: Any) -> None:
         """Set an entry's KV fields and clear its blob write marker."""
@@ -235,12 +236,12 @@ class SqliteCatalog:
             value = s.get(StoreInfo, "changes")
             return int(value.value) if value is not None else 0
 
-    def delete(self, ids: Sequence[str]) -> list[EntryRow]:
+    def delete(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Delete rows (and tags, lexical docs); return what was deleted so callers can erase blobs/vectors."""
         if not ids:
             return []
         with self._write_lock, self._sessions.begin() as s:
-            rows = list(s.scalars(select(EntryRow).where(EntryRow.id.in_(ids))))
+            rows = [record_of(r) for r in s.scalars(select(EntryRow).where(EntryRow.id.in_(ids)))]
             found = [r.id for r in rows]
             if found:
                 s.execute(delete(TagRow).where(TagRow.entry_id.in_(found)))
@@ -280,39 +281,15 @@ class SqliteCatalog:
         with self.read_engine.connect() as conn:
             return dict(conn.execute(select(StoreInfo.key, StoreInfo.value).where(StoreInfo.key.in_(list(keys)))).all())
 
-    @staticmethod
-    def _among(column: Any, ids: Sequence[str]) -> Any:
-        """``column IN ids`` (PostgreSQL overrides it with one array bind: a fixed statement text).
-
-        Example:
-            >>> str(SqliteCatalog._among(EntryRow.id, ["a", "b"]))
-            'entries.id IN (__[POSTCOMPILE_id_1])'
-        """
-        return column.in_(ids)
-
     # --- reads ---------------------------------------------------------------------------------
-    def get(self, ids: Sequence[str]) -> list[EntryRow]:
-        """Rows for ``ids``, in the order given (missing ids are skipped)."""
-        if not ids:
-            return []
-        by_id: dict[str, EntryRow] = {}
-        with self._reads() as s:
-            for chunk in chunks(list(ids), 500):
-                # tags joined in (was a second, selectin query building its own IN clause: most of the cost)
-                for row in s.scalars(select(EntryRow).where(self._among(EntryRow.id, chunk), COMMITTED)
-                                     .options(joinedload(EntryRow.tag_rows))).unique():
-                    by_id[row.id] = row
-        return [by_id[i] for i in ids if i in by_id]
-
-    def records(self, ids: Sequence[str]) -> list[EntryRecord]:
-        """Read-only :class:`~agentmem.ports.catalog.EntryRecord` objects for ``ids``, in the order given
-        (missing ids skipped): what recall reads, without ORM instances (:meth:`get` for rows that are written).
+    def get(self, ids: Sequence[str]) -> list[EntryRecord]:
+        """Committed entries for ``ids``, in the order given (missing ids skipped), as plain records read with one
+        Core SELECT a chunk (:mod:`agentmem.backends.sqlite.entry_records`: no ORM instances on recall's path).
 
         Example:
-            >>> SqliteCatalog(":memory:").records(["nope"])
+            >>> SqliteCatalog(":memory:").get(["nope"])
             []
         """
-
         if not ids:
             return []
         by_id: dict[str, EntryRecord] = {}
@@ -321,32 +298,25 @@ class SqliteCatalog:
                 by_id.update(read_records(conn, chunk))
         return [by_id[i] for i in ids if i in by_id]
 
-    def scope_select(
-        self,
-        *,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        kinds: Sequence[str] | None = None,
-        tags: Sequence[str] | None = None,
-        alive_at: float | None = None,
-    ) -> Any:
-        """A SELECT of entry ids matching the scope; every tag must be present (AND)."""
+    @staticmethod
+    def _select(scope: CatalogScope) -> Any:
+        """The SELECT of committed entry ids in ``scope``; every tag must be present (AND)."""
         q = select(EntryRow.id).where(COMMITTED)
-        if user_id is not None:
-            q = q.where(EntryRow.user_id == user_id)
-        if session_id is not None:
-            q = q.where(EntryRow.session_id == session_id)
-        if kinds:
-            q = q.where(EntryRow.kind.in_(list(kinds)))
-        for tag in tags or ():
+        if scope.user_id is not None:
+            q = q.where(EntryRow.user_id == scope.user_id)
+        if scope.session_id is not None:
+            q = q.where(EntryRow.session_id == scope.session_id)
+        if scope.kinds:
+            q = q.where(EntryRow.kind.in_(list(scope.kinds)))
+        for tag in scope.tags or ():
             q = q.where(EntryRow.id.in_(select(TagRow.entry_id).where(TagRow.tag == tag)))
-        if alive_at is not None:
-            q = q.where((EntryRow.expires_at.is_(None)) | (EntryRow.expires_at > alive_at))
+        if scope.alive_at is not None:
+            q = q.where((EntryRow.expires_at.is_(None)) | (EntryRow.expires_at > scope.alive_at))
         return q
 
-    def iter_ids(self, query: Any, *, page_size: int = 1000) -> Iterator[list[str]]:
-        """Page through every id a scope SELECT matches (no silent cap)."""
-        last = ""
+    def iter_ids(self, scope: CatalogScope, *, page_size: int = 1000) -> Iterator[list[str]]:
+        """Page through every id in ``scope`` (no silent cap)."""
+        query, last = self._select(scope), ""
         while True:
             with self._sessions() as s:
                 page = list(s.scalars(query.where(EntryRow.id > last).order_by(EntryRow.id).limit(page_size)))
@@ -355,17 +325,18 @@ class SqliteCatalog:
             yield page
             last = page[-1]
 
-    def list_rows(self, query: Any, *, limit: int | None = None, offset: int = 0) -> list[EntryRow]:
-        ids_q = query.order_by(EntryRow.created_at, EntryRow.id).offset(offset)
+    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0) -> list[EntryRecord]:
+        """The entries in ``scope`` by (created_at, id), ``offset`` skipped, at most ``limit``."""
+        ids_q = self._select(scope).order_by(EntryRow.created_at, EntryRow.id).offset(offset)
         if limit is not None:
             ids_q = ids_q.limit(limit)
         with self._sessions() as s:
             ids = list(s.scalars(ids_q))
         return self.get(ids)
 
-    def count(self, query: Any) -> int:
+    def count(self, scope: CatalogScope) -> int:
         with self._sessions() as s:
-            return int(s.scalar(select(func.count()).select_from(query.subquery())) or 0)
+            return int(s.scalar(select(func.count()).select_from(self._select(scope).subquery())) or 0)
 
     def expired_ids(self, now: float) -> list[str]:
         with self._sessions() as s:
@@ -617,14 +588,13 @@ def chain_cuts(catalog: SqliteCatalog) -> int:
         return chain_cuts_value(conn.execute(_CHAIN_CUTS).scalar())
 
 
-def add_rows(s: Session, rows: Sequence[EntryRow], tags: Sequence[Iterable[str]], *, pending: bool) -> None:
-    """Add rows with their tags to an ORM session (marked "adding" when ``pending``) and flush them."""
-    tag_lists = list(tags) or [()] * len(rows)
+def add_rows(s: Session, records: Sequence[EntryRecord], *, pending: bool) -> None:
+    """Add entries with their tags to an ORM session (marked "adding" when ``pending``, else committed whatever
+    the records say) and flush them."""
     now = time.time()
-    for row, tag_list in zip(rows, tag_lists):
-        if pending:
-            row.write_state, row.write_since = "adding", now
-        row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(tag_list)]
+    for record in records:
+        row = row_of(record)
+        row.write_state, row.write_since = ("adding", now) if pending else (None, None)
         s.add(row)
     s.flush()
 

@@ -1,4 +1,7 @@
-"""Read-only entry records for recall: the catalog's rows as plain slotted objects, read with one Core SELECT.
+"""The SQL catalogs' rows as the port's plain :class:`~agentmem.ports.catalog.EntryRecord` values, both ways.
+
+Reads use one Core SELECT (:func:`read_records`); writes and the rows a deletion returns go through the ORM and
+are converted with :func:`row_of` / :func:`record_of` inside the backend, so no caller ever holds an ORM row.
 
 Why not the ORM: recall loads ~40 rows (the head it re-ranks, and their chain ends) on every call and only reads
 them. Building ORM instances (identity map, attribute instrumentation, the joined ``tag_rows`` collection, the
@@ -7,16 +10,14 @@ entry's columns, left-joined with its tags, returns tuples that become
 :class:`~agentmem.ports.catalog.EntryRecord` objects: the same
 attribute names and values as :class:`~agentmem.backends.sqlite.rows.EntryRow` (``tags`` sorted, as ``EntryRow.tags``),
 so everything recall does with a row (scope checks, re-ranking, the conflict check, ``Hit`` building) works
-unchanged. Writes keep the ORM (:meth:`SqliteCatalog.get <agentmem.backends.sqlite.catalog.SqliteCatalog.get>`): a record is not
-attached to any session and is never written back.
+unchanged. A record is not attached to any session and is never written back.
 
 Example:
     >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
-    >>> from agentmem.backends.sqlite.rows import EntryRow
     >>> cat = SqliteCatalog(":memory:")
-    >>> cat.insert([EntryRow(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
-    ...            index_texts=["hi"], tags=[["b", "a"]])
-    >>> [(r.id, r.tags, r.status) for r in cat.records(["e1", "gone"])]
+    >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0,
+    ...                         tags=("b", "a"))], index_texts=["hi"])
+    >>> [(r.id, r.tags, r.status) for r in cat.get(["e1", "gone"])]
     [('e1', ('a', 'b'), 'active')]
 """
 
@@ -78,7 +79,30 @@ def read_records(conn: Connection, ids: Sequence[str]) -> dict[str, EntryRecord]
             values[entry_id], tags[entry_id] = row, []
         if row[-1] is not None:
             tags[entry_id].append(row[-1])
-    return {i: EntryRecord(*v[:-1], tuple(sorted(tags[i]))) for i, v in values.items()}
+    return {i: EntryRecord(**dict(zip(_FIELDS, v[:-1])), tags=tuple(sorted(tags[i]))) for i, v in values.items()}
 
 
-__all__ = ["EntryRecord", "read_records"]
+def record_of(row: EntryRow) -> EntryRecord:
+    """The plain record of an ORM row (its tags loaded), for a port method that returns rows it wrote or deleted.
+
+    Example:
+        >>> record_of(EntryRow(id="e1", user_id="u", kind="turn", text="", memory_text="", created_at=0.0)).id
+        'e1'
+    """
+    return EntryRecord(**{name: getattr(row, name) for name in _FIELDS}, tags=row.tags)
+
+
+def row_of(record: EntryRecord) -> EntryRow:
+    """A new ORM row holding ``record``'s columns and tags (each tag once), for :meth:`Catalog.insert`.
+
+    Example:
+        >>> row_of(EntryRecord(id="e1", user_id="u", kind="turn", text="", memory_text="", created_at=0.0,
+        ...                    tags=("a", "a"))).tags
+        ('a',)
+    """
+    row = EntryRow(**{name: getattr(record, name) for name in _FIELDS})
+    row.tag_rows = [TagRow(tag=t) for t in dict.fromkeys(record.tags)]
+    return row
+
+
+__all__ = ["EntryRecord", "read_records", "record_of", "row_of"]

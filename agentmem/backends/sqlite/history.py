@@ -6,9 +6,9 @@ which inherits it) opens that transaction and exposes them as the Catalog port's
 
 Example:
     >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
-    >>> from agentmem.backends.sqlite.rows import EntryRow
+    >>> from agentmem.ports.catalog import EntryRecord
     >>> catalog = SqliteCatalog(":memory:")
-    >>> notes = [EntryRow(id=i, user_id="u", kind="note", text=i, memory_text=i, created_at=0.0) for i in ("a", "b")]
+    >>> notes = [EntryRecord(id=i, user_id="u", kind="note", text=i, memory_text=i, created_at=0.0) for i in ("a", "b")]
     >>> catalog.insert(notes, index_texts=[None, None])
     >>> why = HistoryEvent("a", 1, "supersede", "a", 1.0, related_id="b")
     >>> catalog.set_status("a", "superseded", why, superseded_by="b"), catalog.chain_ends(["a", "b"])

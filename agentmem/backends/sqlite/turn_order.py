@@ -7,9 +7,9 @@ same user and session created before it. Rows being written or deleted are never
 
 Example:
     >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
-    >>> from agentmem.backends.sqlite.rows import EntryRow
+    >>> from agentmem.ports.catalog import EntryRecord
     >>> cat = SqliteCatalog(":memory:")
-    >>> cat.insert([EntryRow(id=f"t{i}", user_id="u", session_id="s", kind="turn", text="x", memory_text="x",
+    >>> cat.insert([EntryRecord(id=f"t{i}", user_id="u", session_id="s", kind="turn", text="x", memory_text="x",
     ...                      created_at=float(i)) for i in range(3)], index_texts=["x"] * 3)
     >>> turn_neighbours(cat.engine, ["t1"], after=False), session_edge(cat.engine, "u", "s", 9.0, after=False)
     ({'t1': ('s', 't0')}, 't2')
