@@ -104,7 +104,6 @@ class MemoryCatalog:
         self._history: dict[str, list[HistoryEvent]] = {}
         self._documents: dict[str, dict[str, _Document]] = {}  # user -> entry id -> its lexical document
         self._info: dict[str, str] = {}
-        self._changes = 0
         self._lock = threading.RLock()
 
     # --- writes --------------------------------------------------------------------------------
@@ -125,7 +124,6 @@ class MemoryCatalog:
                 self._rows[row.id] = row
                 self._set_document(row, index_text)
             self._log(history)
-            self._changes += 1
 
     def commit(self, ids: Sequence[str]) -> None:
         """Make pending entries visible."""
@@ -134,7 +132,6 @@ class MemoryCatalog:
                 row = self._rows.get(entry_id)
                 if row is not None and row.write_state == "adding":
                     row.write_state = row.write_since = None
-            self._changes += 1
 
     def mark_deleting(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Hide committed entries and mark their deletion in flight; returns copies of the entries marked."""
@@ -143,8 +140,6 @@ class MemoryCatalog:
             marked = [self._rows[i] for i in dict.fromkeys(ids) if self._committed(i)]
             for row in marked:
                 row.write_state, row.write_since = "deleting", now
-            if marked:
-                self._changes += 1
             return [copy.deepcopy(r) for r in marked]
 
     def delete(self, ids: Sequence[str]) -> list[EntryRecord]:
@@ -162,8 +157,6 @@ class MemoryCatalog:
                 self._bump_chain_cuts()
             for events in self._history.values():
                 events[:] = [replace(e, related_id=None) if e.related_id in erased else e for e in events]
-            if gone:
-                self._changes += 1
             return gone
 
     def update_kv(self, entry_id: str, **fields: Any) -> None:
@@ -176,7 +169,6 @@ class MemoryCatalog:
                 for key, value in fields.items():
                     setattr(row, key, value)
                 row.kv_staged_at = None
-                self._changes += 1
 
     def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
         """Record a blob write in flight for a committed entry (at ``version``, when given)."""
@@ -196,9 +188,6 @@ class MemoryCatalog:
     def set_info(self, key: str, value: str) -> None:
         with self._lock:
             self._info[key] = value
-
-    def get_info(self, key: str) -> str | None:
-        return self._info.get(key)
 
     def infos(self, keys: Sequence[str]) -> dict[str, str]:
         with self._lock:
@@ -236,10 +225,6 @@ class MemoryCatalog:
         with self._lock:
             return [r.id for r in self._rows.values()
                     if r.write_state is None and r.expires_at is not None and r.expires_at <= now]
-
-    def existing(self, ids: Sequence[str]) -> set[str]:
-        with self._lock:
-            return {i for i in ids if self._committed(i)}
 
     def unindexed_ids(self) -> set[str]:
         with self._lock:
@@ -322,10 +307,6 @@ class MemoryCatalog:
                 scores.append((entry_id, score))
         return sorted(scores, key=lambda s: (-s[1], s[0]))[:limit]
 
-    def change_token(self) -> int:
-        """A counter moved by every write."""
-        return self._changes
-
     def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:
         """Nothing to scrub: erased values are dropped from the dicts (no pages, logs or free space keep them)."""
 
@@ -344,7 +325,6 @@ class MemoryCatalog:
             if unknown:
                 raise LookupError(f"history of unknown entries: {sorted(unknown)}")
             self._log(events)
-            self._changes += 1
 
     def history(self, entry_id: str) -> list[HistoryEvent]:
         """The entry's events, oldest first (ties in the order logged)."""
@@ -384,7 +364,6 @@ class MemoryCatalog:
                 live.tags = tuple(sorted(set(tags)))
             self._set_document(live, index_text)
             self._log(events)
-            self._changes += 1
 
     def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
                    superseded_by: str | None = None) -> bool:
@@ -395,7 +374,6 @@ class MemoryCatalog:
                 return False
             row.status, row.superseded_by = status, superseded_by
             self._log([event])
-            self._changes += 1
             return True
 
     def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
@@ -407,7 +385,6 @@ class MemoryCatalog:
             row.status, row.superseded_by = ACTIVE, None
             self._bump_chain_cuts()
             self._log([event])
-            self._changes += 1
             return True
 
     def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
@@ -418,7 +395,6 @@ class MemoryCatalog:
                 return False
             row.seen_count, row.last_seen_at = row.seen_count + 1, at
             self._log([event])
-            self._changes += 1
             return True
 
     def close(self) -> None:

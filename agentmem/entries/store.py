@@ -541,7 +541,7 @@ class EntryStore:
 
     def _chain_cuts(self) -> int:
         """The catalog's chain-cut stamp (:mod:`agentmem.consolidate.chain_ends`; 0 until a chain was first cut)."""
-        return chain_cuts_value(self.catalog.get_info(CHAIN_CUTS_KEY))
+        return chain_cuts_value(self.catalog.infos([CHAIN_CUTS_KEY]).get(CHAIN_CUTS_KEY))
 
     def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],
                         rows: dict[str, EntryRecord]) -> dict[str, EntryRecord]:

@@ -59,10 +59,10 @@ def _add(cat: Catalog, rows: list[EntryRecord], tags=(), pending: bool = False) 
 def test_is_a_catalog_and_keeps_store_facts(cat: Catalog) -> None:
     assert isinstance(cat, Catalog)
     if not _is_memory(cat):  # the SQL catalogs migrate their schema on open
-        assert cat.get_info("schema_version") == str(SCHEMA_VERSION)
+        assert cat.infos(["schema_version"]) == {"schema_version": str(SCHEMA_VERSION)}
     cat.set_info("kb_version", "v1")
     cat.set_info("kb_version", "v2")
-    assert cat.get_info("kb_version") == "v2" and cat.get_info("nothing") is None
+    assert cat.infos(["kb_version", "nothing"]) == {"kb_version": "v2"}
 
 
 def test_rows_round_trip_in_the_order_asked(cat: Catalog) -> None:
@@ -70,7 +70,7 @@ def test_rows_round_trip_in_the_order_asked(cat: Catalog) -> None:
     got = cat.get(["b", "missing", "a"])
     assert [r.id for r in got] == ["b", "a"]
     assert got[1].tags == ("x", "y") and got[1].text == "alpha" and got[1].metadata_json == {}
-    assert cat.existing(["a", "zz"]) == {"a"}
+    assert [r.id for r in cat.get(["a", "zz"])] == ["a"]
 
 
 def test_get_returns_every_field_as_written(cat: Catalog) -> None:
@@ -108,13 +108,14 @@ def test_a_record_read_back_is_a_copy(cat: Catalog) -> None:
 
 
 def test_pending_rows_are_invisible_until_committed(cat: Catalog) -> None:
-    _add(cat, [_row("p", text="pending kayak")], pending=True)
-    assert cat.get(["p"]) == [] and cat.existing(["p"]) == set()
+    _add(cat, [_row("p", text="pending kayak", expires=time.time() + 3600)], pending=True)
+    assert cat.get(["p"]) == [] and cat.expired_ids(float("inf")) == []
     assert cat.count(CatalogScope(user_id="u")) == 0
     assert [r.id for r in cat.pending(time.time() + 1)] == ["p"]
     assert cat.pending(time.time() - 3600) == []  # recorded just now: not older than an hour
     cat.commit(["p"])
     assert [r.id for r in cat.get(["p"])] == ["p"] and cat.pending(time.time() + 1) == []
+    assert cat.expired_ids(float("inf")) == ["p"]
 
 
 def test_deletion_is_marked_then_finished(cat: Catalog) -> None:
@@ -138,6 +139,8 @@ def test_blob_write_marker_is_cleared_by_update_kv(cat: Catalog) -> None:
 
 
 def test_change_token_moves_on_every_write(cat: Catalog) -> None:
+    if _is_memory(cat):
+        pytest.skip("the SQL catalogs' own change counter (not a port method: nothing in the store reads it)")
     t0 = cat.change_token()
     _add(cat, [_row("a")], pending=True)
     t1 = cat.change_token()

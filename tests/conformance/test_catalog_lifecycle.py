@@ -28,7 +28,7 @@ def _event(entry_id: str, op: str, at: float, *, version: int = 1, related: str 
 
 
 def _stamp(cat: Catalog) -> int:
-    return chain_cuts_value(cat.get_info(CHAIN_CUTS_KEY))
+    return chain_cuts_value(cat.infos([CHAIN_CUTS_KEY]).get(CHAIN_CUTS_KEY))
 
 
 def _chain(cat: Catalog, ids: list[str]) -> None:
