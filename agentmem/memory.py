@@ -23,21 +23,21 @@ from agentmem.answer import Answerer
 from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure, ErasureListeners
+from agentmem.forgetting import Forgetting, SessionHooks
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
-from agentmem.consolidate.local import CHECKED, LocalConsolidator, demote_older, demotion_pool
-from agentmem.consolidate.pairs import PairModel
+from agentmem.consolidate.store_parts import ConflictDemotion, local_consolidator
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.recall import head_cues
 from agentmem.recall import query as recall_query
+from agentmem.recall.pipeline import Recaller
 from agentmem.entries.filters import compile_filters
 from agentmem.entries.records import to_hit
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
-    check_entry_id, check_entry_ids, check_id, check_k, check_kinds, check_limit_offset, check_metadata,
-    check_score, check_session_id, check_tags, check_text, check_timestamp, check_ttl,
-    format_timestamp,
+    check_entry_id, check_entry_ids, check_id, check_k, check_kinds, check_limit_offset, check_score,
+    check_session_id, check_tags, check_text,
 )
 from agentmem.types import Hit, MemoryRecord, MemoryVersion, MountChoice, utc_from_epoch
 from agentmem.write import Writer
@@ -88,17 +88,19 @@ class AgentMemory:
                                 cipher=self._cipher, scanner=self._scanner, recall=self._recall,
                                 new_entry=self._new_entry, record=self._record)
         self._kb = KbVersions(self._store.catalog)
-        self._consolidator = LocalConsolidator(
-            query=lambda vec, user, n, kind: self._store.vectors.query(vec, user_id=user, n=n, where={"kind": kind}),
-            rows=self._store.catalog.get, text_of=lambda r: self._sealer.open_text(r.id, "text", r.text),
-            embed=lambda texts: self._store.embedder.encode(texts, batch_size=self.config.embedding_batch_size),
-            # the pairwise weights belong to the bundled embedder
-            pairs=PairModel.bundled() if embedder is None and self.config.embedding_model is None else None)
+        # the pairwise weights belong to the bundled embedder
+        self._consolidator = local_consolidator(self._store, self.config,
+                                                bundled_pairs=embedder is None and self.config.embedding_model is None)
+        self._recaller = Recaller(config=self.config, search=self._store.search, recall_state=self._kb.recall_state,
+                                  hit_of=self._hit, demotion=ConflictDemotion(self._consolidator, self._store))
         # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
-        self.on_erase(self._consolidator.forget_erased)
-        self.on_erase(head_cues.forget_erased)
-        self.on_erase(recall_query.forget_erased)  # parsed queries, speaker names and timestamps
-        self.on_erase(self._bank.forget_erased)
+        for forget_erased in (self._consolidator.forget_erased, head_cues.forget_erased,
+                              recall_query.forget_erased, self._bank.forget_erased):  # queries: names, timestamps
+            self.on_erase(forget_erased)
+        self._forgetting = Forgetting(self._store, audit=self._audit, erasures=self._erasures, sessions=SessionHooks(
+            end=lambda session, user: self._end_session_kv(session, user_id=user),
+            end_user=lambda user: self.sessions.end_user(user) if self._has_sessions() else None,
+            sweep=lambda: self._sessions.sweep() if self._sessions is not None else None))  # session TTLs
         self._writer = Writer(store=self._store, bank=self._bank, config=self.config, consolidator=self._consolidator,
                               kb=self._kb, scanner=self._scanner,
                               submit_llm=lambda ids: self._llm_worker().submit(ids),
@@ -242,24 +244,8 @@ class AgentMemory:
         self._check_open()
         if ttl is not None and clear_ttl:
             raise InvalidInputError("give ttl or clear_ttl, not both")
-        row = self._live_row(entry_id)
-        text = check_text(text)
-        tag_list = None if tags is None else check_tags(tags)
-        meta = None if metadata is None else check_metadata(metadata)
-        ttl_s = check_ttl(ttl)
-        if reason is not None:
-            reason = check_text(reason, "reason")
-        if self._scanner is not None:
-            text = self._scanner.apply(text)
-            tag_list = None if tag_list is None else [self._scanner.apply(t) for t in tag_list]
-            meta = None if meta is None else self._scanner.apply_value(meta)
-            reason = None if reason is None else self._scanner.apply(reason)
-        occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
-                                    else datetime.now().astimezone())
-        if self._scanner is not None and occurred:
-            occurred = self._scanner.apply(occurred)  # a timestamp string is text too
-        return self._writer.new_version(row, text, tag_list=tag_list, meta=meta, ttl_s=ttl_s, clear_ttl=clear_ttl,
-                                        reason=reason, index=index, occurred=occurred, op="update")
+        return self._writer.update(self._live_row(entry_id), text=text, tags=tags, metadata=metadata, ttl=ttl,
+                                   reason=reason, index=index, clear_ttl=clear_ttl, timestamp=timestamp)
 
     def restore(self, entry_id: str, version: int | None = None) -> MemoryRecord:
         """Undo a consolidation the store got wrong: a superseded (or retracted) entry becomes active again, the
@@ -357,56 +343,27 @@ class AgentMemory:
         below: list[Hit] = []
         mounted = self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
                                asking_session=asking_session, for_mount=True, min_score=min_score, below=below)
-        threshold = self._mount_threshold(check_score(min_score, "min_score")) or 0.0
+        threshold = self._recaller.mount_threshold(check_score(min_score, "min_score")) or 0.0
         return MountChoice(mounted=mounted, below_threshold=below, threshold=threshold)
-
-    def _mount_threshold(self, min_score: float | None) -> float | None:
-        """The score a mounted hit needs: the higher of ``min_score`` and ``MemoryConfig.mount_min_score``."""
-        if self.config.mount_min_score > 0:
-            return max(min_score or 0.0, self.config.mount_min_score)
-        return min_score
 
     def _recall(self, query: str, *, user_id: str, k: int, session_id: str | None = None,
                 kinds: Iterable[str] | None = None, tags: Iterable[str] | None = None,
                 filters: Mapping[str, Any] | None = None, include_superseded: bool = False,
                 asking_session: str | None = None, for_mount: bool = False,
                 min_score: float | None = None, below: list[Hit] | None = None) -> list[Hit]:
-        """``recall``; ``asking_session`` picks the knowledge version served, ``for_mount`` applies the mount policy:
-        it leaves out the roles that are stored but not mounted (``MemoryConfig.unmounted_roles``) and hits scoring
-        below ``MemoryConfig.mount_min_score``. ``below`` (a list) receives the ranked hits ``min_score`` left
-        out."""
+        """``recall``'s inputs checked, then the recall pipeline (:class:`agentmem.recall.pipeline.Recaller`):
+        ``asking_session`` picks the knowledge version served, ``for_mount`` applies the mount policy, ``below`` (a
+        list) receives the ranked hits the threshold left out."""
         self._check_open()
         query = check_text(query, "query")
-        served, chain_stamp = self._kb.recall_state(asking_session)  # one read of store_info for both
         scope = Scope(
             user_id=check_id(user_id, "user_id", required=True) or "",
             session_id=check_id(session_id, "session_id", required=False),
             kinds=check_kinds(kinds), tags=check_tags(tags) or None, predicate=compile_filters(filters),
-            include_superseded=bool(include_superseded), kb_versions=served,
-            exclude_roles=tuple(self.config.unmounted_roles) if for_mount else (),
+            include_superseded=bool(include_superseded),
         )
-        k, cfg = check_k(k), self.config
-        consolidating = cfg.consolidation != "off"
-        follow = consolidating and cfg.recall_follows_versions and not scope.include_superseded
-        demote = consolidating and cfg.recall_conflict_demotion
-        want, min_score = demotion_pool(k) if demote else k, check_score(min_score, "min_score")
-        if for_mount:
-            min_score = self._mount_threshold(min_score)
-        # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
-        # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
-        found = self._store.search(query, scope, k=want, follow_versions=follow, chain_stamp=chain_stamp, head_k=k)
-        if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
-            dropped = [s for s in found if s.score < min_score]
-            found = [s for s in found if s.score >= min_score]
-            if below is not None:
-                below += [self._hit(s) for s in dropped[:k]]
-        if demote and len(found) > 1:  # unresolved conflicts: the older memory behind the newer one
-            head = found[:CHECKED]  # the same head for every k (consolidation.CHECKED)
-            conflicts = self._consolidator.conflicts([s.row for s in head],
-                                                     [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head],
-                                                     query)
-            found = demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)
-        return [self._hit(s) for s in found[:k]]
+        return self._recaller.recall(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"),
+                                     asking_session=asking_session, for_mount=for_mount, below=below)
 
     def _hit(self, s: Any) -> Hit:
         """A scored row as a :class:`Hit` (its texts opened)."""
@@ -757,44 +714,15 @@ class AgentMemory:
             if session_id is not None or tags is not None:
                 raise InvalidInputError("forget takes an entry id (and optionally its user_id) or a scope "
                                         "(session_id/tags), not both")
-            owned = [r.id for r in self._store.catalog.get([entry_id]) if user_id is None or r.user_id == user_id]
-            rows = self._store.delete(owned)
-            # a forgotten turn may sit in its conversation's working KV: drop that cache too
-            for uid, session in {(r.user_id, r.session_id) for r in rows if r.session_id}:
-                self._end_session_kv(session, user_id=uid)
-            self._audit.record("forget", user_id=user_id, count=len(rows))
-            self._erasures.notify(Erasure.of_rows("forget", rows))
-            return len(rows)
+            return self._forgetting.entry(entry_id, user_id=user_id)
         if user_id is None and session_id is None and not tag_list:
             raise InvalidInputError("forget needs an entry id, user_id, session_id or tags; refusing to erase everything")
-        ids = self._store.scope_ids(user_id=user_id, session_id=session_id, tags=tag_list)
-        rows = self._store.delete(ids)
-        n = len(rows)
-        if user_id is not None and self._has_sessions():
-            self.sessions.end_user(user_id)
-        # Sessions are keyed by (user, session): only the owners of the erased turns lose their working KV, never
-        # another user whose session happens to carry the same id.
-        for uid, session in {(r.user_id, r.session_id) for r in rows if r.session_id}:
-            self._end_session_kv(session, user_id=uid)
-        if session_id is not None:
-            self._end_session_kv(session_id, user_id=user_id)
-        action = "forget_user" if user_id is not None else "forget_session" if session_id is not None else "forget_tags"
-        self._audit.record(action, user_id=user_id, session_id=session_id, count=n)
-        whole_user = user_id if session_id is None and not tag_list else None
-        self._erasures.notify(Erasure.of_rows(action, rows, whole_user=whole_user, session_id=session_id))
-        return n
+        return self._forgetting.scope(user_id=user_id, session_id=session_id, tags=tag_list)
 
     def sweep(self) -> int:
         """Erase every expired entry everywhere (row, vector, blob); returns how many."""
         self._check_open()
-        rows = self._store.delete(self._store.catalog.expired_ids(time.time()))
-        n = len(rows)
-        if self._sessions is not None:
-            self._sessions.sweep()  # session TTLs
-        if n:
-            self._audit.record("expire", count=n)
-            self._erasures.notify(Erasure.of_rows("expire", rows))
-        return n
+        return self._forgetting.expired()
 
     def on_erase(self, listener: Callable[[Erasure], None]) -> Callable[[], None]:
         """Call ``listener(erasure)`` after every ``forget`` and ``sweep`` (ids only, never text); returns a function

@@ -232,6 +232,33 @@ class Writer:
         self.store.add(kept, None if vectors is None else vectors[list(keep)])
 
     # --- versions ------------------------------------------------------------------------------
+    def update(self, row: EntryRecord, *, text: str, tags: Iterable[str] | None, metadata: Mapping[str, Any] | None,
+               ttl: float | timedelta | None, reason: str | None, index: bool | None, clear_ttl: bool,
+               timestamp: datetime | str | None) -> MemoryRecord:
+        """``AgentMemory.update``'s arguments checked, secrets redacted, written as ``row``'s next version.
+
+        Example:
+            >>> writer.update(row, text="I moved to Paris.", tags=None, metadata=None, ttl=None, reason=None,
+            ...               index=None, clear_ttl=False, timestamp=None).version                 # doctest: +SKIP
+            2
+        """
+        text = check_text(text)
+        tag_list = None if tags is None else check_tags(tags)
+        meta = None if metadata is None else check_metadata(metadata)
+        ttl_s = check_ttl(ttl)
+        if reason is not None:
+            reason = check_text(reason, "reason")
+        occurred = format_timestamp(check_timestamp(timestamp) if timestamp is not None
+                                    else datetime.now().astimezone())
+        if self.scanner is not None:  # before anything is embedded or encoded, as on remember
+            text = self.scanner.apply(text)
+            tag_list = None if tag_list is None else [self.scanner.apply(t) for t in tag_list]
+            meta = None if meta is None else self.scanner.apply_value(meta)
+            reason = None if reason is None else self.scanner.apply(reason)
+            occurred = self.scanner.apply(occurred) if occurred else occurred  # a timestamp string is text too
+        return self.new_version(row, text, tag_list=tag_list, meta=meta, ttl_s=ttl_s, clear_ttl=clear_ttl,
+                                reason=reason, index=index, occurred=occurred, op="update")
+
     def new_version(self, row: EntryRecord, text: str, *, tag_list: list[str] | None, meta: dict[str, Any] | None,
                     ttl_s: float | None, clear_ttl: bool, reason: str | None, index: bool | None,
                     occurred: str | None, op: str) -> MemoryRecord:

@@ -1,38 +1,30 @@
-"""Retrieval recall@k on LoCoMo-shaped data, end to end and cross-validated over conversations.
+"""Retrieval recall@k on LoCoMo-shaped data, end to end through the public API.
 
 Every turn of each conversation is remembered as a memory of that conversation's user (speaker and
 session date kept in the memory line); for each question of categories 1-4 we report the share of its
-evidence turns among the top k recalled (public API: ``recall``).
+evidence turns among the top k recalled (``AgentMemory.recall`` with the store's defaults).
 
-    python benchmarks/locomo.py --data ../shared/data/locomo/locomo_dev5.json --k 5 10 [--folds 5]
+    python benchmarks/locomo.py --data ../shared/data/locomo/locomo_dev5.json --k 5 10
         [--backend embedded|postgres|chroma-server] [--consolidation off|local|llm] [--min-score 0.5]
 
 Consolidation is the library's default (``MemoryConfig().consolidation``, "local") unless ``--consolidation`` says
 otherwise, so the figure is what a user of the defaults gets; what it costs against "off" is measured by the
 lifecycle benchmark (docs/lifecycle.md).
 
-``--folds N`` adds the cross-validated figure: the conversations are split into N folds; for each fold the
-ranking constants (a small grid around the defaults) are chosen on the other folds and scored on it. The grid runs on
-the store's own candidates (``EntryStore.candidates``, retrieved once per question) with the library's ranking
-functions, so a setting costs no new retrieval. (``Hit.score`` is fitted and cross-checked across datasets by
-``research/fit_scores.py``.)
-
 ``--min-score T [T ...]`` adds, for each threshold, recall@k of ``recall(..., min_score=T)`` and ``kept@k``, its share
 of the unthresholded recall@k: what a ``min_score`` (or ``MemoryConfig.mount_min_score``) of T costs in evidence.
 
-``--query-tower`` sets ``MemoryConfig.query_tower`` (``none``: the plain MiniLM query); ``--held-out-towers DIR`` adds
-the figure with each conversation's questions asked through a tower trained without that conversation
-(``research/train_query_tower.py --hold-out DIR``), the held-out figure of the shipped tower's path; with it, the
-``--folds`` grid and calibration read those held-out towers' candidates too.
+``--query-tower`` sets ``MemoryConfig.query_tower`` (``none``: the plain MiniLM query). The research modes that
+re-rank the store's own candidates (``--folds N``: ranking constants cross-validated over conversations) or swap
+the query tower per conversation (``--held-out-towers DIR``) are ``research/locomo_cv.py``, which takes these
+flags too and prints this line with its own keys added.
 
-Last line: {"backend": ..., "consolidation": ..., "recall@5": ..., "recall@10": ..., "questions": N, ..., "cv": {...}}
+Last line: {"backend": ..., "consolidation": ..., "recall@5": ..., "recall@10": ..., "questions": N, ...}
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import itertools
 import json
 import os
 import statistics
@@ -40,8 +32,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,19 +41,7 @@ from tqdm import tqdm
 
 from _backends import BACKENDS, backend_urls
 
-from agentmem.ports.catalog import CatalogScope
 from agentmem import AgentMemory, MemoryConfig
-from agentmem.entries.store import Scope
-from agentmem.recall.head import HeadLoader, Ranked, rank_candidates
-from agentmem.recall.learned_rank import HeadModel
-from agentmem.recall.rerank import HeadEntry
-from agentmem.recall.retrieval import Candidates, RetrievalParams
-
-# the grid searched on the training folds: the ranking constants that moved recall when tried one by one
-GRID = {"dense_weight": [0.35, 0.5], "session_weight": [0.5, 1.0], "speaker_boost": [0.0, 0.5, 1.0],
-        "temporal_boost": [0.0, 0.2], "context_vector_weight": [0.0, 0.2, 0.35],
-        "list_session_weight": [0.25, 0.5]}  # 0.5 = the default session weight: list questions ranked as others
-
 
 # what a manifest written before a field existed was made with
 DEFAULT_MADE_BY = {"backend": "embedded", "consolidation": "local"}
@@ -98,7 +78,7 @@ class Question:
     text: str
     category: int
     gold: set[str]
-    cands: Candidates | None = None  # asked of its own conversation
+    cands: Any = None  # research/locomo_cv.py: the store's own candidates, asked of its own conversation
 
 
 def ingest_once(mem: AgentMemory, conversations: list[dict], manifest: Path,
@@ -173,137 +153,18 @@ def recall_summary(questions: list[Question], ranked: list[list[str]], ks: list[
     return result
 
 
-def held_out_towers(mem: AgentMemory, questions: list[Question], ks: list[int], towers: Path) -> dict[str, Any]:
-    """``end_to_end`` with each conversation's questions asked through the query tower trained without that
-    conversation (:func:`conversation_tower`): the held-out figure of the shipped path (ONNX int8 tower, Chroma's
-    HNSW, the shipped head and calibration)."""
-    ranked: list[list[str]] = [[] for _ in questions]
-    for conv in sorted({q.conv for q in questions}):
-        idx = [j for j, q in enumerate(questions) if q.conv == conv]
-        with conversation_tower(mem, towers, conv):
-            for j, r in zip(idx, recalled(mem, [questions[j] for j in idx], max(ks))):
-                ranked[j] = r
-    return {**recall_summary(questions, ranked, ks), "by_conversation": by_conversation(questions, ranked, ks)}
-
-
-def by_conversation(questions: list[Question], ranked: list[list[str]], ks: list[int]) -> dict[str, Any]:
-    """:func:`recall_summary` of each conversation's questions alone: how far the figure moves from one conversation
-    to the next is what a held-out conversation may see (a category's recall@10 has ~10-70 questions behind it in one
-    conversation)."""
-    result: dict[str, Any] = {}
-    for conv in sorted({q.conv for q in questions}):
-        idx = [j for j, q in enumerate(questions) if q.conv == conv]
-        result[conv] = recall_summary([questions[j] for j in idx], [ranked[j] for j in idx], ks)
-    return result
-
-
-@contextlib.contextmanager
-def conversation_tower(mem: AgentMemory, towers: Path | None, conv: str) -> Iterator[None]:
-    """Inside the block the store's embedder asks through ``towers/<conv>.safetensors`` (a query tower trained
-    without conversation ``conv``: ``research/train_query_tower.py --hold-out``); nothing changes when ``towers``
-    is None. The benchmark swaps the tower in place, as it reaches into the store for candidates."""
-    if towers is None:
-        yield
-        return
-    from agentmem.embed.query_tower import QueryTower
-
-    embedder = mem._store.embedder
-    before, embedder.query_tower = embedder.query_tower, QueryTower.load(towers / f"{conv}.safetensors")
-    try:
-        yield
-    finally:
-        embedder.query_tower = before
-
-
-def row_loader(rows: dict[str, Any]) -> HeadLoader:
-    """The head loader of cached rows, every row admitted (no scope filters, no versions followed).
+def arg_parser() -> argparse.ArgumentParser:
+    """The benchmark's flags (``research/locomo_cv.py`` adds its own to them).
 
     Example:
-        >>> from types import SimpleNamespace as Row
-        >>> head, tail = row_loader({"a": Row(speaker="Ann", memory_text="Ann: hi")})([("a", 1.0), ("b", 0.5)], 1)
-        >>> [h.id for h in head], tail
-        (['a'], [('b', 0.5)])
+        >>> arg_parser().parse_args(["--data", "d.json", "--min-score", "0.5"]).min_score
+        [0.5]
     """
-    def load(ranked: Ranked, depth: int) -> tuple[list[HeadEntry], Ranked]:
-        return [HeadEntry(i, s, rows[i].speaker, rows[i].memory_text, getattr(rows[i], "text", None),
-                          getattr(rows[i], "occurred_at", None)) for i, s in ranked[:depth]], ranked[depth:]
-
-    return load
-
-
-def ranking(q: Question, cands: Candidates, rows: dict[str, Any], p: RetrievalParams, k: int,
-            model: HeadModel = HeadModel()) -> list[tuple[str, float]]:
-    """The store's ranking (``agentmem.recall.head.rank_candidates``, what recall orders by) for one setting, every
-    row admitted, the head's learned order with ``model``'s weights (default the shipped ones)."""
-    return rank_candidates(q.text, cands, p, k, row_loader(rows), model)
-
-
-def cross_validate(questions: list[Question], rows: dict[str, Any], ks: list[int], folds: int) -> dict[str, Any]:
-    kmax = max(ks)
-    convs = sorted({q.conv for q in questions})
-    fold_of = {c: i % folds for i, c in enumerate(convs)}
-    settings = [replace(RetrievalParams(), **dict(zip(GRID, values))) for values in itertools.product(*GRID.values())]
-    # recall of every question under every setting (pure ranking over cached candidates)
-    recall: dict[int, list[dict[int, float]]] = {}
-    for si, p in enumerate(tqdm(settings, desc="grid", disable=None)):
-        recall[si] = []
-        for q in questions:
-            top = [i for i, _ in ranking(q, q.cands, rows, p, kmax)]
-            recall[si].append({k: len(q.gold & set(top[:k])) / len(q.gold) for k in ks})
-
-    def mean_recall(si: int, members: list[int]) -> float:
-        return sum(recall[si][j][k] for j in members for k in ks) / (len(members) * len(ks))
-
-    held: list[dict[int, float]] = [{} for _ in questions]
-    chosen = []
-    for f in range(folds):
-        train = [j for j, q in enumerate(questions) if fold_of[q.conv] != f]
-        test = [j for j, q in enumerate(questions) if fold_of[q.conv] == f]
-        if not test:
-            continue
-        best = max(range(len(settings)), key=lambda si: mean_recall(si, train))
-        chosen.append({name: getattr(settings[best], name) for name in GRID})
-        for j in test:
-            held[j] = recall[best][j]
-    per_cat: dict[int, list[float]] = defaultdict(list)
-    for q, r in zip(questions, held):
-        per_cat[q.category].append(r[kmax])
-    out: dict[str, Any] = {f"recall@{k}": round(statistics.fmean(r[k] for r in held), 4) for k in ks}
-    out[f"recall@{kmax}_by_category"] = {str(c): round(statistics.fmean(v), 4) for c, v in sorted(per_cat.items())}
-    out["fold_mean"] = {f"recall@{k}": round(statistics.fmean(
-        statistics.fmean(held[j][k] for j, q in enumerate(questions) if fold_of[q.conv] == f)
-        for f in range(folds)), 4) for k in ks}
-    out["chosen"] = chosen
-    return out
-
-
-def gather_candidates(mem: AgentMemory, questions: list[Question], pool: int,
-                      towers: Path | None = None) -> dict[str, Any]:
-    """Retrieve every question's candidates once (with ``towers``, each conversation's through its held-out tower);
-    return every turn's row."""
-    store = mem._store  # the benchmark re-ranks the store's own candidates: see the module docstring
-    convs = sorted({q.conv for q in questions})
-    bar = tqdm(total=len(questions), desc="candidates", unit="q", disable=None)
-    for conv in convs:
-        with conversation_tower(mem, towers, conv):
-            for q in (q for q in questions if q.conv == conv):
-                q.cands, _ = store.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)
-                bar.update()
-    bar.close()
-    rows: dict[str, Any] = {}
-    for c in convs:
-        ids = [i for page in store.catalog.iter_ids(CatalogScope(user_id=f"locomo-{c}")) for i in page]
-        rows.update({r.id: r for r in store.catalog.get(ids)})
-    return rows
-
-
-def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--k", type=int, nargs="+", default=[5, 10])
     ap.add_argument("--store", type=Path, default=None,
                     help="store directory (default: a temp dir); reused when it holds this data's ingest")
-    ap.add_argument("--folds", type=int, default=0, help="cross-validate over conversations in this many folds")
     ap.add_argument("--min-score", type=float, nargs="*", default=[],
                     help="also: recall@k with recall(min_score=T) for each T, and its share of the plain recall@k")
     ap.add_argument("--conversations", type=int, default=None, help="only the first N conversations (a quicker run)")
@@ -314,11 +175,20 @@ def main() -> None:
                     "LoCoMo is measured in docs/lifecycle.md)")
     ap.add_argument("--query-tower", default="auto",
                     help="MemoryConfig.query_tower for recall: auto (the bundled tower), none (off) or a tower file")
-    ap.add_argument("--held-out-towers", type=Path, default=None,
-                    help="also: each conversation's questions through DIR/<conversation>.safetensors, a tower trained "
-                    "without it (research/train_query_tower.py --hold-out)")
-    args = ap.parse_args()
+    return ap
 
+
+# what research/locomo_cv.py adds to the result: (mem, questions, result) -> None, run with the store still open
+MoreModes = Callable[[AgentMemory, list[Question], dict[str, Any]], None]
+
+
+def measure(args: argparse.Namespace, more: MoreModes | None = None) -> dict[str, Any]:
+    """Ingest (or reuse ``args.store``'s ingest), recall every question, and return the result line's dict.
+
+    Example:
+        >>> measure(arg_parser().parse_args(["--data", "locomo_dev5.json"]))["recall@10"]   # doctest: +SKIP
+        0.8446
+    """
     conversations = json.loads(args.data.read_text())[: args.conversations]
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)  # a PostgreSQL server user must reach its data dir under it
@@ -337,13 +207,13 @@ def main() -> None:
             result["ingest_s"] = round(ingest_s, 1)
             if args.min_score:
                 result["min_score"] = thresholded(mem, questions, args.k, args.min_score, result)
-            if args.held_out_towers:
-                result["held_out_towers"] = held_out_towers(mem, questions, args.k, args.held_out_towers)
-            if args.folds:
-                rows = gather_candidates(mem, questions, max(mem.config.candidate_pool, 4 * max(args.k)),
-                                         args.held_out_towers)
-                result["cv"] = cross_validate(questions, rows, args.k, args.folds)
-    print(json.dumps(result), flush=True)
+            if more is not None:
+                more(mem, questions, result)
+    return result
+
+
+def main() -> None:
+    print(json.dumps(measure(arg_parser().parse_args())), flush=True)
     sys.exit(0)
 
 

@@ -43,9 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentmem.kv.model import load_model  # noqa: E402
 from agentmem.train import PromptLayout, TrainedPrefix, TrainOptions, make_data, train_prefix  # noqa: E402
 from agentmem.train.cartridge import make_recall_data  # noqa: E402
-from agentmem.train import _kv  # noqa: E402
 from agentmem.train.checkpoint import load_state, save_state  # noqa: E402
-from agentmem.train.evaluate import answer_logprobs, context_kv, kl, mounted_context, nll  # noqa: E402
+from agentmem.train.evaluate import answer_logprobs, context_kv, kl, memory_kv, mounted_context, nll  # noqa: E402
 from agentmem.train.selfstudy import SelfStudyData  # noqa: E402
 
 
@@ -160,7 +159,6 @@ def main() -> None:
     model.requires_grad_(False)
     layout = PromptLayout.for_tokenizer(tok)
     preamble = layout.preamble_ids()
-    fingerprint = _kv.model_fingerprint(model, tok)
     count = lambda text: len(layout.answer_ids(text, end=False))  # noqa: E731
     opts = TrainOptions(samples=args.samples, batch_size=args.batch_size, answer_tokens=args.answer_tokens,
                         recall_repeat=args.recall_repeat)
@@ -206,15 +204,14 @@ def main() -> None:
                "nll_per_question": {k: v["per_question"] for k, v in base.items()},
                "selfstudy_seconds": round(data_seconds, 1), "selfstudy_reused": data_reused, "entries": []}
         for p in args.tokens:
-            pre_kv = _kv.encode(model, torch.tensor(preamble))
-            untrained = TrainedPrefix(*_kv.encode(model, torch.tensor(doc_ids[:p]), pre_kv), doc_ids[:p], len(preamble))
+            untrained = TrainedPrefix(*memory_kv(model, preamble, doc_ids[:p]), doc_ids[:p], len(preamble))
             tag = f"p{p}-steps{args.steps}-lr{args.lr}{variant}"
             entry_path = conv_dir / f"entry-{tag}.safetensors"
             if entry_path.exists():
                 tp = TrainedPrefix.from_bytes(entry_path.read_bytes())
             else:
                 tp = train_prefix(model, tok, doc, tokens=p, steps=args.steps, seed=args.seed, lr=args.lr,
-                                  options=opts, data=data, fingerprint=fingerprint, progress=not args.no_progress,
+                                  options=opts, data=data, progress=not args.no_progress,
                                   checkpoint_path=conv_dir / f"ckpt-{tag}.safetensors")
                 entry_path.write_bytes(tp.to_bytes())
             nll_u, lps_u = score(model, layout, mounted_context(model, preamble, *untrained.kv()), qa, text_lps)

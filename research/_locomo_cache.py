@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]  # research/, benchmarks/
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 import retrieval_ablation as ra  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -56,7 +57,7 @@ def build(data: Path, store_dir: Path, consolidation: str, pool: int) -> dict:
     with AgentMemory(store_dir, kv_encoding="off", consolidation=consolidation) as mem:
         id_maps = locomo.ingest_once(mem, conversations, manifest, made_by)
         questions = locomo.questions_of(conversations, id_maps)
-        rows = locomo.gather_candidates(mem, questions, pool)
+        rows = locomo_cv.gather_candidates(mem, questions, pool)
         store = mem._store
         places = store.catalog.turn_context(list(rows))
         turns = ra.conv_turns(conversations, id_maps, rows)

@@ -32,6 +32,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]  # research/, benchmarks/
 import learned_ablation as la  # noqa: E402
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 
 from agentmem.recall.head import Ranked  # noqa: E402
 from agentmem.recall.head_cues import _stems, move_up, question_words  # noqa: E402
@@ -142,7 +143,7 @@ def head(q: Any, rows: dict, p: RetrievalParams, vecs: dict[str, np.ndarray], ar
          widening: str) -> tuple[list[str], np.ndarray]:
     """The shipped head (20 widened by the pools' best 20, plus ``widening``'s extra entries): ids in the hand-set
     order, the 20 features + 5 cues + the extra columns (coherence 3, session 3)."""
-    cands, load = q.cands, locomo.row_loader(rows)
+    cands, load = q.cands, locomo_cv.row_loader(rows)
     ids, XC = la.head_features(q, cands, rows, p, 20, 20,
                                lambda ranked, depth: load(*widened(ranked, depth, q, rows, args, widening)))
     U = np.stack([vecs[i] for i in ids])

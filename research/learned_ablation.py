@@ -48,6 +48,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]  # research/, benchmarks/
 import _locomo_cache  # noqa: E402,F401  (the cache's row type must be importable to unpickle it)
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 
 from agentmem.recall.calibration import fit_logistic  # noqa: E402
 from agentmem.recall.head import HeadLoader, head_of  # noqa: E402
@@ -95,7 +96,7 @@ def shipped(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, k: int = 
             model: HeadModel = HeadModel()) -> list[str]:
     """The best ``k`` ids of recall's ranking (``agentmem.recall.head.rank_candidates``, every row admitted) under
     ``p``, the learned order with ``model``'s weights (default the shipped ones)."""
-    return [i for i, _ in locomo.ranking(q, cands, rows, p, k, model)]
+    return [i for i, _ in locomo_cv.ranking(q, cands, rows, p, k, model)]
 
 
 # ---------------------------------------------------------------- where the evidence sits
@@ -110,7 +111,7 @@ def diagnose(data: Data, p: RetrievalParams) -> dict[str, Any]:
         pq = for_query(p, q.text)
         scores, _, _ = rank_parts(q.cands, pq)
         rest = [i for i, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))]
-        top = [i for i, _ in locomo.ranking(q, q.cands, data.rows, p, 20)]
+        top = [i for i, _ in locomo_cv.ranking(q, q.cands, data.rows, p, 20)]
         in_top = set(top)
         order = top + [i for i in rest if i not in in_top]
         pos = {i: n for n, i in enumerate(order)}
@@ -131,9 +132,9 @@ def head_features(q: Any, cands: Candidates, rows: dict, p: RetrievalParams, dep
     (:func:`agentmem.recall.learned_rank.features`: exactly what recall computes), the question-text cues
     (``head_cues.CUES``) as further columns. ``reserve`` > 0: the head also holds the ``reserve`` best of the dense
     and of the turn-context pools (``head_cues.widen``: a wider head the learned order can lift from). ``load``:
-    the head's loader (:func:`agentmem.recall.head.head_of`; default :func:`locomo.row_loader`, which a widening
+    the head's loader (:func:`agentmem.recall.head.head_of`; default :func:`locomo_cv.row_loader`, which a widening
     one calls)."""
-    h = head_of(q.text, cands, p, depth, reserve, load or locomo.row_loader(rows))
+    h = head_of(q.text, cands, p, depth, reserve, load or locomo_cv.row_loader(rows))
     X = features(q.text, h.entries, h.order, cands, h.fused, h.spilled, h.params)
     return [i for i, _ in h.order], np.hstack([X, cue_columns(q.text, h.entries, h.order, cands)])
 

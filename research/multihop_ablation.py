@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]  # research/, benchmarks/
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 import retrieval_ablation as ra  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> None:
             id_maps = locomo.load_conversations(mem, conversations)
             manifest.write_text(json.dumps({**made_by, "ids": id_maps}))
         questions = locomo.questions_of(conversations, id_maps)
-        rows = locomo.gather_candidates(mem, questions, args.pool)
+        rows = locomo_cv.gather_candidates(mem, questions, args.pool)
         store = mem._store
         places = store.catalog.turn_context(list(rows))
         turns = ra.conv_turns(conversations, id_maps, rows)

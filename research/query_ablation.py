@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks")]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]  # research/, benchmarks/
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 
 from agentmem.ports.catalog import CatalogScope
 from agentmem import AgentMemory  # noqa: E402
@@ -89,7 +90,7 @@ def evaluate(cache: dict[str, Any], params: RetrievalParams, info_of: Callable[[
              wrap: Callable[[Any, QueryInfo], Any] = lambda load, info: load) -> dict[str, Any]:
     """recall@5 / @10 overall and recall@10 by category under ``params``, the query parse ``info_of``, the rows
     as ``rows_of`` gives them and the head loader as ``wrap`` makes it for each question."""
-    load = locomo.row_loader(rows_of(cache["rows"]))
+    load = locomo_cv.row_loader(rows_of(cache["rows"]))
     at5, at10, cat = [], [], defaultdict(list)
     for q in cache["questions"]:
         info = info_of(q.text)

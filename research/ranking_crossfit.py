@@ -2,7 +2,7 @@
 
 Two dev sets, each cached by ``research/_locomo_cache.py`` (one ingest with the default consolidation, the store's
 own candidates): ``L`` = LoCoMo dev, ``R`` = REALTALK dev. Everything is ranked by the library's own functions over
-those candidates (``locomo.ranking``), so the figures are recall's end-to-end order without conflict demotion.
+those candidates (``locomo_cv.ranking``), so the figures are recall's end-to-end order without conflict demotion.
 
 * ``retrieval``: the scalars of ``ranking.json``'s "retrieval" group that ``benchmarks/locomo.py``'s grid moves, one
   at a time (each other value of the grid, and 0 for a boost: the part dropped), plus ``learned_head=False`` and
@@ -38,6 +38,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 import learned_ablation as la  # noqa: E402
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 
 from agentmem.recall.learned_rank import FEATURES  # noqa: E402
 from agentmem.recall.retrieval import RetrievalParams  # noqa: E402
@@ -45,7 +46,7 @@ from agentmem.recall.retrieval import RetrievalParams  # noqa: E402
 # the shipped head recipe (ranking.json's head_model provenance)
 DEPTH, RESERVE, CUES, L2, BLEND = 20, 20, "overlap,rare_overlap,session_mass,list_first", 0.1, 1.0
 # one-at-a-time alternatives: locomo.py's grid, 0 for each boost (the part dropped), the head switched off / narrowed
-ALTERNATIVES: dict[str, list[Any]] = {**{k: list(v) for k, v in locomo.GRID.items()},
+ALTERNATIVES: dict[str, list[Any]] = {**{k: list(v) for k, v in locomo_cv.GRID.items()},
                                       "learned_head": [False], "head_reserve": [0]}
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]  # research/, benchmarks/
 import locomo  # noqa: E402  (the benchmark next door: ingest, questions, the store's own ranking)
+import locomo_cv  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
 from agentmem.backends.sqlite.catalog import fts_query  # noqa: E402
@@ -178,13 +179,13 @@ def rank(q: locomo.Question, rows: dict, p: RetrievalParams, k: int, extra: dict
          w: float, *, places: dict) -> list[str]:
     """The shipped ranking with ``w`` × an extra turn-level score added to the fused score.
 
-    Without an extra score this *is* the library's ranking (``locomo.ranking``: ``rank_scores`` and the head's
+    Without an extra score this *is* the library's ranking (``locomo_cv.ranking``: ``rank_scores`` and the head's
     re-ranking, with the list-question rule of ``multihop.for_query``), so the baseline equals what ships. With
     one, the same steps are spelled out here, because the extra score enters before spillover (over ``places``,
     every turn's placement: an extra score may name turns outside the store's candidates)."""
     p = for_query(p, q.text)
     if not (extra and w):
-        return [i for i, _ in locomo.ranking(q, q.cands, rows, p, k)]
+        return [i for i, _ in locomo_cv.ranking(q, q.cands, rows, p, k)]
     fused = fuse(q.cands.dense, q.cands.lexical, dense_weight=p.dense_weight)
     if p.context_vector_weight and q.cands.turn_context:  # the shipped turn context vectors (their own search)
         lo, hi = min(q.cands.turn_context.values()), max(q.cands.turn_context.values())
@@ -344,7 +345,7 @@ def more_rounds(store: Any, questions: list[locomo.Question], rows: dict, turns:
 
 
 def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks: list[int]) -> dict[str, Any]:
-    """The library's own opt-in options through its own ranking (``locomo.ranking``): the query-time context
+    """The library's own opt-in options through its own ranking (``locomo_cv.ranking``): the query-time context
     (``EntryStore._context``) and the session first stage, each weight chosen by CV."""
     from agentmem.entries.store import Scope
 
@@ -356,7 +357,7 @@ def shipped_options(store: Any, questions: list[locomo.Question], rows: dict, ks
     for top_n in (1, 2, 3):
         options[f"store_session_first_top{top_n}"] = lambda w, t=top_n: replace(p, session_first=w, session_top=t)
     for name, make in options.items():
-        per_w = {w: [recalls(q, [i for i, _ in locomo.ranking(q, q.cands, rows, make(w), kmax)], ks)
+        per_w = {w: [recalls(q, [i for i, _ in locomo_cv.ranking(q, q.cands, rows, make(w), kmax)], ks)
                      for q in questions] for w in WEIGHTS}
         res, chosen = cv_weight(questions, per_w, ks)
         out[name] = {"fused_cv": res, "chosen_w": chosen, "at_0": summary(questions, per_w[0.0], ks)}
@@ -394,7 +395,7 @@ def main() -> None:
         questions = locomo.questions_of(conversations, id_maps)
         for cid in id_maps:  # a store ingested before turn context vectors: give them theirs
             mem._store.contexts.backfill(f"locomo-{cid}")
-        rows = locomo.gather_candidates(mem, questions, args.pool)
+        rows = locomo_cv.gather_candidates(mem, questions, args.pool)
         store = mem._store
         places = store.catalog.turn_context(list(rows))
         turns = conv_turns(conversations, id_maps, rows)

@@ -65,6 +65,7 @@ def instrument(mem: Any) -> None:
     store.vectors.query = _timed("ann", store.vectors.query, by_space=True)
     mem._consolidator.conflicts = _timed("conflict_check", mem._consolidator.conflicts)
     store.search = _timed("search_total", store.search)  # one search, version following inside it
+    mem._recaller._search = store.search  # the recall pipeline holds the search it was built with
     entries_mod.rank_scores = _timed("fusion", entries_mod.rank_scores)
     entries_mod.rerank = _timed("rerank", entries_mod.rerank)
     for mod in (memory_mod, entries_mod):  # wherever version following lives in this version of the code

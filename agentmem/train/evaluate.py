@@ -22,7 +22,7 @@ import torch
 from agentmem.train import _kv
 from agentmem.train.layout import PromptLayout
 
-__all__ = ["answer_logprobs", "answer_nll", "context_kv", "kl", "mounted_context", "nll"]
+__all__ = ["answer_logprobs", "answer_nll", "context_kv", "kl", "memory_kv", "mounted_context", "nll"]
 
 
 def context_kv(model: Any, preamble_ids: list[int], memory_ids: list[int] | None = None
@@ -30,6 +30,20 @@ def context_kv(model: Any, preamble_ids: list[int], memory_ids: list[int] | None
     """KV of ``preamble_ids + memory_ids`` encoded in one pass (text mode's context)."""
     ids = list(preamble_ids) + list(memory_ids or [])
     return _kv.encode(model, torch.tensor(ids, dtype=torch.long))
+
+
+def memory_kv(model: Any, preamble_ids: list[int], memory_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """KV of ``memory_ids`` alone, encoded after the preamble (at positions ``len(preamble) ..``), as an entry is
+    stored: e.g. an untrained prefix, the real KV of a document's first tokens (what training starts from).
+
+    Example:
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> model, _ = tiny_causal_lm("llama")
+        >>> memory_kv(model, [1, 2, 3], [4, 5])[0].shape[2]
+        2
+    """
+    pre = _kv.encode(model, torch.tensor(preamble_ids, dtype=torch.long)) if preamble_ids else None
+    return _kv.encode(model, torch.tensor(memory_ids, dtype=torch.long), pre)
 
 
 def mounted_context(model: Any, preamble_ids: list[int], keys: torch.Tensor, values: torch.Tensor

@@ -199,14 +199,9 @@ SCALE_INGEST = ("the 100,000-entry ingest writes through the store with noisy co
     "18 ms). A public bulk path that keeps recall fast is needed first; parts_p50_ms goes to research/scale_profile.py")
 # Reaches into the product that remain in benchmarks/, by file and the expression, with what is left to do.
 KNOWN_BENCHMARK_REACHES: dict[tuple[str, str], str] = {
-    ("benchmarks/locomo.py", "mem._store"): "gather_candidates re-ranks the store's own candidates and "
-    "held_out_tower swaps the query tower in place: research (the ablations' candidate cache) to split out into "
-    "research/, the end-to-end recall@k staying on the public recall (another helper's file this session)",
     ("benchmarks/scale.py", "mem._store"): SCALE_INGEST,
     ("benchmarks/scale.py", "mem._new_entry"): SCALE_INGEST,
     ("benchmarks/scale.py", "mem._consolidator"): SCALE_INGEST,
-    ("benchmarks/trained_entry.py", "agentmem.train._kv"): "the untrained-prefix baseline and the model "
-    "fingerprint come from the training internals: a research comparison, to move to research/",
 }
 
 NAMEDTUPLE_API = ("_asdict", "_replace", "_fields", "_make")  # public methods of a namedtuple, despite the underscore

@@ -20,8 +20,9 @@ from agentmem.recall.multihop import for_query
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.retrieval import RetrievalParams, best_first, rank_parts
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).parents[2] / "benchmarks"), str(Path(__file__).parents[2] / "research")]
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 from recall_latency import OBJECTS, SUBJECTS, VERBS  # noqa: E402
 
 SPEAKERS = ("Ann", "Bob")
@@ -58,7 +59,7 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AgentMemor
     with AgentMemory(tmp_path_factory.mktemp("head") / "m", kv_encoding="off", consolidation="off") as mem:
         locomo.load_conversations(mem, conversations)
         questions = [locomo.Question(c, text, 1, set()) for c in ("a", "b") for text in _questions(rng)]
-        rows = locomo.gather_candidates(mem, questions, max(mem.config.candidate_pool, 40))  # as locomo.py --k 5 10
+        rows = locomo_cv.gather_candidates(mem, questions, max(mem.config.candidate_pool, 40))  # as locomo.py --k 5 10
         yield mem, questions, rows
 
 
@@ -67,10 +68,10 @@ def test_locomo_ranking_is_the_order_recall_returns(bench, k: int) -> None:
     mem, questions, rows = bench
     params = mem._store.params
     for q in questions:
-        cands, _ = mem._store.candidates(q.text, locomo.Scope(f"locomo-{q.conv}"),
+        cands, _ = mem._store.candidates(q.text, locomo_cv.Scope(f"locomo-{q.conv}"),
                                          pool=max(mem.config.candidate_pool, 4 * k))
         hits = mem.recall(q.text, user_id=f"locomo-{q.conv}", k=k)
-        got = locomo.ranking(q, cands, rows, params, k)
+        got = locomo_cv.ranking(q, cands, rows, params, k)
         assert [h.id for h in hits] == [i for i, _ in got], q.text
         assert [h.scores["rank"] for h in hits] == pytest.approx([s for _, s in got], abs=0, rel=1e-12), q.text
 
@@ -80,9 +81,9 @@ def test_the_comparison_sees_every_step(bench) -> None:
     changes the order, so a benchmark copy that drifted from recall in any of them fails the test above."""
     mem, questions, rows = bench
     params, k = mem._store.params, 10
-    shipped = [locomo.ranking(q, q.cands, rows, params, k) for q in questions]
+    shipped = [locomo_cv.ranking(q, q.cands, rows, params, k) for q in questions]
     for changed in (replace(params, learned_head=False), replace(params, head_reserve=0)):
-        assert [locomo.ranking(q, q.cands, rows, changed, k) for q in questions] != shipped
+        assert [locomo_cv.ranking(q, q.cands, rows, changed, k) for q in questions] != shipped
     assert any(for_query(params, q.text) != params for q in questions)  # a list question among them
     widened = [widen(best_first(rank_parts(q.cands, for_query(params, q.text))[0]), q.cands, 20,
                      params.head_reserve)[1] for q in questions]
@@ -110,7 +111,7 @@ def test_the_head_model_is_an_argument(bench) -> None:
     default of ``reorder`` is touched, as research/context_pool_ablation.py's refit once did)."""
     mem, questions, rows = bench
     params, k = mem._store.params, 10
-    load = locomo.row_loader(rows)
+    load = locomo_cv.row_loader(rows)
     defaults = reorder.__defaults__
     shipped = [rank_candidates(q.text, q.cands, params, k, load) for q in questions]
     assert [rank_candidates(q.text, q.cands, params, k, load, HeadModel()) for q in questions] == shipped
@@ -127,7 +128,7 @@ def test_head_of_is_the_hand_set_ranking(bench) -> None:
     features are computed on)."""
     mem, questions, rows = bench
     hand, k = replace(mem._store.params, learned_head=False), 10
-    load = locomo.row_loader(rows)
+    load = locomo_cv.row_loader(rows)
     for q in questions:
         h = head_of(q.text, q.cands, hand, max(2 * k, hand.rerank_depth), 0, load)
         assert (h.order + h.tail)[:k] == rank_candidates(q.text, q.cands, hand, k, load), q.text

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from agentmem import AgentMemory
 from agentmem.consolidate.local import demotion_pool
+from agentmem.consolidate.store_parts import ConflictDemotion, local_consolidator
 from agentmem.entries.store import Scope
+from agentmem.recall.pipeline import Recaller
 
 PEOPLE = ["Caroline", "Melanie", "John", "Maria", "Dave", "Gina"]
 THINGS = ["went hiking by the lake", "painted a sunset", "adopted a puppy", "ran a charity race", "baked bread",
@@ -35,15 +37,23 @@ def test_recall_ranks_its_head_for_the_k_it_returns(tmp_path: Path) -> None:
 
 
 def test_recall_with_its_conflict_check_asks_for_the_look_ahead_with_the_head_of_k(tmp_path: Path) -> None:
+    # the recall pipeline of a store with consolidation, its store's search spied on
     with AgentMemory(tmp_path / "store", kv_encoding="off", consolidation="local") as mem:
         mem.remember("Caroline: I went hiking by the lake.", user_id="u")
         calls: list[dict] = []
-        search = mem._store.search
+        store = mem._store
 
         def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
             calls.append(kwargs)
-            return search(*args, **kwargs)
+            return store.search(*args, **kwargs)
 
-        mem._store.search = spy
-        mem.recall("Where did Caroline go?", user_id="u", k=5)
+        demotion = ConflictDemotion(local_consolidator(store, mem.config, bundled_pairs=True), store)
+        recaller = Recaller(config=mem.config, search=spy, recall_state=lambda session: (None, 0),
+                            hit_of=lambda s: s.row.id, demotion=demotion)
+        assert recaller.recall("Where did Caroline go?", Scope("u"), k=5)
         assert calls[-1]["k"] == demotion_pool(5) > 5 and calls[-1]["head_k"] == 5
+        calls.clear()
+        off = Recaller(config=mem.config.model_copy(update={"recall_conflict_demotion": False}), search=spy,
+                       recall_state=lambda session: (None, 0), hit_of=lambda s: s.row.id, demotion=demotion)
+        off.recall("Where did Caroline go?", Scope("u"), k=5)
+        assert calls[-1]["k"] == 5  # no conflict check: no look-ahead

@@ -1,4 +1,4 @@
-"""benchmarks/locomo.py's held-out query towers: each conversation's questions are asked through its own tower (the
+"""research/locomo_cv.py's held-out query towers: each conversation's questions are asked through its own tower (the
 one trained without it), on a real store, and the store's own tower is back afterwards."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch
 from agentmem import AgentMemory
 from agentmem.embed.query_tower import BUNDLED_BASE, QueryTower, save_tower
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / d) for d in ("benchmarks", "research")]
 import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 
 TURNS = {"a": ["Caroline moved to Boston last spring.", "Caroline bakes bread on Sundays."],
          "b": ["Melanie paints lakes at sunrise.", "Melanie ran a marathon in May."]}
@@ -36,7 +37,7 @@ def test_recall_summary_pools_questions_and_splits_categories() -> None:
 def test_by_conversation_summarises_each_conversations_questions_alone() -> None:
     qs = [locomo.Question("a", "q1", 1, {"x", "y"}), locomo.Question("b", "q2", 3, {"z"}),
           locomo.Question("a", "q3", 3, {"w"})]
-    got = locomo.by_conversation(qs, [["x", "n", "y"], ["n", "z"], ["w"]], [1, 2])
+    got = locomo_cv.by_conversation(qs, [["x", "n", "y"], ["n", "z"], ["w"]], [1, 2])
     assert got == {"a": {"recall@1": 0.75, "recall@2": 0.75, "questions": 2,
                          "recall@2_by_category": {"1": 0.5, "3": 1.0}},
                    "b": {"recall@1": 0.0, "recall@2": 1.0, "questions": 1, "recall@2_by_category": {"3": 1.0}}}
@@ -61,7 +62,7 @@ def test_each_conversation_is_asked_through_its_own_tower_and_the_stores_tower_c
     for c in TURNS:
         _tower(zero / f"{c}.safetensors", zero=True)
     plain = locomo.end_to_end(mem, qs, [1, 2])
-    held = locomo.held_out_towers(mem, qs, [1, 2], zero)  # zero towers: the plain model's ranking
+    held = locomo_cv.held_out_towers(mem, qs, [1, 2], zero)  # zero towers: the plain model's ranking
     assert {k: held[k] for k in ("recall@1", "recall@2")} == {k: plain[k] for k in ("recall@1", "recall@2")}
     assert sorted(held["by_conversation"]) == ["a", "b"]
     assert all(v["questions"] == 1 for v in held["by_conversation"].values())
@@ -79,10 +80,10 @@ def test_each_conversation_is_asked_through_its_own_tower_and_the_stores_tower_c
         return embed(text)
 
     mem._store.embedder.encode_query = spy
-    locomo.held_out_towers(mem, qs, [1, 2], tuned)
+    locomo_cv.held_out_towers(mem, qs, [1, 2], tuned)
     assert seen == {qs[0].text: QueryTower.load(tuned / "a.safetensors").digest,
                     qs[1].text: QueryTower.load(tuned / "b.safetensors").digest}
     assert mem._store.embedder.query_tower is None
     with pytest.raises(Exception, match="not found"):
-        locomo.held_out_towers(mem, [locomo.Question("c", "?", 1, {"x"})], [1], tuned)
+        locomo_cv.held_out_towers(mem, [locomo.Question("c", "?", 1, {"x"})], [1], tuned)
     assert mem._store.embedder.query_tower is None  # restored after a failure too

@@ -98,3 +98,21 @@ def test_stale_on_preamble_change(trained):
     tp, _, _ = trained
     assert is_stale(tp.record, DOC, None, preamble_digest=tp.record["preamble_digest"]) is None
     assert "preamble" in is_stale(tp.record, DOC, None, preamble_digest="0" * 64)
+
+
+def test_memory_kv_is_the_documents_kv_after_the_preamble(trained):
+    """``memory_kv`` (the untrained baseline of benchmarks/trained_entry.py): the KV of the memory tokens alone, as
+    the one-pass text context holds them after the preamble; mounted after the preamble it is that context again."""
+    from agentmem.train import PromptLayout
+    from agentmem.train.evaluate import context_kv, memory_kv, mounted_context
+
+    _, model, tok = trained
+    layout = PromptLayout.for_tokenizer(tok)
+    pre, doc = layout.preamble_ids(), layout.document_ids(DOC)[:16]
+    keys, values = memory_kv(model, pre, doc)
+    assert keys.shape[2] == values.shape[2] == len(doc)
+    text_k, text_v = context_kv(model, pre, doc)
+    torch.testing.assert_close(keys, text_k[:, :, len(pre):], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(values, text_v[:, :, len(pre):], atol=1e-4, rtol=1e-4)
+    mounted_k, _ = mounted_context(model, pre, keys, values)
+    torch.testing.assert_close(mounted_k, text_k, atol=1e-4, rtol=1e-4)

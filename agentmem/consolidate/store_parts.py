@@ -1,0 +1,65 @@
+"""The local consolidation's parts for one store: the consolidator built over an :class:`EntryStore`, and recall's
+demotion step (:class:`agentmem.recall.pipeline.Demotion`) run on its conflict check.
+
+Example:
+    >>> from agentmem.config import MemoryConfig
+    >>> from agentmem.entries.store import EntryStore
+    >>> store = EntryStore(tmp_path, MemoryConfig())                                   # doctest: +SKIP
+    >>> consolidator = local_consolidator(store, MemoryConfig(), bundled_pairs=True)   # doctest: +SKIP
+    >>> demotion = ConflictDemotion(consolidator, store)                               # doctest: +SKIP
+    >>> demotion.pool(5)                                                               # doctest: +SKIP
+    11
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentmem.config import MemoryConfig
+from agentmem.consolidate.local import CHECKED, LocalConsolidator, demote_older, demotion_pool
+from agentmem.consolidate.pairs import PairModel
+from agentmem.entries.store import EntryStore
+
+
+def local_consolidator(store: EntryStore, config: MemoryConfig, *, bundled_pairs: bool) -> LocalConsolidator:
+    """The consolidator of ``store``: its vector index for neighbours, its catalog for rows, its sealer for texts,
+    its embedder for text vectors; the bundled pairwise model when ``bundled_pairs`` (its weights belong to the
+    bundled embedder: with another, the cosine rule).
+
+    Example:
+        >>> local_consolidator(store, MemoryConfig(), bundled_pairs=True).pairs is not None   # doctest: +SKIP
+        True
+    """
+    vectors, catalog, sealer, embedder = store.vectors, store.catalog, store.sealer, store.embedder
+    return LocalConsolidator(
+        query=lambda vec, user, n, kind: vectors.query(vec, user_id=user, n=n, where={"kind": kind}),
+        rows=catalog.get, text_of=lambda r: sealer.open_text(r.id, "text", r.text),
+        embed=lambda texts: embedder.encode(texts, batch_size=config.embedding_batch_size),
+        pairs=PairModel.bundled() if bundled_pairs else None)
+
+
+class ConflictDemotion:
+    """Recall's demote step: of the first ``CHECKED`` hits (the same head for every k), the pairs the consolidator
+    finds in conflict are settled older-behind-newer (:func:`agentmem.consolidate.local.demote_older`); recall looks
+    :func:`~agentmem.consolidate.local.demotion_pool` hits deep for it.
+
+    Example:
+        >>> ConflictDemotion(consolidator, store).pool(10)                                   # doctest: +SKIP
+        15
+    """
+
+    def __init__(self, consolidator: LocalConsolidator, store: EntryStore) -> None:
+        self._consolidator = consolidator
+        self._sealer = store.sealer
+
+    def pool(self, k: int) -> int:
+        return demotion_pool(k)
+
+    def demote(self, found: list[Any], query: str) -> list[Any]:
+        head = found[:CHECKED]
+        texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
+        conflicts = self._consolidator.conflicts([s.row for s in head], texts, query)
+        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)
+
+
+__all__ = ["ConflictDemotion", "local_consolidator"]

@@ -1,0 +1,115 @@
+"""Recall, one pipeline: candidates → fuse → head → calibrate → threshold → demote.
+
+The first four stages are the store's search (:meth:`agentmem.entries.store.EntryStore.search`: the dense and
+lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`.head`) and the calibrated score
+(:mod:`.calibration`)). :class:`Recaller` runs the search under the store's policy and adds the last two:
+
+* **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
+  :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted);
+* **demote**: of two recalled memories that conflict (the same speaker stating two values of one thing), the older
+  ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``).
+
+The parts it runs on are handed in (the search, the knowledge-version state, the demotion step, the hit builder),
+so the pipeline imports neither the entries nor the consolidation package it sits between.
+
+Example:
+    >>> from types import SimpleNamespace as Scored
+    >>> from agentmem.config import MemoryConfig
+    >>> from agentmem.entries.store import Scope
+    >>> found = [Scored(id="a", score=0.9), Scored(id="b", score=0.2)]
+    >>> recaller = Recaller(config=MemoryConfig(consolidation="off"), search=lambda q, scope, **kw: found,
+    ...                     recall_state=lambda session: (None, 0), hit_of=lambda s: s.id, demotion=None)
+    >>> below = []
+    >>> recaller.recall("where?", Scope("u1"), k=5, min_score=0.5, below=below), below
+    (['a'], ['b'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, Generic, Protocol, TypeVar
+
+from agentmem.config import MemoryConfig
+
+Scored = TypeVar("Scored")
+HitT = TypeVar("HitT")
+
+
+class Demotion(Protocol):
+    """Recall's last step: conflicting hits settled, the older memory behind the newer."""
+
+    def pool(self, k: int) -> int:
+        """How many ranked hits the step looks at to return ``k`` (``k`` plus a look-ahead)."""
+        ...
+
+    def demote(self, found: list[Any], query: str) -> list[Any]:
+        """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down."""
+        ...
+
+
+class Recaller(Generic[Scored, HitT]):
+    """The recall pipeline of one store (see the module docstring).
+
+    ``search(query, scope, k=, follow_versions=, chain_stamp=, head_k=)`` is the store's ranked search;
+    ``recall_state(asking_session)`` gives the knowledge versions served to that session and the catalog's chain-cut
+    stamp; ``hit_of`` turns a scored row into what recall returns; ``demotion`` is the conflict step (None: no
+    consolidation to settle conflicts with). The scope recall is given is a dataclass
+    (:class:`agentmem.entries.store.Scope`); the policy sets its ``kb_versions`` and ``exclude_roles``.
+    """
+
+    def __init__(self, *, config: MemoryConfig, search: Callable[..., list[Scored]],
+                 recall_state: Callable[[str | None], tuple[Any, int]], hit_of: Callable[[Scored], HitT],
+                 demotion: Demotion | None) -> None:
+        self.config = config
+        self._search = search
+        self._recall_state = recall_state
+        self._hit_of = hit_of
+        consolidating = config.consolidation != "off"
+        # conflicts are settled only where consolidation keeps versions apart (docs/lifecycle.md)
+        self._demotion = demotion if consolidating and config.recall_conflict_demotion else None
+        self._follow = consolidating and config.recall_follows_versions
+
+    def mount_threshold(self, min_score: float | None) -> float | None:
+        """The score a mounted hit needs: the higher of ``min_score`` and ``MemoryConfig.mount_min_score``.
+
+        Example:
+            >>> Recaller(config=MemoryConfig(mount_min_score=0.5), search=list, recall_state=None, hit_of=None,
+            ...          demotion=None).mount_threshold(0.2)
+            0.5
+        """
+        if self.config.mount_min_score > 0:
+            return max(min_score or 0.0, self.config.mount_min_score)
+        return min_score
+
+    def recall(self, query: str, scope: Any, *, k: int, min_score: float | None = None,
+               asking_session: str | None = None, for_mount: bool = False,
+               below: list[HitT] | None = None) -> list[HitT]:
+        """The ``k`` best hits for ``query`` in ``scope`` (inputs already checked), best first.
+
+        ``asking_session`` picks the knowledge version served; ``for_mount`` applies the mount policy (no roles of
+        ``MemoryConfig.unmounted_roles``, no hit below :meth:`mount_threshold`); ``below`` (a list) receives the
+        ranked hits the threshold left out (at most ``k``).
+        """
+        served, chain_stamp = self._recall_state(asking_session)  # one read of store_info for both
+        search_scope = replace(scope, kb_versions=served,
+                               exclude_roles=tuple(self.config.unmounted_roles) if for_mount else ())
+        if for_mount:
+            min_score = self.mount_threshold(min_score)
+        demotion = self._demotion
+        want = demotion.pool(k) if demotion is not None else k
+        # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
+        # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
+        found = self._search(query, search_scope, k=want, follow_versions=self._follow and not scope.include_superseded,
+                             chain_stamp=chain_stamp, head_k=k)
+        if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
+            dropped = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
+            found = [s for s in found if s.score >= min_score]  # type: ignore[attr-defined]
+            if below is not None:
+                below += [self._hit_of(s) for s in dropped[:k]]
+        if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
+            found = demotion.demote(found, query)
+        return [self._hit_of(s) for s in found[:k]]
+
+
+__all__ = ["Demotion", "Recaller"]
