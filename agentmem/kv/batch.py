@@ -7,14 +7,22 @@ about the same for 1 sequence as for 8). Sequences join as soon as their prompt 
 thread, between two steps) and leave when they end, hit their limit, or are cancelled: prefills interleave with
 decode steps, and no answer waits for another to finish.
 
-How the batch attends without padding: each sequence keeps its own cache. For a batched step the model runs with
-transformers' attention interface set to ``agentmem_ragged`` (registered here through
-``transformers.AttentionInterface``, the hook its own continuous batching uses for paged attention); the cache the
-model sees (:class:`_RaggedCache`) appends row ``b``'s new key/value to sequence ``b``'s cache, and the attention
-function runs transformers' own SDPA attention for each row on that row's keys alone. Projections, MLPs and the
-output head run batched; each row gets explicit position ids (its own cache length), so RoPE positions are exact,
-and no row ever sees another's keys or a padded slot. A step with one sequence runs the plain model forward, so a
-lone request decodes exactly as it did unbatched.
+How the batch attends without padding: each sequence keeps its own cache. The model's attention implementation is
+set once, when the batch is made, to ``agentmem_ragged`` (registered here through ``transformers.AttentionInterface``
+and ``AttentionMaskInterface``, the hooks its own continuous batching uses for paged attention). For every ordinary
+forward (a prefill, an encode, a one-sequence step, a forward by other code on the same model) it *is* transformers'
+SDPA attention with SDPA's causal mask. Only a batched step is different, and it says so by the cache it passes:
+:class:`_RaggedCache` appends row ``b``'s new key/value to sequence ``b``'s cache and hands the attention each
+row's keys alone, and the attention runs SDPA for each row on those. Projections, MLPs and the output head run
+batched; each row gets explicit position ids (its own cache length), so RoPE positions are exact, and no row ever
+sees another's keys or a padded slot. A step with one sequence runs the plain model forward, so a lone request
+decodes exactly as it did unbatched.
+
+Why set once rather than per step: the attention is chosen from ``model.config`` on every forward, and the config
+is shared by every thread using the model. Switching it for the length of a batched step (as this module once did)
+let a prefill that ran meanwhile attend without its causal mask (issue #40: a turn's first token 239 where the
+reference gave 92). Nothing here changes the model's config after the batch is made. A model whose attention is not
+SDPA (e.g. eager for Gemma 2's soft-capping) is left as loaded; its answers decode one forward per sequence per step.
 
 Why not transformers' ``ContinuousBatchingManager`` / ``PagedAttentionCache``: it prefills every prompt itself into
 its own paged blocks, and has no way to adopt a request's mounted, re-rotated memory KV; its scheduler also owns
@@ -37,6 +45,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from agentmem.kv.runner import LogitsProcessor, Sampling, next_token, processed
 
@@ -114,7 +123,11 @@ class _Rows:
 
 
 class _RaggedCache:
-    """What the model sees as the cache of a batched step: row ``b`` appends to, and reads, sequence ``b``'s cache."""
+    """What the model sees as the cache of a batched step: row ``b`` appends to, and reads, sequence ``b``'s cache.
+
+    It answers transformers' mask questions (sizes and offsets) for the longest row: the mask they build for a
+    one-token step is none at all (SDPA's skip), and the ragged attention attends each row to its own keys anyway.
+    """
 
     def __init__(self, caches: Sequence) -> None:
         self.caches = list(caches)
@@ -127,17 +140,36 @@ class _RaggedCache:
             values.append(v)
         return _Rows(keys), _Rows(values)
 
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return max(int(c.get_seq_length(layer_idx)) for c in self.caches)
+
+    def get_query_offset(self, layer_idx: int = 0) -> int:
+        return self.get_seq_length(layer_idx)
+
+    def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
+        return self.get_seq_length(layer_idx) + query_length, 0
+
 
 def _ragged_attention(module, query: torch.Tensor, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention, row by row, each row on its own sequence's keys and values."""
-    if not isinstance(key, _Rows):  # not a batched step: the stock SDPA path
+    """transformers' SDPA attention; in a batched step (its keys come as :class:`_Rows`), row by row, each row on
+    its own sequence's keys and values."""
+    if not isinstance(key, _Rows):  # any ordinary forward: exactly the stock SDPA path
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     outs = [sdpa_attention_forward(module, query[b : b + 1], k, v, None, **kwargs)[0]
             for b, (k, v) in enumerate(zip(key.rows, value.rows))]
     return torch.cat(outs, dim=0), None
 
 
+# Registered once, at import: the attention and the mask an "agentmem_ragged" model gets (SDPA's own mask).
 AttentionInterface.register(RAGGED_ATTENTION, _ragged_attention)
+AttentionMaskInterface.register(RAGGED_ATTENTION, sdpa_mask)
+
+
+def _use_ragged_attention(model) -> None:
+    """Set ``model``'s attention to ``agentmem_ragged`` once, if it runs SDPA (the same results for every forward
+    but a batched step); any other implementation is left as loaded."""
+    if model.config._attn_implementation == "sdpa":
+        model.set_attn_implementation(RAGGED_ATTENTION)
 
 
 @dataclass(eq=False)
@@ -170,6 +202,7 @@ class DecodeBatch:
         self.model = model
         self.lock = lock
         self.device = next(model.parameters()).device
+        _use_ragged_attention(model)  # once, here: never switched per step (see the module docstring)
         self._cond = threading.Condition()
         self._joining: list[_Sequence] = []
         self._worker: threading.Thread | None = None
@@ -270,19 +303,13 @@ class DecodeBatch:
         with self.lock:
             if len(active) == 1:
                 logits = self.model(input_ids=ids, cache=active[0].cache, use_cache=True, logits_to_keep=1).logits
-            else:
+            elif self.model.config._attn_implementation == RAGGED_ATTENTION:
                 positions = torch.tensor([[s.position()] for s in active], dtype=torch.long, device=self.device)
-                logits = self._ragged_forward(ids, positions, [s.cache for s in active])
+                logits = self.model(input_ids=ids, position_ids=positions, cache=_RaggedCache([s.cache for s in active]),
+                                    use_cache=True, logits_to_keep=1).logits
+            else:  # not an SDPA model: one forward per sequence, still one token each per step
+                logits = torch.cat([self.model(input_ids=ids[b : b + 1], cache=s.cache, use_cache=True,
+                                               logits_to_keep=1).logits for b, s in enumerate(active)])
         for b, s in enumerate(active):
             row = logits[b : b + 1, -1]
             s.token = next_token(processed(row, s.logits_processor, s.out), s.sampling, s.generator, s.out)
-
-    def _ragged_forward(self, ids: torch.Tensor, positions: torch.Tensor, caches: list) -> torch.Tensor:
-        config = self.model.config
-        before = config._attn_implementation
-        config._attn_implementation = RAGGED_ATTENTION  # only for this step, under the model's lock
-        try:
-            return self.model(input_ids=ids, position_ids=positions, cache=_RaggedCache(caches), use_cache=True,
-                              logits_to_keep=1).logits
-        finally:
-            config._attn_implementation = before

@@ -8,9 +8,12 @@ import threading
 import time
 
 import pytest
+import torch
 
 from agentmem.kv import KVEngine, MemoryItem
 from agentmem.kv.batch import FairRLock
+from agentmem.kv.cache import new_dynamic_cache
+from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
 
 FACTS = ["Alice moved to Lisbon in 2021.", "Bob keeps bees.", "The blue door is locked on Sundays.",
@@ -150,3 +153,53 @@ def test_fair_lock_is_granted_in_arrival_order():
     with lock, lock:
         assert lock.held_by_me()
     assert not lock.held_by_me()
+
+
+def test_a_forward_by_other_code_during_a_batched_step_sees_the_models_own_attention():
+    """The batched decoder never switches the model's attention implementation while it runs (issue #40's race:
+    a prefill that ran while a batched step had the model set to the ragged attention lost its causal mask and
+    chose 239 where the reference chose 92). Here a prefill on top of a cache, by a thread that does not hold the
+    engine's lock, is forced to run inside a batched step (a forward pre-hook holds the step until it is done); its
+    logits must equal the same prefill run before any batching."""
+    model, tok = tiny_causal_lm("llama", seed=0)
+    prefix, suffix = tok.encode("Carol's cat is called Miso."), tok.encode(" It sleeps all day long, and Dan bought")
+
+    def prefill_on_a_prefix() -> torch.Tensor:  # on a non-empty cache: wrong without a causal mask
+        cache = new_dynamic_cache()
+        prefill(model, cache, prefix)
+        return prefill(model, cache, suffix)
+
+    reference = prefill_on_a_prefix()  # the model as loaded, before any engine
+    engine = KVEngine(model, tok)
+    inside: list[torch.Tensor] = []
+    seen_during: list[str] = []
+
+    def during_a_batched_step(_module, _args, kwargs) -> None:
+        if kwargs["input_ids"].shape[0] >= 2 and not inside:
+            seen_during.append(model.config._attn_implementation)
+            other = threading.Thread(target=lambda: inside.append(prefill_on_a_prefix()))
+            other.start()
+            other.join(60)
+
+    handle = model.register_forward_pre_hook(during_a_batched_step, with_kwargs=True)
+    try:
+        together = _concurrently(lambda i: engine.generate(QUESTIONS[i], [], max_new_tokens=20).token_ids, 3)
+    finally:
+        handle.remove()
+    assert len(inside) == 1, "no batched step ran"
+    assert inside[0].argmax(-1).item() == reference.argmax(-1).item()
+    torch.testing.assert_close(inside[0], reference)
+    assert all(len(ids) > 0 for ids in together)
+    assert seen_during == [model.config._attn_implementation]  # the step did not switch the model's attention
+
+
+def test_answers_of_a_model_without_sdpa_decode_together_as_alone():
+    """Gemma 2 runs eager attention (SDPA has no soft-capping): the batch leaves its attention as loaded and steps
+    each answer in its own forward. (The batch once forced every model onto its SDPA rows: this raised.)"""
+    model, tok = tiny_causal_lm("gemma2", seed=0)
+    engine = KVEngine(model, tok)
+    questions = QUESTIONS[:3]
+    alone = [engine.generate(q, [], mode="text", max_new_tokens=15).token_ids for q in questions]
+    together = _concurrently(lambda i: engine.generate(questions[i], [], mode="text", max_new_tokens=15).token_ids, 3)
+    assert engine.decoder.max_batch_seen >= 2 and model.config._attn_implementation == "eager"
+    assert together == alone and any(len(ids) > 5 for ids in alone)

@@ -49,10 +49,6 @@ def _conversation(engine: KVEngine, i: int, new: int) -> list[tuple[list[int], l
     return turns
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open bug of issue #40: under CPU load (a full-suite run at load ~15; 1 run in 5 beside six busy loops) a "
-    "turn's first token differs from the reference (239 for 92), which is what a prefill run while the model's "
-    "attention is switched to the batched decoder's 'agentmem_ragged' gives; not yet reproduced with a trace"))
 def test_turns_decoded_together_equal_the_fresh_prefill_reference(engine):
     n, new = len(MESSAGES), 24
     results: list = [None] * n
