@@ -1,5 +1,5 @@
 """Recall's latency cuts (issue #16) must not change a single hit: each faster path is pinned against the path it
-replaced, on one store, to the last field and score. The store mixes the probes of test_retrieval_records
+replaced, on one store, to the last field and score. The store mixes the probes of recall_probes.py
 (version chains, tags, filters, expired entries, another user) with recall_latency.py's generated sessions of
 turns (spillover across neighbours, session boosts, consolidation's supersessions and conflict check)."""
 
@@ -22,7 +22,7 @@ from agentmem.backends.sqlite.catalog import SqliteCatalog, bump_chain_cuts, cha
 from agentmem.entries.store import Scope
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.recall.multihop import for_query
-from tests.unit.test_retrieval_records import PROBES, _fill, _recalls
+from tests.unit.recall_probes import PROBES, _fill, _recalls
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 from recall_latency import SUBJECTS, VERBS, sentence  # noqa: E402
