@@ -35,6 +35,7 @@ from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, ne
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
 from agentmem.kv.mount import Mount, Workspace, plan_mount
+from agentmem.kv.prefill import PrefillBatch
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
@@ -168,10 +169,12 @@ class KVEngine:
         self._preamble: tuple[torch.Tensor, torch.Tensor] | None = None
         self._kv_shape: tuple[int, int, int] | None = None
         self._workspace = Workspace()
-        self._workspace_busy = False  # an answer still decodes in the workspace buffers
+        self._workspace_busy = False  # an answer is mounted or still decodes in the workspace buffers
+        self._workspace_guard = threading.Lock()  # who takes the workspace (generate mounts outside the model lock)
         self._turn_workspaces: set[int] = set()  # ids of the session workspaces a turn is decoding in now
         self._lock = FairRLock()  # granted in arrival order: a prefill never waits behind a stream of decode steps
         self.decoder = DecodeBatch(self.model, self._lock)  # batches the decode steps of concurrent answers
+        self.prefiller = PrefillBatch(self.model, self._lock)  # batches the prefills of answers waiting together
 
     # -- identity ---------------------------------------------------------------------------------------------
     @property
@@ -202,6 +205,8 @@ class KVEngine:
     # -- preamble & encoding ----------------------------------------------------------------------------------
     def preamble_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Stacked KV ``[L, 1, H, P, D]`` of the shared preamble, computed once."""
+        if self._preamble is not None:  # read without the model lock: mounts run outside it
+            return self._preamble
         with self._lock:
             if self._preamble is None:
                 ids = self.layout.preamble_ids
@@ -213,11 +218,12 @@ class KVEngine:
     def _blank_cache(self, capacity: int, workspace: Workspace | None = None) -> BufferedCache:
         """An empty cache for ``capacity`` tokens, shaped like the model's own cache."""
         if self._kv_shape is None:
-            # Layer count and KV heads/dim as the model really produces them, from a 1-token probe.
-            probe = new_dynamic_cache()
-            prefill(self.model, probe, self.layout.preamble_ids[:1] or [0])
-            k = probe.layers[0].keys
-            self._kv_shape = (len(probe.layers), k.shape[1], k.shape[3])
+            with self._lock:
+                # Layer count and KV heads/dim as the model really produces them, from a 1-token probe.
+                probe = new_dynamic_cache()
+                prefill(self.model, probe, self.layout.preamble_ids[:1] or [0])
+                k = probe.layers[0].keys
+                self._kv_shape = (len(probe.layers), k.shape[1], k.shape[3])
         layers, heads, dim = self._kv_shape
         if workspace is not None:
             kb, vb = workspace.get(layers, heads, capacity, dim, dtype=self.dtype, device=self.device)
@@ -523,10 +529,11 @@ class KVEngine:
             t = time.perf_counter()
             # a trained entry's KV stands for no token sequence: there is nothing to recompute in it
             fix_spans = [sp for sp, m in zip(mounted.spans, loaded) if not m.trained]
-            mounted.recomputed = apply_fix(
-                self.model, mounted.cache, torch.tensor(all_ids), fix_spans, self.fix,
-                exact_end=len(self.layout.preamble_ids),
-            )
+            with self._lock:  # the fix runs the model
+                mounted.recomputed = apply_fix(
+                    self.model, mounted.cache, torch.tensor(all_ids), fix_spans, self.fix,
+                    exact_end=len(self.layout.preamble_ids),
+                )
             timings["fix"] = time.perf_counter() - t
         return mounted
 
@@ -563,23 +570,20 @@ class KVEngine:
         """
         sampling = Sampling(do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
                             repetition_penalty=repetition_penalty)
-        with self._lock:
-            t0 = time.perf_counter()
-            own_workspace = not self._workspace_busy  # the reused buffers, unless another answer decodes in them
-            self._workspace_busy = True
-            try:
-                prep = self.prepare(
-                    question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
-                    strict=strict, workspace=own_workspace,
-                )
-                t = time.perf_counter()
-                logits = prefill(self.model, prep.cache, prep.pending_ids)
-                gen = sampling.generator(self.device)
-                first = next_token(processed(logits, logits_processor, []), sampling, gen) \
-                    if prep.max_new_tokens > 0 else None
-            except BaseException:
-                self._workspace_busy = not own_workspace
-                raise
+        t0 = time.perf_counter()
+        own_workspace = self._take_workspace()  # the reused buffers, unless another answer is in them
+        try:
+            # load and mount outside the model lock (they do not run the model): concurrent requests mount at once
+            prep = self._prepare(question, memories, mode, max_new_tokens, budget_tokens, strict, 0, own_workspace)
+            t = time.perf_counter()
+            logits = self._prefill(prep.cache, prep.pending_ids)
+            gen = sampling.generator(self.device)
+            first = next_token(processed(logits, logits_processor, []), sampling, gen) \
+                if prep.max_new_tokens > 0 else None
+        except BaseException:
+            if own_workspace:
+                self._workspace_busy = False
+            raise
         t_first = time.perf_counter()
         on_token, flush = text_callback(self.tokenizer, on_text)
         try:
@@ -594,6 +598,21 @@ class KVEngine:
         out = prep.result(self.tokenizer.decode(ids, skip_special_tokens=True), ids, mode, timings)
         out.cancelled = cancel is not None and cancel.is_set()
         return out
+
+    def _take_workspace(self) -> bool:
+        """Take the reused mount buffers for one answer; False when another answer holds them (mount elsewhere)."""
+        with self._workspace_guard:
+            if self._workspace_busy:
+                return False
+            self._workspace_busy = True
+            return True
+
+    def _prefill(self, cache: BufferedCache, ids: list[int]) -> torch.Tensor:
+        """The next token's logits ``[1, vocab]`` after ``ids`` are appended to ``cache``: batched with every other
+        prefill waiting for the model (:mod:`agentmem.kv.prefill`), or inline when the caller holds the model lock."""
+        if self._lock.held_by_me():
+            return prefill(self.model, cache, ids)[-1:]
+        return self.prefiller.prefill(cache, ids)
 
     def _decode(self, prep: PreparedPrompt, logits: torch.Tensor, first: int, sampling: Sampling, gen,
                 on_token, logits_processor, cancel) -> list[int]:
@@ -622,15 +641,20 @@ class KVEngine:
         answer_ids = self.layout.content_ids(answer)
         if not answer_ids:
             raise InvalidInputError("answer must be non-empty")
-        with self._lock:
-            prep = self.prepare(question, memories, mode=mode, max_new_tokens=len(answer_ids),
-                                workspace=not self._workspace_busy)
-            if prep.dropped:
-                raise InvalidInputError("memories do not fit the context; pass fewer or shorter ones")
-            logits = prefill(
-                self.model, prep.cache, prep.pending_ids + answer_ids, logits_to_keep=len(answer_ids) + 1
-            )
-            del prep.cache
+        own_workspace = self._take_workspace()
+        try:
+            with self._lock:
+                prep = self.prepare(question, memories, mode=mode, max_new_tokens=len(answer_ids),
+                                    workspace=own_workspace)
+                if prep.dropped:
+                    raise InvalidInputError("memories do not fit the context; pass fewer or shorter ones")
+                logits = prefill(
+                    self.model, prep.cache, prep.pending_ids + answer_ids, logits_to_keep=len(answer_ids) + 1
+                )
+                del prep.cache
+        finally:
+            if own_workspace:
+                self._workspace_busy = False
         if info is not None:
             info.update(
                 recomputed_tokens=prep.recomputed_tokens,

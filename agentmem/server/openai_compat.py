@@ -293,7 +293,7 @@ async def _run_watched(request: Request, chat: _Chat, ticket: Ticket) -> dict[st
     by a shutdown) sets the ticket's cancel event, which stops the decode before its next step, or withdraws the
     turns being written; a hang-up noticed once the answer is ready withdraws them too (it will not be sent)."""
     loop = asyncio.get_running_loop()
-    worker = loop.run_in_executor(None, chat.run, None, ticket.cancel)
+    worker = loop.run_in_executor(chat.state.chat_pool, chat.run, None, ticket.cancel)
     try:
         while True:
             done, _ = await asyncio.wait({worker}, timeout=_DISCONNECT_POLL_S)
@@ -307,7 +307,7 @@ async def _run_watched(request: Request, chat: _Chat, ticket: Ticket) -> dict[st
     ext = worker.result()
     if not chat.cancelled and await request.is_disconnected():  # gone after the answer: it will not be delivered
         ticket.cancel.set()
-        await loop.run_in_executor(None, chat.withdraw)
+        await loop.run_in_executor(chat.state.chat_pool, chat.withdraw)
     return ext
 
 
@@ -334,7 +334,7 @@ async def _stream(chat: _Chat, ticket: Ticket) -> AsyncIterator[str]:
             chat.state.metrics.cancel_overrun.observe(overrun)
         loop.call_soon_threadsafe(queue.put_nowait, result)
 
-    worker = loop.run_in_executor(None, work)
+    worker = loop.run_in_executor(chat.state.chat_pool, work)
     try:
         yield chat.chunk({"role": "assistant", "content": ""})
         while True:

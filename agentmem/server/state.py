@@ -9,7 +9,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import HTTPException, Request
@@ -64,6 +65,9 @@ class ServerSettings(BaseModel):
     upstream_timeout_s: float = Field(default=300.0, gt=0, description="Seconds an upstream answer may take.")
     proxy_memory_tokens: int = Field(default=512, gt=0, description="Proxy mode: the memory message's budget in "
                                      "the local model's tokens (memories that do not fit are dropped, reported).")
+    chat_threads: int = Field(default=64, gt=0, description="Chat requests worked on at once (each on its own "
+                              "thread: recall and mount run side by side, prefills and decode steps batch across "
+                              "them); more wait for a free thread.")
     drain_seconds: float = Field(default=10.0, ge=0, description="On SIGTERM, how long requests in flight may "
                                  "finish before their decodes are cancelled.")
     docs: bool = Field(default=False, description="Serve Swagger UI at /docs (behind the API keys). Its assets "
@@ -83,6 +87,9 @@ class ServerState:
     tracer: Any = None  # an OpenTelemetry tracer (the no-op one unless settings.tracing)
     scheduler: Scheduler | None = None  # admission caps and cancel events of chat requests
     stop_purging: Callable[[], None] = lambda: None  # unregisters :meth:`purge` from the memory's erasures
+    # chat requests run here, not on asyncio's default executor (min(32, CPUs + 4) threads: 6 on 2 cores, which
+    # capped the requests that could batch their prefills and decode steps together)
+    chat_pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(64))
 
     @classmethod
     def build(cls, mem: Any, keys: KeyStore | None, settings: ServerSettings,
@@ -94,7 +101,8 @@ class ServerState:
         scheduler = Scheduler(settings)
         metrics.chat_in_flight.set_function(lambda: scheduler.in_flight)  # read at scrape time: never stale
         state = cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
-                    tracer=server_tracer(settings.tracing, tracer_provider), scheduler=scheduler)
+                    tracer=server_tracer(settings.tracing, tracer_provider), scheduler=scheduler,
+                    chat_pool=ThreadPoolExecutor(settings.chat_threads, thread_name_prefix="agentmem-chat"))
         state.stop_purging = mem.on_erase(state.purge)
         return state
 
@@ -108,6 +116,7 @@ class ServerState:
         """Stop listening for erasures and let queued fidelity scorings finish (app shutdown)."""
         self.stop_purging()
         self.fidelity.close()
+        self.chat_pool.shutdown(wait=False)  # the requests in flight were cancelled; their threads end on their own
 
 
 def get_state(request: Request) -> ServerState:

@@ -1,0 +1,57 @@
+"""Many chat requests worked on at once: more streamed answers than the machine has cores (and than asyncio's
+default executor has threads) all get their first token while every one of them is still decoding. Against the
+real server (``agentmem serve``) with the real openai client."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import openai
+
+from server_helpers import run_cli, start_server, stop_server
+
+CLIENTS = 10  # over asyncio's default executor (min(32, CPUs + 4) threads: 6 on a 2-core machine)
+
+
+def test_more_streamed_answers_than_worker_threads_all_start_before_any_ends(tmp_path, tiny_model_dir):
+    path = tmp_path / "store"
+    key = run_cli("keys", "add", "--path", str(path), "--user", "u").stdout.strip()
+    proc, url = start_server(path, tiny_model_dir, "--set", f"max_concurrent_per_user={CLIENTS}",
+                             "--fidelity-share", "0")
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
+        client.chat.completions.create(model="x", user="u", max_tokens=1, messages=[
+            {"role": "user", "content": "warm up"}], extra_body={"agentmem": {"remember": False}})
+        first: list[float] = []
+        ends: list[float] = []
+        tokens: list[int] = []
+        errors: list[BaseException] = []
+
+        def ask(i: int) -> None:
+            try:
+                n = 0
+                for chunk in client.chat.completions.create(
+                        model="x", user="u", max_tokens=300, stream=True,
+                        messages=[{"role": "user", "content": f"Tell me a long story, number {i}."}],
+                        extra_body={"agentmem": {"remember": False}}):
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        n += 1
+                        if n == 1:
+                            first.append(time.monotonic())
+                ends.append(time.monotonic())
+                tokens.append(n)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert not errors
+        assert len(first) == CLIENTS
+        assert max(tokens) >= 50  # answers long enough that a request waiting for a free thread would show
+        assert max(first) < min(ends), "some requests got their first token only after another answer had ended"
+    finally:
+        stop_server(proc)
