@@ -12,11 +12,11 @@ How a batch stays exact: each row keeps its own cache. The ids are left-padded t
 last token is in the last column, and only that column goes through the output head); each row gets explicit
 position ids (its own cache length onward), so RoPE positions are exact. The cache the model sees
 (:class:`_PaddedCache`) appends only row ``b``'s real tokens to sequence ``b``'s cache, and returns the rows' keys
-and values padded to the longest, with a 4-D boolean mask (transformers passes a ready 4-D mask to the attention
-function unchanged) that lets row ``b``'s token ``i`` see exactly its own cache and its own tokens up to ``i``:
-no row sees another's keys, a pad, or a later token. The stock SDPA attention runs it, so nothing on the model is
-switched (unlike a custom attention implementation, selected model-wide). Padded query positions attend to one
-real key so that they stay finite; their outputs are never read.
+and values padded to the longest, with a 4-D additive mask (transformers passes a ready 4-D mask to the attention
+function unchanged) that lets row ``b``'s token ``i`` see exactly its own cache and its own tokens up to ``i``: no
+row sees another's keys, a pad, or a later token. The model's own SDPA attention runs it, so nothing on the model
+is switched; a model on another attention (flash, or eager like Gemma 2's) prefills one prompt at a time.
+Padded query positions attend to one real key so that they stay finite; their outputs are never read.
 
 Why not transformers' continuous batching (``transformers.generation.continuous_batching``): its paged cache is
 filled by its own prefill, with no way to adopt a request's mounted, re-rotated memory KV (see
@@ -38,6 +38,11 @@ import torch
 from agentmem.kv.runner import prefill
 
 __all__ = ["PrefillBatch"]
+
+# attention implementations that apply a ready 4-D mask as given and nothing else ("agentmem_ragged" is SDPA outside
+# a batched decode step, agentmem/kv/batch.py). Others prefill one prompt at a time: flash attention takes no such
+# mask, and a model left on eager attention (Gemma 2: soft-capping, sliding-window layers) builds masks per layer type
+_MASKED_ATTENTION = ("sdpa", "agentmem_ragged")
 
 
 @dataclass(eq=False)
@@ -92,6 +97,13 @@ def padded_mask(starts: Sequence[int], lengths: Sequence[int], device=None) -> t
     return torch.stack(rows)[:, None]
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``allowed`` as an additive float mask: 0 where seen, the dtype's minimum where not (the form every attention
+    implementation that takes a 4-D mask adds to its scores)."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed,
+                                                                                     torch.finfo(dtype).min)
+
+
 class PrefillBatch:
     """Prefills the prompts that wait for the model together (see the module docs); ``lock`` is the model's lock.
 
@@ -103,7 +115,8 @@ class PrefillBatch:
         self.model = model
         self.lock = lock
         self.max_tokens = max_tokens
-        self.device = next(model.parameters()).device
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
         self._guard = threading.Lock()
         self._queue: list[_Job] = []
         self.forwards = 0  # model forwards run (for tests and metrics)
@@ -151,8 +164,9 @@ class PrefillBatch:
         self.forwards += 1
         self.max_batch_seen = max(self.max_batch_seen, len(jobs))
         try:
-            if len(jobs) == 1:  # a lone prompt: the plain forward, exactly as unbatched
-                logits = [prefill(self.model, jobs[0].cache, jobs[0].ids)[-1:]]
+            if len(jobs) == 1 or self.model.config._attn_implementation not in _MASKED_ATTENTION:
+                # a lone prompt (or a model whose attention takes no 4-D mask): the plain forward, as unbatched
+                logits = [prefill(self.model, job.cache, job.ids)[-1:] for job in jobs]
             else:
                 logits = self._padded_forward(jobs)
             for job, row in zip(jobs, logits):
@@ -173,5 +187,5 @@ class PrefillBatch:
             ids[b, width - n :] = torch.tensor(job.ids, dtype=torch.long)
             positions[b] = (start - width + n + torch.arange(width)).clamp(min=start)  # pads: any position
         out = prefill(self.model, _PaddedCache([j.cache for j in jobs], lengths), ids, position_ids=positions,
-                      attention_mask=padded_mask(starts, lengths, self.device))
+                      attention_mask=additive_mask(padded_mask(starts, lengths, self.device), self.dtype))
         return [out[b, -1:] for b in range(len(jobs))]
