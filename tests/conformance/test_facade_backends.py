@@ -91,3 +91,28 @@ def test_history_and_restore_on_every_backend(mem: AgentMemory) -> None:
     assert hits[0].id == rec.id and hits[0].text == back.text
     check = mem.verify()
     assert check["rows"] == check["vectors"] == check["blobs"] == 2, check
+
+
+def test_listing_scopes_and_expiry_on_every_backend(mem: AgentMemory) -> None:
+    """list() and forget() by scope, and expiry, go through the catalog's scopes (CatalogScope on every catalog)."""
+    import time
+
+    from agentmem.errors import NotFoundError
+
+    plants = mem.remember("I water the plants on Sundays.", user_id="u", session_id="s1", tags=["home", "weekly"])
+    plumber = mem.remember("The plumber comes on Tuesday.", user_id="u", session_id="s2", kind="knowledge",
+                           tags=["home"])
+    soon = mem.remember("The parcel is at the neighbour's.", user_id="u", session_id="s1", ttl=5.0)
+    theirs = mem.remember("I water my cactus monthly.", user_id="v", session_id="s1", tags=["home"])
+    assert [r.id for r in mem.list(user_id="u")] == [plants.id, plumber.id, soon.id]  # oldest first
+    assert [r.id for r in mem.list(user_id="u", limit=1, offset=1)] == [plumber.id]
+    assert [r.id for r in mem.list(user_id="u", tags=["home", "weekly"])] == [plants.id]
+    assert [r.id for r in mem.list(user_id="u", kinds=["knowledge"])] == [plumber.id]
+    assert {r.id for r in mem.list(session_id="s1")} == {plants.id, soon.id, theirs.id}
+    time.sleep(max(0.0, soon.expires_at.timestamp() - time.time()) + 0.1)  # ttl: the writes may be slow under load
+    assert soon.id not in {r.id for r in mem.list(user_id="u")}
+    with pytest.raises(NotFoundError):
+        mem.get(soon.id)
+    assert mem.sweep() == 1 and mem.verify()["rows"] == 3
+    assert mem.forget(session_id="s1", user_id="u") == 1 and [r.id for r in mem.list(user_id="u")] == [plumber.id]
+    assert [r.id for r in mem.list(user_id="v", tags=["home"])] == [theirs.id]  # another user's entry stays
