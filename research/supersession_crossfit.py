@@ -10,6 +10,10 @@ score of any LoCoMo pair (no fitting turn superseded) and ``conflict`` (recall's
 
 * ``turns_hidden`` / ``evidence_hidden``: conversation turns whose pair score reaches ``supersede`` against a newer
   turn of the speaker (what the store would supersede on write), and those that are evidence of a question;
+* with the prefix ``across_sessions_``: the same with pairs of one conversation session left out (the store never
+  supersedes within a session); with ``shipped_rules_``: also with pairs whose older turn has more than one sentence
+  left out (nor those: ``agentmem.consolidate.statements.sentence_count``). The rules have no fitted constant, so
+  their effect on the set a model was not fitted on is their cross-dataset check;
 * ``conflict_pairs`` / ``evidence_conflicts``: pairs at or above ``conflict`` (recall would demote the older, when
   both are recalled and in different sessions: ``LocalConsolidator.conflicts``), and those whose older turn is
   evidence;
@@ -20,7 +24,9 @@ In-sample is a fit scored on its own dev set; ``L->R`` the LoCoMo fit (shipped) 
 fit on LoCoMo. Nothing is written.
 
     python research/supersession_crossfit.py --locomo ../shared/data/locomo/locomo_dev5.json \
-        --realtalk ../shared/data/realtalk/realtalk_dev5.json
+        --realtalk ../shared/data/realtalk/realtalk_dev5.json [--cache DIR]
+
+``--cache DIR`` keeps the embedded turns (one .npy per data file) for a rerun.
 
 Last line: {"fits": {"L": {"supersede": ..., "conflict": ..., "on_L": {...}, "on_R": {...}, "test": {...}}, ...},
 "bundled": {...}}
@@ -33,6 +39,7 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,20 +53,28 @@ from locomo import turn_text  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
 from agentmem.consolidate.pairs import PairModel, pair_features  # noqa: E402
+from agentmem.consolidate.statements import sentence_count  # noqa: E402
 from agentmem.text import content_words  # noqa: E402
 
 
 class Pair(NamedTuple):
     """An (older, newer) pair of one speaker: its conversation, the older turn, whether that turn is evidence of a
-    question, and whether the two are of one conversation session."""
+    question, whether the two are of one conversation session, and whether the older has one sentence."""
 
     conv: str
     older: str
     evidence: bool
     same_session: bool
+    one_sentence: bool
 
 
 MARGINS = (0.5, 1.0, 2.0, 3.0, 4.0)  # thresholds above the fitted one, for the held-out scenarios
+# which pairs may supersede: any; not two turns of one session (bf45758); nor an older turn of several sentences
+RULES: dict[str, Callable[[Pair], bool]] = {
+    "": lambda m: True,
+    "across_sessions_": lambda m: not m.same_session,
+    "shipped_rules_": lambda m: not m.same_session and m.one_sentence,
+}
 
 
 def conversation_pairs(conv: dict, vec: np.ndarray) -> tuple[np.ndarray, list[Pair]]:
@@ -76,16 +91,25 @@ def conversation_pairs(conv: dict, vec: np.ndarray) -> tuple[np.ndarray, list[Pa
             continue
         sel = [idx[k] for k in np.argsort(-(vec[idx] @ vec[j]))[:LOCOMO_NEIGHBOURS]]
         X.extend(pair_features(vec[j], words[j], [vec[i] for i in sel], [words[i] for i in sel]))
-        meta.extend(Pair(cid, turns[i][1]["dia_id"], turns[i][1]["dia_id"] in evidence, turns[i][0] == turns[j][0])
-                    for i in sel)
+        meta.extend(Pair(cid, turns[i][1]["dia_id"], turns[i][1]["dia_id"] in evidence, turns[i][0] == turns[j][0],
+                         sentence_count(turn_text(turns[i][1])) <= 1) for i in sel)
     return np.asarray(X), meta
 
 
-def pairs_of(conversations: list[dict], embed: Any) -> tuple[np.ndarray, list[Pair]]:
-    """Every conversation's pairs (:func:`conversation_pairs`)."""
-    X, meta = [], []
-    for c in conversations:
-        x, m = conversation_pairs(c, embed([turn_text(t) for s in c["sessions"] for t in s["turns"]]))
+def pairs_of(conversations: list[dict], embed: Any, cache: Path | None) -> tuple[np.ndarray, list[Pair]]:
+    """Every conversation's pairs (:func:`conversation_pairs`); the turns' vectors are kept in ``cache`` if given."""
+    texts = [[turn_text(t) for s in c["sessions"] for t in s["turns"]] for c in conversations]
+    flat = [t for ts in texts for t in ts]
+    if cache is not None and cache.exists() and len(np.load(cache)) == len(flat):
+        vectors = np.load(cache)
+    else:
+        vectors = embed(flat)
+        if cache is not None:
+            np.save(cache, vectors)
+    X, meta, at = [], [], 0
+    for c, ts in zip(conversations, texts):
+        x, m = conversation_pairs(c, vectors[at : at + len(ts)])
+        at += len(ts)
         X.append(x)
         meta.extend(m)
     return np.vstack(X), meta
@@ -95,7 +119,7 @@ def effect(scores: np.ndarray, meta: list[Pair], supersede: float, conflict: flo
     """Turns (and evidence turns) a dev set would lose on write, with every pair and with pairs of one session left
     out (``across_sessions``), and pairs recall would reorder (recall never reorders two turns of one session)."""
     out: dict[str, int] = {}
-    for rule, admitted in (("", lambda m: True), ("across_sessions_", lambda m: not m.same_session)):
+    for rule, admitted in RULES.items():
         hidden = {(m.conv, m.older) for m, s in zip(meta, scores) if s >= supersede and admitted(m)}
         out[f"{rule}turns_hidden"] = len(hidden)
         out[f"{rule}evidence_hidden"] = len({(m.conv, m.older) for m in meta if m.evidence} & hidden)
@@ -104,10 +128,10 @@ def effect(scores: np.ndarray, meta: list[Pair], supersede: float, conflict: flo
     return out
 
 
-def needed_margin(scores: np.ndarray, meta: list[Pair], supersede: float, across_sessions: bool) -> float:
-    """How far above ``supersede`` the threshold must be for no evidence turn of the set to be hidden."""
-    top = max((s for m, s in zip(meta, scores) if m.evidence and not (across_sessions and m.same_session)),
-              default=-np.inf)
+def needed_margin(scores: np.ndarray, meta: list[Pair], supersede: float, rule: str) -> float:
+    """How far above ``supersede`` the threshold must be for no evidence turn of the set to be hidden under ``rule``
+    (a key of ``RULES``)."""
+    top = max((s for m, s in zip(meta, scores) if m.evidence and RULES[rule](m)), default=-np.inf)
     return max(0.0, float(top) - supersede + 1e-6)
 
 
@@ -116,6 +140,7 @@ def main() -> None:
     ap.add_argument("--locomo", type=Path, required=True)
     ap.add_argument("--realtalk", type=Path, required=True)
     ap.add_argument("--n", type=int, default=300, help="scenarios per half (fit_supersession.py's)")
+    ap.add_argument("--cache", type=Path, default=None, help="keep the embedded turns here (a rerun reads them)")
     args = ap.parse_args()
     tune, test = scenarios("tune", n=args.n, seed=11), scenarios("test", n=args.n, seed=11)
     with tempfile.TemporaryDirectory() as tmp, AgentMemory(Path(tmp) / "fit", consolidation="off") as mem:
@@ -123,8 +148,11 @@ def main() -> None:
             return unit(mem._store.embedder.encode(texts, batch_size=64))
         texts = sorted({t for s in tune + test for t in s.memories})
         vec = dict(zip(texts, embed(texts)))
-        sets = {"L": pairs_of(json.loads(args.locomo.read_text()), embed),
-                "R": pairs_of(json.loads(args.realtalk.read_text()), embed)}
+        if args.cache:
+            args.cache.mkdir(parents=True, exist_ok=True)
+        sets = {name: pairs_of(json.loads(path.read_text()), embed,
+                               args.cache / f"{path.stem}.npy" if args.cache else None)
+                for name, path in (("L", args.locomo), ("R", args.realtalk))}
     Xt, yt, _ = scenario_pairs(tune, vec)
     Xs, _, ms = scenario_pairs(test, vec)
 
@@ -133,8 +161,7 @@ def main() -> None:
         for name, (X, meta) in sets.items():
             out[f"on_{name}"] = effect(X @ w + b, meta, supersede, conflict)
             out[f"on_{name}"]["margin_for_no_evidence_hidden"] = {
-                rule: round(needed_margin(X @ w + b, meta, supersede, rule == "across_sessions"), 4)
-                for rule in ("any", "across_sessions")}
+                rule.rstrip("_") or "any": round(needed_margin(X @ w + b, meta, supersede, rule), 4) for rule in RULES}
         every, wrong = scenario_outcome(ms, Xs @ w + b, supersede)
         out["test"] = {"test_all_old_superseded": every, "test_wrong_supersession": wrong}
         # the held-out scenarios at higher thresholds (a margin a dev set may ask for)

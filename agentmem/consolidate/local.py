@@ -15,7 +15,11 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   the model was fitted on: a conversation's turns on one topic are alike, and hiding one hides evidence
   (docs/lifecycle.md: the cross-validated figures). Never an older turn of N's own conversation session (issue #37:
   on REALTALK, a dataset the model was not fitted on, half the turns it superseded were a speaker elaborating within
-  one session); memories without a session are compared with every older one. With an embedder other than the
+  one session); memories without a session are compared with every older one. Never an older memory of more than
+  one sentence (:func:`agentmem.consolidate.statements.sentence_count`): a newer statement replaces one fact, and
+  superseding a memory hides every fact it states (REALTALK: 3 of the 4 evidence turns still superseded across
+  sessions were such turns, "My cat, Fluffy, keeps me company. Haha!" by "By the way, I got a new dog!"); recall
+  still puts the newer first when both are found. With an embedder other than the
   bundled MiniLM (the weights belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN``
   above the background.
 * **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
@@ -51,7 +55,7 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import changed_span, statement_tokens
+from agentmem.consolidate.statements import changed_span, sentence_count, statement_tokens
 from agentmem.erasure import Erasure
 from agentmem.entries.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
 from agentmem.text import content_words
@@ -93,6 +97,7 @@ class Neighbour:
     vector: np.ndarray | None = None  # unit text vector (the pairwise model needs it)
     tokens: tuple[str, ...] = ()  # its normalised statement (statements.statement_tokens): equal ones merge
     session_id: str | None = None  # its conversation session: a newer turn of the same session never supersedes it
+    sentences: int = 1  # how many sentences it has: only a one-sentence memory can be superseded
 
 
 @dataclass
@@ -120,7 +125,8 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     the cosine rule does. Never a neighbour of the new memory's own conversation session (``session_id``; None: no
     session, every neighbour may be superseded): within a session a speaker elaborates on a topic, as recall's
     conflict check assumes too (REALTALK dev: 26 of the 54 turns the pairwise model superseded, 7 of the 11 that
-    questions ask about, were followed up in their own session; docs/lifecycle.md)."""
+    questions ask about, were followed up in their own session; docs/lifecycle.md). Never a neighbour of more than
+    one ``sentences``: a newer statement replaces one fact, not every fact of a longer memory."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -130,7 +136,7 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
                                                          "spacing and punctuation)")
 
     def replaceable(n: Neighbour) -> bool:
-        return session_id is None or n.session_id != session_id
+        return (session_id is None or n.session_id != session_id) and n.sentences <= 1
 
     if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
         # every neighbour is the pair's background (the model's margin feature), only another session's is replaced
@@ -234,7 +240,7 @@ class LocalConsolidator:
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
-                                                rows[j].session_id))
+                                                rows[j].session_id, sentence_count(texts[j])))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
                               pairs=self.pairs, tokens=tokens[i], session_id=row.session_id)
             if decision.merge_into is not None:
@@ -257,7 +263,7 @@ class LocalConsolidator:
         texts = [self._text_of(r) for r in rows]
         cached = self._vectors_of(rows, texts)
         return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t),
-                          r.session_id) for r, t, v in zip(rows, texts, cached)]
+                          r.session_id, sentence_count(t)) for r, t, v in zip(rows, texts, cached)]
 
     def _vectors_of(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> list[np.ndarray]:
         """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""

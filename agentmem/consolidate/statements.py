@@ -7,6 +7,8 @@
 * :func:`changed_span` / :func:`changed_value` — the two texts say the same thing with a value swapped ("I take 5
   mg" / "I take 10 mg", "note number 3" / "note number 4"): they share the frame and differ in one short run of
   words. Such a pair is two memories (never merged); recall puts the newer first when both are found.
+* :func:`sentence_count` — how many sentences a text has: only a one-sentence memory can be superseded (a newer
+  statement replaces one fact; hiding a longer memory would hide the others it states).
 
 Example:
     >>> statement_key("I live in  Lyon!") == statement_key("i live in lyon")
@@ -17,6 +19,8 @@ Example:
     True
     >>> changed_value("I live in Lyon.", "We watched a film about whales.")
     False
+    >>> sentence_count("My cat, Fluffy, keeps me company. Haha!"), sentence_count("It costs 5.5 EUR.")
+    (2, 1)
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ _TOKEN = re.compile(r"(?<![\w.,:/-])[-+−]?\d+(?:[.,:/-]\d+)*|\w+|[^\w\s]")
 _VALUE_PUNCTUATION = frozenset("%#@&*/\\‰°")
 MAX_CHANGED = 3  # a value swap replaces at most this many tokens ("5 mg" -> "10 mg": 1; "May 3, 2026" -> ...: 3)
 MIN_SHARED = 2  # ... and keeps at least this many tokens of the frame
+# a sentence ends at a run of . ! ? or … followed by more text ("5.5" and "v1.2" have no space after the point); an
+# abbreviation ("Dr. Smith") counts as an end too, which errs on the side of keeping a memory
+_SENTENCE_END = re.compile(r"[.!?\u2026]+\s+(?=\S)")
 
 
 def _is_punctuation(token: str) -> bool:
@@ -75,9 +82,20 @@ def changed_span(older: Sequence[str], newer: Sequence[str]) -> tuple[tuple[str,
     return tuple(older[i1:i2]), tuple(newer[j1:j2])
 
 
+def sentence_count(text: str) -> int:
+    """How many sentences ``text`` has (0 for a blank text).
+
+    >>> sentence_count("Hey! How are you? I moved to Lyon."), sentence_count("I live in Lyon")
+    (3, 1)
+    """
+    text = text.strip()
+    return 1 + len(_SENTENCE_END.findall(text)) if text else 0
+
+
 def changed_value(older: str, newer: str) -> bool:
     """True when ``newer`` restates ``older`` with a value swapped (:func:`changed_span` of their tokens)."""
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "statement_key", "statement_tokens"]
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "sentence_count", "statement_key",
+           "statement_tokens"]

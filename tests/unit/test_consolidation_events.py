@@ -86,6 +86,22 @@ def test_a_turn_of_the_same_session_is_not_superseded(mem: AgentMemory, sessions
     assert {r.text for r in mem.list(user_id="u1")} >= {old.text, new.text}
 
 
+@pytest.mark.parametrize("old_text,replaced", [
+    ("My favorite color is blue.", True),
+    ("My favorite color is blue. I painted my whole bedroom in it last spring.", False)])
+def test_only_a_one_sentence_memory_is_superseded(mem: AgentMemory, old_text: str, replaced: bool) -> None:
+    """A newer statement replaces one fact; a memory of several sentences states others, which superseding it would
+    hide (REALTALK: "My cat, Fluffy, keeps me company. Haha!" hidden by "By the way, I got a new dog!"). Both
+    stand, and recall still answers with the newer first."""
+    old = mem.remember(old_text, user_id="u1", session_id="monday")
+    for line in _CHATTER:
+        mem.remember(line, user_id="u1", session_id="monday")
+    new = mem.remember("My favorite color is green now.", user_id="u1", session_id="friday")
+    assert new.event == ("UPDATE" if replaced else "ADD")
+    assert mem.get(old.id).status == ("superseded" if replaced else "active")
+    assert mem.recall("What is my favorite color?", user_id="u1", k=1)[0].id == new.id
+
+
 def test_remember_many_reports_each_event(mem: AgentMemory) -> None:
     recs = mem.remember_many([{"text": "I live in Lyon.", "user_id": "u1"},
                               {"text": "I live in Lyon", "user_id": "u1"},
