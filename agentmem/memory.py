@@ -24,10 +24,11 @@ from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure, ErasureListeners
 from agentmem.forgetting import Forgetting, SessionHooks
-from agentmem.errors import InvalidInputError, NotFoundError
+from agentmem.errors import InvalidInputError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
 from agentmem.consolidate.store_parts import ConflictDemotion, local_consolidator
 from agentmem.entries.kb_versions import KbVersions
+from agentmem.reads import Reads
 from agentmem.recall import head_cues
 from agentmem.recall import query as recall_query
 from agentmem.recall.pipeline import Recaller
@@ -39,7 +40,7 @@ from agentmem.validation import (
     check_entry_id, check_entry_ids, check_id, check_k, check_kinds, check_limit_offset, check_score,
     check_session_id, check_tags, check_text,
 )
-from agentmem.types import Hit, MemoryRecord, MemoryVersion, MountChoice, utc_from_epoch
+from agentmem.types import Hit, MemoryRecord, MemoryVersion, MountChoice
 from agentmem.write import Writer
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class AgentMemory:
                                 cipher=self._cipher, scanner=self._scanner, recall=self._recall,
                                 new_entry=self._new_entry, record=self._record)
         self._kb = KbVersions(self._store.catalog)
+        self._reads = Reads(self._store)
         # the pairwise weights belong to the bundled embedder
         self._consolidator = local_consolidator(self._store, self.config,
                                                 bundled_pairs=embedder is None and self.config.embedding_model is None)
@@ -271,16 +273,10 @@ class AgentMemory:
         """
         self._check_open()
         self._live_row(entry_id)
-        return [MemoryVersion(version=h.version, op=h.op, text=self._sealer.open_text(entry_id, "history", h.text),
-                              at=utc_from_epoch(h.at), reason=h.reason, related_id=h.related_id)
-                for h in self._store.lifecycle.history(entry_id)]
+        return self._reads.history(entry_id)
 
     def _live_row(self, entry_id: str) -> EntryRecord:
-        check_id(entry_id, "entry_id", required=True)
-        rows = self._store.catalog.get([entry_id])
-        if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()):
-            raise NotFoundError(f"no memory entry with id {entry_id!r}")
-        return rows[0]
+        return self._reads.live(check_id(entry_id, "entry_id", required=True) or "")
 
     def _record(self, row: EntryRecord) -> MemoryRecord:
         return self._writer.record(row)
@@ -377,11 +373,7 @@ class AgentMemory:
         """
         self._check_open()
         entry_id, owner = check_entry_id(entry_id), check_id(user_id, "user_id", required=False)
-        rows = self._store.catalog.get([entry_id])
-        if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()) or (
-                owner is not None and rows[0].user_id != owner):
-            raise NotFoundError(f"no memory entry with id {entry_id!r}")
-        return self._record(rows[0])
+        return self._record(self._reads.live(entry_id, owner=owner))
 
     def list(
         self,
@@ -458,7 +450,7 @@ class AgentMemory:
         """
         self._check_open()
         owner = check_id(user_id, "user_id", required=True) or ""
-        return self._store.vectors.get(owner, check_entry_ids(entry_ids))
+        return self._reads.vectors(owner, check_entry_ids(entry_ids))
 
     def stats(self) -> dict[str, Any]:
         """Counters: KV blob loads, fingerprint mismatches, corrupted blobs, entries encoded at mount time;

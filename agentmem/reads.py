@@ -1,0 +1,69 @@
+"""Reads of stored entries for the facade: one live entry (never an expired one, nor another user's when the owner
+is given), its history with the texts opened, and the vectors the index holds for a user's entries.
+
+Example:
+    >>> reads = Reads(store)                                                      # doctest: +SKIP
+    >>> reads.live(rec.id, owner="u1").text == rec.text                           # doctest: +SKIP
+    True
+    >>> [v.op for v in reads.history(rec.id)]                                     # doctest: +SKIP
+    ['add']
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentmem.errors import NotFoundError
+from agentmem.types import MemoryVersion, utc_from_epoch
+
+if TYPE_CHECKING:
+    from agentmem.entries.store import EntryStore
+    from agentmem.ports.catalog import EntryRecord
+
+
+class Reads:
+    """Entries of one store read by id (inputs already checked by the facade)."""
+
+    def __init__(self, store: EntryStore) -> None:
+        self._catalog, self._vectors, self._sealer = store.catalog, store.vectors, store.sealer
+        self._lifecycle = store.lifecycle
+
+    def live(self, entry_id: str, *, owner: str | None = None) -> EntryRecord:
+        """The entry's row; :class:`NotFoundError` if it does not exist, has expired (even before a sweep) or, with
+        ``owner``, belongs to another user.
+
+        Example:
+            >>> reads.live("no-such-id")                                          # doctest: +SKIP
+            Traceback (most recent call last):
+            agentmem.errors.NotFoundError: "no memory entry with id 'no-such-id'"
+        """
+        rows = self._catalog.get([entry_id])
+        if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()) or (
+                owner is not None and rows[0].user_id != owner):
+            raise NotFoundError(f"no memory entry with id {entry_id!r}")
+        return rows[0]
+
+    def history(self, entry_id: str) -> list[MemoryVersion]:
+        """The entry's versions and events, oldest first, their texts opened.
+
+        Example:
+            >>> [(v.version, v.op) for v in reads.history(rec.id)]                # doctest: +SKIP
+            [(1, 'add'), (2, 'update')]
+        """
+        return [MemoryVersion(version=h.version, op=h.op, text=self._sealer.open_text(entry_id, "history", h.text),
+                              at=utc_from_epoch(h.at), reason=h.reason, related_id=h.related_id)
+                for h in self._lifecycle.history(entry_id)]
+
+    def vectors(self, user_id: str, entry_ids: Sequence[str]) -> dict[str, Any]:
+        """The index's vectors of ``user_id``'s ``entry_ids`` (ids it does not hold left out).
+
+        Example:
+            >>> reads.vectors("u1", [rec.id])[rec.id].shape                       # doctest: +SKIP
+            (384,)
+        """
+        return self._vectors.get(user_id, entry_ids)
+
+
+__all__ = ["Reads"]
