@@ -1,12 +1,12 @@
 """Why does recall fall off with history length (issue #38), and does a wider candidate pool fix it?
 
 From the caches of ``research/_locomo_cache.py`` built with a wide pool (``--pool 300``: each retriever's best 300),
-for each dev set and each pool size N of ``--pools``: recall's ranking (``locomo.ranking``, the shipped weights)
+for each dev set and each pool size N of ``--pools``: recall's ranking (``locomo_cv.ranking``, the shipped weights)
 over the candidates each retriever would have returned with ``candidate_pool`` N (the cached best N of the dense,
 lexical and turn-context pools; the turn-context pool capped by ``context_pool`` as recall caps it). Reported:
 recall@5/@10 overall and by category, recall@10 of the evidence turns by age (how many turns of the conversation
 come after it; the edges of ``research/recall_by_length.py``), and where each evidence turn sits by age: in the top
-10, in the head the learned order sees (11-20), further down the scored pool, or outside it (no retriever nor
+10, ranked 11-20 (by a recall with k=20), further down the scored pool, or outside it (no retriever nor
 spillover found it). Two controls for the questions' own difficulty (older evidence may belong to harder questions):
 ``by_cat_age``, recall@10 by category for evidence younger and older than 284 turns (the median edge), and
 ``within_question``, over the questions whose evidence turns lie at different ages, how often the oldest and the
@@ -37,7 +37,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "benchmarks")]
 
 import learned_ablation as la  # noqa: E402
-import locomo  # noqa: E402
+import locomo_cv  # noqa: E402
 
 from agentmem.recall.multihop import for_query  # noqa: E402
 from agentmem.recall.retrieval import Candidates, RetrievalParams, best_first, rank_parts  # noqa: E402
@@ -82,7 +82,9 @@ def evaluate(data: la.Data, pool: int, p: RetrievalParams) -> dict[str, Any]:
     where: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(PLACES, 0))
     for q in data.questions:
         cands = narrowed(q.cands, pool, p.context_pool)
-        top = [i for i, _ in locomo.ranking(q, cands, data.rows, p, 20)]
+        # recall(k=10)'s order; the head it re-orders is sized by k, so places 11-20 come from a k=20 ranking
+        top = [i for i, _ in locomo_cv.ranking(q, cands, data.rows, p, 10)]
+        top += [i for i, _ in locomo_cv.ranking(q, cands, data.rows, p, 20) if i not in top][:10]
         rec.append(la.recall_of(q, top))
         scored = rank_parts(cands, for_query(p, q.text))[0]
         for g in q.gold:

@@ -46,8 +46,9 @@ from agentmem.recall.retrieval import RetrievalParams  # noqa: E402
 # the shipped head recipe (ranking.json's head_model provenance)
 DEPTH, RESERVE, CUES, L2, BLEND = 20, 20, "overlap,rare_overlap,session_mass,list_first", 0.1, 1.0
 # one-at-a-time alternatives: locomo.py's grid, 0 for each boost (the part dropped), the head switched off / narrowed
+# spillover is not in locomo.py's grid (hand-set in round 1): its values here, 0 the part dropped
 ALTERNATIVES: dict[str, list[Any]] = {**{k: list(v) for k, v in locomo_cv.GRID.items()},
-                                      "learned_head": [False], "head_reserve": [0]}
+                                      "spillover": [0.05, 0.1, 0.15], "learned_head": [False], "head_reserve": [0]}
 
 
 def brief(qs: list[Any], rec: list[dict[int, float]]) -> dict[str, Any]:
@@ -55,12 +56,15 @@ def brief(qs: list[Any], rec: list[dict[int, float]]) -> dict[str, Any]:
     return {"recall@5": s["recall@5"], "recall@10": s["recall@10"], "by_cat": s["by_cat"]}
 
 
-def retrieval_table(sets: dict[str, la.Data]) -> dict[str, Any]:
-    """Shipped and one-at-a-time variants on both sets, and the cross-dataset choice among them."""
+def retrieval_table(sets: dict[str, la.Data], only: list[str] | None = None) -> dict[str, Any]:
+    """Shipped and one-at-a-time variants (of the ``only`` parameters, default all) on both sets, and the
+    cross-dataset choice among them."""
     shipped = RetrievalParams()
     variants = {"shipped": shipped}
     for name, values in ALTERNATIVES.items():
-        for value in dict.fromkeys([*values, *([0.0] if name.endswith("_boost") else [])]):
+        if only and name not in only:
+            continue
+        for value in dict.fromkeys([*values, *([0.0] if name.endswith("_boost") or name == "spillover" else [])]):
             if value != getattr(shipped, name):
                 variants[f"{name}={value}"] = replace(shipped, **{name: value})
     table: dict[str, Any] = {}
@@ -129,11 +133,13 @@ def main() -> None:
     ap.add_argument("--L", required=True, type=Path, help="LoCoMo dev cache (research/_locomo_cache.py)")
     ap.add_argument("--R", required=True, type=Path, help="REALTALK dev cache (research/_locomo_cache.py)")
     ap.add_argument("--parts", nargs="+", default=["retrieval", "head"], choices=["retrieval", "head"])
+    ap.add_argument("--only", nargs="*", default=None, choices=list(ALTERNATIVES),
+                    help="the retrieval table's variants of these parameters only (default: all)")
     args = ap.parse_args()
     sets = {"L": la.Data(**la.load_cache(args.L)), "R": la.Data(**la.load_cache(args.R))}
     result: dict[str, Any] = {"questions": {d: len(s.questions) for d, s in sets.items()}}
     if "retrieval" in args.parts:
-        result["retrieval"] = retrieval_table(sets)
+        result["retrieval"] = retrieval_table(sets, args.only)
     if "head" in args.parts:
         result["head"] = head_table(sets)
         print("head", json.dumps({k: v for k, v in result["head"].items() if k != "refit_weights"}),
