@@ -10,14 +10,13 @@ import time
 import pytest
 import torch
 
-from agentmem.kv import KVEngine, MemoryItem
+from agentmem.kv import KVEngine
 from agentmem.kv.batch import FairRLock
 from agentmem.kv.cache import new_dynamic_cache
 from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
+from tests.unit.kv_batch_requests import FACTS, request_memories as _memories
 
-FACTS = ["Alice moved to Lisbon in 2021.", "Bob keeps bees.", "The blue door is locked on Sundays.",
-         "Carol's cat is called Miso and it sleeps all day long.", "Dan bought a red bicycle."]
 QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the door.", "What is the cat called?",
              "What did Dan buy?", "hello"]
 
@@ -26,13 +25,6 @@ QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the
 def engine() -> KVEngine:
     model, tok = tiny_causal_lm("llama", seed=0)
     return KVEngine(model, tok)
-
-
-def _memories(engine: KVEngine, i: int) -> list[MemoryItem]:
-    """A different set (and count, and length) of mounted memories per request."""
-    chosen = FACTS[i % len(FACTS):] + FACTS[: i % 2]
-    entries = engine.encode_many(chosen)
-    return [MemoryItem(f"m{i}-{j}", t, (lambda e=e: e)) for j, (t, e) in enumerate(zip(chosen, entries))]
 
 
 def _concurrently(fn, n: int) -> list:
