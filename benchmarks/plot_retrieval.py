@@ -42,7 +42,7 @@ def main() -> None:
     ax.set_xticks(range(len(names)), names)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("held-out recall (5-fold CV over conversations)")
-    ax.set_title("LoCoMo dev half: recall of the shipped defaults (benchmarks/locomo.py --folds 5)")
+    ax.set_title("LoCoMo dev half: recall of the shipped defaults (research/locomo_cv.py --folds 5)")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)

@@ -73,7 +73,7 @@ def build(data: Path, store: Path) -> dict[str, Any]:
     with AgentMemory(store, kv_encoding="off", consolidation="local") as mem:
         ids = locomo.ingest_once(mem, conversations, store / "locomo-ids.json", made_by)
         questions = locomo.questions_of(conversations, ids)
-        es = mem._store  # the benchmark re-ranks the store's own candidates, as benchmarks/locomo.py --folds does
+        es = mem._store  # the benchmark re-ranks the store's own candidates, as research/locomo_cv.py --folds does
         pool = max(mem.config.candidate_pool, 40)
         asked = [Asked(q.conv, q.text, q.category, frozenset(q.gold),
                        es.candidates(q.text, Scope(f"locomo-{q.conv}"), pool=pool)[0]) for q in questions]

@@ -15,7 +15,7 @@ distance d ≤ 2 in its session), and the turns that answer one question tend to
 gains ``session_weight`` times the best score in its session: a session that matched well lifts its other turns).
 
 Every constant lives in :class:`RetrievalParams`; its defaults (``agentmem/recall/weights/ranking.json``) were chosen by 5-fold cross-validation over
-conversations (``benchmarks/locomo.py --folds 5``: chosen on 4 conversations, scored on the fifth).
+conversations (``research/locomo_cv.py --folds 5``: chosen on 4 conversations, scored on the fifth).
 
 Example:
     >>> scores = fuse({"a": 0.9, "b": 0.85, "c": 0.5}, {"b": 12.0})   # b: nearly the best cosine and a BM25 hit

@@ -40,8 +40,12 @@ def test_the_bundled_weights_are_the_former_literals_bit_for_bit() -> None:
         assert weights == RankingWeights(literals, head, calibration)
         assert [type(v) for v in vars(weights.retrieval).values()] == [type(v) for v in vars(literals).values()]
     data = json.loads(BUNDLED_RANKING.read_text())
+    root = BUNDLED_RANKING.parents[3]
     for group in ("retrieval", "head_model", "calibration"):  # every group says where its numbers come from
         assert {"data", "procedure", "fitted_by"} <= set(data[group]["provenance"])
+        # ... by a script that exists (a command line's first word, relative to the repository)
+        missing = [c for c in data[group]["provenance"]["fitted_by"] if not (root / c.split()[0]).is_file()]
+        assert not missing, f"{group}: fitted_by names scripts that are not in the repository: {missing}"
 
 
 def _recalls(path: Path, **config: object) -> list[list[tuple[str, float]]]:
