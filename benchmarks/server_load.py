@@ -433,17 +433,21 @@ def verify_store(store: Path) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Latency per endpoint (p50 / p99) and TTFT kv vs text, side by side."""
+    """Latency per endpoint (p50 / p99) and TTFT kv vs text, side by side; only the phases that ran are drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    m, c, t = result["memory"], result["chat"], result["ttft"]
+    m, c, t, adv = result.get("memory"), result.get("chat"), result.get("ttft"), result.get("adversarial")
     rows = [("remember (HTTP)", m["remember"]), ("recall (HTTP, with writes)", m["recall"]),
             ("recall (HTTP)", m["recall_only"]), ("recall (in-process)", m["recall_inprocess"]),
-            ("HTTP floor (/v1/models)", m["http_floor"]), ("chat (HTTP)", c)]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 1]})
+            ("HTTP floor (/v1/models)", m["http_floor"])] if m else []
+    rows += [("chat (HTTP)", c)] if c else []
+    rows += [("others' first token, one answer abandoned", adv["others"])] if adv else []
+    fig, axes = plt.subplots(1, 2 if t else 1, figsize=(11 if t else 8, 3.8),
+                             gridspec_kw={"width_ratios": [3, 1]} if t else None, squeeze=False)
+    a = axes[0][0]
     y = range(len(rows))
     a.barh([i + 0.2 for i in y], [r[1]["p50_ms"] for r in rows], height=0.4, label="p50")
     a.barh([i - 0.2 for i in y], [r[1]["p99_ms"] for r in rows], height=0.4, label="p99")
@@ -451,10 +455,13 @@ def plot(result: dict, path: Path) -> None:
     a.set_xscale("log")
     a.set_xlabel("latency (ms, log)")
     a.legend()
-    a.set_title(f"{result['config']['clients']} concurrent clients")
-    b.bar(["kv", "text"], [t["kv_ttft_ms"], t["text_ttft_ms"]], color=["#3182ce", "#a0aec0"])
-    b.set_ylabel("TTFT (ms)")
-    b.set_title(f"{t['memory_tokens_mounted']} memory tokens: {t['speedup']}x")
+    a.set_title(f"{result['config']['clients']} concurrent clients"
+                + (f", chat {c['req_per_s']} req/s" if c else ""))
+    if t:
+        b = axes[0][1]
+        b.bar(["kv", "text"], [t["kv_ttft_ms"], t["text_ttft_ms"]], color=["#3182ce", "#a0aec0"])
+        b.set_ylabel("TTFT (ms)")
+        b.set_title(f"{t['memory_tokens_mounted']} memory tokens: {t['speedup']}x")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
