@@ -144,8 +144,8 @@ def spill_over(scores: Mapping[str, float], places: Mapping[str, Placement], *, 
 
     >>> class P:  # b sits between a and c
     ...     def __init__(self, before, after): self.session_id, self.before, self.after = "s", before, after
-    >>> spill_over({"b": 1.0}, {"b": P(["a"], ["c", "d"])})
-    {'b': 1.0, 'a': 0.25, 'c': 0.25, 'd': 0.0625}
+    >>> spill_over({"b": 1.0}, {"b": P(["a"], ["c", "d"])}, share=0.5)
+    {'b': 1.0, 'a': 0.5, 'c': 0.5, 'd': 0.25}
     """
     out = dict(scores)
     get = out.get
