@@ -650,8 +650,7 @@ class AgentMemory:
 
                 topic = None
                 if self.config.topic_switch_threshold is not None:
-                    topic = TopicDetector(self._store.embedder.encode,  # type: ignore[attr-defined]
-                                          threshold=self.config.topic_switch_threshold)
+                    topic = TopicDetector(self._store.embed_texts, threshold=self.config.topic_switch_threshold)
                 self._sessions = SessionManager(
                     engine=lambda: self._bank.engine,
                     retrieve=self._answer.mountable,

@@ -414,6 +414,15 @@ class EntryStore:
         dense, context = self.vectors.query_spaces(vec, spaces=("", CONTEXT_SPACE), **search)
         return dict(dense), dict(context)
 
+    def embed_texts(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of ``texts`` as they are stored (the embedder's ``encode``): one row per text.
+
+        Example:
+            >>> store.embed_texts(["I moved to Lyon.", "My dog is Rex."]).shape    # doctest: +SKIP
+            (2, 384)
+        """
+        return self.embedder.encode(texts)
+
     def embed_query(self, query: str) -> np.ndarray:
         """The query's vector, as recall embeds it: the embedder's own query path where it is a
         :class:`~agentmem.ports.QueryEmbedder` (MiniLM: int8 feed-forward weights), else its ``encode``. Benchmarks
