@@ -7,8 +7,8 @@ a request naming a user its key is not bound to gets 403.
 Example:
     >>> keys = KeyStore("./memdata")
     >>> key = keys.add(["u1", "u2"], label="laptop")          # shown once; use it as a Bearer token
-    >>> keys.authenticate(key).users
-    frozenset({'u1', 'u2'})
+    >>> sorted(keys.authenticate(key).users)
+    ['u1', 'u2']
     >>> keys.revoke(key.split("_")[1])
     True
 """
