@@ -180,15 +180,38 @@ class AgentMemory:
     def _write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
         return self._writer.write(entries, encode, consolidate=consolidate)
 
-    def remember_many(self, items: Sequence[Mapping[str, Any]], *, consolidate: bool = True) -> list[MemoryRecord]:
+    def remember_many(self, items: Sequence[Mapping[str, Any]], *, consolidate: bool = True,
+                      vectors: Any = None) -> list[MemoryRecord]:
         """Store many memories in one all-or-nothing batch (embeddings computed in batches).
 
         Each item takes the keyword arguments of :meth:`remember`, e.g.
         ``mem.remember_many([{"text": "hi", "user_id": "u1", "speaker": "Ann"}, ...])``. ``consolidate=False``
-        stores every item as given (keyed stores that manage their own versions).
+        stores every item as given (keyed stores that manage their own versions). ``vectors`` (with
+        ``consolidate=False``): one embedding per item, of its text, by this store's embedder (:meth:`embed`);
+        each item is indexed under it and nothing is embedded (a bulk load that embedded its texts elsewhere).
+
+        Example:
+            >>> texts = ["I live in Lyon.", "My dog is Rex."]                          # doctest: +SKIP
+            >>> recs = mem.remember_many([{"text": t, "user_id": "u1"} for t in texts],  # doctest: +SKIP
+            ...                          consolidate=False, vectors=mem.embed(texts))
+            >>> mem.recall("where do I live?", user_id="u1", k=1)[0].id == recs[0].id     # doctest: +SKIP
+            True
         """
         self._check_open()
-        return self._write(self._writer.item_entries(items), None, consolidate=consolidate)
+        entries = self._writer.item_entries(items)
+        given = None if vectors is None else self._writer.given_vectors(vectors, len(entries), consolidate=consolidate)
+        return self._writer.write(entries, None, consolidate=consolidate, vectors=given)
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        """Unit-length float32 embeddings of ``texts`` by this store's embedder, one row each: what
+        :meth:`remember_many` takes as ``vectors`` (secrets redacted first, as a write would).
+
+        Example:
+            >>> mem.embed(["I live in Lyon."]).shape                                   # doctest: +SKIP
+            (1, 384)
+        """
+        self._check_open()
+        return self._writer.embed_texts(texts)
 
     def remember_messages(
         self,

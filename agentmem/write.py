@@ -165,18 +165,22 @@ class Writer:
                                               speaker=name, **shared))
         return entries
 
-    def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
+    def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True,
+              vectors: np.ndarray | None = None) -> list[MemoryRecord]:
         """Consolidate (merge restatements, supersede replaced facts), encode KV if the policy says so, then write
         everything all-or-nothing. Each record says what happened (``event``); a merged entry's record is the
-        existing entry it was merged into (``NOOP``).
+        existing entry it was merged into (``NOOP``). ``vectors`` (checked by :meth:`given_vectors`, one row per
+        entry): each entry's text already embedded, indexed as it is, nothing embedded here.
 
         Example:
             >>> [r.event for r in writer.write(entries, None)]                         # doctest: +SKIP
             ['ADD', 'UPDATE']
         """
         mode = self.config.consolidation if consolidate else "off"
-        vectors = decisions = texts = text_vectors = None
-        if entries and mode == "local":
+        decisions = texts = text_vectors = None
+        if vectors is not None:  # stored as given: the text vectors recall's conflict check reads are these too
+            text_vectors = vectors if self.config.consolidation != "off" else None
+        elif entries and mode == "local":
             vectors = self.store.embedder.encode([e.embed_text for e in entries],
                                                  batch_size=self.config.embedding_batch_size)
             texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
@@ -205,6 +209,42 @@ class Writer:
                 done = applied.superseded[n]
                 records.append(replace(self.record(e.row), event="UPDATE" if done else "ADD", superseded_ids=done))
         return records
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """``AgentMemory.embed``: each text checked as a memory's text and redacted as a write would, then embedded.
+
+        Example:
+            >>> writer.embed_texts(["I live in Lyon."]).shape                           # doctest: +SKIP
+            (1, 384)
+        """
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise InvalidInputError("embed takes a list of texts")
+        checked = [check_text(t) for t in texts]
+        if self.scanner is not None:
+            checked = [self.scanner.apply(t) for t in checked]
+        return np.asarray(self.store.embed_texts(checked), dtype=np.float32)
+
+    def given_vectors(self, vectors: Any, n: int, *, consolidate: bool) -> np.ndarray:
+        """``remember_many``'s precomputed ``vectors`` for ``n`` items, checked: shape ``(n, embedder dim)``, finite,
+        non-zero; returned unit-length float32. They skip consolidation, which compares texts it embeds itself.
+
+        Example:
+            >>> writer.given_vectors(np.ones((1, 384)), 1, consolidate=False).dtype     # doctest: +SKIP
+            dtype('float32')
+        """
+        if consolidate and self.config.consolidation != "off":
+            raise InvalidInputError("remember_many(vectors=...) stores the items as given: pass consolidate=False")
+        try:
+            array = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"vectors must be a 2-D array of numbers ({exc})") from None
+        dim = self.store.embedder.dim
+        if array.shape != (n, dim):
+            raise InvalidInputError(f"vectors must have shape ({n}, {dim}): one embedding per item; got {array.shape}")
+        norms = np.linalg.norm(array, axis=1, keepdims=True)
+        if not np.isfinite(array).all() or (norms == 0).any():
+            raise InvalidInputError("vectors must be finite and non-zero")
+        return array / norms
 
     def _unconsolidated_vectors(self, entries: Sequence[NewEntry]) -> tuple[np.ndarray, np.ndarray]:
         """Index (memory-line) vectors and text vectors of entries written without consolidation, in one embedding

@@ -5,15 +5,15 @@
 Texts are synthetic diary lines over a fixed vocabulary (seeded). Embedding 100,000 texts with MiniLM on this
 machine's two shared cores would take longer than the store writes, so the bulk is written with vectors derived
 from 2,000 real embeddings (each plus small Gaussian noise, re-normalised: distinct, realistically clustered
-points) through the store's own write path (validation, catalog + lexical index, vector index, all-or-nothing);
-the embedder's own rate is measured on those 2,000 texts. ``ingest_per_s`` combines both
+points) through the public ``remember_many(consolidate=False, vectors=...)`` (validation, catalog + lexical
+index, vector index, all-or-nothing; each entry also keeps its vector as its text vector, as remember() does); the
+embedder's own rate is measured on those 2,000 texts. ``ingest_per_s`` combines both
 (1 / (1/write_rate + 1/embed_rate)): what ``remember_many`` would sustain. Recall goes through the public
 ``recall`` (query embedding, dense + lexical, fusion, row loads) for random questions.
 
-Last line: {"backend", "entries", "ingest_per_s", "p50_ms", "p95_ms", "users", "write_per_s", "embed_per_s",
-"parts_p50_ms"} (the last: median ms of the query embedding, lexical search, dense search and turn context, each
-called alone after the timed recalls; ``lexical_exhaustive`` is the same lexical search scoring every match, as
-before early termination, timed beside it with equal scores checked, and ``lexical_speedup`` their ratio).
+Last line: {"backend", "entries", "ingest_per_s", "p50_ms", "p95_ms", "users", "write_per_s", "embed_per_s"}.
+Where a recall's time goes, part by part, is research (it reads private parts): ``research/scale_profile.py`` on
+a store kept with ``--store``.
 """
 
 from __future__ import annotations
@@ -45,26 +45,23 @@ def _line(rng: random.Random, i: int) -> str:
 
 def ingest(mem: Any, args: argparse.Namespace, rng: random.Random) -> tuple[float, float]:
     """Top the store up to ``args.entries`` in batches; return (store writes per s, embeddings per s)."""
-    store = mem._store
     sample = [_line(rng, i) for i in range(2000)]
     t0 = time.perf_counter()
-    seeds = store.embedder.encode(sample, batch_size=64)
+    seeds = mem.embed(sample)
     embed_per_s = len(sample) / (time.perf_counter() - t0)
     noise = np.random.default_rng(0)
-    written, write_s = store.vectors.count(), 1e-9  # a kept store (--store) is topped up, not redone
+    # a kept store (--store) is topped up, not redone
+    written, write_s = sum(len(mem.list(user_id=f"user{u}")) for u in range(args.users)), 1e-9
     start = written
     while written < args.entries:
         n = min(args.batch, args.entries - written)
         idx = noise.integers(0, len(sample), n)
         vecs = seeds[idx] + noise.normal(0, 0.02, (n, seeds.shape[1])).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        entries = [mem._new_entry(f"{sample[j]} (note {written + k})", user_id=f"user{(written + k) % args.users}",
-                                  session_id=None, kind="turn", role=None, speaker=None, timestamp=None, tags=None,
-                                  ttl=None, metadata=None) for k, j in enumerate(idx)]
-        # as remember() with consolidation does: each row carries its text's unit vector (recall's conflict check)
-        mem._consolidator.attach_vectors([e.row for e in entries], vecs)
+        items = [{"text": f"{sample[j]} (note {written + k})", "user_id": f"user{(written + k) % args.users}"}
+                 for k, j in enumerate(idx)]
         t0 = time.perf_counter()
-        store.add(entries, vectors=vecs.astype(np.float32))
+        # stored as given, as remember_many(consolidate=False) stores them, under these vectors (re-normalised)
+        mem.remember_many(items, consolidate=False, vectors=vecs)
         write_s += time.perf_counter() - t0
         written += n
         print(f"  {written} entries, {(written - start) / write_s:.0f}/s", file=sys.stderr, flush=True)
@@ -105,41 +102,6 @@ def recall_latency(mem: Any, args: argparse.Namespace, rng: random.Random) -> li
     return sorted(lat)
 
 
-def breakdown(mem: Any, args: argparse.Namespace, rng: random.Random, n: int = 50) -> dict[str, float]:
-    """Median milliseconds of each retrieval part, called one by one (recall runs lexical beside the embedding)."""
-    store, parts = mem._store, {"embed": [], "lexical": [], "dense": [], "context": [], "lexical_exhaustive": []}
-    for _ in range(n):
-        a, b = rng.sample(WORDS, 2)
-        query, user = f"when did I see the {a} with my {b}?", f"user{rng.randrange(args.users)}"
-        t0 = time.perf_counter()
-        vec = store.embed_query(query)  # recall's own query path (int8 feed-forward MiniLM)
-        t1 = time.perf_counter()
-        lexical = store.catalog.lexical_search(query, user_id=user, limit=store.config.candidate_pool)
-        t2 = time.perf_counter()
-        dense = store.vectors.query(vec, user_id=user, n=store.config.candidate_pool)
-        t3 = time.perf_counter()
-        store.catalog.turn_context([i for i, _ in dense] + [i for i, _ in lexical])
-        t4 = time.perf_counter()
-        # side by side: the same lexical search scoring every match (no early termination, lexical_bounds)
-        saved, store.catalog.prune_min_docs = store.catalog.prune_min_docs, 10**12
-        try:
-            full = store.catalog.lexical_search(query, user_id=user, limit=store.config.candidate_pool)
-            assert _rounded(full) == _rounded(lexical), "early-terminated lexical scores differ from exhaustive"
-        finally:
-            store.catalog.prune_min_docs = saved
-        t5 = time.perf_counter()
-        for name, dt in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
-            parts[name].append(1000 * dt)
-    out = {name: round(statistics.median(v), 1) for name, v in parts.items()}
-    out["lexical_speedup"] = round(statistics.median(parts["lexical_exhaustive"]) / max(statistics.median(parts["lexical"]), 1e-9), 2)
-    return out
-
-
-def _rounded(hits: list[tuple[str, float]]) -> list[float]:
-    """The scores of ``hits``, rounded so an equality check ignores the last bits (sums taken in another order)."""
-    return [round(s, 9) for _, s in hits]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", choices=BACKENDS, default="embedded")
@@ -161,13 +123,11 @@ def main() -> None:
             if write_per_s != write_per_s:  # a kept store, re-opened: nothing of it is in the page cache yet
                 print(f"  page cache warmed: {warm_page_cache(base) / 2**20:.0f} MiB read", file=sys.stderr)
             lat = recall_latency(mem, args, rng)
-            parts = breakdown(mem, args, rng)
     # a kept store that already held --entries wrote nothing this run: no write rate to report (null)
     ingest_rate = None if write_per_s != write_per_s else round(1 / (1 / write_per_s + 1 / embed_per_s), 1)
     print(json.dumps({"backend": args.backend, "entries": args.entries, "ingest_per_s": ingest_rate,
                       "p50_ms": round(statistics.median(lat), 1), "p95_ms": round(lat[int(0.95 * len(lat)) - 1], 1),
-                      "users": args.users, "write_per_s": None if ingest_rate is None else round(write_per_s, 1), "embed_per_s": round(embed_per_s, 1),
-                      "parts_p50_ms": parts}))
+                      "users": args.users, "write_per_s": None if ingest_rate is None else round(write_per_s, 1), "embed_per_s": round(embed_per_s, 1)}))
 
 
 if __name__ == "__main__":
