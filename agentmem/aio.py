@@ -95,6 +95,7 @@ class AsyncAgentMemory:
     # writes encode KV when the policy (or encode=) says so; those need the model and queue on its lane
     remember = _lane("write", "remember")
     remember_many = _lane("write", "remember_many")
+    embed = _lane("io", "embed")  # the embedder, not the model
     remember_messages = _lane("write", "remember_messages")
 
     # --- streaming -------------------------------------------------------------------------------------------
