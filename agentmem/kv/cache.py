@@ -224,7 +224,12 @@ def remove_cache_span(cache: Cache, start: int, end: int, inv_freq: torch.Tensor
     """Delete tokens ``[start, end)`` from every layer; later tokens move left and are re-rotated to match.
 
     What a session manager needs to evict an old turn without re-encoding the rest. Example:
-        >>> remove_cache_span(cache, 40, 90, rotary_inv_freq(model))   # 50 tokens gone, positions contiguous
+        >>> keys = torch.randn(2, 1, 2, 100, 16); values = torch.randn_like(keys)   # [L, B, H, T, D]
+        >>> cache = cache_from_stacked(keys, values, capacity=128)
+        >>> inv_freq = 1.0 / 10000 ** (torch.arange(0, 16, 2) / 16)
+        >>> remove_cache_span(cache, 40, 90, inv_freq)   # 50 tokens gone, positions contiguous
+        >>> cache_length(cache), torch.equal(cache.layers[0].values[0, :, 40:50], values[0, 0, :, 90:])
+        (50, True)
     """
     n = cache_length(cache)
     if not 0 <= start <= end <= n:

@@ -19,8 +19,14 @@ codes the mount dequantizes while placing them. Encryption and authentication, w
 outside this module (the checksum is for damage and tampering of plaintext blobs, not a MAC).
 
 Example:
-    >>> blob = encode_entry(entry, fingerprint, codec="int4")
-    >>> again = decode_entry(blob, expected=fingerprint, dtype=torch.float32)
+    >>> from agentmem.kv.engine import KVEngine
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))
+    >>> entry = engine.encode("Alice moved to Lisbon in 2021.")
+    >>> blob = encode_entry(entry, engine.fingerprint, codec="int4")
+    >>> again = decode_entry(blob, expected=engine.fingerprint, dtype=torch.float32)
+    >>> again.kv_shape == entry.kv_shape, bool((again.values - entry.values).abs().mean() < 0.1)
+    (True, True)
 """
 
 from __future__ import annotations
@@ -121,6 +127,10 @@ def encode_entry(
     """Serialise ``entry`` to safetensors bytes in ``codec`` (default: the float codec of ``storage_dtype``).
 
     Example:
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> entry = engine.encode("Alice moved to Lisbon in 2021.")
         >>> blob = encode_entry(entry, engine.fingerprint, codec="int4")
         >>> read_metadata(blob)["codec"]["name"]
         'int4'
@@ -303,7 +313,15 @@ def decode_entry(
     first access of ``keys``/``values``). Error messages name fields only, never tensor contents.
 
     Example:
-        >>> entry = decode_entry(map_file(path), expected=engine.fingerprint)
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> entry = engine.encode("Alice moved to Lisbon in 2021.")
+        >>> from pathlib import Path
+        >>> path = Path("entry.safetensors")
+        >>> _ = path.write_bytes(encode_entry(entry, engine.fingerprint))
+        >>> torch.equal(decode_entry(map_file(path), expected=engine.fingerprint).keys, entry.keys)
+        True
     """
     view = memoryview(blob).cast("B") if not isinstance(blob, memoryview) else blob.cast("B")
     specs, meta, data_start = _parse_header(view)

@@ -10,6 +10,8 @@ Both follow the engine's convention (transformers' ``(ids, scores) -> scores``, 
   decoding ends there instead of running to ``max_new_tokens`` (the caller still cuts the string off the text).
 
 Example:
+    >>> from agentmem.kv.testing import tiny_tokenizer
+    >>> tokenizer = tiny_tokenizer()
     >>> process = chain(json_schema_processor(tokenizer, {"type": "object"}), stop_processor(tokenizer, ["\\n\\n"]))
     >>> out = engine.generate("Answer in JSON.", [], logits_processor=process)          # doctest: +SKIP
 """
@@ -53,7 +55,11 @@ def json_schema_processor(tokenizer: Any, schema: Mapping[str, Any]) -> Processo
     instead of closing the object. The grammar is compiled on the first step, when the logits width is known.
 
     Example:
+        >>> from agentmem.kv.testing import tiny_tokenizer
+        >>> tokenizer = tiny_tokenizer()
         >>> process = json_schema_processor(tokenizer, {"type": "object", "properties": {"n": {"type": "integer"}}})
+        >>> callable(process)
+        True
     """
     try:
         import xgrammar as xgr
@@ -86,7 +92,13 @@ def stop_processor(tokenizer: Any, stops: Sequence[str]) -> Processor:
     """A processor that ends the answer (end-of-sequence only) once its text contains one of ``stops``.
 
     Example:
+        >>> from agentmem.kv.testing import tiny_tokenizer
+        >>> tokenizer = tiny_tokenizer()
         >>> process = stop_processor(tokenizer, ["Observation:"])
+        >>> scores = process(torch.tensor([tokenizer.encode("Observation:", add_special_tokens=False)]),
+        ...                  torch.zeros(1, len(tokenizer)))
+        >>> int(scores.argmax()) == tokenizer.eos_token_id    # only the end of the answer is left
+        True
     """
     eos, wanted = _eos_id(tokenizer), [s for s in stops if s]
 

@@ -5,8 +5,15 @@ stored KV and once with them re-encoded as text (the reference). The mean KL(tex
 tokens is near zero when mounting is exact; a bad blob, a model swap or a broken re-rotation shows up as a jump.
 
 Example:
-    >>> report = mode_kl(engine, "Where do I live?", kv_memories, text_memories, "In Lyon.", tokens=8)
-    >>> report["kl"] < 1e-3, report["tokens"]
+    >>> from agentmem.kv.engine import KVEngine
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> from agentmem.kv.types import MemoryItem
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))
+    >>> entry = engine.encode("I moved to Lyon.")
+    >>> kv_memories = [MemoryItem("m1", "I moved to Lyon.", lambda: entry)]
+    >>> text_memories = [MemoryItem("m1", "I moved to Lyon.")]
+    >>> report = mode_kl(engine, "Where do I live?", kv_memories, text_memories, "In Lyon.", tokens=4)
+    >>> report["kl"] < 1e-3, report["tokens"]    # mounting is exact: the two modes agree
     (True, 4)
 """
 

@@ -194,6 +194,8 @@ def model_fingerprint(model: torch.nn.Module, tokenizer: Any) -> ModelFingerprin
     """Fingerprint a loaded ``(model, tokenizer)``; ~0.5 s the first time for 135M fp32 params, then cached.
 
     Example:
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> model, tokenizer = tiny_causal_lm("llama")
         >>> fp = model_fingerprint(model, tokenizer)
         >>> len(fp.digest)
         64

@@ -150,7 +150,13 @@ def load_model(
     dtype unless ``device``/``dtype`` are passed. Logs one INFO line with the load time; transformers stays quiet.
 
     Example:
-        >>> model, tok = load_model("/models/Qwen2-0.5B-Instruct", device="auto", dtype="auto")
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> tiny, tiny_tokenizer = tiny_causal_lm("qwen2")
+        >>> tiny.save_pretrained("tiny-qwen2"); tiny_tokenizer.save_pretrained("tiny-qwen2")  # a local model dir
+        (...)
+        >>> model, tok = load_model("tiny-qwen2", device="auto", dtype="auto")
+        >>> model.config.model_type, model.dtype
+        ('qwen2', torch.float32)
     """
     t0 = time.perf_counter()
     if isinstance(spec, tuple):

@@ -7,8 +7,15 @@ only read, never modified. The buffers then back a :class:`~agentmem.kv.cache.Bu
 capacity receives the question and the decoded tokens.
 
 Example:
-    >>> plan = plan_mount([40, 35, 90], preamble_len=14, suffix_len=20, max_new_tokens=64, max_positions=8192)
-    >>> cache, spans = assemble(preamble_k, preamble_v, [e0, e1], inv_freq, capacity=400)
+    >>> from agentmem.kv.engine import KVEngine
+    >>> from agentmem.kv.rope import rotary_inv_freq
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))
+    >>> e0, e1 = engine.encode("Alice likes tea."), engine.encode("Bob likes coffee.")
+    >>> preamble_k = preamble_v = torch.zeros(2, 1, 2, e0.offset, 16)   # [L, B, H, preamble tokens, D]
+    >>> cache, spans = assemble(preamble_k, preamble_v, [e0, e1], rotary_inv_freq(engine.model), capacity=400)
+    >>> spans == [(e0.offset, e0.offset + e0.num_tokens), (spans[0][1], spans[0][1] + e1.num_tokens)]
+    True
 """
 
 from __future__ import annotations

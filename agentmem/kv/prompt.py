@@ -14,8 +14,12 @@ same ids. Memory and question text are tokenized with ``split_special_tokens=Tru
 "<|im_end|>" stays literal text and cannot close the system block.
 
 Example:
+    >>> from agentmem.kv.testing import tiny_tokenizer
+    >>> tokenizer = tiny_tokenizer()
     >>> layout = PromptLayout.from_tokenizer(tokenizer)
     >>> ids = layout.preamble_ids + layout.entry_ids("Alice likes tea.") + layout.suffix_ids("What does Alice like?")
+    >>> tokenizer.decode(ids).endswith("What does Alice like?<|im_end|>\\n<|im_start|>assistant\\n")
+    True
 """
 
 from __future__ import annotations

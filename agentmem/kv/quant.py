@@ -33,8 +33,11 @@ by an encode-time search (:data:`CLIP_GRID`); a 60-token SmolLM2 turn pays one 1
 stores 5,635 B/token there (8.2x fewer than fp32).
 
 Example:
+    >>> keys, values = torch.randn(2, 1, 40, 64), torch.randn(2, 1, 40, 64)   # [layers, kv heads, tokens, head dim]
     >>> packed = quantize_kv(keys, values, CODECS["int4"])
     >>> keys2, values2 = dequantize_kv(packed)
+    >>> keys2.shape, bool((values2 - values).abs().mean() < 0.25)
+    (torch.Size([2, 1, 40, 64]), True)
 """
 
 from __future__ import annotations
@@ -255,6 +258,8 @@ class PackedKV:
         value bits)``, codes ``[stop - first, H, T, W]``; one run for a codec without ``layer_bits``.
 
         Example:
+            >>> kv = torch.randn(30, 1, 8, 64)
+            >>> packed = quantize_kv(kv, kv, CODECS["k4v3hsl"])    # layer 1's values keep 4 bits
             >>> [(a, b, kb, vb) for a, b, _, kb, _, vb in packed.layer_runs()]
             [(0, 1, 4, 3), (1, 2, 4, 4), (2, 30, 4, 3)]
         """
@@ -289,6 +294,7 @@ class PackedKV:
         """The tensors a blob stores, by name (scales as float16; no ``value_zeros`` when they are implied).
 
         Example:
+            >>> k = v = torch.randn(2, 1, 8, 64)
             >>> sorted(quantize_kv(k, v, CODECS["int4"]).stored())[:2]
             ['key_scales', 'key_zeros']
         """
@@ -308,7 +314,10 @@ class PackedKV:
         """The inverse of :meth:`stored`; scales widened to float32 once (the mount kernel reads float32).
 
         Example:
+            >>> packed = quantize_kv(torch.randn(2, 1, 8, 64), torch.randn(2, 1, 8, 64), CODECS["int4"])
             >>> again = PackedKV.from_stored(packed.codec, packed.stored(), packed.head_dim)
+            >>> torch.equal(again.key_codes, packed.key_codes)
+            True
         """
         zeros = None if codec.value_symmetric else tensors["value_zeros"]  # KeyError: a blob missing them
         own = tuple((layer, tensors[f"keys@{layer}"], tensors[f"values@{layer}"]) for layer, _, _ in codec.layer_bits
@@ -444,8 +453,9 @@ def quantize_kv(keys: torch.Tensor, values: torch.Tensor, codec: Codec) -> Packe
     Raises ``ValueError`` if ``D`` is not a multiple of the codes packed per byte.
 
     Example:
-        >>> packed = quantize_kv(entry.keys, entry.values, CODECS["int4"])
-        >>> packed.key_codes.shape[-1] == entry.keys.shape[-1] // 2
+        >>> keys, values = torch.randn(2, 1, 8, 64), torch.randn(2, 1, 8, 64)
+        >>> packed = quantize_kv(keys, values, CODECS["int4"])
+        >>> packed.key_codes.shape[-1] == keys.shape[-1] // 2     # two 4-bit codes per byte
         True
     """
     if not codec.quantized:
@@ -528,7 +538,10 @@ def dequantize_kv(
     """Keys and values ``[L, H, T, D]`` back from their codes (the torch reference path; any device).
 
     Example:
+        >>> k, v = torch.randn(2, 1, 8, 64), torch.randn(2, 1, 8, 64)
         >>> keys, values = dequantize_kv(quantize_kv(k, v, CODECS["int8"]))
+        >>> bool((keys - k).abs().max() < 0.1)
+        True
     """
     device = device or packed.key_codes.device
     tokens, dim = packed.shape[2], packed.head_dim
@@ -599,8 +612,14 @@ def place_packed(
     dequantize, then rotate/copy. ``start`` is the keys' encoded position (model-faithful angles).
 
     Example:
-        >>> place_packed(kbuf[:, 0, :, p : p + n], vbuf[:, 0, :, p : p + n], entry.packed, delta=p - entry.offset,
-        ...              inv_freq=inv_freq, start=entry.offset)
+        >>> k, v = torch.randn(2, 1, 5, 64), torch.randn(2, 1, 5, 64)    # an entry encoded at offset 14
+        >>> packed, inv_freq = quantize_kv(k, v, CODECS["int8"]), 1.0 / 10000 ** (torch.arange(0, 64, 2) / 64)
+        >>> kbuf, vbuf = torch.zeros(2, 1, 1, 40, 64), torch.zeros(2, 1, 1, 40, 64)   # [L, batch, H, T, D]
+        >>> p = 20                                                           # mounted at position 20
+        >>> place_packed(kbuf[:, 0, :, p : p + 5], vbuf[:, 0, :, p : p + 5], packed, delta=p - 14,
+        ...              inv_freq=inv_freq, start=14)
+        >>> bool((vbuf[:, 0, :, p : p + 5] - v).abs().max() < 0.1), bool(kbuf[:, 0, :, :p].any())
+        (True, False)
     """
     codec, tokens = packed.codec, packed.shape[2]
     if fused and fused_dequant_applies(dst_keys) and fused_dequant_applies(dst_values) and tokens:
@@ -638,8 +657,9 @@ class QuantizedEntry(EncodedEntry):
     the mount never touches them (:func:`agentmem.kv.mount.Mount` places ``packed`` with the fused kernel).
 
     Example:
-        >>> q = QuantizedEntry(token_ids=ids, packed=quantize_kv(k, v, CODECS["int4"]), offset=14,
-        ...                    fingerprint=fp.digest, preamble_digest=layout.preamble_digest)
+        >>> k, v = torch.randn(2, 1, 5, 64), torch.randn(2, 1, 5, 64)
+        >>> q = QuantizedEntry(token_ids=torch.arange(5), packed=quantize_kv(k, v, CODECS["int4"]), offset=14,
+        ...                    fingerprint="model digest", preamble_digest="preamble digest")
         >>> q.kv_shape == tuple(k.shape)
         True
     """

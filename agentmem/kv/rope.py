@@ -6,8 +6,13 @@ no model forward needed. The model's cos/sin are also multiplied by ``attention_
 already inside the cached key and a rotation preserves it, so re-rotation uses the *unscaled* cos/sin on purpose.
 
 Example:
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> model, _ = tiny_causal_lm("llama")
     >>> inv_freq = rotary_inv_freq(model)
-    >>> moved = rerotate_keys(keys, 17, inv_freq)   # keys were encoded 17 positions earlier
+    >>> keys = torch.randn(1, 4, 8, 2 * inv_freq.numel())   # [batch, heads, tokens, head dim]
+    >>> moved = rerotate_keys(keys, 17, inv_freq)            # keys were encoded 17 positions earlier
+    >>> torch.allclose(rerotate_keys(moved, -17, inv_freq), keys, atol=1e-5)   # rotations compose
+    True
 """
 
 from __future__ import annotations
@@ -60,8 +65,11 @@ def kv_support(model: Any) -> str | None:
     """``None`` if this model's cached keys can be re-positioned exactly, else the reason why not.
 
     Text mode works for every causal LM; only KV mounting needs this. Example:
-        >>> kv_support(gpt2_model)
-        'GPT2LMHeadModel (model_type gpt2) has learned absolute position embeddings, ...'
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> kv_support(tiny_causal_lm("llama")[0]) is None
+        True
+        >>> print(kv_support(tiny_causal_lm("gpt2")[0]))
+        GPT2LMHeadModel (model_type gpt2) has learned absolute position embeddings (no RoPE), ...
     """
     config = _text_config(model)
     name = type(model).__name__
@@ -225,7 +233,11 @@ def rerotate_keys(
 
     The input is never modified; ``delta`` may be negative. Pass ``start`` (the keys' current position) to match
     the model's own float32 angles exactly. Example:
-        >>> moved = rerotate_keys(entry.keys, 120, rotary_inv_freq(model), start=entry.offset)
+        >>> inv_freq = 1.0 / 10000 ** (torch.arange(0, 64, 2) / 64)
+        >>> keys = torch.randn(2, 1, 5, 64)                       # encoded at positions 14..18
+        >>> moved = rerotate_keys(keys, 120, inv_freq, start=14)  # now at 134..138
+        >>> moved.shape == keys.shape and not torch.equal(moved, keys)
+        True
     """
     if delta == 0:
         return keys.clone()

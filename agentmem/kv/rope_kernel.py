@@ -12,8 +12,16 @@ the torch path, which stays the reference (the two agree to float rounding; test
 ``AGENTMEM_FUSED_ROPE=0`` turns the kernel off.
 
 Example:
-    >>> if fused_rotation_applies(out, keys):
-    ...     rotate_into(out, keys, cos2, sin)   # tables from rope._cached_tables
+    >>> from agentmem.kv.rope import rerotate_keys, rotation_tables
+    >>> keys, inv_freq = torch.randn(2, 5, 64), 1.0 / 10000 ** (torch.arange(0, 64, 2) / 64)
+    >>> cos, sin = rotation_tables(17, inv_freq, torch.float32, start=0, length=5)   # move 17 positions on
+    >>> out = torch.empty_like(keys)
+    >>> if fused_rotation_applies(out, keys):       # False where numba is missing: then the torch path runs
+    ...     rotate_into(out, keys, torch.cat((cos, cos), dim=-1), sin)
+    ... else:
+    ...     out = rerotate_keys(keys, 17, inv_freq, start=0)
+    >>> torch.allclose(out, rerotate_keys(keys, 17, inv_freq, start=0), atol=1e-5)
+    True
 """
 
 from __future__ import annotations

@@ -4,9 +4,15 @@ These are the low-level steps a session manager builds on: prefill new ids onto 
 then decode from that cache. They never touch cache internals (see :mod:`agentmem.kv.cache`).
 
 Example:
+    >>> from agentmem.kv.cache import cache_from_stacked
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> model, _ = tiny_causal_lm("llama")                      # 2 layers, 2 KV heads of 16 dims
+    >>> keys = values = torch.zeros(2, 1, 2, 0, 16)             # [layers, batch, kv heads, tokens, head dim]
     >>> cache = cache_from_stacked(keys, values, capacity=1024)
     >>> logits = prefill(model, cache, [1, 2, 3])              # [1, vocab] for the last position
-    >>> new_ids = decode(model, cache, logits, max_new_tokens=32, eos_ids={2})
+    >>> new_ids = decode(model, cache, logits, max_new_tokens=4, eos_ids={2})
+    >>> len(new_ids) <= 4, cache.get_seq_length() >= 3
+    (True, True)
 """
 
 from __future__ import annotations
@@ -156,7 +162,13 @@ class Sampling:
         repetition penalty), each overridden by a ``given`` value that is not None.
 
         Example:
-            >>> Sampling.for_model(model, temperature=0.7, seed=1)
+            >>> from transformers import GenerationConfig
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> model, _ = tiny_causal_lm("llama")
+            >>> model.generation_config = GenerationConfig(do_sample=True, temperature=0.2, top_p=0.9)
+            >>> s = Sampling.for_model(model, temperature=0.7, seed=1)   # the given temperature wins
+            >>> s.do_sample, s.temperature, s.top_p, s.seed
+            (True, 0.7, 0.9, 1)
         """
         config = getattr(model, "generation_config", None)  # a model without one decodes greedily
 
@@ -214,7 +226,9 @@ def processed(logits: torch.Tensor, processor: LogitsProcessor | None, ids: Sequ
     """``logits`` (a ``[vocab]``/``[1, vocab]`` row) after ``processor``; unchanged without one.
 
     Example:
-        >>> row = processed(logits, lambda ids, scores: scores.clamp(max=0), [5, 7])
+        >>> row = processed(torch.tensor([[1.0, -2.0, 3.0]]), lambda ids, scores: scores.clamp(max=0), [5, 7])
+        >>> row
+        tensor([[ 0., -2.,  0.]])
     """
     if processor is None:
         return logits

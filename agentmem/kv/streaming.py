@@ -5,6 +5,8 @@ from its decode in context (leading spaces, merges). So the whole reply so far i
 the new suffix is emitted, held back while it ends in an incomplete character (U+FFFD).
 
 Example:
+    >>> from agentmem.kv.testing import tiny_tokenizer
+    >>> tokenizer = tiny_tokenizer()
     >>> pieces = []
     >>> stream = TextStream(tokenizer, pieces.append)
     >>> for token_id in tokenizer.encode("héllo", add_special_tokens=False):
@@ -54,8 +56,14 @@ def text_callback(tokenizer: Any, on_text: Callable[[str], None] | None) -> tupl
     """``(on_token, flush)`` for a decoder call: both no-ops when ``on_text`` is None.
 
     Example:
-        >>> on_token, flush = text_callback(tokenizer, print)
-        >>> ids = decode(model, cache, logits, max_new_tokens=32, on_token=on_token); flush()
+        >>> from agentmem.kv.testing import tiny_tokenizer
+        >>> tokenizer = tiny_tokenizer()
+        >>> pieces = []
+        >>> on_token, flush = text_callback(tokenizer, pieces.append)
+        >>> for token_id in tokenizer.encode("Lyon.", add_special_tokens=False):
+        ...     on_token(token_id)          # what a decoder calls per chosen id
+        >>> flush(); "".join(pieces)
+        'Lyon.'
     """
     if on_text is None:
         return None, lambda: None

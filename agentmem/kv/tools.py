@@ -46,6 +46,9 @@ def render_tools(tokenizer: Any, schemas: Sequence[Mapping[str, Any]]) -> str:
     """The tool instructions for ``schemas`` (OpenAI function-tool dicts) as the model's chat template renders them.
 
     Example:
+        >>> from agentmem.kv.testing import CHATML_TOOLS_TEMPLATE, tiny_tokenizer
+        >>> tokenizer = tiny_tokenizer(CHATML_TOOLS_TEMPLATE)
+        >>> schema = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
         >>> "get_weather" in render_tools(tokenizer, [schema])
         True
     """

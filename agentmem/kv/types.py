@@ -24,9 +24,12 @@ class EncodedEntry:
     blob bytes: treat them as read-only (mounting never writes to them).
 
     Example:
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
         >>> entry = engine.encode("Alice moved to Lisbon in 2021.")
-        >>> entry.num_tokens, entry.offset
-        (12, 14)
+        >>> entry.num_tokens == len(entry.token_ids), entry.offset == len(engine.layout.preamble_ids)
+        (True, True)
     """
 
     token_ids: torch.Tensor
@@ -68,7 +71,7 @@ class MountMemory(Protocol):
     ``GenerationResult.fallbacks``.
 
     Example:
-        >>> memory: MountMemory = MemoryItem("m1", "Alice moved to Lisbon.", lambda: entry)
+        >>> memory: MountMemory = MemoryItem("m1", "Alice moved to Lisbon.", lambda: None)
         >>> memory.trained, memory.load_fallback
         (False, None)
     """
@@ -86,7 +89,9 @@ class MemoryItem:
     """A simple concrete :class:`MountMemory`.
 
     Example:
-        >>> MemoryItem("m1", "Alice moved to Lisbon.", lambda: engine.from_bytes(blob))
+        >>> item = MemoryItem("m1", "Alice moved to Lisbon.")   # no stored KV: the engine encodes the text
+        >>> item.id, item.load_kv, item.trained
+        ('m1', None, False)
     """
 
     id: str
@@ -114,8 +119,10 @@ class MountChoice:
         entry to mount. The one bookkeeping step of ``prepare``/``generate`` and of conversation turns.
 
         Example:
-            >>> if choice.record(memory.id, timings, fallbacks):
-            ...     entries.append(choice.entry)
+            >>> timings, fallbacks = {"load": 0.0, "encode": 0.0}, []
+            >>> choice = MountChoice(entry=None, reason="trained KV from another model", load_s=0.01, encode_s=0.0)
+            >>> choice.record("m1", timings, fallbacks), fallbacks
+            (False, [('m1', 'trained KV from another model')])
         """
         timings["load"] += self.load_s
         timings["encode"] += self.encode_s

@@ -17,8 +17,13 @@ and a from-scratch text re-encoding all see exactly the same ids. User text is t
 ids the model generated.
 
 Example:
-    >>> chat = ChatLayout.from_prompt_layout(engine.layout)
+    >>> from agentmem.kv.prompt import PromptLayout
+    >>> from agentmem.kv.testing import tiny_tokenizer
+    >>> tokenizer = tiny_tokenizer()
+    >>> chat = ChatLayout.from_prompt_layout(PromptLayout.from_tokenizer(tokenizer))
     >>> ids = chat.user_turn_ids("Hello!", first=True)         # opener + message + assistant prompt
+    >>> tokenizer.decode(ids).endswith("Hello!<|im_end|>\\n<|im_start|>assistant\\n")
+    True
 """
 
 from __future__ import annotations

@@ -13,9 +13,15 @@ leases, through the manager's public methods); the model work is the engine's. S
 the layout is this one.
 
 Example:
+    >>> from agentmem import AgentMemory
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> mem = AgentMemory("./memdata", model=tiny_causal_lm("llama"))   # any (model, tokenizer); default SmolLM2
     >>> chat = mem.session("s1", user_id="u1")
-    >>> r = chat.send("Remember that my sister is called Inès.", k=4, max_new_tokens=64)
-    >>> r.text, r.reused_tokens, r.mounted, r.timings["ttft"]
+    >>> r1 = chat.send("Remember that my sister is called Inès.", k=4, max_new_tokens=8)
+    >>> r2 = chat.send("What is my sister called?", k=4, max_new_tokens=8)
+    >>> r2.reused_tokens > 0          # the first turn's KV was kept, not re-encoded
+    True
+    >>> mem.close()
 """
 
 from __future__ import annotations

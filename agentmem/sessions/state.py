@@ -100,10 +100,13 @@ class PackedSessionKV:
     with room to grow. Lossy, at the codec's measured fidelity (docs/kv-compression.md).
 
     Example:
+        >>> kv = SessionKV(torch.randn(2, 1, 2, 32, 64), torch.randn(2, 1, 2, 32, 64), 20)
         >>> warm = PackedSessionKV.pack(kv, "int8")
         >>> warm.nbytes < kv.nbytes / 3
         True
         >>> hot = warm.moved("cpu", capacity=warm.length + 64)   # a SessionKV again
+        >>> hot.length, hot.capacity
+        (20, 84)
     """
 
     packed: PackedKV  # codes of [L, H, T, D] (the batch dim of SessionKV dropped)
@@ -156,8 +159,12 @@ def dump_session(
     ``codec`` an integer codec (``"int8"``, ``"int4"``, ...), as codes + scales (keys per channel, values per token).
 
     Example:
+        >>> state = Transcript("s1", "u1", ids=list(range(20)), kv_len=20)
+        >>> kv = SessionKV(torch.randn(2, 1, 2, 32, 64), torch.randn(2, 1, 2, 32, 64), 20)
         >>> blob = dump_session(state, kv, codec="int8")
         >>> transcript, kv2 = load_session(blob)       # kv2 in kv's dtype, dequantized
+        >>> transcript.ids == state.ids, kv2.length, kv2.keys.dtype
+        (True, 20, torch.float32)
     """
     spec = codec_for(codec) if codec is not None else None
     tensors = {"ids": torch.tensor(transcript.ids, dtype=torch.int64)}

@@ -44,6 +44,9 @@ class EngineContext:
         """Read once what sessions need off a loaded engine (its preamble KV is computed now if it was not).
 
         Example:
+            >>> from agentmem.kv.engine import KVEngine
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> engine = KVEngine(*tiny_causal_lm("llama"))
             >>> ctx = EngineContext.from_engine(engine); ctx.preamble_len == len(engine.layout.preamble_ids)
             True
         """
