@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentmem.erasure import Erasure, ErasureListeners
+from agentmem.ports.catalog import CatalogScope
 
 if TYPE_CHECKING:
     from agentmem.entries.store import EntryStore
@@ -82,7 +83,8 @@ class Forgetting:
             >>> forgetting.expired()                                                  # doctest: +SKIP
             0
         """
-        rows = self._store.delete(self._catalog.expired_ids(time.time()))
+        expired = CatalogScope(expired_by=time.time())
+        rows = self._store.delete([i for page in self._catalog.iter_ids(expired) for i in page])
         self._sessions.sweep()
         if rows:
             self._audit.record("expire", count=len(rows))

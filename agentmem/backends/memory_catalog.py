@@ -221,19 +221,6 @@ class MemoryCatalog:
     def count(self, scope: CatalogScope) -> int:
         return len(self._in_scope(scope))
 
-    def expired_ids(self, now: float) -> list[str]:
-        with self._lock:
-            return [r.id for r in self._rows.values()
-                    if r.write_state is None and r.expires_at is not None and r.expires_at <= now]
-
-    def unindexed_ids(self) -> set[str]:
-        with self._lock:
-            return {r.id for r in self._rows.values() if not r.indexed}
-
-    def superseded_ids(self, user_id: str) -> list[str]:
-        with self._lock:
-            return [r.id for r in self._rows.values() if r.user_id == user_id and r.superseded_by is not None]
-
     def _session_turns(self, user_id: str | None, session_id: str) -> list[EntryRecord]:
         """The committed turns of a session (of ``user_id``; None: any user's), oldest first."""
         return sorted((r for r in self._rows.values() if r.session_id == session_id and r.kind == "turn"
@@ -318,14 +305,6 @@ class MemoryCatalog:
     def _bump_chain_cuts(self) -> None:
         self._info[CHAIN_CUTS_KEY] = str(chain_cuts_value(self._info.get(CHAIN_CUTS_KEY)) + 1)
 
-    def log_history(self, events: Sequence[HistoryEvent]) -> None:
-        """Record ``events`` (all or nothing: an event of an unknown entry raises :class:`LookupError` first)."""
-        with self._lock:
-            unknown = {e.entry_id for e in events} - self._rows.keys()
-            if unknown:
-                raise LookupError(f"history of unknown entries: {sorted(unknown)}")
-            self._log(events)
-
     def history(self, entry_id: str) -> list[HistoryEvent]:
         """The entry's events, oldest first (ties in the order logged)."""
         with self._lock:
@@ -367,23 +346,15 @@ class MemoryCatalog:
 
     def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
                    superseded_by: str | None = None) -> bool:
-        """Mark an active entry ``status`` and log ``event``; False if it is gone or not active."""
+        """Supersede / retract an active entry, or (``ACTIVE``) restore an inactive one, and log ``event``; False
+        if it is gone or not in the state the change starts from."""
         with self._lock:
             row = self._rows.get(entry_id)
-            if row is None or row.status != ACTIVE:
+            if row is None or (row.status == ACTIVE) == (status == ACTIVE):
                 return False
-            row.status, row.superseded_by = status, superseded_by
-            self._log([event])
-            return True
-
-    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
-        """Make a superseded or deleted entry active again and log ``event``; False if gone or already active."""
-        with self._lock:
-            row = self._rows.get(entry_id)
-            if row is None or row.status == ACTIVE:
-                return False
-            row.status, row.superseded_by = ACTIVE, None
-            self._bump_chain_cuts()
+            row.status, row.superseded_by = status, (superseded_by if status != ACTIVE else None)
+            if status == ACTIVE:
+                self._bump_chain_cuts()  # the chains through it end here now
             self._log([event])
             return True
 

@@ -17,14 +17,15 @@ Example:
     >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
     ...            index_texts=["hi"])
     >>> life = Lifecycle(cat)
-    >>> life.log_many([HistoryEvent("e1", 1, "add", "hi", 0.0)])
-    >>> [e.op for e in life.history("e1")]
-    ['add']
+    >>> life.set_status("e1", SUPERSEDED, HistoryEvent("e1", 1, "supersede", "hi", 1.0))
+    True
+    >>> [e.op for e in life.history("e1")], life.reinstate("e1", HistoryEvent("e1", 1, "restore", "hi", 2.0))
+    (['supersede'], True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from agentmem.ports.catalog import ACTIVE, DELETED, OPS, SUPERSEDED, Catalog, HistoryEvent
@@ -35,10 +36,6 @@ class Lifecycle:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-
-    def log_many(self, events: Iterable[HistoryEvent]) -> None:
-        """Record ``events`` (all or nothing)."""
-        self.catalog.log_history(list(events))
 
     def history(self, entry_id: str) -> list[HistoryEvent]:
         """The entry's events, oldest first."""
@@ -67,7 +64,7 @@ class Lifecycle:
 
     def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
         """A superseded or retracted entry is active again (``restore``); False if it is gone or already active."""
-        return self.catalog.reinstate(entry_id, event)
+        return self.catalog.set_status(entry_id, ACTIVE, event)
 
     def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
         """A near-duplicate arrived: count it on the existing entry (no new row) and log the merge."""

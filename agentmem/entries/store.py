@@ -139,7 +139,7 @@ class EntryStore:
         self.contexts = ContextVectors(self.catalog, self.vectors)  # turn context vectors (second vector space)
         # where superseded_by chains end, remembered and checked against the rows each recall loads
         self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN),
-                                superseded_ids=self.catalog.superseded_ids, stamp=self._chain_cuts)
+                                superseded_ids=self._chain_starts, stamp=self._chain_cuts)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = ranking.retrieval  # fusion and head re-ranking constants
@@ -548,6 +548,10 @@ class EntryStore:
                 break
         return admitted
 
+    def _chain_starts(self, user_id: str) -> list[str]:
+        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's chains start."""
+        return [i for page in self.catalog.iter_ids(CatalogScope(user_id=user_id, has_successor=True)) for i in page]
+
     def _chain_cuts(self) -> int:
         """The catalog's chain-cut stamp (:mod:`agentmem.consolidate.chain_ends`; 0 until a chain was first cut)."""
         return chain_cuts_value(self.catalog.infos([CHAIN_CUTS_KEY]).get(CHAIN_CUTS_KEY))
@@ -627,16 +631,21 @@ class EntryStore:
             vector_ids = set(self.vectors.all_ids()) - pending
             row_ids: set[str] = set()
             with_blob: set[str] = set()
+            unindexed: set[str] = set()  # stored without a vector on purpose (LangGraph index=False)
             for page in self.catalog.iter_ids(CatalogScope()):
                 row_ids.update(page)
-                with_blob.update(r.id for r in self.catalog.get(page) if r.kv_path)
+                for r in self.catalog.get(page):
+                    if r.kv_path:
+                        with_blob.add(r.id)
+                    if r.indexed is False:
+                        unindexed.add(r.id)
             blob_keys = set(self.blobs.keys()) - pending
         return {
             "rows": len(row_ids),
             "vectors": len(vector_ids),
             "blobs": len(blob_keys & with_blob),
             "pending": len(pending),
-            "rows_missing_vector": len(row_ids - vector_ids - self.catalog.unindexed_ids()),
+            "rows_missing_vector": len(row_ids - vector_ids - unindexed),
             "rows_missing_blob": len(with_blob - blob_keys),
             "orphan_vectors": len(vector_ids - row_ids),
             "orphan_blobs": len(blob_keys - with_blob),

@@ -94,7 +94,9 @@ class EntryRecord:
 @dataclass(frozen=True, slots=True)
 class CatalogScope:
     """Which committed entries a listing, count or id walk covers: every field given must hold (all ``tags``
-    present; ``kinds``: any of them; ``alive_at``: not expired at that time). The empty scope is every entry.
+    present; ``kinds``: any of them; ``alive_at``: not expired at that time; ``expired_by``: expired at or before
+    that time, what the sweep erases; ``has_successor``: with (True) or without (False) a ``superseded_by``, any
+status: where a user's version chains start). The empty scope is every entry.
 
     Example:
         >>> CatalogScope(user_id="u", tags=("a",)).admits(
@@ -107,6 +109,8 @@ class CatalogScope:
     kinds: Sequence[str] | None = None
     tags: Sequence[str] | None = None
     alive_at: float | None = None
+    expired_by: float | None = None
+    has_successor: bool | None = None
 
     def admits(self, record: EntryRecord) -> bool:
         """Whether a (committed) ``record`` is in the scope: the meaning every catalog's translation keeps."""
@@ -114,7 +118,10 @@ class CatalogScope:
                 and (self.session_id is None or record.session_id == self.session_id)
                 and (not self.kinds or record.kind in self.kinds)
                 and set(self.tags or ()) <= set(record.tags)
-                and (self.alive_at is None or record.expires_at is None or record.expires_at > self.alive_at))
+                and (self.alive_at is None or record.expires_at is None or record.expires_at > self.alive_at)
+                and (self.expired_by is None or (record.expires_at is not None
+                                                 and record.expires_at <= self.expired_by))
+                and (self.has_successor is None or (record.superseded_by is not None) == self.has_successor))
 
 
 # Entry statuses (docs/lifecycle.md): ``active`` entries are recalled and mounted; ``superseded`` (a newer entry
@@ -225,19 +232,6 @@ class Catalog(Protocol):
         ...
 
     def count(self, scope: CatalogScope) -> int: ...
-    def expired_ids(self, now: float) -> list[str]:
-        """Committed entries whose ``expires_at`` is at or before ``now``."""
-        ...
-
-    def unindexed_ids(self) -> set[str]:
-        """Entries stored without a vector on purpose (``indexed`` false; ``verify()`` only)."""
-        ...
-
-    def superseded_ids(self, user_id: str) -> list[str]:
-        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's version chains
-        start (recall remembers their ends)."""
-        ...
-
     def turn_neighbours(self, ids: Sequence[str], *, after: bool,
                         committed: bool = True) -> dict[str, tuple[str, str | None]]:
         """For the turns (``kind="turn"`` with a session) among ``ids``: ``(session_id, the previous committed turn
@@ -264,10 +258,6 @@ class Catalog(Protocol):
         ...
 
     # --- lifecycle: versions, statuses and history (agentmem/entries/lifecycle.py), each one transaction --------
-    def log_history(self, events: Sequence[HistoryEvent]) -> None:
-        """Record ``events`` (all or nothing)."""
-        ...
-
     def history(self, entry_id: str) -> list[HistoryEvent]:
         """The entry's events, oldest first (``[]`` for an unknown or erased id)."""
         ...
@@ -286,13 +276,10 @@ class Catalog(Protocol):
 
     def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
                    superseded_by: str | None = None) -> bool:
-        """Mark an :data:`ACTIVE` entry ``status`` (with ``superseded_by``) and log ``event``; False (nothing
-        written) if the entry is gone or not active."""
-        ...
-
-    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
-        """Make a superseded or deleted entry :data:`ACTIVE` again (``superseded_by`` cleared, the chain-cut stamp
-        moved) and log ``event``; False (nothing written) if it is gone or already active."""
+        """Move an entry out of or back to :data:`ACTIVE` and log ``event``, or return False with nothing written.
+        :data:`SUPERSEDED` / :data:`DELETED` (with ``superseded_by``) apply to an active entry only; :data:`ACTIVE`
+        (a restore) to a superseded or deleted one only, and clears ``superseded_by`` and moves the chain-cut
+        stamp (:data:`CHAIN_CUTS_KEY`). False too if the entry is gone."""
         ...
 
     def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:

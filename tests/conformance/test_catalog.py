@@ -56,6 +56,10 @@ def _add(cat: Catalog, rows: list[EntryRecord], tags=(), pending: bool = False) 
     cat.insert(rows, index_texts=[r.text for r in rows], pending=pending)
 
 
+def _ids(cat: Catalog, scope: CatalogScope) -> list[str]:
+    return [i for page in cat.iter_ids(scope, page_size=1) for i in page]
+
+
 def test_is_a_catalog_and_keeps_store_facts(cat: Catalog) -> None:
     assert isinstance(cat, Catalog)
     if not _is_memory(cat):  # the SQL catalogs migrate their schema on open
@@ -109,13 +113,13 @@ def test_a_record_read_back_is_a_copy(cat: Catalog) -> None:
 
 def test_pending_rows_are_invisible_until_committed(cat: Catalog) -> None:
     _add(cat, [_row("p", text="pending kayak", expires=time.time() + 3600)], pending=True)
-    assert cat.get(["p"]) == [] and cat.expired_ids(float("inf")) == []
+    assert cat.get(["p"]) == [] and _ids(cat, CatalogScope(expired_by=float("inf"))) == []
     assert cat.count(CatalogScope(user_id="u")) == 0
     assert [r.id for r in cat.pending(time.time() + 1)] == ["p"]
     assert cat.pending(time.time() - 3600) == []  # recorded just now: not older than an hour
     cat.commit(["p"])
     assert [r.id for r in cat.get(["p"])] == ["p"] and cat.pending(time.time() + 1) == []
-    assert cat.expired_ids(float("inf")) == ["p"]
+    assert _ids(cat, CatalogScope(expired_by=float("inf"))) == ["p"]
 
 
 def test_deletion_is_marked_then_finished(cat: Catalog) -> None:
@@ -155,7 +159,7 @@ def test_scopes_tags_kinds_sessions_and_expiry(cat: Catalog) -> None:
     _add(cat, [_row("a", session="s1", at=1.0), _row("b", session="s2", at=2.0, kind="fact"),
                _row("c", session="s1", at=3.0, expires=now - 1), _row("d", user="v", at=4.0)],
          tags=[["t1", "t2"], ["t1"], [], []])
-    ids = lambda q: [i for page in cat.iter_ids(q, page_size=1) for i in page]  # noqa: E731
+    ids = lambda q: _ids(cat, q)  # noqa: E731
     assert ids(CatalogScope(user_id="u")) == ["a", "b", "c"]
     assert ids(CatalogScope(user_id="u", tags=["t1", "t2"])) == ["a"]
     assert ids(CatalogScope(user_id="u", kinds=["fact"])) == ["b"]
@@ -163,7 +167,8 @@ def test_scopes_tags_kinds_sessions_and_expiry(cat: Catalog) -> None:
     assert [r.id for r in cat.list_entries(CatalogScope(user_id="u"), limit=2, offset=1)] == ["b", "c"]
     assert [r.id for r in cat.list_entries(CatalogScope(user_id="u", tags=["t1"]))] == ["a", "b"]
     assert cat.count(CatalogScope()) == 4 and cat.count(CatalogScope(user_id="u", kinds=["turn", "fact"])) == 3
-    assert cat.expired_ids(now) == ["c"]
+    assert ids(CatalogScope(expired_by=now)) == ["c"] and ids(CatalogScope(user_id="v", expired_by=now)) == []
+    assert cat.count(CatalogScope(expired_by=now - 2)) == 0  # c expired at now - 1: not yet by now - 2
 
 
 def test_lexical_search_ranks_rare_terms_first_with_per_user_statistics(cat: Catalog) -> None:
@@ -217,12 +222,14 @@ def test_turn_neighbours_and_session_edges_follow_committed_turns(cat: Catalog) 
     assert cat.session_edge("u", "s1", 9.0, after=True) is None and cat.session_edge("v", "s1", 9.0, after=False) == "o"
 
 
-def test_infos_reads_several_keys_and_superseded_ids_starts_the_chains(cat: Catalog) -> None:
+def test_infos_reads_several_keys_and_a_scope_finds_where_chains_start(cat: Catalog) -> None:
     cat.set_info("a", "1")
     cat.set_info("b", "two")
     assert cat.infos(["a", "b", "missing"]) == {"a": "1", "b": "two"} and cat.infos([]) == {}
-    old, new = _row("old"), _row("new", at=1.0)
+    old, new, retracted = _row("old"), _row("new", at=1.0), _row("retracted", at=2.0)
     old.status, old.superseded_by = "superseded", "new"
-    _add(cat, [old, new, _row("w", user="v")])
-    assert cat.superseded_ids("u") == ["old"] and cat.superseded_ids("v") == []
-    assert cat.unindexed_ids() == set()
+    retracted.status, retracted.superseded_by = "deleted", "new"  # any status starts a chain
+    _add(cat, [old, new, retracted, _row("w", user="v")])
+    assert _ids(cat, CatalogScope(user_id="u", has_successor=True)) == ["old", "retracted"]
+    assert _ids(cat, CatalogScope(user_id="v", has_successor=True)) == []
+    assert _ids(cat, CatalogScope(has_successor=False)) == ["new", "w"]

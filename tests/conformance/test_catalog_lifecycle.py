@@ -39,9 +39,9 @@ def _chain(cat: Catalog, ids: list[str]) -> None:
 
 
 def test_history_is_kept_oldest_first_and_erased_with_the_entry(cat: Catalog) -> None:
-    _add(cat, [_row("a"), _row("b")])
     later, first = _event("a", "update", 5.0, version=2, related="b"), _event("a", "add", 1.0)
-    cat.log_history([later, first, _event("b", "add", 2.0)])
+    rows = [_row("a"), _row("b")]
+    cat.insert(rows, index_texts=[r.text for r in rows], history=[later, first, _event("b", "add", 2.0)])
     assert cat.history("a") == [first, later]  # the same values come back, as plain events
     assert cat.history("nobody") == []
     cat.delete(["b"])
@@ -70,17 +70,17 @@ def test_set_status_changes_only_active_entries_and_logs_once(cat: Catalog) -> N
     assert cat.get(["old"])[0].status == SUPERSEDED
 
 
-def test_reinstate_makes_an_entry_current_and_moves_the_chain_cut_stamp(cat: Catalog) -> None:
+def test_restoring_makes_an_entry_current_and_moves_the_chain_cut_stamp(cat: Catalog) -> None:
     _chain(cat, ["a", "b", "c"])
     stamp = _stamp(cat)
     restore = _event("b", "restore", 10.0, version=2)
-    assert cat.reinstate("b", restore)
+    assert cat.set_status("b", ACTIVE, restore)
     row = cat.get(["b"])[0]
     assert (row.status, row.superseded_by) == (ACTIVE, None)
     assert _stamp(cat) > stamp  # remembered chain ends through b are stale now
     assert cat.chain_ends(["a"]) == {"a": "b"}
-    assert not cat.reinstate("b", _event("b", "restore", 11.0))  # already active: nothing written
-    assert not cat.reinstate("zz", _event("zz", "restore", 11.0))
+    assert not cat.set_status("b", ACTIVE, _event("b", "restore", 11.0))  # already active: nothing written
+    assert not cat.set_status("zz", ACTIVE, _event("zz", "restore", 11.0))
     assert [e.op for e in cat.history("b")] == ["supersede", "restore"]
 
 

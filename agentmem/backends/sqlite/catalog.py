@@ -40,7 +40,7 @@ from agentmem.backends.sqlite.history import bump_chain_cuts, erase_lifecycle
 from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
 from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-from agentmem.backends.sqlite.turn_order import session_edge, superseded_ids, turn_neighbours
+from agentmem.backends.sqlite.turn_order import session_edge, turn_neighbours
 from agentmem.ports.catalog import (CHAIN_CUTS_KEY, CatalogScope, EntryRecord, HistoryEvent, TurnContext,
                                     chain_cuts_value)
 from agentmem.text import STOPWORDS
@@ -312,6 +312,10 @@ class SqliteCatalog:
             q = q.where(EntryRow.id.in_(select(TagRow.entry_id).where(TagRow.tag == tag)))
         if scope.alive_at is not None:
             q = q.where((EntryRow.expires_at.is_(None)) | (EntryRow.expires_at > scope.alive_at))
+        if scope.expired_by is not None:
+            q = q.where(EntryRow.expires_at <= scope.expired_by)
+        if scope.has_successor is not None:
+            q = q.where(EntryRow.superseded_by.is_not(None) if scope.has_successor else EntryRow.superseded_by.is_(None))
         return q
 
     def iter_ids(self, scope: CatalogScope, *, page_size: int = 1000) -> Iterator[list[str]]:
@@ -338,15 +342,6 @@ class SqliteCatalog:
         with self._sessions() as s:
             return int(s.scalar(select(func.count()).select_from(self._select(scope).subquery())) or 0)
 
-    def expired_ids(self, now: float) -> list[str]:
-        with self._sessions() as s:
-            return list(s.scalars(select(EntryRow.id).where(EntryRow.expires_at <= now, COMMITTED)))
-
-    def unindexed_ids(self) -> set[str]:
-        """Entries stored without a vector on purpose (LangGraph ``index=False``)."""
-        with self._sessions() as s:
-            return set(s.scalars(select(EntryRow.id).where(EntryRow.indexed.is_(False))))
-
     def all_kv_paths(self) -> set[str]:
         with self._sessions() as s:
             return {p for p in s.scalars(select(EntryRow.kv_path).where(EntryRow.kv_path.is_not(None)))}
@@ -357,10 +352,6 @@ class SqliteCatalog:
             for chunk in chunks(list(ids), 500):
                 out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
         return out
-
-    def superseded_ids(self, user_id: str) -> list[str]:
-        """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's chains start."""
-        return superseded_ids(self.read_engine, user_id)
 
     def turn_neighbours(self, ids: Sequence[str], *, after: bool,
                         committed: bool = True) -> dict[str, tuple[str, str | None]]:
@@ -472,11 +463,6 @@ class SqliteCatalog:
                 conn.close()
 
     # --- lifecycle (the port's versions, statuses and history; SQL in backends/sqlite/history.py) --------------
-    def log_history(self, events: Sequence[HistoryEvent]) -> None:
-        """Record history events (all or nothing)."""
-        with self.transaction() as s:
-            s.add_all(lifecycle_sql.history_rows(events))
-
     def history(self, entry_id: str) -> list[HistoryEvent]:
         """The entry's events, oldest first."""
         with self.read() as s:
@@ -499,16 +485,10 @@ class SqliteCatalog:
 
     def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
                    superseded_by: str | None = None) -> bool:
-        """Mark an active entry ``status`` and log ``event``; False if it is gone or not active."""
+        """Supersede / retract an active entry, or (``ACTIVE``) restore an inactive one, and log ``event``; False
+        if it is gone or not in the state the change starts from."""
         with self.transaction() as s:
             done = lifecycle_sql.set_status(s, entry_id, status, superseded_by)
-            s.add_all(lifecycle_sql.history_rows([event] if done else []))
-            return done
-
-    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
-        """Make a superseded or deleted entry active again and log ``event``; False if gone or already active."""
-        with self.transaction() as s:
-            done = lifecycle_sql.reinstate(s, entry_id)
             s.add_all(lifecycle_sql.history_rows([event] if done else []))
             return done
 

@@ -97,13 +97,11 @@ def replace_fields(s: Session, entry_id: str, fields: dict[str, Any], tags: Sequ
 
 
 def set_status(s: Session, entry_id: str, status: str, superseded_by: str | None) -> bool:
-    """Mark an active entry ``status``; False if it is gone or no longer active."""
-    return bool(s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status == ACTIVE)
-                          .values(status=status, superseded_by=superseded_by)).rowcount)
-
-
-def reinstate(s: Session, entry_id: str) -> bool:
-    """Make a superseded or deleted entry active again; False if it is gone or already active."""
+    """Mark an active entry ``status``, or (``ACTIVE``) make a superseded or deleted entry active again; False if
+    it is gone or not in the state the change starts from."""
+    if status != ACTIVE:
+        return bool(s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status == ACTIVE)
+                              .values(status=status, superseded_by=superseded_by)).rowcount)
     if not s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status != ACTIVE)
                      .values(status=ACTIVE, superseded_by=None)).rowcount:
         return False
@@ -117,5 +115,5 @@ def seen_again(s: Session, entry_id: str, at: float) -> bool:
                           .values(seen_count=EntryRow.seen_count + 1, last_seen_at=at)).rowcount)
 
 
-__all__ = ["bump_chain_cuts", "chain_ends", "erase_lifecycle", "history_rows", "read_history", "reinstate",
+__all__ = ["bump_chain_cuts", "chain_ends", "erase_lifecycle", "history_rows", "read_history",
            "replace_fields", "seen_again", "set_status"]

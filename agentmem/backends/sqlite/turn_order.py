@@ -1,6 +1,6 @@
 """The SQL catalogs' reads of a conversation's turn order and of a user's version chains (SQLite and PostgreSQL
 alike, SQLAlchemy Core): what :class:`~agentmem.backends.sqlite.catalog.SqliteCatalog` answers for
-``Catalog.turn_neighbours``, ``Catalog.session_edge`` and ``Catalog.superseded_ids``.
+``Catalog.turn_neighbours`` and ``Catalog.session_edge``.
 
 "Previous turn" is what the catalog's turn context means by it: the latest committed turn (``kind="turn"``) of the
 same user and session created before it. Rows being written or deleted are never anyone's neighbour.
@@ -19,14 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import aliased
 
 from agentmem.backends.sqlite.rows import EntryRow
-
-# every entry the chain query starts from (any status with a superseded_by, retracted ones too)
-_SUPERSEDED_IDS = text("SELECT id FROM entries WHERE user_id = :user AND superseded_by IS NOT NULL")
 
 
 def turn_neighbours(engine: Engine, ids: Sequence[str], *, after: bool,
@@ -62,10 +59,4 @@ def session_edge(engine: Engine, user_id: str, session_id: str, created_at: floa
         return conn.execute(stmt).scalar()
 
 
-def superseded_ids(engine: Engine, user_id: str) -> list[str]:
-    """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's version chains start."""
-    with engine.connect() as conn:
-        return [i for (i,) in conn.execute(_SUPERSEDED_IDS, {"user": user_id})]
-
-
-__all__ = ["session_edge", "superseded_ids", "turn_neighbours"]
+__all__ = ["session_edge", "turn_neighbours"]
