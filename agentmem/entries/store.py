@@ -20,6 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -102,11 +103,47 @@ class Scope:
         return self.predicate is None or self.predicate(row.metadata_json or {})
 
 
-@dataclass
 class ScoredRow:
-    row: EntryRecord  # a plain value: changing it writes nothing
-    score: float
-    scores: dict[str, float] = field(default_factory=dict)
+    """A ranked row (a plain value: changing it writes nothing), its calibrated relevance ``score`` and that score's
+    parts ``scores`` (:meth:`EntryStore.search`).
+
+    ``settle``: where the cosine of the hit is not known yet (a hit the dense pool did not return), the step that
+    gives (score, parts) from the parts so far, run when either is first read. Recall ranks k hits plus its conflict
+    check's look-ahead and returns k: the look-ahead's cosines cost a vector read in a quarter of the recalls at
+    10,000 entries, and are read in under one in twenty (research/notes/recall-latency.md).
+
+    Example:
+        >>> row = EntryRecord(id="a", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)
+        >>> hit = ScoredRow(row, scores={"rank": 1.0}, settle=lambda parts: (0.4, {**parts, "dense": 0.5}))
+        >>> hit.score, hit.scores
+        (0.4, {'rank': 1.0, 'dense': 0.5})
+    """
+
+    __slots__ = ("row", "_score", "_scores", "_settle")
+
+    def __init__(self, row: EntryRecord, score: float = 0.0, scores: dict[str, float] | None = None, *,
+                 settle: Callable[[dict[str, float]], tuple[float, dict[str, float]]] | None = None) -> None:
+        self.row = row
+        self._score, self._scores, self._settle = score, {} if scores is None else scores, settle
+
+    @property
+    def score(self) -> float:
+        if self._settle is not None:
+            self._complete()
+        return self._score
+
+    @property
+    def scores(self) -> dict[str, float]:
+        if self._settle is not None:
+            self._complete()
+        return self._scores
+
+    def _complete(self) -> None:
+        settle, self._settle = self._settle, None
+        self._score, self._scores = settle(self._scores)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"ScoredRow({self.row.id!r}, score={self.score!r})"
 
 
 class EntryStore:
@@ -503,24 +540,30 @@ class EntryStore:
         order = rank_candidates(query, cands, self.params, k, load, model=self.head_model, head_k=head_k)
         by_id = {row.id: row for row, _ in admitted}
         missing = [i for i, _ in order if i not in cands.dense]
-        # hits from the lexical side or spillover report their cosine too (a search restricted to their ids)
-        cosine = {**cands.dense, **dict(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), ids=missing))} \
-            if missing else cands.dense
+
+        @cache
+        def cosine() -> dict[str, float]:
+            """Hits from the lexical side or spillover report their cosine too: one search restricted to all of
+            their ids, made when the first of them is read (ScoredRow's ``settle``)."""
+            return {**cands.dense, **dict(self.vectors.query(vec, user_id=scope.user_id, n=len(missing), ids=missing))}
+
         asked = stems(query)  # the score reads the query and each hit alone (agentmem.recall.calibration)
-        out: list[ScoredRow] = []
-        for entry_id, score in order:
+
+        def scored(entry_id: str, score: float, cosines: dict[str, float]) -> tuple[float, dict[str, float]]:
             parts = {"rank": score}
-            if entry_id in cosine:  # by the hit's own id: a successor reports its own cosine, not the old text's
-                parts["dense"] = cosine[entry_id]
+            if entry_id in cosines:  # by the hit's own id: a successor reports its own cosine, not the old text's
+                parts["dense"] = cosines[entry_id]
             if entry_id in cands.lexical:
                 parts["lexical"] = cands.lexical[entry_id]
             if entry_id in cands.turn_context:
                 parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
             row = by_id[entry_id]
             parts["overlap"] = word_overlap(asked, self.sealer.open_text(row.id, "text", row.text), row.speaker)
-            relevance = self.calibration(cosine=parts.get("dense", 0.0), overlap=parts["overlap"])
-            out.append(ScoredRow(by_id[entry_id], relevance, parts))
-        return out
+            return self.calibration(cosine=parts.get("dense", 0.0), overlap=parts["overlap"]), parts
+
+        return [ScoredRow(by_id[entry_id], *scored(entry_id, score, cands.dense)) if entry_id in cands.dense
+                else ScoredRow(by_id[entry_id], settle=lambda _, i=entry_id, s=score: scored(i, s, cosine()))
+                for entry_id, score in order]
 
     def _admitted(self, ranked: Sequence[tuple[str, float]], depth: int, scope: Scope, now: float,
                   follow_versions: bool, chain_stamp: int | None) -> list[tuple[EntryRecord, float]]:

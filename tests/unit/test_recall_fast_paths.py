@@ -246,3 +246,28 @@ def test_pair_features_in_place_are_the_stacked_features_bit_for_bit(dtype) -> N
                 assert np.array_equal(got, want)
                 if model is not None and dtype is np.float32:
                     assert np.array_equal(got @ model.weights + model.bias, want @ model.weights + model.bias)
+
+
+def test_look_ahead_hits_outside_the_dense_pool_have_their_cosine_read_only_when_their_score_is(
+        mem: AgentMemory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """recall ranks k hits plus its conflict check's look-ahead; a hit the dense pool did not return gets its cosine
+    from a search restricted to such hits, now made only when recall reads one of their scores. ``min_score=0``
+    reads every ranked hit's score before the cut (it keeps them all): the hits are the same, field for field."""
+    vectors = mem._store.vectors
+    real, reads = vectors.query, []
+
+    def counted(vector: np.ndarray, **kwargs: object) -> list[tuple[str, float]]:
+        if kwargs.get("ids") is not None:
+            reads.append(kwargs["ids"])
+        return real(vector, **kwargs)
+
+    monkeypatch.setattr(vectors, "query", counted)
+    rng = random.Random(3)
+    queries = [*PROBES, *(f"what did {rng.choice(SUBJECTS)} {rng.choice(VERBS)}?" for _ in range(30))]
+    asked = [(q, k) for q in queries for k in (1, 3, 5)]
+    lazy = [mem.recall(q, user_id="u1", k=k) for q, k in asked]
+    lazy_reads, reads[:] = len(reads), []
+    eager = [mem.recall(q, user_id="u1", k=k, min_score=0.0) for q, k in asked]
+    assert lazy == eager
+    assert 0 < lazy_reads < len(reads)  # some returned hits needed it; more look-ahead hits did not
+    assert all("dense" in h.scores for hits in lazy for h in hits)
