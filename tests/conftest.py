@@ -22,8 +22,34 @@ def mem_path(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "catalogs(*urls): run each test using the mem / catalog_url fixtures once per "
+                            "catalog_url (None: the SQLite file; \"memory\": the in-process catalog written against the "
+                            "port alone)")
+    config.addinivalue_line("markers", "needs_disk(reason): the test reopens the store from its files, which the "
+                            "in-process catalog does not keep: it runs on the catalogs that persist only")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module marked ``catalogs(None, "memory")`` runs its tests on each catalog; a test marked ``needs_disk`` on
+    the persistent ones only (it is not collected for the in-memory catalog, rather than skipped)."""
+    marker = metafunc.definition.get_closest_marker("catalogs")
+    if marker is None or "catalog_url" not in metafunc.fixturenames:
+        return
+    urls = [u for u in marker.args
+            if not (u == "memory" and metafunc.definition.get_closest_marker("needs_disk") is not None)]
+    metafunc.parametrize("catalog_url", urls, ids=[u or "sqlite" for u in urls])
+
+
 @pytest.fixture
-def mem(mem_path: Path, request: pytest.FixtureRequest) -> Iterator[AgentMemory]:
+def catalog_url() -> str | None:
+    """The catalog the ``mem`` fixture opens (None: the SQLite file beside the store); parametrised by ``catalogs``."""
+    return None
+
+
+@pytest.fixture
+def mem(mem_path: Path, request: pytest.FixtureRequest, catalog_url: str | None) -> Iterator[AgentMemory]:
     # indirect parametrisation passes MemoryConfig overrides: @pytest.mark.parametrize("mem", [{...}], indirect=True)
-    with AgentMemory(mem_path, **getattr(request, "param", {})) as m:
+    overrides = ({"catalog_url": catalog_url} if catalog_url else {}) | getattr(request, "param", {})
+    with AgentMemory(mem_path, **overrides) as m:
         yield m

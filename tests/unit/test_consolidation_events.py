@@ -10,6 +10,9 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from agentmem import AgentMemory, InvalidInputError, NotFoundError
 
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
+
 _CHATTER = ["The weather was lovely this weekend.", "I need to buy more coffee filters.",
             "My sister visited yesterday."]
 
@@ -114,8 +117,8 @@ def test_remember_many_reports_each_event(mem: AgentMemory) -> None:
     assert raw[0].event == "ADD" and raw[0].id != recs[0].id
 
 
-def test_consolidation_off_adds_everything(tmp_path: Path) -> None:
-    with AgentMemory(tmp_path / "s", consolidation="off") as mem:
+def test_consolidation_off_adds_everything(tmp_path: Path, catalog_url: str | None) -> None:
+    with AgentMemory(tmp_path / "s", consolidation="off", catalog_url=catalog_url) as mem:
         a = mem.remember("I live in Lyon.", user_id="u1")
         b = mem.remember("I live in Lyon.", user_id="u1")
         assert (a.event, b.event) == ("ADD", "ADD") and a.id != b.id

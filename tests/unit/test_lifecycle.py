@@ -11,6 +11,9 @@ from agentmem import AgentMemory, InvalidInputError, NotFoundError
 from agentmem.kv.testing import tiny_causal_lm
 from agentmem.entries.lifecycle import Lifecycle
 
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
+
 
 @pytest.fixture(scope="module")
 def tiny_pair():
@@ -139,8 +142,8 @@ def test_an_unresolved_conflict_ranks_the_newer_memory_first(mem: AgentMemory) -
     assert [h.id for h in mem.recall("where do I live?", user_id="u1", k=1)] == [paris.id]
 
 
-def test_consolidation_off_stores_everything(tmp_path: Path) -> None:
-    with AgentMemory(tmp_path / "s", consolidation="off") as mem:
+def test_consolidation_off_stores_everything(tmp_path: Path, catalog_url: str | None) -> None:
+    with AgentMemory(tmp_path / "s", consolidation="off", catalog_url=catalog_url) as mem:
         a = mem.remember("I live in Lyon.", user_id="u1")
         b = mem.remember("I live in Lyon.", user_id="u1")
         mem.remember("Actually I moved to Paris last month.", user_id="u1")

@@ -15,6 +15,9 @@ from agentmem.kv.testing import tiny_causal_lm
 from agentmem.security import Cipher
 from agentmem.security.erase import scan_tree_for_markers
 
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
+
 
 @pytest.fixture(scope="module")
 def tiny_pair():

@@ -3,12 +3,17 @@ recall steps (agentmem/consolidate/versions.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 import time
 from pathlib import Path
 
 from agentmem import AgentMemory
 from agentmem.entries.store import Scope
 from agentmem.entries.lifecycle import DELETED, SUPERSEDED, HistoryEvent
+
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
 
 QUERY = "What is my favorite food?"
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentmem import AgentMemory
 from agentmem_langgraph import AgentMemStore
+
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
 
 
 def test_put_on_an_existing_key_is_an_update_with_history(mem: AgentMemory) -> None:

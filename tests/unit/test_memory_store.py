@@ -12,6 +12,9 @@ import pytest
 from agentmem.ports.catalog import CatalogScope
 from agentmem import AgentMemory, InvalidInputError, NotFoundError
 
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
+
 
 def _facts(mem: AgentMemory) -> dict[str, str]:
     ids = {}
@@ -67,8 +70,8 @@ def test_filters_tags_kinds_session(mem: AgentMemory) -> None:
     assert {h.id for h in got} == {ids["job"]}
 
 
-def test_restrictive_filter_finds_entries_outside_the_candidate_pool(mem_path: Path) -> None:
-    with AgentMemory(mem_path, candidate_pool=5) as mem:
+def test_restrictive_filter_finds_entries_outside_the_candidate_pool(mem_path: Path, catalog_url: str | None) -> None:
+    with AgentMemory(mem_path, candidate_pool=5, catalog_url=catalog_url) as mem:
         mem.remember_many([dict(text=f"note {i} about gardening and tomatoes", user_id="u") for i in range(30)])
         rare = mem.remember("the car needs new tyres", user_id="u", tags=["car"])
         hits = mem.recall("gardening tomatoes", user_id="u", k=3, tags=["car"])
@@ -109,8 +112,8 @@ def test_ttl_hides_then_sweep_erases_everywhere(mem: AgentMemory) -> None:
     assert mem.sweep() == 0
 
 
-def test_background_sweeper(mem_path: Path) -> None:
-    with AgentMemory(mem_path, sweep_interval=0.2) as mem:
+def test_background_sweeper(mem_path: Path, catalog_url: str | None) -> None:
+    with AgentMemory(mem_path, sweep_interval=0.2, catalog_url=catalog_url) as mem:
         rec = mem.remember("soon gone", user_id="u", ttl=0.1)
         deadline = time.time() + 5
         while mem._store.catalog.get([rec.id]) and time.time() < deadline:
@@ -183,10 +186,11 @@ def test_batch_is_all_or_nothing(mem: AgentMemory) -> None:
     assert mem._store.vectors.count() == 0
 
 
-def test_persists_across_reopen(mem_path: Path) -> None:
-    with AgentMemory(mem_path) as mem:
+@pytest.mark.needs_disk("the store is reopened from its files")
+def test_persists_across_reopen(mem_path: Path, catalog_url: str | None) -> None:
+    with AgentMemory(mem_path, catalog_url=catalog_url) as mem:
         rec = mem.remember("the wifi password hint is the cat's name", user_id="u")
-    with AgentMemory(mem_path) as mem:
+    with AgentMemory(mem_path, catalog_url=catalog_url) as mem:
         assert mem.recall("wifi", user_id="u", k=1)[0].id == rec.id
 
 

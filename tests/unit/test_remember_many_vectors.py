@@ -10,6 +10,9 @@ import pytest
 
 from agentmem import AgentMemory, InvalidInputError
 
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
+
 TEXTS = ["I live in Lyon.", "My dog is called Rex.", "I play the cello on Sundays."]
 
 

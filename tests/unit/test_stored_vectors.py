@@ -9,6 +9,9 @@ import pytest
 from agentmem import AgentMemory, InvalidInputError
 from agentmem.security import scan_tree_for_markers
 
+# the facade on the SQLite file and on the in-process catalog written against the port alone (tests/conftest.py)
+pytestmark = pytest.mark.catalogs(None, "memory")
+
 
 def test_stored_vectors_are_the_users_own_and_go_with_forget(mem: AgentMemory) -> None:
     oslo = mem.remember("I moved to Oslo in May.", user_id="u1")
