@@ -227,19 +227,6 @@ class MemoryCatalog:
                        and r.write_state is None and (user_id is None or r.user_id == user_id)),
                       key=lambda r: r.created_at)
 
-    def turn_neighbours(self, ids: Sequence[str], *, after: bool,
-                        committed: bool = True) -> dict[str, tuple[str, str | None]]:
-        """``{id: (session_id, previous (``after``: next) committed turn of the same user and session or None)}``."""
-        out: dict[str, tuple[str, str | None]] = {}
-        with self._lock:
-            for entry_id in dict.fromkeys(ids):
-                row = self._rows.get(entry_id)
-                if row is None or row.kind != "turn" or row.session_id is None or (committed and row.write_state):
-                    continue
-                out[entry_id] = (row.session_id, self.session_edge(row.user_id, row.session_id, row.created_at,
-                                                                   after=after))
-        return out
-
     def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The session's last committed turn before ``created_at`` (``after``: its first one after it), or None."""
         with self._lock:
@@ -248,21 +235,22 @@ class MemoryCatalog:
             [r for r in turns if r.created_at < created_at][::-1]
         return found[0].id if found else None
 
-    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
-        """Session and the ``window`` nearest committed turns each side (same session) of each entry among ``ids``."""
+    def turn_context(self, ids: Sequence[str], *, window: int = 2, committed: bool = True) -> dict[str, TurnContext]:
+        """Session and the ``window`` nearest committed turns each side (same user and session) of each entry
+        among ``ids``; ``committed=False``: of rows in flight too."""
         out: dict[str, TurnContext] = {}
         with self._lock:
             for entry_id in dict.fromkeys(ids):
-                if not self._committed(entry_id):
+                row = self._rows.get(entry_id)
+                if row is None or (committed and row.write_state is not None):
                     continue
-                row = self._rows[entry_id]
                 if row.kind != "turn" or row.session_id is None:
                     out[entry_id] = TurnContext(row.session_id, (), ())
                     continue
-                turns = self._session_turns(None, row.session_id)  # as the SQL catalogs: the session, any user
+                turns = self._session_turns(row.user_id, row.session_id)
                 before = [r.id for r in turns if r.created_at < row.created_at][::-1][:window]
                 after = [r.id for r in turns if r.created_at > row.created_at][:window]
-                out[entry_id] = TurnContext(row.session_id, tuple(before), tuple(after))
+                out[entry_id] = TurnContext(row.session_id, tuple(before), tuple(after), turn=True)
         return out
 
     # --- lexical index -----------------------------------------------------------------------------

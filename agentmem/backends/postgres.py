@@ -229,28 +229,29 @@ class PostgresCatalog(SqliteCatalog):
             rows = conn.execute(_BM25, params).all()
         return [(i, float(sc)) for i, sc in rows if sc > 0]
 
-    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
-        """Session and nearest turns before / after each entry (indexed on (session_id, created_at))."""
+    def turn_context(self, ids: Sequence[str], *, window: int = 2, committed: bool = True) -> dict[str, TurnContext]:
+        """Session and nearest turns of the same user and session before / after each entry (the port's
+        ``turn_context``; indexed on (session_id, user_id, created_at))."""
         if not ids:
             return {}
         w = int(window)
         sql = text(
             "SELECT e.id, e.session_id, (e.kind = 'turn' AND e.session_id IS NOT NULL), "
             f"(SELECT string_agg(p.id, ' ' ORDER BY p.created_at DESC) FROM (SELECT id, created_at FROM entries p "
-            f" WHERE p.session_id = e.session_id AND p.kind = 'turn' AND p.write_state IS NULL "
+            f" WHERE p.session_id = e.session_id AND p.user_id = e.user_id AND p.kind = 'turn' AND p.write_state IS NULL "
             f" AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {w}) p), "
             f"(SELECT string_agg(n.id, ' ' ORDER BY n.created_at ASC) FROM (SELECT id, created_at FROM entries n "
-            f" WHERE n.session_id = e.session_id AND n.kind = 'turn' AND n.write_state IS NULL "
+            f" WHERE n.session_id = e.session_id AND n.user_id = e.user_id AND n.kind = 'turn' AND n.write_state IS NULL "
             f" AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {w}) n) "
             # ``= ANY(array)``: one statement text whatever the number of ids, so psycopg keeps it parsed and, after
             # a few runs, prepared on the server (``IN`` expanded to one bind per id was a new statement each time)
-            "FROM entries e WHERE e.write_state IS NULL AND e.id = ANY(CAST(:ids AS varchar[]))")
+            f"FROM entries e WHERE {'e.write_state IS NULL AND ' if committed else ''}e.id = ANY(CAST(:ids AS varchar[]))")
         out: dict[str, TurnContext] = {}
         with self.read_engine.connect() as conn:
             for chunk in chunks(list(ids), 500):
                 for entry_id, session_id, is_turn, prev, nxt in conn.execute(sql, {"ids": chunk}).all():
                     out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
-                                                tuple(nxt.split()) if is_turn and nxt else ())
+                                                tuple(nxt.split()) if is_turn and nxt else (), bool(is_turn))
         return out
 
     def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:

@@ -84,8 +84,14 @@ class ContextVectors:
     def neighbour(self, ids: Sequence[str], *, after: bool, committed: bool = True) -> dict[str, tuple[str, str | None]]:
         """For the turns among ``ids`` (committed ones only unless ``committed=False``: rows marked for deletion
         still know their place): ``(session_id, the previous (or, ``after``, next) committed turn of the same user
-        and session, or None)`` (:meth:`Catalog.turn_neighbours <agentmem.ports.catalog.Catalog.turn_neighbours>`)."""
-        return self.catalog.turn_neighbours(ids, after=after, committed=committed)
+        and session, or None)`` (:meth:`Catalog.turn_context <agentmem.ports.catalog.Catalog.turn_context>` with a
+        window of one)."""
+        out: dict[str, tuple[str, str | None]] = {}
+        for entry_id, place in self.catalog.turn_context(ids, window=1, committed=committed).items():
+            if place.turn:
+                side = place.after if after else place.before
+                out[entry_id] = (place.session_id, side[0] if side else None)
+        return out
 
     def _edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The latest committed turn of a session created before ``created_at`` (a new turn's predecessor), or,

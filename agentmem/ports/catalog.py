@@ -32,16 +32,18 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 
 class TurnContext(NamedTuple):
-    """Where an entry sits: its session and the nearest conversation turns before / after it.
+    """Where an entry sits: its session and the nearest conversation turns before / after it (``turn``: whether it
+    has a place in the turn order itself, a ``kind="turn"`` entry with a session; other entries have no neighbours).
 
     Example:
-        >>> TurnContext("s1", ("t1",), ()).before
+        >>> TurnContext("s1", ("t1",), (), turn=True).before
         ('t1',)
     """
 
     session_id: str | None
     before: tuple[str, ...]
     after: tuple[str, ...]
+    turn: bool = False
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -232,13 +234,6 @@ class Catalog(Protocol):
         ...
 
     def count(self, scope: CatalogScope) -> int: ...
-    def turn_neighbours(self, ids: Sequence[str], *, after: bool,
-                        committed: bool = True) -> dict[str, tuple[str, str | None]]:
-        """For the turns (``kind="turn"`` with a session) among ``ids``: ``(session_id, the previous committed turn
-        of the same user and session, or None)``; ``after``: the next one. ``committed=False`` answers for rows
-        marked in flight too (rows being erased still know their place); rows in flight are never a neighbour."""
-        ...
-
     def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The latest committed turn of the session created before ``created_at`` (``after``: the first one
         created after it), or None."""
@@ -249,8 +244,12 @@ class Catalog(Protocol):
         """Lexical (BM25-like, per-user statistics) search: ``[(id, score)]``, best first, score > 0."""
         ...
 
-    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
-        """Session and neighbouring turns of each entry among ``ids``."""
+    def turn_context(self, ids: Sequence[str], *, window: int = 2, committed: bool = True) -> dict[str, TurnContext]:
+        """Where each entry among ``ids`` sits: its session and, for a turn (``kind="turn"`` with a session), the
+        ``window`` nearest committed turns of the same user and session before and after it, nearest first (recall's
+        placement; ``window=1``: the neighbours context vectors are built from). ``committed=False`` answers for
+        rows marked in flight too (rows being erased still know their place); rows in flight are never a
+        neighbour. Missing ids are left out."""
         ...
 
     def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:

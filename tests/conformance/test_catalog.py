@@ -201,12 +201,14 @@ def test_erasing_a_users_entries_empties_their_lexical_index(cat: Catalog) -> No
 
 def test_turn_context_two_turns_each_side(cat: Catalog) -> None:
     _add(cat, [_row(f"t{i}", session="s1", at=float(i)) for i in range(5)]
-         + [_row("x", session="s2", at=2.5), _row("k", session="s1", at=2.2, kind="fact"), _row("n", at=1.0)])
-    ctx = cat.turn_context(["t0", "t2", "t4", "k", "n", "missing"])
+         + [_row("x", session="s2", at=2.5), _row("k", session="s1", at=2.2, kind="fact"), _row("n", at=1.0)]
+         + [_row("o", user="v", session="s1", at=1.5)])  # another user's session of the same name
+    ctx = cat.turn_context(["t0", "t2", "t4", "k", "n", "o", "missing"])
     assert ctx["t2"].before == ("t1", "t0") and ctx["t2"].after == ("t3", "t4")
     assert ctx["t0"].before == () and ctx["t4"].after == ()
-    assert ctx["k"].session_id == "s1" and ctx["k"].before == ()
-    assert ctx["n"].session_id is None and "missing" not in ctx
+    assert ctx["o"].before == ctx["o"].after == () and ctx["o"].turn  # the user's own turns only
+    assert ctx["k"].session_id == "s1" and ctx["k"].before == () and not ctx["k"].turn
+    assert ctx["n"].session_id is None and not ctx["n"].turn and "missing" not in ctx
 
 
 def test_turn_neighbours_and_session_edges_follow_committed_turns(cat: Catalog) -> None:
@@ -214,10 +216,11 @@ def test_turn_neighbours_and_session_edges_follow_committed_turns(cat: Catalog) 
     _add(cat, [_row(f"t{i}", session="s1", at=float(i)) for i in range(4)]
          + [_row("k", session="s1", at=1.5, kind="fact"), _row("o", user="v", session="s1", at=1.2)])
     _add(cat, [_row("p", session="s1", at=2.5)], pending=True)  # in flight: nobody's neighbour
-    assert cat.turn_neighbours(["t0", "t2", "k", "o", "p", "missing"], after=False) == {
-        "t0": ("s1", None), "t2": ("s1", "t1"), "o": ("s1", None)}
-    assert cat.turn_neighbours(["t2", "t3"], after=True) == {"t2": ("s1", "t3"), "t3": ("s1", None)}
-    assert cat.turn_neighbours(["p"], after=True, committed=False) == {"p": ("s1", "t3")}
+    near = lambda ids, **kw: {i: (c.before, c.after) for i, c in cat.turn_context(ids, window=1, **kw).items()  # noqa: E731
+                              if c.turn}
+    assert near(["t0", "t2", "k", "o", "p", "missing"]) == {
+        "t0": ((), ("t1",)), "t2": (("t1",), ("t3",)), "o": ((), ())}
+    assert near(["p"], committed=False) == {"p": (("t2",), ("t3",))}  # a row being erased still knows its place
     assert cat.session_edge("u", "s1", 2.7, after=False) == "t2" and cat.session_edge("u", "s1", 2.7, after=True) == "t3"
     assert cat.session_edge("u", "s1", 9.0, after=True) is None and cat.session_edge("v", "s1", 9.0, after=False) == "o"
 

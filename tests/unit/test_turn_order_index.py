@@ -1,7 +1,8 @@
-"""Schema 8: the partial covering index of committed turns ``(session_id, created_at, id, kind, write_state)
-WHERE kind = 'turn' AND write_state IS NULL`` that recall's conversation placement (``SqliteCatalog.turn_context``)
-reads. A store at schema 7 gets it on open (SQLite and PostgreSQL), the placement query reads it alone, and the
-placement it finds is the one found without it (in-flight rows, other kinds and other sessions left out)."""
+"""Schemas 8 and 9: the partial covering index of committed turns ``(session_id, user_id, created_at, id, kind,
+write_state) WHERE kind = 'turn' AND write_state IS NULL`` that recall's conversation placement
+(``SqliteCatalog.turn_context``) reads. A store at schema 7 gets it on open (SQLite and PostgreSQL), the placement
+query reads it alone, and the placement it finds is the one found without it (in-flight rows, other kinds and other
+sessions left out)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from agentmem.backends.migrations import apply_migrations, schema_version
 from agentmem.backends.sqlite.catalog import SqliteCatalog
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 
-INDEX = "ix_entries_session_turns"
+INDEX = "ix_entries_session_user_turns"
 # (id, session, kind, created_at, write_state): two sessions of turns, a fact inside one, an in-flight turn, a
 # turn without a session
 ROWS = [*((f"t{i}", "s1", "turn", float(i), None) for i in range(6)),
@@ -34,7 +35,7 @@ def _schema7(url: str) -> None:
 
 
 def _placements(cat) -> dict[str, tuple]:
-    return {i: tuple(c) for i, c in sorted(cat.turn_context(IDS).items())}
+    return {i: tuple(c)[:3] for i, c in sorted(cat.turn_context(IDS).items())}
 
 
 def _expected() -> dict[str, tuple]:
@@ -48,9 +49,9 @@ def test_a_sqlite_store_at_schema_7_gets_the_index_and_places_turns_as_without_i
     _schema7(f"sqlite:///{path}")
     cat = SqliteCatalog(str(path))
     with cat.engine.connect() as conn:
-        assert schema_version(conn) == SCHEMA_VERSION == 8
+        assert schema_version(conn) == SCHEMA_VERSION == 9
         plan = conn.exec_driver_sql(
-            "EXPLAIN QUERY PLAN SELECT p.id FROM entries p WHERE p.session_id = 's1' AND p.kind = 'turn' "
+            "EXPLAIN QUERY PLAN SELECT p.id FROM entries p WHERE p.session_id = 's1' AND p.user_id = 'u' AND p.kind = 'turn' "
             "AND p.write_state IS NULL AND p.created_at < 3 ORDER BY p.created_at DESC LIMIT 2").all()
     assert any(f"COVERING INDEX {INDEX}" in row[-1] for row in plan), plan  # no table row read per neighbour
     with_index = _placements(cat)
@@ -69,7 +70,7 @@ def test_a_postgres_store_at_schema_7_gets_the_index_and_places_turns_as_without
     with cat.engine.connect() as conn:
         assert schema_version(conn) == SCHEMA_VERSION
         definition = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE indexname = :n"), {"n": INDEX}).scalar()
-    assert definition is not None and "(session_id, created_at, id, kind, write_state)" in definition and "WHERE" in definition
+    assert definition is not None and "(session_id, user_id, created_at, id, kind, write_state)" in definition and "WHERE" in definition
     with_index = _placements(cat)
     with cat.engine.begin() as conn:
         conn.execute(text(f"DROP INDEX {INDEX}"))

@@ -40,7 +40,7 @@ from agentmem.backends.sqlite.history import bump_chain_cuts, erase_lifecycle
 from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
 from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-from agentmem.backends.sqlite.turn_order import session_edge, turn_neighbours
+from agentmem.backends.sqlite.turn_order import session_edge
 from agentmem.ports.catalog import (CHAIN_CUTS_KEY, CatalogScope, EntryRecord, HistoryEvent, TurnContext,
                                     chain_cuts_value)
 from agentmem.text import STOPWORDS
@@ -353,11 +353,6 @@ class SqliteCatalog:
                 out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
         return out
 
-    def turn_neighbours(self, ids: Sequence[str], *, after: bool,
-                        committed: bool = True) -> dict[str, tuple[str, str | None]]:
-        """``{id: (session_id, previous (``after``: next) committed turn or None)}`` for the turns among ``ids``."""
-        return turn_neighbours(self.engine, ids, after=after, committed=committed)
-
     def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The session's last committed turn before ``created_at`` (``after``: its first one after it), or None."""
         return session_edge(self.engine, user_id, session_id, created_at, after=after)
@@ -419,9 +414,9 @@ class SqliteCatalog:
         self.early_stops += 1
         return top
 
-    def turn_context(self, ids: Sequence[str], *, window: int = 2) -> dict[str, TurnContext]:
-        """For entries among ``ids``: their session and, for conversation turns, the ``window`` turns before and
-        after them in the same session (nearest first).
+    def turn_context(self, ids: Sequence[str], *, window: int = 2, committed: bool = True) -> dict[str, TurnContext]:
+        """For entries among ``ids``: their session and, for conversation turns, the ``window`` committed turns of
+        the same user and session before and after them (nearest first); ``committed=False``: rows in flight too.
 
         Indexed look-ups on (session_id, created_at): cost grows with the candidates, not with the store. Plain
         driver SQL because the statement changes with the number of ids and SQLAlchemy would compile each one.
@@ -429,19 +424,22 @@ class SqliteCatalog:
         if not ids:
             return {}
         before = (f"(SELECT group_concat(id, ' ') FROM (SELECT p.id FROM entries p WHERE p.session_id = e.session_id "
-                  f"AND p.kind = 'turn' AND p.write_state IS NULL AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {int(window)}))")
+                  f"AND p.user_id = e.user_id AND p.kind = 'turn' AND p.write_state IS NULL "
+                  f"AND p.created_at < e.created_at ORDER BY p.created_at DESC LIMIT {int(window)}))")
         after = (f"(SELECT group_concat(id, ' ') FROM (SELECT n.id FROM entries n WHERE n.session_id = e.session_id "
-                 f"AND n.kind = 'turn' AND n.write_state IS NULL AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {int(window)}))")
+                 f"AND n.user_id = e.user_id AND n.kind = 'turn' AND n.write_state IS NULL "
+                 f"AND n.created_at > e.created_at ORDER BY n.created_at ASC LIMIT {int(window)}))")
+        visible = "e.write_state IS NULL AND " if committed else ""
         out: dict[str, TurnContext] = {}
         with self.engine.connect() as conn:
             for chunk in chunks(list(ids), 500):
                 sql = (f"SELECT e.id, e.session_id, e.kind = 'turn' AND e.session_id IS NOT NULL, {before}, {after} "
-                       f"FROM entries e WHERE e.write_state IS NULL AND e.id IN ({','.join('?' * len(chunk))})")
+                       f"FROM entries e WHERE {visible}e.id IN ({','.join('?' * len(chunk))})")
                 # .all(): one fetchall, not a Python fetchone per row (~130 rows a recall on the critical path)
                 for entry_id, session_id, is_turn, prev, nxt in conn.exec_driver_sql(sql, tuple(chunk)).all():
                     # group_concat keeps the ordered sub-select's order (nearest first); ids contain no spaces
                     out[entry_id] = TurnContext(session_id, tuple(prev.split()) if is_turn and prev else (),
-                                                tuple(nxt.split()) if is_turn and nxt else ())
+                                                tuple(nxt.split()) if is_turn and nxt else (), bool(is_turn))
         return out
 
     def scrub(self, user_ids: Iterable[str] | None = None, *, vacuum: bool = False) -> None:

@@ -67,8 +67,9 @@ class EntryRow(Base):
               postgresql_where=_sql("write_state IS NOT NULL")),
         Index("ix_entries_kv_staged", "kv_staged_at", sqlite_where=_sql("kv_staged_at IS NOT NULL"),
               postgresql_where=_sql("kv_staged_at IS NOT NULL")),
-        # schema 8: turn_context's neighbour look-ups read this index alone (agentmem.backends.sqlite.schema._turn_order)
-        Index("ix_entries_session_turns", "session_id", "created_at", "id", "kind", "write_state",
+        # schema 9: turn_context's neighbour look-ups read this index alone
+        # (agentmem.backends.sqlite.schema._turn_order_by_user)
+        Index("ix_entries_session_user_turns", "session_id", "user_id", "created_at", "id", "kind", "write_state",
               sqlite_where=_sql("kind = 'turn' AND write_state IS NULL"),
               postgresql_where=_sql("kind = 'turn' AND write_state IS NULL")),
     )

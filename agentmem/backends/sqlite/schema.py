@@ -189,6 +189,17 @@ def _turn_order(conn: Connection) -> None:
                       "(session_id, created_at, id, kind, write_state) WHERE kind = 'turn' AND write_state IS NULL"))
 
 
+def _turn_order_by_user(conn: Connection) -> None:
+    """Schema 8's index with ``user_id`` after ``session_id``: a turn's neighbours are the same user's turns of the
+    session (``Catalog.turn_context``; two users may use the same session id), and the index still answers alone.
+    Measured on recall_latency.py's 10,000-entry store, 130 placed ids, load ~10: 1.0-1.07 ms without the user
+    test, 1.59-1.72 ms with it on schema 8's index, 1.10-1.24 ms with it on this one."""
+    conn.execute(text("DROP INDEX IF EXISTS ix_entries_session_turns"))
+    conn.execute(text("CREATE INDEX IF NOT EXISTS ix_entries_session_user_turns ON entries "
+                      "(session_id, user_id, created_at, id, kind, write_state) "
+                      "WHERE kind = 'turn' AND write_state IS NULL"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "baseline: entries, tags, store info (and SQLite's shared FTS5 index)", _baseline),
     Migration(2, "SQLite: one FTS5 table per user", _per_user_lexical),
@@ -199,6 +210,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "BM25 bounds for early termination of lexical top-k (SQLite and PostgreSQL)", _lexical_bounds),
     Migration(8, "a partial covering index of committed turns by (session, time, id) for conversation placement",
               _turn_order),
+    Migration(9, "the turn-order index keyed by (session, user, time): a turn's neighbours are its own user's",
+              _turn_order_by_user),
 )
 SCHEMA_VERSION = latest_version(MIGRATIONS)
 
