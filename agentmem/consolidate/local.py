@@ -24,7 +24,9 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   above the background.
 * **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
   memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
-  the other candidates of the speaker as background, at least 3; never two turns of one conversation session), or
+  the other candidates of the speaker as background, at least 3; never two turns of one conversation session; an
+  older memory of several sentences only at the higher ``supersede`` threshold, as demoting it pushes the other
+  facts it states down the list), or
   that restate one sentence with a value swapped (:func:`swapped_values`, in any session, unless the query names
   the older value and not the newer),
   the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
@@ -281,13 +283,16 @@ class LocalConsolidator:
     def conflicts(self, rows: Sequence[EntryRecord], texts: Sequence[str], query: str = "") -> set[tuple[str, str]]:
         """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
         newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
-        on write) reaches its ``conflict`` threshold; without the model, a text cosine of at least ``CONFLICT``.
-        Also, in any session, the newer restating the older with a value swapped (:func:`swapped_values`)."""
+        on write) reaches its ``conflict`` threshold, or for an older row of several sentences its higher
+        ``supersede`` one; without the model, a text cosine of at least ``CONFLICT``; never an older row of the
+        newer's own session. Also, in any session, the newer restating the older with a value swapped
+        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
         words = [content_words(t) for t in texts]
         keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
+        sentences = [sentence_count(t) for t in texts]
         out = swapped_values(rows, texts, keys, query)
         for b, row in enumerate(rows):
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
@@ -300,7 +305,11 @@ class LocalConsolidator:
                 continue
             if self.pairs is not None:
                 scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same])
-                hit = [a for a, s in zip(same, scores) if a in older and s >= self.pairs.conflict]
+                # an older memory of several sentences states other facts, which demoting it pushes down the list:
+                # only a pair the model would supersede, were it one sentence (LoCoMo dev: both questions the lower
+                # threshold cost were such turns it flagged; research/notes/consolidation-crossdataset.md)
+                cuts = [self.pairs.conflict if sentences[a] <= 1 else self.pairs.supersede for a in same]
+                hit = [a for a, s, cut in zip(same, scores, cuts) if a in older and s >= cut]
             else:
                 hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
             out.update((rows[a].id, row.id) for a in hit)

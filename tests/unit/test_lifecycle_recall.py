@@ -146,6 +146,41 @@ def test_recall_through_a_long_chain_searches_once_and_reads_the_catalog_twice(m
 
 
 
+def test_an_older_memory_of_several_sentences_needs_a_strong_conflict_to_be_demoted(tmp_path: Path) -> None:
+    """A memory of several sentences states other facts, which demoting it pushes down the list: recall's conflict
+    check demotes it only at the pairwise model's ``supersede`` threshold, not its lower ``conflict`` one (LoCoMo
+    dev: both questions the demotion cost were such turns; this is one of them, its evidence the Paris trip). A
+    strong conflict still puts the newer first (test_consolidation_events:
+    test_only_a_one_sentence_memory_is_superseded)."""
+    from agentmem.consolidate.local import CHECKED
+    from agentmem.text import content_words
+    older = ("Hey Gina! Thanks for asking. I'm on the hunt for the ideal spot for my dance studio and it's been quite "
+             "a journey! I've been looking at different places and picturing how the space would look. I even found a "
+             "place with great natural light! Oh, I've been to Paris yesterday! It was sooo cool.")
+    others = ["I flew to Berlin for a dance festival.", "Rome was packed with tourists when I went.",
+              "I spent a weekend in Madrid with my cousins.", "We drove to Lisbon last summer.",
+              "Dancing has always been my passion.", "I practiced a new routine this morning.",
+              "My dance crew is performing next week.", "I love teaching dance classes to kids."]  # the background
+    newer = ("Searching for a dance studio location has been tricky, but I'm determined to find the right spot - when "
+             "I do, I'm sure the rest will follow!")
+    query = "Which cities has Jon visited?"
+    with AgentMemory(tmp_path / "s") as mem:
+        ids = [mem.remember(t, user_id="u1", session_id=f"s{n}", speaker="Jon", kind="turn").id
+               for n, t in enumerate([older, *others, newer])]
+        found = mem._store.search(query, Scope("u1"), k=CHECKED, follow_versions=True)
+        raw = [s.row.id for s in found]
+        hits = [h.id for h in mem.recall(query, user_id="u1", k=5)]
+        # the case: the older ranks first, and the model scores the pair between its two thresholds
+        texts = [s.row.text for s in found]
+        vecs = mem._consolidator._vectors_of([s.row for s in found], texts)
+        new_at, same = raw.index(ids[-1]), [n for n in range(len(raw)) if raw[n] != ids[-1]]
+        pairs = mem._consolidator.pairs
+        score = pairs.scores(vecs[new_at], content_words(texts[new_at]), [vecs[n] for n in same],
+                             [content_words(texts[n]) for n in same])[same.index(raw.index(ids[0]))]
+        assert raw.index(ids[0]) < raw.index(ids[-1]) and pairs.conflict <= score < pairs.supersede
+        assert hits == raw[:5]  # the store's ranking stands: the Paris turn is not pushed down
+
+
 def test_the_conflict_check_settles_the_same_head_whatever_k(tmp_path: Path) -> None:
     """recall(k=10) looks 15 deep to fill its list, but only the first CHECKED hits are checked for conflicts, as
     for recall(k=5): a restatement from the bottom of the pool no longer pulls itself over the evidence above it
