@@ -24,10 +24,10 @@ def mem_path(tmp_path: Path) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "catalogs(*urls): run each test using the mem / catalog_url fixtures once per "
-                            "catalog_url (None: the SQLite file; \"memory\": the in-process catalog written against the "
-                            "port alone)")
-    config.addinivalue_line("markers", "needs_disk(reason): the test reopens the store from its files, which the "
-                            "in-process catalog does not keep: it runs on the catalogs that persist only")
+                            "catalog_url (None: the SQLite file; \"memory\": the in-process catalog, vector index and "
+                            "blob store, each written against its port alone)")
+    config.addinivalue_line("markers", "needs_disk(reason): the test reads or reopens the store's files, which the "
+                            "in-process parts do not keep: it runs on the catalogs that persist only")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -47,9 +47,17 @@ def catalog_url() -> str | None:
     return None
 
 
+def _ports_for(catalog_url: str | None) -> dict[str, str]:
+    """The store's parts for a ``catalogs`` run: ``"memory"`` puts every port in process (catalog, vector index and
+    blob store, each written against its port alone), so the facade tests run on a third-party backend end to end."""
+    if catalog_url == "memory":
+        return {"catalog_url": "memory", "vector_url": "memory", "blob_url": "memory"}
+    return {"catalog_url": catalog_url} if catalog_url else {}
+
+
 @pytest.fixture
 def mem(mem_path: Path, request: pytest.FixtureRequest, catalog_url: str | None) -> Iterator[AgentMemory]:
     # indirect parametrisation passes MemoryConfig overrides: @pytest.mark.parametrize("mem", [{...}], indirect=True)
-    overrides = ({"catalog_url": catalog_url} if catalog_url else {}) | getattr(request, "param", {})
+    overrides = _ports_for(catalog_url) | getattr(request, "param", {})
     with AgentMemory(mem_path, **overrides) as m:
         yield m

@@ -93,6 +93,7 @@ def test_remember_messages_batches_and_tool_kind(mem: AgentMemory) -> None:
     assert mem.recall("sister's name", user_id="u1", k=1)[0].id == recs[0].id
 
 
+@pytest.mark.needs_disk("checks that the KV blob's file is gone from the store's directory")
 @pytest.mark.parametrize("mem", [{"consolidation": "off"}], indirect=True)  # two near-identical facts on purpose
 def test_ttl_hides_then_sweep_erases_everywhere(mem: AgentMemory) -> None:
     keep = mem.remember("permanent fact about tea", user_id="u1")
