@@ -124,7 +124,7 @@ def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
             "stale_top3_assistant_not_mounted": round(without / len(items), 3)}
 
 
-# ablations of recall's consolidation steps, through the public config (agentmem/consolidate/versions.py)
+# ablations of recall's consolidation steps, through the public config (agentmem/entries/versions.py)
 ABLATIONS = {"without_recall_demotion": {"recall_conflict_demotion": False},
              "without_version_following": {"recall_follows_versions": False}}
 

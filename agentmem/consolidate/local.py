@@ -32,7 +32,7 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
   are checked, whatever ``k`` (a pair from deeper down pulled a restatement over the evidence). Before that, a superseded entry
   the query finds hands its place to the entry that replaced it
-  (:func:`agentmem.consolidate.versions.follow_versions`).
+  (:func:`agentmem.entries.versions.follow_versions`).
 
 Before issue #37 a cosine of at least 0.92 with a content-word overlap of at least 0.6 merged N into the older
 entry, which kept the older text of "My PIN is 4821" / "My PIN is 4822" and dropped the newer one.

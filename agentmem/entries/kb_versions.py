@@ -32,7 +32,7 @@ from agentmem.ports.catalog import CHAIN_CUTS_KEY, Catalog, chain_cuts_value
 _STABLE, _CANDIDATE, _ROLLOUT = "kb_version", "kb_candidate", "kb_rollout"
 # the three keys in one read: every recall asks which version it is served (Catalog.infos: one plain read)
 _STATE_KEYS = (_STABLE, _CANDIDATE, _ROLLOUT)
-# what a recall reads from store_info: the three keys and the chain-cut stamp (agentmem.consolidate.chain_ends), one read
+# what a recall reads from store_info: the three keys and the chain-cut stamp (agentmem.entries.chain_ends), one read
 _RECALL_STATE_KEYS = (*_STATE_KEYS, CHAIN_CUTS_KEY)
 
 

@@ -32,8 +32,8 @@ from agentmem.ports.embedder import embed_query as ports_embed_query
 from agentmem.ports.catalog import CHAIN_CUTS_KEY, CatalogScope, EntryRecord, chain_cuts_value
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
-from agentmem.consolidate.chain_ends import ChainEnds
-from agentmem.consolidate.versions import CHAIN, current_versions, pages
+from agentmem.entries.chain_ends import ChainEnds
+from agentmem.entries.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
@@ -498,7 +498,7 @@ class EntryStore:
         the k the re-ranked head is sized for (default ``k``; :func:`agentmem.recall.head.rank_candidates`).
 
         ``follow_versions``: a superseded candidate stands for its current version (the active entry at the end of
-        its ``superseded_by`` chain, :mod:`agentmem.consolidate.versions`), which takes the candidate's place
+        its ``superseded_by`` chain, :mod:`agentmem.entries.versions`), which takes the candidate's place
         and rank score before the head is re-ranked and cut — one candidate search, each entry once at its best
         place; the successor must pass ``scope``, the superseded candidate ``scope`` with superseded entries
         admitted. ``chain_stamp``: the catalog's chain-cut stamp, where the caller read it before this search
@@ -596,7 +596,7 @@ class EntryStore:
         return [i for page in self.catalog.iter_ids(CatalogScope(user_id=user_id, has_successor=True)) for i in page]
 
     def _chain_cuts(self) -> int:
-        """The catalog's chain-cut stamp (:mod:`agentmem.consolidate.chain_ends`; 0 until a chain was first cut)."""
+        """The catalog's chain-cut stamp (:mod:`agentmem.entries.chain_ends`; 0 until a chain was first cut)."""
         return chain_cuts_value(self.catalog.infos([CHAIN_CUTS_KEY]).get(CHAIN_CUTS_KEY))
 
     def _rows_with_ends(self, ids: Sequence[str], ends: dict[str, str],

@@ -159,7 +159,7 @@ class HistoryEvent:
 
 
 # the store_info key whose value moves whenever a superseded_by chain is cut or re-pointed (readers of remembered
-# chain ends compare it: agentmem.consolidate.chain_ends)
+# chain ends compare it: agentmem.entries.chain_ends)
 CHAIN_CUTS_KEY = "chain_cuts"
 
 

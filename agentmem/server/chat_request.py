@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
-from agentmem.kv.tools import format_tool_call
+from agentmem.chat_text import format_tool_call
 from agentmem.validation import check_stop
 
 __all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "content_text", "last_user_text", "read_conversation"]

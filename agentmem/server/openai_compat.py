@@ -37,7 +37,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
 from agentmem.errors import InvalidInputError, NotFoundError
-from agentmem.kv.tools import parse_tool_calls
+from agentmem.chat_text import parse_tool_calls
 from agentmem.server.auth import Principal
 from agentmem.server.chat_request import ChatRequest, Conversation, read_conversation
 from agentmem.server.scheduler import Ticket

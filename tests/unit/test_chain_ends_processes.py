@@ -1,4 +1,4 @@
-"""Remembered superseded_by chain ends (agentmem/consolidate/chain_ends.py) stay true when ANOTHER process cuts a chain in
+"""Remembered superseded_by chain ends (agentmem/entries/chain_ends.py) stay true when ANOTHER process cuts a chain in
 its middle: a ``forget`` of a mid-chain entry, or an ``update`` of one (current again), run in a subprocess on the
 same SQLite store. Each test fails without the catalog's chain-cut stamp: the recalling process then still lets
 the old chain's end stand for the entries before the cut."""

@@ -1,5 +1,5 @@
 """Recall-time consolidation: a superseded hit stands for the entry that replaced it; the public switches of both
-recall steps (agentmem/consolidate/versions.py)."""
+recall steps (agentmem/entries/versions.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recall remembers where superseded_by chains end (agentmem/consolidate/chain_ends.py): no chain query once a chain is
+"""Recall remembers where superseded_by chains end (agentmem/entries/chain_ends.py): no chain query once a chain is
 known, and a chain that grew, or an entry superseded since, behind the store's back (as another process would do
 it: straight in the catalog) is still followed to its current end."""
 

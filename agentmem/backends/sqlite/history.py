@@ -44,7 +44,7 @@ SELECT origin, successor, hops FROM chain""").bindparams(bindparam("ids", expand
 
 def bump_chain_cuts(s: Session) -> None:
     """Inside the write's transaction: move the chain-cut stamp (readers of remembered chain ends then forget them,
-    :mod:`agentmem.consolidate.chain_ends`). Only cuts move it, not every write: remembered chains survive new
+    :mod:`agentmem.entries.chain_ends`). Only cuts move it, not every write: remembered chains survive new
     memories."""
     s.execute(_BUMP_CHAIN_CUTS)
 

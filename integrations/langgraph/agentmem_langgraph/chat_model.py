@@ -29,8 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from agentmem import InvalidInputError
-from agentmem.kv.streaming import StopCut, cut_at_stop
-from agentmem.kv.tools import format_tool_call, parse_tool_calls
+from agentmem.chat_text import StopCut, cut_at_stop, format_tool_call, parse_tool_calls
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage

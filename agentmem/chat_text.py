@@ -1,0 +1,23 @@
+"""A model's answer text in the shapes chat APIs want: tool calls out of it, stop strings cut from it.
+
+Every chat adapter over agentmem needs these (the server's OpenAI-compatible endpoint, the LangChain chat model in
+``agentmem_langgraph``, or your own): a model that calls tools writes ``<tool_call>{...}</tool_call>`` blocks in
+its text, and a caller's ``stop`` strings end an answer wherever they first appear, even split across streamed
+pieces. The engine uses the same functions (``agentmem.kv.tools``, ``agentmem.kv.streaming``); this module is
+their public name, so adapters depend on the public API only.
+
+Example:
+    >>> from agentmem.chat_text import cut_at_stop, format_tool_call, parse_tool_calls
+    >>> text, calls = parse_tool_calls('Let me look. <tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>')
+    >>> text, calls[0]["name"], calls[0]["args"]
+    ('Let me look.', 'get_weather', {'city': 'Oslo'})
+    >>> cut_at_stop("The answer is 4.\\nObservation: done", ["Observation:"])
+    'The answer is 4.\\n'
+"""
+
+from __future__ import annotations
+
+from agentmem.kv.streaming import StopCut, cut_at_stop
+from agentmem.kv.tools import format_tool_call, parse_tool_calls
+
+__all__ = ["StopCut", "cut_at_stop", "format_tool_call", "parse_tool_calls"]
