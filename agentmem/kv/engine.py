@@ -8,11 +8,15 @@
 * ``text``: encode preamble + memories + suffix from scratch: the baseline.
 
 Example:
-    >>> engine = KVEngine(model, tokenizer)
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))       # any RoPE causal LM; the facade loads SmolLM2
     >>> entry = engine.encode("Alice moved to Lisbon in 2021.")
     >>> blob = engine.to_bytes(entry)                     # the facade stores this (encrypted if configured)
     >>> memories = [MemoryItem("m1", "Alice moved to Lisbon in 2021.", lambda: engine.from_bytes(blob))]
-    >>> engine.generate("Where does Alice live?", memories, max_new_tokens=16).text
+    >>> kv = engine.generate("Where does Alice live?", memories, max_new_tokens=8)
+    >>> text = engine.generate("Where does Alice live?", memories, mode="text", max_new_tokens=8)
+    >>> kv.mounted, kv.text == text.text      # the stored KV answers as re-encoding the text does
+    (['m1'], True)
 """
 
 from __future__ import annotations
@@ -344,8 +348,13 @@ class KVEngine:
         text, like a conversation turn), where it is re-encoded like any other.
 
         Example:
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> engine = KVEngine(*tiny_causal_lm("llama"))
+            >>> entry = engine.encode("Alice moved to Lisbon.")
+            >>> memory = MemoryItem("m1", "Alice moved to Lisbon.", lambda: entry)
             >>> choice = engine.mount_entry(memory, engine.layout.entry_ids(memory.text), strict=False)
-            >>> choice.entry is not None, choice.reason      # (True, None): the stored KV as stored
+            >>> choice.entry is not None, choice.reason      # the stored KV, mounted as stored
+            (True, None)
         """
         t = time.perf_counter()
         entry, reason = self.load_stored(memory, want_ids, strict, mount_trained=mount_trained)

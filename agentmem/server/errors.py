@@ -5,6 +5,7 @@ Bodies have the OpenAI shape, so OpenAI clients raise their own typed errors:
 ``{"error": {"message": "...", "type": "invalid_input", "param": "user_id", "code": 400}}``.
 
 Example:
+    >>> from agentmem.errors import NotFoundError
     >>> status_for(NotFoundError("no memory entry with id 'x'"))
     404
 """

@@ -6,6 +6,8 @@ sessions), so they sit in a registry of their own that only the operator's scrap
 app decides who that is, as for ``/v1/stats``).
 
 Example:
+    >>> from agentmem import AgentMemory
+    >>> mem = AgentMemory("./memdata")
     >>> m = ServerMetrics(mem)
     >>> m.recall_seconds.observe(0.004)
     >>> b"agentmem_recall_seconds_count 1.0" in m.render()
@@ -114,7 +116,8 @@ class ServerMetrics:
         """The text exposition format; ``store_wide``: with the store-wide session tier gauges.
 
         Example:
-            >>> b"agentmem_session_tier_bytes" in ServerMetrics(mem).render(store_wide=False)
+            >>> from agentmem import AgentMemory
+            >>> b"agentmem_session_tier_bytes" in ServerMetrics(AgentMemory("./memdata")).render(store_wide=False)
             False
         """
         out = generate_latest(self.registry)

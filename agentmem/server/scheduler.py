@@ -11,9 +11,11 @@ Fair interleaving of the admitted requests' decode steps is the engine's job (:m
 decoding at the same time advance one token each per step, so a long answer never holds another's first token.
 
 Example:
+    >>> from agentmem.server.state import ServerSettings
     >>> scheduler = Scheduler(ServerSettings(max_concurrent_per_user=2))
     >>> with scheduler.admitted(key_id="k1", user="u1", max_tokens=64) as ticket:
-    ...     out = mem.generate("Hi", user_id="u1", cancel=ticket.cancel)
+    ...     ticket.cancel.is_set()    # what mem.generate(..., cancel=ticket.cancel) watches between decode steps
+    False
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ class AdmissionCaps(Protocol):
     the scheduler does not import the state module that builds it).
 
     Example:
+        >>> from agentmem.server.state import ServerSettings
         >>> caps: AdmissionCaps = ServerSettings(max_concurrent_per_user=2)
+        >>> caps.max_concurrent_per_user
+        2
     """
 
     max_tokens_limit: int
@@ -69,7 +74,14 @@ class Scheduler:
         """A ticket for a new request, or HTTPException 400 (max_tokens over the limit) / 429 (over a cap).
 
         Example:
-            >>> ticket = scheduler.admit(key_id=None, user="u1", max_tokens=16); scheduler.release(ticket)
+            >>> from agentmem.server.state import ServerSettings
+            >>> scheduler = Scheduler(ServerSettings(max_concurrent_per_user=1))
+            >>> ticket = scheduler.admit(key_id=None, user="u1", max_tokens=16)
+            >>> scheduler.admit(key_id=None, user="u1", max_tokens=16)   # the user's one slot is taken
+            Traceback (most recent call last):
+            ...
+            fastapi.exceptions.HTTPException: 429: ...
+            >>> scheduler.release(ticket)
         """
         s = self.settings
         if max_tokens > s.max_tokens_limit:
