@@ -23,8 +23,17 @@ filled by its own prefill, with no way to adopt a request's mounted, re-rotated 
 :mod:`agentmem.kv.batch`).
 
 Example:
-    >>> batch = PrefillBatch(model, lock)
-    >>> logits = batch.prefill(cache, suffix_ids)        # [1, vocab]: the next token's logits
+    >>> from agentmem.kv.batch import FairRLock
+    >>> from agentmem.kv.cache import cache_from_stacked
+    >>> from agentmem.kv.runner import prefill
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> model, _ = tiny_causal_lm("llama")                 # 2 layers, 2 KV heads of 16 dims
+    >>> def empty_cache():
+    ...     return cache_from_stacked(torch.zeros(2, 1, 2, 0, 16), torch.zeros(2, 1, 2, 0, 16), capacity=64)
+    >>> batch = PrefillBatch(model, FairRLock())
+    >>> logits = batch.prefill(empty_cache(), [5, 6, 7])       # [1, vocab]: the next token's logits
+    >>> torch.allclose(logits, prefill(model, empty_cache(), [5, 6, 7]), atol=1e-5)   # as a prefill alone
+    True
 """
 
 from __future__ import annotations
