@@ -226,17 +226,13 @@ class DecodeBatch:
         other sequence decoding now; ``on_token`` runs on the calling thread. Call without holding ``lock``.
 
         Example:
-            >>> from agentmem.kv.batch import FairRLock
             >>> from agentmem.kv.cache import cache_from_stacked
             >>> from agentmem.kv.runner import prefill
             >>> from agentmem.kv.testing import tiny_causal_lm
-            >>> model, _ = tiny_causal_lm("llama")                 # 2 layers, 2 KV heads of 16 dims
-            >>> def empty_cache():
-            ...     return cache_from_stacked(torch.zeros(2, 1, 2, 0, 16), torch.zeros(2, 1, 2, 0, 16), capacity=64)
-            >>> batch = DecodeBatch(model, FairRLock())
-            >>> cache = empty_cache()
-            >>> first = int(prefill(model, cache, [5, 6, 7]).argmax())
-            >>> ids = batch.decode(cache, first, max_new_tokens=4)
+            >>> model, _ = tiny_causal_lm("llama")
+            >>> cache = cache_from_stacked(torch.zeros(2, 1, 2, 0, 16), torch.zeros(2, 1, 2, 0, 16), capacity=64)
+            >>> first = int(prefill(model, cache, [5, 6, 7]).argmax())     # the prompt's next token
+            >>> ids = DecodeBatch(model, FairRLock()).decode(cache, first, max_new_tokens=4)
             >>> len(ids) == 4 and ids[0] == first            # no end-of-sequence ids given: all 4 are decoded
             True
         """
