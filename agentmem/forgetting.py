@@ -83,8 +83,7 @@ class Forgetting:
             >>> forgetting.expired()                                                  # doctest: +SKIP
             0
         """
-        expired = CatalogScope(expired_by=time.time())
-        rows = self._store.delete([i for page in self._catalog.iter_ids(expired) for i in page])
+        rows = self._store.delete(self._store.ids_in(CatalogScope(expired_by=time.time())))
         self._sessions.sweep()
         if rows:
             self._audit.record("expire", count=len(rows))

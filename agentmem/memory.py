@@ -175,10 +175,7 @@ class AgentMemory:
         entry = self._new_entry(text, user_id=user_id, session_id=session_id, kind=kind, role=role,
                                 speaker=speaker, timestamp=timestamp, tags=tags, ttl=ttl, metadata=metadata,
                                 index=index)
-        return self._write([entry], encode)[0]
-
-    def _write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True) -> list[MemoryRecord]:
-        return self._writer.write(entries, encode, consolidate=consolidate)
+        return self._writer.write([entry], encode)[0]
 
     def remember_many(self, items: Sequence[Mapping[str, Any]], *, consolidate: bool = True,
                       vectors: Any = None) -> list[MemoryRecord]:
@@ -230,7 +227,7 @@ class AgentMemory:
         not memories). Embeddings are computed in one batch.
         """
         self._check_open()
-        return self._write(self._writer.message_entries(
+        return self._writer.write(self._writer.message_entries(
             messages, user_id=user_id, session_id=session_id, timestamp=timestamp, tags=tags, ttl=ttl,
             metadata=metadata), None)
 

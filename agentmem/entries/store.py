@@ -380,7 +380,15 @@ class EntryStore:
             >>> store.scope_ids(user_id="u", alive_at=time.time())                   # doctest: +SKIP
             ['3f1c…', …]
         """
-        scope = CatalogScope(user_id=user_id, session_id=session_id, tags=tags, alive_at=alive_at)
+        return self.ids_in(CatalogScope(user_id=user_id, session_id=session_id, tags=tags, alive_at=alive_at))
+
+    def ids_in(self, scope: CatalogScope) -> list[str]:
+        """Every id in a catalog scope, all pages of ``Catalog.iter_ids`` read.
+
+        Example:
+            >>> store.ids_in(CatalogScope(expired_by=time.time()))                   # doctest: +SKIP
+            ['3f1c…', …]
+        """
         return [i for page in self.catalog.iter_ids(scope) for i in page]
 
     def list_rows(self, *, limit: int | None, offset: int = 0, **scope: Any) -> list[EntryRecord]:
@@ -513,9 +521,8 @@ class EntryStore:
         hits = self._ranked(query, vec, cands, scope, now, k, follow_versions, chain_stamp, head_k)
         if len(hits) < k and (scope.tags or scope.predicate):
             # Restrictive filters can reject the whole candidate pool: search only the admitted ids.
-            allowed = [i for page in self.catalog.iter_ids(CatalogScope(
-                user_id=scope.user_id, session_id=scope.session_id, kinds=scope.kinds, tags=scope.tags, alive_at=now))
-                for i in page]
+            allowed = self.ids_in(CatalogScope(user_id=scope.user_id, session_id=scope.session_id, kinds=scope.kinds,
+                                               tags=scope.tags, alive_at=now))
             if scope.predicate is not None:  # superseded rows stay in when they stand for their successors
                 test = replace(scope, include_superseded=True) if follow_versions else scope
                 allowed = [r.id for r in self.catalog.get(allowed) if test.admits(r, now)]
@@ -593,7 +600,7 @@ class EntryStore:
 
     def _chain_starts(self, user_id: str) -> list[str]:
         """Ids of ``user_id``'s entries with a ``superseded_by`` (any status): where the user's chains start."""
-        return [i for page in self.catalog.iter_ids(CatalogScope(user_id=user_id, has_successor=True)) for i in page]
+        return self.ids_in(CatalogScope(user_id=user_id, has_successor=True))
 
     def _chain_cuts(self) -> int:
         """The catalog's chain-cut stamp (:mod:`agentmem.entries.chain_ends`; 0 until a chain was first cut)."""

@@ -15,7 +15,7 @@ from agentmem.kv.batch import FairRLock
 from agentmem.kv.cache import new_dynamic_cache
 from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
-from tests.unit.kv_batch_requests import FACTS, request_memories as _memories
+from tests.unit.kv_batch_requests import request_memories as _memories
 
 QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the door.", "What is the cat called?",
              "What did Dan buy?", "hello"]

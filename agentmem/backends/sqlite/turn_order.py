@@ -17,8 +17,6 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
