@@ -31,18 +31,17 @@ import threading
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from agentmem.backends.lexical_bounds import B, K1, idf
-from agentmem.ports.catalog import (ACTIVE, CHAIN_CUTS_KEY, SUPERSEDED, CatalogScope, EntryRecord, HistoryEvent,
+from agentmem.ports.catalog import (ACTIVE, CHAIN_CUTS_KEY, KV_FIELDS, SUPERSEDED, CatalogScope, EntryRecord, HistoryEvent,
                                     TurnContext, chain_cuts_value)
 from agentmem.text import STOPWORDS
 
 _QUERY_WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")  # the query words the SQL catalogs search for
 _TOKEN = re.compile(r"[^\W_]+")  # FTS5 unicode61's tokens: letters and digits
-_KV_FIELDS = frozenset({"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"})
 
 
 def stem(token: str) -> str:
@@ -159,23 +158,18 @@ class MemoryCatalog:
                 events[:] = [replace(e, related_id=None) if e.related_id in erased else e for e in events]
             return gone
 
-    def update_kv(self, entry_id: str, **fields: Any) -> None:
-        """Set an entry's KV fields and clear its blob write marker."""
-        if not set(fields) <= _KV_FIELDS:
-            raise ValueError(f"not KV fields: {set(fields) - _KV_FIELDS}")
+    def set_kv(self, entry_id: str, kv: Mapping[str, Any] | None, *, version: int | None = None) -> bool:
+        """Mark a blob write in flight on a committed entry (``kv=None``; at ``version`` when given), or end it:
+        set the KV fields ``kv`` and clear the mark (any entry). False if there is no such entry."""
+        if kv is not None and not set(kv) <= KV_FIELDS:
+            raise ValueError(f"not KV fields: {set(kv) - KV_FIELDS}")
         with self._lock:
             row = self._rows.get(entry_id)
-            if row is not None:
-                for key, value in fields.items():
-                    setattr(row, key, value)
-                row.kv_staged_at = None
-
-    def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
-        """Record a blob write in flight for a committed entry (at ``version``, when given)."""
-        with self._lock:
-            if not self._committed(entry_id) or version not in (None, self._rows[entry_id].version):
+            if row is None or version not in (None, row.version) or (kv is None and row.write_state is not None):
                 return False
-            self._rows[entry_id].kv_staged_at = time.time()
+            for key, value in (kv or {}).items():
+                setattr(row, key, value)
+            row.kv_staged_at = time.time() if kv is None else None
             return True
 
     def pending(self, older_than: float) -> list[EntryRecord]:

@@ -313,11 +313,11 @@ class EntryStore:
                 raise
             if token is not None:
                 self.blobs.publish(token)
-                self.catalog.update_kv(row.id, kv_path=self.blobs.location(row.id), **(kv_fields or {}))
+                self.catalog.set_kv(row.id, {"kv_path": self.blobs.location(row.id), **(kv_fields or {})})
             else:
                 if row.kv_path:
                     self.blobs.delete(row.id)
-                self.catalog.update_kv(row.id)  # clears the in-flight marker
+                self.catalog.set_kv(row.id, {})  # clears the in-flight marker
 
     def _restore_vector(self, row: EntryRecord, old: dict[str, np.ndarray]) -> None:
         if row.id in old:
@@ -334,7 +334,7 @@ class EntryStore:
         """Attach (or replace) an entry's KV blob; False if the entry no longer exists or, with
         ``expect_version``, was updated since the blob's text was read (its KV would be stale)."""
         with self._lock:
-            if not self.catalog.mark_blob_pending(entry_id, version=expect_version):
+            if not self.catalog.set_kv(entry_id, None, version=expect_version):
                 return False
             token = self.blobs.stage(entry_id, self._seal(entry_id, blob))
             try:
@@ -342,7 +342,7 @@ class EntryStore:
             except BaseException:
                 self.blobs.discard(token)
                 raise
-            self.catalog.update_kv(entry_id, kv_path=self.blobs.location(entry_id), **kv_fields)
+            self.catalog.set_kv(entry_id, {"kv_path": self.blobs.location(entry_id), **kv_fields})
             return True
 
     def delete(self, ids: Sequence[str]) -> list[EntryRecord]:
@@ -658,7 +658,7 @@ class EntryStore:
                 if r.write_state is None:  # a blob write on a visible row: keep the blob only if the row names it
                     if not r.kv_path:
                         self.blobs.delete(r.id)
-                    self.catalog.update_kv(r.id)
+                    self.catalog.set_kv(r.id, {})
                     fixed["blob_writes"] += 1
             for token in self.blobs.list_pending(grace):
                 self.blobs.discard(token)

@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -81,7 +81,7 @@ class EntryRecord:
     # write state: None = committed and visible; "adding" / "deleting" = hidden, in flight or abandoned
     write_state: str | None = None
     write_since: float | None = None
-    kv_staged_at: float | None = None  # a blob write in flight
+    kv_staged_at: float | None = None  # a blob write in flight (Catalog.set_kv)
     # lifecycle (agentmem/entries/lifecycle.py)
     version: int = 1
     status: str = "active"
@@ -129,6 +129,8 @@ status: where a user's version chains start). The empty scope is every entry.
 # Entry statuses (docs/lifecycle.md): ``active`` entries are recalled and mounted; ``superseded`` (a newer entry
 # replaced them, ``superseded_by`` names it) and ``deleted`` (consolidation retracted them) stay, never mounted.
 ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"
+# the columns Catalog.set_kv writes: the KV blob an entry names
+KV_FIELDS = frozenset({"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"})
 # what a history event can record
 OPS = ("add", "update", "supersede", "merge", "delete", "restore")
 
@@ -198,14 +200,12 @@ class Catalog(Protocol):
         """Delete rows, tags and lexical documents; returns what was deleted."""
         ...
 
-    def update_kv(self, entry_id: str, **fields: Any) -> None:
-        """Set KV fields (``kv_path``, ``kv_tokens``, ``kv_fingerprint``, ``kv_dtype``, ``kb_version``) and clear
-        a blob write marked by :meth:`mark_blob_pending`."""
-        ...
-
-    def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
-        """Record that a blob is being written for a visible row; False if the row does not exist (or, with
-        ``version``, is at another version: the blob was made from an older text)."""
+    def set_kv(self, entry_id: str, kv: Mapping[str, Any] | None, *, version: int | None = None) -> bool:
+        """The one write of an entry's KV blob fields. ``kv=None``: a blob write starts; mark it in flight on the
+        committed row (:meth:`pending` lists it until it ends), or return False with nothing written if there is
+        none (with ``version``: none at that version, the blob was made from an older text). A mapping of KV
+        fields (:data:`KV_FIELDS`; ``{}``: none): the
+        write ended; set them and clear the mark; False if the row is gone. Other keys: :class:`ValueError`."""
         ...
 
     def pending(self, older_than: float) -> list[EntryRecord]:
@@ -289,5 +289,5 @@ class Catalog(Protocol):
     def close(self) -> None: ...
 
 
-__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "OPS", "SUPERSEDED", "Catalog", "CatalogScope", "EntryRecord", "HistoryEvent",
+__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "KV_FIELDS", "OPS", "SUPERSEDED", "Catalog", "CatalogScope", "EntryRecord", "HistoryEvent",
            "TurnContext", "chain_cuts_value"]

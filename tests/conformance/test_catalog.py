@@ -133,13 +133,19 @@ def test_deletion_is_marked_then_finished(cat: Catalog) -> None:
     assert [i for i, _ in cat.lexical_search("kayak", user_id="u", limit=5)] == ["b"]
 
 
-def test_blob_write_marker_is_cleared_by_update_kv(cat: Catalog) -> None:
+def test_a_blob_write_is_marked_then_ended_by_set_kv(cat: Catalog) -> None:
     _add(cat, [_row("a")])
-    assert cat.mark_blob_pending("a") and not cat.mark_blob_pending("missing")
-    assert [r.id for r in cat.pending(time.time() + 1)] == ["a"]
+    _add(cat, [_row("p")], pending=True)
+    assert cat.set_kv("a", None) and not cat.set_kv("missing", None) and not cat.set_kv("p", None)
+    assert not cat.set_kv("a", None, version=2)  # the blob was made from another version's text
+    assert sorted(r.id for r in cat.pending(time.time() + 1)) == ["a", "p"]
     assert [r.id for r in cat.get(["a"])] == ["a"]  # a blob write does not hide the row
-    cat.update_kv("a", kv_path="kv/a.kv", kv_tokens=3)
-    assert cat.pending(time.time() + 1) == [] and cat.get(["a"])[0].kv_tokens == 3
+    assert cat.set_kv("a", {"kv_path": "kv/a.kv", "kv_tokens": 3}) and not cat.set_kv("missing", {})
+    assert [r.id for r in cat.pending(time.time() + 1)] == ["p"]
+    assert (cat.get(["a"])[0].kv_path, cat.get(["a"])[0].kv_tokens) == ("kv/a.kv", 3)
+    with pytest.raises(ValueError, match="text"):
+        cat.set_kv("a", {"text": "not a KV field"})
+    assert cat.get(["a"])[0].text == "t"
 
 
 def test_change_token_moves_on_every_write(cat: Catalog) -> None:

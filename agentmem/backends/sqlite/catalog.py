@@ -22,7 +22,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexica
 from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
 from agentmem.backends.sqlite.turn_order import session_edge
-from agentmem.ports.catalog import (CHAIN_CUTS_KEY, CatalogScope, EntryRecord, HistoryEvent, TurnContext,
+from agentmem.ports.catalog import (CHAIN_CUTS_KEY, KV_FIELDS, CatalogScope, EntryRecord, HistoryEvent, TurnContext,
                                     chain_cuts_value)
 from agentmem.text import STOPWORDS
 
@@ -194,14 +194,6 @@ class SqliteCatalog:
             self._bump(s)
         return out
 
-    def mark_blob_pending(self, entry_id: str, *, version: int | None = None) -> bool:
-        """Record a blob write in flight for a committed row; False if there is no such row (or, with ``version``,
-        the row is at another version: the blob was made from an older text)."""
-        with self._write_lock, self._sessions.begin() as s:
-            where = [EntryRow.id == entry_id, COMMITTED] + ([EntryRow.version == version] if version is not None else [])
-            done = s.execute(update(EntryRow).where(*where).values(kv_staged_at=time.time()))
-            return bool(done.rowcount)
-
     def pending(self, older_than: float) -> list[EntryRecord]:
         """Rows whose add, deletion or blob write was recorded before ``older_than`` and not finished.
 
@@ -214,18 +206,20 @@ class SqliteCatalog:
                                                      EntryRow.kv_staged_at <= older_than, COMMITTED))
             return [record_of(r) for r in rows]
 
-    def update_kv(self, entry_id: str, **fields: Any) -> None:
-        """Set an entry's KV fields and clear its blob write marker."""
-        allowed = {"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"}
-        if not set(fields) <= allowed:
-            raise ValueError(f"not KV fields: {set(fields) - allowed}")
+    def set_kv(self, entry_id: str, kv: Mapping[str, Any] | None, *, version: int | None = None) -> bool:
+        """Mark a blob write in flight on a committed row (``kv=None``; at ``version`` when given), or end it: set
+        the KV fields ``kv`` and clear the mark (any row: a deletion in flight erases what it names). False if
+        there is no such row."""
+        if kv is not None and not set(kv) <= KV_FIELDS:
+            raise ValueError(f"not KV fields: {set(kv) - KV_FIELDS}")
+        where = [EntryRow.id == entry_id] + ([EntryRow.version == version] if version is not None else [])
         with self._write_lock, self._sessions.begin() as s:
-            row = s.get(EntryRow, entry_id)
-            if row is not None:
-                for k, v in fields.items():
-                    setattr(row, k, v)
-                row.kv_staged_at = None
+            if kv is None:
+                return bool(s.execute(update(EntryRow).where(*where, COMMITTED).values(kv_staged_at=time.time())).rowcount)
+            done = bool(s.execute(update(EntryRow).where(*where).values(**kv, kv_staged_at=None)).rowcount)
+            if done:
                 self._bump(s)
+            return done
 
     def _bump(self, s: Session) -> None:
         _bump(s)
