@@ -29,9 +29,23 @@ its own paged blocks, and has no way to adopt a request's mounted, re-rotated me
 generation end to end (no per-request cancel event, logits processors on our token ids, streaming callbacks on the
 caller's thread). What it offers that fits — the attention-interface hook — is what this module uses.
 
-Example:
-    >>> batch = DecodeBatch(model, lock)
-    >>> ids = batch.decode(cache, first_token, max_new_tokens=32, eos_ids={2}, on_token=print, cancel=event)
+Example (a caller that stops its answer after two tokens, from the streaming callback):
+    >>> import threading
+    >>> from agentmem.kv.cache import cache_from_stacked
+    >>> from agentmem.kv.runner import prefill
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> model, _ = tiny_causal_lm("llama")
+    >>> cache = cache_from_stacked(torch.zeros(2, 1, 2, 0, 16), torch.zeros(2, 1, 2, 0, 16), capacity=64)
+    >>> stop, streamed = threading.Event(), []
+    >>> def on_token(token_id):                       # runs on the caller's thread, as each id is chosen
+    ...     streamed.append(token_id)
+    ...     if len(streamed) == 2:
+    ...         stop.set()
+    >>> batch = DecodeBatch(model, FairRLock())
+    >>> first = int(prefill(model, cache, [5, 6, 7]).argmax())
+    >>> ids = batch.decode(cache, first, max_new_tokens=32, eos_ids={257}, on_token=on_token, cancel=stop)
+    >>> ids == streamed, len(ids) < 32               # cancelled before the limit: what was decoded so far
+    (True, True)
 """
 
 from __future__ import annotations

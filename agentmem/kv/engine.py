@@ -78,8 +78,12 @@ class PreparedPrompt:
         """The answer generated on this prompt, with what went into it.
 
         Example:
-            >>> prep.result("Lisbon.", [42, 13], "kv", timings).mounted == prep.mounted
-            True
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> engine = KVEngine(*tiny_causal_lm("llama"))
+            >>> prep = engine.prepare("Where does Alice live?", [MemoryItem("m1", "Alice lives in Lisbon.")])
+            >>> out = prep.result("Lisbon.", [42, 13], "kv", {"total": 0.2})    # the text and ids decoded on it
+            >>> out.text, out.mounted, out.fallbacks           # no stored KV given: the memory was encoded from text
+            ('Lisbon.', ['m1'], [('m1', 'no stored KV')])
         """
         return GenerationResult(
             text=text, mounted=self.mounted, dropped=self.dropped, mode=mode, timings=timings,
@@ -383,10 +387,16 @@ class KVEngine:
         answer decoding now (so a long turn never holds back another conversation's first token). The request's
         ``history`` buffers are updated in place when they have room.
 
-        Example:
-            >>> plan = plan_turn(engine, memories, history_len=len(ids), new_len=len(new), max_new_tokens=32)
-            >>> out = engine.turn(TurnRequest(plan, new, ids, history=kv, kv_len=len(ids), capacity=512))
-            >>> out.text, out.fallbacks, out.timings["prefill"]
+        Example (a conversation's first turn; :mod:`agentmem.kv.turn` shows a second one reusing its KV):
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> from agentmem.kv.turn import plan_turn
+            >>> engine = KVEngine(*tiny_causal_lm("llama"))
+            >>> memories = [MemoryItem("m1", "Alice lives in Lisbon.")]
+            >>> new = engine.layout.suffix_ids("Where does Alice live?")
+            >>> plan = plan_turn(engine, memories, history_len=0, new_len=len(new), max_new_tokens=4)
+            >>> out = engine.turn(TurnRequest(plan, new, [], capacity=128))    # no history KV given: built here
+            >>> out.fresh, len(out.reply), out.fallbacks, out.timings["prefill"] > 0
+            (True, 4, [('m1', 'no stored KV')], True)
         """
         timings = dict.fromkeys(("load", "encode", "rebuild", "mount", "prefill", "decode", "append"), 0.0)
         entries, fallbacks = load_memories(self, request, timings)

@@ -15,8 +15,23 @@ token this way reproduces full text encoding, which the tests check.
 
 Measured (docs/kv-engine.md): ``cacheblend`` recovers more per recomputed token than ``epic`` and is the default.
 
-Example:
-    >>> n = apply_fix(model, cache, ids, spans, FixConfig(strategy="epic"))
+Example (two memories, each encoded alone, then mounted; ``epic`` recomputes the second one's first 8 tokens):
+    >>> from agentmem.kv.cache import stacked_from_cache
+    >>> from agentmem.kv.engine import KVEngine
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> from agentmem.kv.types import MemoryItem
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))
+    >>> texts = ["Alice lives in Lisbon.", "She moved there in 2021."]
+    >>> prep = engine.prepare("Where?", [MemoryItem(str(i), text) for i, text in enumerate(texts)])
+    >>> ids = torch.tensor(engine.layout.preamble_ids + [i for t in texts for i in engine.layout.entry_ids(t)])
+    >>> apply_fix(engine.model, prep.cache, ids, prep.spans, FixConfig(strategy="epic"))
+    8
+    >>> text = new_dynamic_cache()
+    >>> _ = prefill(engine.model, text, ids)             # the same tokens encoded together: the reference
+    >>> start = prep.spans[1][0]                        # the recomputed tokens now hold their in-context KV
+    >>> torch.allclose(stacked_from_cache(prep.cache, start, start + 8)[0], stacked_from_cache(text, start,
+    ...                start + 8)[0], atol=1e-4)
+    True
 """
 
 from __future__ import annotations

@@ -141,7 +141,14 @@ class PrefillBatch:
         """Append ``ids`` to ``cache`` (batched with every prefill waiting now); the last position's logits ``[1, vocab]``.
 
         Example:
-            >>> logits = batch.prefill(prep.cache, prep.pending_ids)
+            >>> from agentmem.kv.cache import cache_length
+            >>> from agentmem.kv.engine import KVEngine
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> engine = KVEngine(*tiny_causal_lm("llama"))
+            >>> prep = engine.prepare("Where does Alice live?", [])     # the cached preamble; the question pending
+            >>> logits = engine.prefiller.prefill(prep.cache, prep.pending_ids)     # the engine's PrefillBatch
+            >>> logits.shape == (1, len(engine.tokenizer)), cache_length(prep.cache) == prep.prompt_tokens
+            (True, True)
         """
         job = _Job(cache, list(ids))
         if not job.ids:

@@ -221,8 +221,17 @@ def dequant_into(
     ``[..., ceil(T / token_group), ceil(D / channel_group)]`` float32. Call only where :func:`fused_dequant_applies`.
 
     Example:
-        >>> dequant_into(dst, packed.key_codes, 4, packed.key_scales, packed.key_zeros,
-        ...              token_group=32, channel_group=1, cos2=cos2, sin=sin)
+        >>> from agentmem.kv.quant import CODECS, dequantize_kv, quantize_kv
+        >>> keys = torch.randn(2, 1, 40, 64)                   # [layers, KV heads, tokens, head dim]
+        >>> packed = quantize_kv(keys, keys, CODECS["int4"])    # 4-bit keys: a scale per channel per 32 tokens
+        >>> out, (reference, _) = torch.empty_like(keys), dequantize_kv(packed)     # the torch path
+        >>> if fused_dequant_applies(out):                    # False where numba is missing
+        ...     dequant_into(out, packed.key_codes, 4, packed.key_scales.float(), packed.key_zeros.float(),
+        ...                  token_group=32, channel_group=1)
+        ... else:
+        ...     out = reference
+        >>> torch.allclose(out, reference, atol=1e-5)
+        True
     """
     _dequant(*_storage(out), _blocks(codes.numpy()), bits, _blocks(scale.numpy()), _blocks(zero.numpy()),
              token_group, channel_group, _table(cos2), _table(sin), hadamard)
@@ -246,9 +255,19 @@ def dequant_runs_into(
     buffer's storage and block offsets found once per entry rather than once per run and tensor: a mount places
     a few dozen entries, and that glue cost ~0.2 ms per entry (~10 % of a 2,048-token ``k4v3hsl`` mount).
 
-    Example:
-        >>> dequant_runs_into(kdst, vdst, [(0, 30, kc, 4, ks, kz, vc, 3, vs, vz)], key_group=128, value_group=64,
-        ...                   cos2=cos2, sin=sin, hadamard=True)
+    Example (one run of 3 layers, 4-bit keys and Hadamard-rotated 4-bit values):
+        >>> from agentmem.kv.quant import CODECS, dequantize_kv, quantize_kv
+        >>> packed = quantize_kv(torch.randn(3, 1, 8, 64), torch.randn(3, 1, 8, 64), CODECS["int4h"])
+        >>> ks, kz, vs, vz = (t.float().numpy() for t in (packed.key_scales, packed.key_zeros, packed.value_scales,
+        ...                                               packed.value_zeros))
+        >>> run = (0, 3, packed.key_codes.numpy(), 4, ks, kz, packed.value_codes.numpy(), 4, vs, vz)
+        >>> kdst, vdst = torch.empty(3, 1, 8, 64), torch.empty(3, 1, 8, 64)
+        >>> if fused_dequant_applies(kdst):                   # False where numba is missing
+        ...     dequant_runs_into(kdst, vdst, [run], key_group=64, value_group=64, cos2=None, sin=None, hadamard=True)
+        ... else:
+        ...     kdst, vdst = dequantize_kv(packed)
+        >>> all(torch.allclose(a, b, atol=1e-5) for a, b in zip((kdst, vdst), dequantize_kv(packed)))
+        True
     """
     kout, kbases = _storage(dst_keys)
     vout, vbases = _storage(dst_values)

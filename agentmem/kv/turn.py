@@ -17,10 +17,23 @@ bookkeeping is :mod:`agentmem.sessions`'.
 Modes, all on the same token ids: ``"kv"`` reuses the history KV; ``"history-text"`` mounts the memories' KV
 but re-encodes the history; ``"text"`` re-encodes preamble + memories + history + message from scratch.
 
-Example:
-    >>> plan = plan_turn(engine, memories, history_len=len(ids), new_len=len(new_ids), max_new_tokens=32)
-    >>> out = engine.turn(TurnRequest(plan, new_ids, ids, history=kv, kv_len=len(ids), capacity=512))
-    >>> out.text, out.kv.length, out.timings["prefill"]
+Example (two turns on a tiny random model: the replies are noise, the KV bookkeeping is real):
+    >>> from agentmem.kv.engine import KVEngine
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> from agentmem.kv.types import MemoryItem
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))
+    >>> memories, ids, kv = [MemoryItem("m1", "Alice lives in Lisbon.")], [], None   # no history yet
+    >>> P = len(engine.layout.preamble_ids)
+    >>> for message in ("Where does Alice live?", "Since when?"):
+    ...     new_ids = engine.layout.suffix_ids(message)          # the user turn and the assistant's opener
+    ...     plan = plan_turn(engine, memories, history_len=len(ids), new_len=len(new_ids), max_new_tokens=4)
+    ...     kv_len = kv.length - P if kv else 0                  # the history ids that have KV
+    ...     out = engine.turn(TurnRequest(plan, new_ids, ids, history=kv, kv_len=kv_len, capacity=256))
+    ...     ids, kv = ids + new_ids + out.reply, out.kv
+    >>> out.prefilled == len(new_ids)            # the second turn reused the first one's KV: only its message ran
+    True
+    >>> kv.length == P + len(ids)                # the memory is mounted for each turn, not kept in the history
+    True
 """
 
 from __future__ import annotations
@@ -59,8 +72,12 @@ class TurnEngine(Protocol):
     does not import the engine that calls it.
 
     Example:
-        >>> engine: TurnEngine = KVEngine(model, tokenizer)
-        >>> plan = plan_turn(engine, memories, history_len=0, new_len=12, max_new_tokens=32)
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine: TurnEngine = KVEngine(*tiny_causal_lm("llama"))       # the one implementation
+        >>> keys, values = engine.preamble_kv()       # [layers, 1, KV heads, preamble tokens, head dim], computed once
+        >>> keys.shape[3] == len(engine.layout.preamble_ids), sorted(engine.eos_ids)
+        (True, [257])
     """
 
     model: Any  # the loaded causal LM
@@ -163,8 +180,14 @@ def plan_turn(
     Every memory is placed by its text's ids (a trained entry's learned KV is not mounted in a turn).
 
     Example:
-        >>> plan = plan_turn(engine, memories, history_len=120, new_len=14, max_new_tokens=64)
-        >>> plan.dropped, plan.max_new_tokens, plan.spans
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> from agentmem.kv.types import MemoryItem
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> memories = [MemoryItem("m1", "Alice lives in Lisbon."), MemoryItem("m2", "Bob lives in Porto.")]
+        >>> plan = plan_turn(engine, memories, history_len=120, new_len=14, max_new_tokens=64, budget_tokens=30)
+        >>> [m.id for m in plan.memories], plan.dropped, plan.spans      # m1 takes 25 of the 30 tokens allowed
+        (['m1'], ['m2'], [(56, 81)])
     """
     P = len(engine.layout.preamble_ids)
     ids = [engine.layout.entry_ids(m.text) for m in memories]
@@ -253,8 +276,18 @@ def begin_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry]
                timings: dict[str, float]) -> StartedTurn:
     """Ready the KV, mount, prefill and choose the first reply id (caller holds the engine lock).
 
-    Example:
-        >>> with engine_lock: started = begin_turn(engine, req, entries, timings)
+    Example (a first turn with one memory; alone here, so no lock is needed):
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> from agentmem.kv.types import MemoryItem
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> memory, new_ids = MemoryItem("m1", "Alice lives in Lisbon."), engine.layout.suffix_ids("Where is Alice?")
+        >>> plan = plan_turn(engine, [memory], history_len=0, new_len=len(new_ids), max_new_tokens=3)
+        >>> started = begin_turn(engine, TurnRequest(plan, new_ids, [], capacity=128), [engine.encode(memory.text)], {})
+        >>> started.prefilled == len(new_ids), type(started.first)    # the message ran; the reply's first id
+        (True, <class 'int'>)
+        >>> started.own, started.kv.length     # prompt built in a workspace; the working KV still holds the preamble
+        (False, 56)
     """
     if req.mode not in _TURN_MODES:
         raise InvalidInputError(f"mode must be one of {_TURN_MODES}")
@@ -283,8 +316,21 @@ def end_turn(engine: TurnEngine, req: TurnRequest, started: StartedTurn, reply: 
              fallbacks: list[tuple[str, str]], timings: dict[str, float]) -> TurnOutput:
     """Append the decoded turn to the working KV (caller holds the engine lock) and report it.
 
-    Example:
-        >>> with engine_lock: out = end_turn(engine, req, started, reply, fallbacks, timings)
+    Example (a first turn, step by step; alone here, so no lock is needed):
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> new_ids, timings = engine.layout.suffix_ids("Hi!"), {}
+        >>> plan = plan_turn(engine, [], history_len=0, new_len=len(new_ids), max_new_tokens=3)
+        >>> req = TurnRequest(plan, new_ids, [], history=fresh_kv(engine, 128), capacity=128)
+        >>> started = begin_turn(engine, req, [], timings)
+        >>> reply = decode_turn(engine, req, started, lambda **args: decode(engine.model, started.cache, None,
+        ...                     first_token=started.first, **args), timings)
+        >>> out = end_turn(engine, req, started, reply, [], timings)
+        >>> out.kv.length == 56 + len(new_ids) + len(reply) - 1    # the reply's last id gets its KV next turn
+        True
+        >>> sorted(timings)
+        ['append', 'decode', 'mount', 'prefill', 'rebuild']
     """
     t = time.perf_counter()
     kv = started.kv
@@ -309,8 +355,16 @@ def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], 
     inline (not batched with other answers), append. ``KVEngine.turn`` decodes batched instead, between
     :func:`begin_turn` and :func:`end_turn`.
 
-    Example:
-        >>> with engine_lock: out = run_turn(engine, req, entries, fallbacks, timings)
+    Example (alone here, so no lock is needed):
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> new_ids = engine.layout.suffix_ids("Hello there")
+        >>> req = TurnRequest(plan_turn(engine, [], history_len=0, new_len=len(new_ids), max_new_tokens=4), new_ids,
+        ...                   [], capacity=128)
+        >>> inline = run_turn(engine, req, [], [], {})
+        >>> inline.reply == engine.turn(req).reply        # decoded inline: the same reply as the batched turn
+        True
     """
     started = begin_turn(engine, req, entries, timings)
     reply = decode_turn(engine, req, started, lambda **args: decode(
@@ -324,8 +378,20 @@ def decode_turn(engine: TurnEngine, req: TurnRequest, started: StartedTurn, deco
     :func:`agentmem.kv.runner.decode` after its first id (inline there, or batched by the engine's
     :class:`~agentmem.kv.batch.DecodeBatch`); pieces stream to ``req.on_text``.
 
-    Example:
-        >>> reply = decode_turn(engine, req, started, lambda **a: batch.decode(started.cache, started.first, **a), tm)
+    Example (a second turn, over a history rebuilt from its ids; alone here, so no lock is needed):
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine, pieces = KVEngine(*tiny_causal_lm("llama")), []
+        >>> history = engine.layout.suffix_ids("Hi!") + engine.layout.content_ids("Hello.")
+        >>> new_ids = engine.layout.suffix_ids("How are you?")
+        >>> req = TurnRequest(plan_turn(engine, [], history_len=len(history), new_len=len(new_ids), max_new_tokens=5),
+        ...                   new_ids, history, history=rebuild(engine, history, 128), kv_len=len(history),
+        ...                   capacity=128, on_text=pieces.append)      # the reply's text, streamed as it decodes
+        >>> started = begin_turn(engine, req, [], {})
+        >>> reply = decode_turn(engine, req, started, lambda **a: engine.decoder.decode(started.cache, started.first,
+        ...                     **a), {})
+        >>> reply[0] == started.first, "".join(pieces) == engine.tokenizer.decode(reply, skip_special_tokens=True)
+        (True, True)
     """
     if started.first is None:
         return []
@@ -420,8 +486,12 @@ def fresh_kv(engine: TurnEngine, capacity: int) -> SessionKV:
     """Buffers for ``capacity`` tokens holding just the preamble.
 
     Example:
-        >>> kv = fresh_kv(engine, 256); kv.length == len(engine.layout.preamble_ids)
-        True
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> kv = fresh_kv(engine, 256)
+        >>> kv.length == len(engine.layout.preamble_ids), kv.capacity
+        (True, 256)
     """
     pre_k, pre_v = engine.preamble_kv()
     L, B, H, P, D = pre_k.shape
@@ -437,7 +507,13 @@ def rebuild(engine: TurnEngine, history_ids: list[int], capacity: int) -> Sessio
     """The working KV re-encoded from scratch: preamble, then every history id (caller holds the engine lock).
 
     Example:
-        >>> kv = rebuild(engine, transcript_ids, capacity=512)
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> transcript_ids = engine.layout.suffix_ids("Hello") + engine.layout.content_ids("Hi, how can I help?")
+        >>> kv = rebuild(engine, transcript_ids, capacity=128)
+        >>> kv.length == len(engine.layout.preamble_ids) + len(transcript_ids), kv.capacity
+        (True, 128)
     """
     kv = fresh_kv(engine, capacity)
     if history_ids:
@@ -473,7 +549,14 @@ def shift_history(kv: SessionKV, start: int, cut: int, inv_freq: torch.Tensor) -
     """Drop the ``cut`` tokens of ``kv`` from position ``start`` in place; the rest moves back exactly.
 
     Example:
-        >>> shift_history(kv, len(preamble_ids), 7, engine.inv_freq)   # the oldest 7 history tokens leave
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> kv = rebuild(engine, engine.layout.suffix_ids("one, two, three"), capacity=128)
+        >>> n, last_values = kv.length, kv.values[..., kv.length - 1, :].clone()
+        >>> shift_history(kv, len(engine.layout.preamble_ids), 7, engine.inv_freq)   # the oldest 7 history tokens leave
+        >>> kv.length == n - 7, torch.equal(kv.values[..., kv.length - 1, :], last_values)  # values move unchanged
+        (True, True)
     """
     cache = kv.cache()
     remove_cache_span(cache, start, start + cut, inv_freq)
