@@ -257,8 +257,16 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
 
     ``tracer_provider``: where spans go when ``settings.tracing`` (default: OpenTelemetry's global provider).
 
-    Example:
-        >>> app = create_app(AgentMemory("./memdata"), keys=None, settings=ServerSettings(auth=False))
+    Example (in process with Starlette's test client; ``agentmem serve`` runs the same app under uvicorn):
+        >>> from fastapi.testclient import TestClient
+        >>> from agentmem import AgentMemory
+        >>> app = create_app(AgentMemory("./served"), keys=None, settings=ServerSettings(auth=False))  # local use
+        >>> with TestClient(app) as client:
+        ...     created = client.post("/v1/memories", json={"text": "Alice lives in Lisbon.", "user_id": "u1"})
+        ...     query = {"query": "Where does Alice live?", "user_id": "u1"}
+        ...     hits = client.post("/v1/memories/recall", json=query).json()["hits"]
+        >>> created.status_code, [hit["text"] for hit in hits]
+        (201, ['Alice lives in Lisbon.'])
     """
     from agentmem.server import inspector, openai_compat, proxy
     from agentmem.server.mcp import build_mcp

@@ -5,9 +5,17 @@ Over HTTP it is mounted at ``/mcp`` of the agentmem server and every call is che
 (the same keys as the REST API). Over stdio (``agentmem mcp --path P --user u1``) the process belongs to whoever
 started it; ``--user`` limits which users its tools may touch and gives the default one.
 
-Example:
-    >>> server = build_mcp(AgentMemory("./memdata"), users=["u1"])
-    >>> server.run("stdio")                                                       # doctest: +SKIP
+Example (an MCP client in process; ``server.run("stdio")`` serves the same tools over stdin/stdout):
+    >>> from mcp import Client
+    >>> from agentmem import AgentMemory
+    >>> server = build_mcp(AgentMemory("./memdata"), users=["u1"])     # its tools touch u1's memories only
+    >>> async def remember_then_recall() -> str:
+    ...     async with Client(server) as client:
+    ...         await client.call_tool("remember", {"text": "Alice lives in Lisbon."})    # user_id: u1, the default
+    ...         result = await client.call_tool("recall", {"query": "Where does Alice live?"})
+    ...         return result.structured_content["hits"][0]["text"]
+    >>> anyio.run(remember_then_recall)
+    'Alice lives in Lisbon.'
 """
 
 from __future__ import annotations

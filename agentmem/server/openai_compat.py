@@ -15,11 +15,21 @@
 * Per-request options go in ``extra_body={"agentmem": {"k": 4, "mode": "text", "remember": false}}``.
 * Tokens are streamed as the decoder produces them (the engine's per-token callback), not after the answer.
 
-Example:
+Example (the app in process on a tiny random model, so the reply is noise; against ``agentmem serve`` pass
+``base_url="http://127.0.0.1:8765/v1", api_key=KEY`` and no ``http_client``):
+    >>> from fastapi.testclient import TestClient
     >>> from openai import OpenAI
-    >>> client = OpenAI(base_url="http://127.0.0.1:8765/v1", api_key=KEY)
-    >>> r = client.chat.completions.create(model="agentmem", messages=[{"role": "user", "content": "Hi"}], user="u1")
-    >>> r.choices[0].message.content, r.model_extra["agentmem"]["mounted"]
+    >>> from agentmem import AgentMemory
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> from agentmem.server import ServerSettings, create_app
+    >>> mem = AgentMemory("./memdata", model=tiny_causal_lm("llama"))
+    >>> fact = mem.remember("Alice lives in Lisbon.", user_id="u1")
+    >>> app = create_app(mem, keys=None, settings=ServerSettings(auth=False))
+    >>> client = OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=TestClient(app))
+    >>> r = client.chat.completions.create(model="agentmem", messages=[{"role": "user", "content": "Where does Alice "
+    ...                                    "live?"}], user="u1", max_tokens=4)
+    >>> [m["id"] for m in r.model_extra["agentmem"]["mounted"]] == [fact.id], r.usage.completion_tokens
+    (True, 4)
 """
 
 from __future__ import annotations

@@ -8,8 +8,15 @@ browser signs in once at ``/inspector/login`` (the key goes into an HttpOnly coo
 Bearer header instead. The edit and forget forms are POSTs checked against a CSRF token bound to the browser's
 session cookie (:mod:`.csrf`).
 
-Example:
-    >>> app.include_router(router)       # done by agentmem.server.create_app
+Example (``create_app`` includes this router; in process with Starlette's test client):
+    >>> from fastapi.testclient import TestClient
+    >>> from agentmem import AgentMemory
+    >>> from agentmem.server import ServerSettings, create_app
+    >>> mem = AgentMemory("./memdata")
+    >>> _ = mem.remember("Alice lives in Lisbon.", user_id="u1")
+    >>> page = TestClient(create_app(mem, keys=None, settings=ServerSettings(auth=False))).get("/inspector/users/u1")
+    >>> page.status_code, "Alice lives in Lisbon." in page.text      # with API keys, sign in at /inspector/login
+    (200, True)
 """
 
 from __future__ import annotations
