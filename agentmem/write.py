@@ -363,7 +363,7 @@ class Writer:
         sealed = self.sealer.seal_text(row.id, "history", self.record(row).text)
         event = HistoryEvent(row.id, current, "restore", sealed, self.clock(), "restored by the user",
                              related_id=row.superseded_by)
-        self.store.lifecycle.reinstate(row.id, event)
+        self.store.lifecycle.apply_event(event)
         return self.record(self.store.catalog.get([row.id])[0])
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agentmem.backends.lexical_bounds import B, K1, idf
-from agentmem.ports.catalog import (ACTIVE, CHAIN_CUTS_KEY, KV_FIELDS, SUPERSEDED, CatalogScope, EntryRecord, HistoryEvent,
+from agentmem.ports.catalog import (ACTIVE, CHAIN_CUTS_KEY, KV_FIELDS, STATUS_OF, SUPERSEDED, CatalogScope, EntryRecord, HistoryEvent,
                                     TurnContext, chain_cuts_value)
 from agentmem.text import STOPWORDS
 
@@ -326,27 +326,24 @@ class MemoryCatalog:
             self._set_document(live, index_text)
             self._log(events)
 
-    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
-                   superseded_by: str | None = None) -> bool:
-        """Supersede / retract an active entry, or (``ACTIVE``) restore an inactive one, and log ``event``; False
-        if it is gone or not in the state the change starts from."""
+    def apply_event(self, event: HistoryEvent) -> bool:
+        """Make the change ``event`` records (a status change or a sighting) and log it; False if the entry is
+        gone or not in the state the change starts from."""
+        if event.op != "merge" and event.op not in STATUS_OF:
+            raise ValueError(f"a {event.op!r} event is not a status change (insert / replace_entry write it)")
         with self._lock:
-            row = self._rows.get(entry_id)
-            if row is None or (row.status == ACTIVE) == (status == ACTIVE):
-                return False
-            row.status, row.superseded_by = status, (superseded_by if status != ACTIVE else None)
-            if status == ACTIVE:
-                self._bump_chain_cuts()  # the chains through it end here now
-            self._log([event])
-            return True
-
-    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
-        """Count one more sighting of an entry and log ``event``; False if it is gone."""
-        with self._lock:
-            row = self._rows.get(entry_id)
+            row = self._rows.get(event.entry_id)
             if row is None:
                 return False
-            row.seen_count, row.last_seen_at = row.seen_count + 1, at
+            if event.op == "merge":
+                row.seen_count, row.last_seen_at = row.seen_count + 1, event.at
+            elif (row.status == ACTIVE) == (STATUS_OF[event.op] == ACTIVE):
+                return False
+            elif STATUS_OF[event.op] == ACTIVE:
+                row.status, row.superseded_by = ACTIVE, None
+                self._bump_chain_cuts()  # the chains through it end here now
+            else:
+                row.status, row.superseded_by = STATUS_OF[event.op], event.related_id
             self._log([event])
             return True
 

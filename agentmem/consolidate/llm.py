@@ -280,7 +280,7 @@ class StoreActions:
         return self.open_text(row), [(r.id, self.open_text(r)) for r in others]
 
     def apply(self, entry_id: str, decision: LlmDecision, existing: list[str]) -> str:
-        from agentmem.entries.lifecycle import DELETED, SUPERSEDED, HistoryEvent
+        from agentmem.entries.lifecycle import HistoryEvent
 
         if decision.event == "ADD" or decision.id is None:
             return "add"
@@ -295,14 +295,14 @@ class StoreActions:
             text = self.open_text(new)
             if statement_key(text) != statement_key(self.open_text(target)):
                 return "noop_kept"  # the texts differ: a write is never discarded on a model's word (issue #37)
-            lifecycle.seen_again(target_id, now, HistoryEvent(target_id, target.version or 1, "merge",
-                                                              self.seal(target_id, text), now, reason))
+            lifecycle.apply_event(HistoryEvent(target_id, target.version or 1, "merge", self.seal(target_id, text),
+                                               now, reason))
             self.store.delete([entry_id])
             return "noop"
-        op, status = ("supersede", SUPERSEDED) if decision.event == "UPDATE" else ("delete", DELETED)
+        op = "supersede" if decision.event == "UPDATE" else "delete"  # the entry becomes SUPERSEDED / DELETED
         event = HistoryEvent(target_id, target.version or 1, op, self.seal(target_id, self.open_text(target)), now,
                              reason, related_id=entry_id)
-        lifecycle.set_status(target_id, status, event, superseded_by=entry_id)
+        lifecycle.apply_event(event)
         return decision.event.lower()
 
 

@@ -59,7 +59,7 @@ from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import changed_span, sentence_count, statement_tokens
 from agentmem.erasure import Erasure
-from agentmem.entries.lifecycle import ACTIVE, SUPERSEDED, HistoryEvent, Lifecycle
+from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.text import content_words
 
 SUPERSEDE = 0.7  # without the pairwise model: floor on the texts' cosine (a restatement with a changed value)
@@ -422,7 +422,7 @@ def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], lis
             target = current.get(d.merge_into)
             event = None if target is None else HistoryEvent(target.id, target.version or 1, "merge",
                                                              seal(target.id, text), now, d.merge_reason)
-            if event is not None and lifecycle.seen_again(d.merge_into, now, event):
+            if event is not None and lifecycle.apply_event(event):
                 out.counts["merged"] += 1
             else:
                 out.unmerged.append(n)
@@ -433,7 +433,7 @@ def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], lis
                 continue
             event = HistoryEvent(old_id, old.version or 1, "supersede", seal(old_id, open_text(old)), now, reason,
                                  related_id=row.id)
-            if lifecycle.set_status(old_id, SUPERSEDED, event, superseded_by=row.id):
+            if lifecycle.apply_event(event):
                 done.append(old_id)
         out.counts["superseded"] += len(done)
         out.superseded.append(tuple(done))

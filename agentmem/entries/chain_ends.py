@@ -3,7 +3,7 @@
 Recall following versions (``EntryStore.search(follow_versions=True)``) needs, for every superseded candidate, the
 active entry at the end of its chain: one recursive query per recall (:meth:`Lifecycle.chain_ends`), ~3.6 ms of a
 recall at 10,000 entries of which a third are superseded. A chain only ever grows at its end (a superseded entry's
-``superseded_by`` is never rewritten: ``Lifecycle.set_status`` changes active entries only), and the rows recall
+``superseded_by`` is never rewritten: ``Catalog.apply_event`` supersedes active entries only), and the rows recall
 loads anyway (each candidate *and* its chain end) say whether a remembered answer still holds:
 
 * a candidate that is not superseded stands for itself whatever is remembered;

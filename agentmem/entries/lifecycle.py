@@ -17,9 +17,9 @@ Example:
     >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="turn", text="hi", memory_text="hi", created_at=0.0)],
     ...            index_texts=["hi"])
     >>> life = Lifecycle(cat)
-    >>> life.set_status("e1", SUPERSEDED, HistoryEvent("e1", 1, "supersede", "hi", 1.0))
+    >>> life.apply_event(HistoryEvent("e1", 1, "supersede", "hi", 1.0))
     True
-    >>> [e.op for e in life.history("e1")], life.reinstate("e1", HistoryEvent("e1", 1, "restore", "hi", 2.0))
+    >>> [e.op for e in life.history("e1")], life.apply_event(HistoryEvent("e1", 1, "restore", "hi", 2.0))
     (['supersede'], True)
 """
 
@@ -58,17 +58,12 @@ class Lifecycle:
         stored but not indexed), its tags (when given), and log ``events``, in one transaction."""
         self.catalog.replace_entry(entry_id, fields, index_text=index_text, tags=tags, events=events)
 
-    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *, superseded_by: str | None = None) -> bool:
-        """Mark an active entry superseded / deleted and log why; False if it is gone or no longer active."""
-        return self.catalog.set_status(entry_id, status, event, superseded_by=superseded_by)
-
-    def reinstate(self, entry_id: str, event: HistoryEvent) -> bool:
-        """A superseded or retracted entry is active again (``restore``); False if it is gone or already active."""
-        return self.catalog.set_status(entry_id, ACTIVE, event)
-
-    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
-        """A near-duplicate arrived: count it on the existing entry (no new row) and log the merge."""
-        return self.catalog.seen_again(entry_id, at, event)
+    def apply_event(self, event: HistoryEvent) -> bool:
+        """Make the change ``event`` records, logged with it (``supersede`` / ``delete``: an active entry is
+        superseded by / retracted in favour of ``event.related_id``; ``restore``: an inactive one is active again;
+        ``merge``: a near-duplicate arrived, counted on the existing entry, no new row); False if the entry is gone
+        or not in the state the change starts from."""
+        return self.catalog.apply_event(event)
 
 
 __all__ = ["ACTIVE", "DELETED", "OPS", "SUPERSEDED", "HistoryEvent", "Lifecycle"]

@@ -133,6 +133,8 @@ ACTIVE, SUPERSEDED, DELETED = "active", "superseded", "deleted"
 KV_FIELDS = frozenset({"kv_path", "kv_tokens", "kv_fingerprint", "kv_dtype", "kb_version"})
 # what a history event can record
 OPS = ("add", "update", "supersede", "merge", "delete", "restore")
+# the status an event's op moves its entry to (Catalog.apply_event; "merge" leaves it, counting a sighting)
+STATUS_OF = {"supersede": SUPERSEDED, "delete": DELETED, "restore": ACTIVE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,21 +275,18 @@ class Catalog(Protocol):
         chain moves the chain-cut stamp (:data:`CHAIN_CUTS_KEY`)."""
         ...
 
-    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
-                   superseded_by: str | None = None) -> bool:
-        """Move an entry out of or back to :data:`ACTIVE` and log ``event``, or return False with nothing written.
-        :data:`SUPERSEDED` / :data:`DELETED` (with ``superseded_by``) apply to an active entry only; :data:`ACTIVE`
-        (a restore) to a superseded or deleted one only, and clears ``superseded_by`` and moves the chain-cut
-        stamp (:data:`CHAIN_CUTS_KEY`). False too if the entry is gone."""
-        ...
-
-    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
-        """Count one more sighting of an entry (``seen_count`` + 1, ``last_seen_at`` = ``at``) and log ``event``;
-        False (nothing written) if the entry is gone."""
+    def apply_event(self, event: HistoryEvent) -> bool:
+        """Make the change ``event`` records on its entry and log it, one transaction, or return False with nothing
+        written (the entry is gone or not in the state the change starts from). By ``event.op``
+        (:data:`STATUS_OF`): ``supersede`` / ``delete`` mark an :data:`ACTIVE` entry :data:`SUPERSEDED` /
+        :data:`DELETED` with ``superseded_by`` = ``event.related_id``; ``restore`` makes a superseded or deleted
+        entry active again, clears ``superseded_by`` and moves the chain-cut stamp (:data:`CHAIN_CUTS_KEY`);
+        ``merge`` counts one more sighting (``seen_count`` + 1, ``last_seen_at`` = ``event.at``). ``add`` and
+        ``update`` are written with :meth:`insert` / :meth:`replace_entry`: :class:`ValueError` here."""
         ...
 
     def close(self) -> None: ...
 
 
-__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "KV_FIELDS", "OPS", "SUPERSEDED", "Catalog", "CatalogScope", "EntryRecord", "HistoryEvent",
+__all__ = ["ACTIVE", "CHAIN_CUTS_KEY", "DELETED", "KV_FIELDS", "OPS", "STATUS_OF", "SUPERSEDED", "Catalog", "CatalogScope", "EntryRecord", "HistoryEvent",
            "TurnContext", "chain_cuts_value"]

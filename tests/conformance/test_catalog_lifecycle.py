@@ -1,4 +1,4 @@
-"""The Catalog port's lifecycle methods (history, chain ends, replace, statuses, sightings) on every catalog.
+"""The Catalog port's lifecycle methods (history, chain ends, replace, events: statuses and sightings) on every catalog.
 
 Same catalogs as tests/conformance/test_catalog.py: SQLite under tmp, a fresh PostgreSQL database and the in-memory one.
 """
@@ -35,7 +35,7 @@ def _chain(cat: Catalog, ids: list[str]) -> None:
     """ids[0] -> ids[1] -> ... -> ids[-1]: each but the last superseded by the next."""
     _add(cat, [_row(i, at=float(n)) for n, i in enumerate(ids)])
     for old, new in zip(ids, ids[1:]):
-        assert cat.set_status(old, SUPERSEDED, _event(old, "supersede", 9.0, related=new), superseded_by=new)
+        assert cat.apply_event(_event(old, "supersede", 9.0, related=new))
 
 
 def test_history_is_kept_oldest_first_and_erased_with_the_entry(cat: Catalog) -> None:
@@ -58,40 +58,50 @@ def test_chain_ends_follow_superseded_links_to_the_current_entry(cat: Catalog) -
     assert cat.chain_ends([]) == {}
 
 
-def test_set_status_changes_only_active_entries_and_logs_once(cat: Catalog) -> None:
-    _add(cat, [_row("old"), _row("new")])
+def test_a_status_event_changes_only_active_entries_and_logs_once(cat: Catalog) -> None:
+    _add(cat, [_row("old"), _row("new"), _row("dropped")])
     event = _event("old", "supersede", 3.0, related="new")
-    assert cat.set_status("old", SUPERSEDED, event, superseded_by="new")
+    assert cat.apply_event(event)
     row = cat.get(["old"])[0]
     assert (row.status, row.superseded_by) == (SUPERSEDED, "new")
-    assert not cat.set_status("old", DELETED, _event("old", "delete", 4.0))  # no longer active: nothing written
-    assert not cat.set_status("missing", DELETED, _event("missing", "delete", 4.0))
+    assert not cat.apply_event(_event("old", "delete", 4.0))  # no longer active: nothing written
+    assert not cat.apply_event(_event("missing", "delete", 4.0))
     assert cat.history("old") == [event] and cat.history("missing") == []
     assert cat.get(["old"])[0].status == SUPERSEDED
+    assert cat.apply_event(_event("dropped", "delete", 5.0))  # retracted: no successor named
+    assert (cat.get(["dropped"])[0].status, cat.get(["dropped"])[0].superseded_by) == (DELETED, None)
+
+
+def test_add_and_update_events_are_not_status_changes(cat: Catalog) -> None:
+    _add(cat, [_row("e")])
+    for op in ("add", "update"):
+        with pytest.raises(ValueError, match=op):
+            cat.apply_event(_event("e", op, 2.0))
+    assert cat.history("e") == [] and cat.get(["e"])[0].version == 1
 
 
 def test_restoring_makes_an_entry_current_and_moves_the_chain_cut_stamp(cat: Catalog) -> None:
     _chain(cat, ["a", "b", "c"])
     stamp = _stamp(cat)
-    restore = _event("b", "restore", 10.0, version=2)
-    assert cat.set_status("b", ACTIVE, restore)
+    restore = _event("b", "restore", 10.0, version=2, related="c")
+    assert cat.apply_event(restore)
     row = cat.get(["b"])[0]
     assert (row.status, row.superseded_by) == (ACTIVE, None)
     assert _stamp(cat) > stamp  # remembered chain ends through b are stale now
     assert cat.chain_ends(["a"]) == {"a": "b"}
-    assert not cat.set_status("b", ACTIVE, _event("b", "restore", 11.0))  # already active: nothing written
-    assert not cat.set_status("zz", ACTIVE, _event("zz", "restore", 11.0))
+    assert not cat.apply_event(_event("b", "restore", 11.0))  # already active: nothing written
+    assert not cat.apply_event(_event("zz", "restore", 11.0))
     assert [e.op for e in cat.history("b")] == ["supersede", "restore"]
 
 
-def test_seen_again_counts_a_sighting_on_the_existing_entry(cat: Catalog) -> None:
+def test_a_merge_event_counts_a_sighting_on_the_existing_entry(cat: Catalog) -> None:
     _add(cat, [_row("e")])
     before = cat.get(["e"])[0].seen_count
     merge = _event("e", "merge", 42.5)
-    assert cat.seen_again("e", 42.5, merge)
+    assert cat.apply_event(merge)
     row = cat.get(["e"])[0]
-    assert (row.seen_count, row.last_seen_at) == (before + 1, 42.5)
-    assert not cat.seen_again("missing", 43.0, _event("missing", "merge", 43.0))
+    assert (row.seen_count, row.last_seen_at, row.status) == (before + 1, 42.5, ACTIVE)
+    assert not cat.apply_event(_event("missing", "merge", 43.0))
     assert cat.history("e") == [merge] and cat.history("missing") == []
 
 

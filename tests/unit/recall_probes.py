@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from agentmem import AgentMemory
-from agentmem.entries.lifecycle import SUPERSEDED, HistoryEvent
+from agentmem.entries.lifecycle import HistoryEvent
 
 NOTES = [
     ("I ate sushi at the market on Monday.", "Ann", ["food"], {"mood": "happy"}),
@@ -36,7 +36,7 @@ def _fill(mem: AgentMemory) -> list[str]:
     # a chain the way another process's consolidation writes it: sushi -> pizza -> risotto
     for old, new in ((ids[0], ids[1]), (ids[1], ids[3])):
         event = HistoryEvent(old, 1, "supersede", "", time.time(), "test", related_id=new)
-        assert mem._store.lifecycle.set_status(old, SUPERSEDED, event, superseded_by=new)
+        assert mem._store.lifecycle.apply_event(event)
     time.sleep(0.06)
     return ids
 

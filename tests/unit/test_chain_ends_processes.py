@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentmem import AgentMemory
-from agentmem.entries.lifecycle import SUPERSEDED, HistoryEvent
+from agentmem.entries.lifecycle import HistoryEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY = "Which food did I eat at the market?"
@@ -58,7 +58,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shared]:
             mem.remember(text, user_id="u1")
         for old, new in zip(ids, ids[1:]):
             event = HistoryEvent(old, 1, "supersede", "", time.time(), "test", related_id=new)
-            assert mem._store.lifecycle.set_status(old, SUPERSEDED, event, superseded_by=new)
+            assert mem._store.lifecycle.apply_event(event)
         yield Shared(tmp_path / "m", options, mem, ids)
 
 

@@ -20,8 +20,9 @@ QUERY = "What is my favorite food?"
 
 def _supersede(mem: AgentMemory, old_id: str, new_id: str | None, status: str = SUPERSEDED) -> None:
     """Mark ``old_id`` replaced (or retracted) the way consolidation does, whatever the pairwise model says."""
-    event = HistoryEvent(old_id, 1, "supersede" if new_id else "delete", "", time.time(), "test", related_id=new_id)
-    assert mem._store.lifecycle.set_status(old_id, status, event, superseded_by=new_id)
+    event = HistoryEvent(old_id, 1, "supersede" if status == SUPERSEDED else "delete", "", time.time(), "test",
+                         related_id=new_id)
+    assert mem._store.lifecycle.apply_event(event)
 
 
 def _food(mem: AgentMemory) -> tuple[str, str, str]:

@@ -31,7 +31,7 @@ def mem(tmp_path: Path) -> Iterator[AgentMemory]:
 def _supersede(mem: AgentMemory, old_id: str, new_id: str) -> None:
     """Mark ``old_id`` replaced in the catalog only, the way another process's consolidation does."""
     event = HistoryEvent(old_id, 1, "supersede", "", time.time(), "test", related_id=new_id)
-    assert mem._store.lifecycle.set_status(old_id, SUPERSEDED, event, superseded_by=new_id)
+    assert mem._store.lifecycle.apply_event(event)
 
 
 def _foods(mem: AgentMemory) -> list[str]:

@@ -475,21 +475,11 @@ class SqliteCatalog:
             self.replace_lexical(s, live.user_id, entry_id, index_text)
             s.add_all(lifecycle_sql.history_rows(events))
 
-    def set_status(self, entry_id: str, status: str, event: HistoryEvent, *,
-                   superseded_by: str | None = None) -> bool:
-        """Supersede / retract an active entry, or (``ACTIVE``) restore an inactive one, and log ``event``; False
-        if it is gone or not in the state the change starts from."""
+    def apply_event(self, event: HistoryEvent) -> bool:
+        """Make the change ``event`` records (a status change or a sighting) and log it, one transaction; False
+        if the entry is gone or not in the state the change starts from."""
         with self.transaction() as s:
-            done = lifecycle_sql.set_status(s, entry_id, status, superseded_by)
-            s.add_all(lifecycle_sql.history_rows([event] if done else []))
-            return done
-
-    def seen_again(self, entry_id: str, at: float, event: HistoryEvent) -> bool:
-        """Count one more sighting of an entry and log ``event``; False if it is gone."""
-        with self.transaction() as s:
-            done = lifecycle_sql.seen_again(s, entry_id, at)
-            s.add_all(lifecycle_sql.history_rows([event] if done else []))
-            return done
+            return lifecycle_sql.apply_event(s, event)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -11,7 +11,7 @@ Example:
     >>> notes = [EntryRecord(id=i, user_id="u", kind="note", text=i, memory_text=i, created_at=0.0) for i in ("a", "b")]
     >>> catalog.insert(notes, index_texts=[None, None])
     >>> why = HistoryEvent("a", 1, "supersede", "a", 1.0, related_id="b")
-    >>> catalog.set_status("a", "superseded", why, superseded_by="b"), catalog.chain_ends(["a", "b"])
+    >>> catalog.apply_event(why), catalog.chain_ends(["a", "b"])
     (True, {'a': 'b'})
 """
 
@@ -24,7 +24,7 @@ from sqlalchemy import bindparam, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from agentmem.backends.sqlite.rows import EntryRow, HistoryRow, TagRow
-from agentmem.ports.catalog import ACTIVE, CHAIN_CUTS_KEY, SUPERSEDED, HistoryEvent
+from agentmem.ports.catalog import ACTIVE, CHAIN_CUTS_KEY, STATUS_OF, SUPERSEDED, HistoryEvent
 
 _BUMP_CHAIN_CUTS = text(f"""INSERT INTO store_info("key", value) VALUES ('{CHAIN_CUTS_KEY}', '1') ON CONFLICT ("key")
     DO UPDATE SET value = CAST(CAST(store_info.value AS INTEGER) + 1 AS VARCHAR)""")  # SQLite >= 3.24, PostgreSQL
@@ -96,24 +96,26 @@ def replace_fields(s: Session, entry_id: str, fields: dict[str, Any], tags: Sequ
     return live
 
 
-def set_status(s: Session, entry_id: str, status: str, superseded_by: str | None) -> bool:
-    """Mark an active entry ``status``, or (``ACTIVE``) make a superseded or deleted entry active again; False if
-    it is gone or not in the state the change starts from."""
-    if status != ACTIVE:
-        return bool(s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status == ACTIVE)
-                              .values(status=status, superseded_by=superseded_by)).rowcount)
-    if not s.execute(update(EntryRow).where(EntryRow.id == entry_id, EntryRow.status != ACTIVE)
-                     .values(status=ACTIVE, superseded_by=None)).rowcount:
-        return False
-    bump_chain_cuts(s)  # the chains through it end here now: every process's remembered ends are stale
-    return True
+def apply_event(s: Session, event: HistoryEvent) -> bool:
+    """The change ``event`` records (Catalog.apply_event), logged with it; False, nothing written, if the entry is
+    gone or not in the state the change starts from."""
+    if event.op == "merge":  # one more sighting, counted in SQL: two processes' merges both count
+        done = s.execute(update(EntryRow).where(EntryRow.id == event.entry_id)
+                         .values(seen_count=EntryRow.seen_count + 1, last_seen_at=event.at)).rowcount
+    elif event.op not in STATUS_OF:
+        raise ValueError(f"a {event.op!r} event is not a status change (insert / replace_entry write it)")
+    elif STATUS_OF[event.op] != ACTIVE:
+        done = s.execute(update(EntryRow).where(EntryRow.id == event.entry_id, EntryRow.status == ACTIVE)
+                         .values(status=STATUS_OF[event.op], superseded_by=event.related_id)).rowcount
+    else:
+        done = s.execute(update(EntryRow).where(EntryRow.id == event.entry_id, EntryRow.status != ACTIVE)
+                         .values(status=ACTIVE, superseded_by=None)).rowcount
+        if done:
+            bump_chain_cuts(s)  # the chains through it end here now: every process's remembered ends are stale
+    if done:
+        s.add_all(history_rows([event]))
+    return bool(done)
 
 
-def seen_again(s: Session, entry_id: str, at: float) -> bool:
-    """Count one more sighting of an entry; False if it is gone."""
-    return bool(s.execute(update(EntryRow).where(EntryRow.id == entry_id)
-                          .values(seen_count=EntryRow.seen_count + 1, last_seen_at=at)).rowcount)
-
-
-__all__ = ["bump_chain_cuts", "chain_ends", "erase_lifecycle", "history_rows", "read_history",
-           "replace_fields", "seen_again", "set_status"]
+__all__ = ["apply_event", "bump_chain_cuts", "chain_ends", "erase_lifecycle", "history_rows", "read_history",
+           "replace_fields"]
