@@ -10,10 +10,14 @@ Both follow the engine's convention (transformers' ``(ids, scores) -> scores``, 
   decoding ends there instead of running to ``max_new_tokens`` (the caller still cuts the string off the text).
 
 Example:
-    >>> from agentmem.kv.testing import tiny_tokenizer
-    >>> tokenizer = tiny_tokenizer()
+    >>> from agentmem.kv.engine import KVEngine
+    >>> from agentmem.kv.testing import tiny_causal_lm
+    >>> engine = KVEngine(*tiny_causal_lm("llama"))         # a tiny random model: unconstrained, it writes noise
+    >>> tokenizer = engine.tokenizer
     >>> process = chain(json_schema_processor(tokenizer, {"type": "object"}), stop_processor(tokenizer, ["\\n\\n"]))
-    >>> out = engine.generate("Answer in JSON.", [], logits_processor=process)          # doctest: +SKIP
+    >>> out = engine.generate("Answer in JSON.", [], logits_processor=process, max_new_tokens=6)
+    >>> out.text[0]                                         # a JSON object starts, cut at 6 tokens here
+    '{'
 """
 
 from __future__ import annotations

@@ -93,8 +93,12 @@ class ModelFingerprint:
         and architecture, another precision only (e.g. blobs of a float32 run mounted by a bfloat16 GPU run).
 
         Example:
-            >>> fp32.convertible_to(dataclasses.replace(fp32, dtype="bfloat16"))        # doctest: +SKIP
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> fp32 = model_fingerprint(*tiny_causal_lm("llama"))
+            >>> fp32.convertible_to(dataclasses.replace(fp32, dtype="bfloat16"))
             True
+            >>> fp32.convertible_to(model_fingerprint(*tiny_causal_lm("llama", seed=1)))    # other weights
+            False
         """
         return self.differences(other) == ["dtype"]
 
@@ -118,8 +122,11 @@ def weights_digest(model: torch.nn.Module) -> str:
     """sha256 hex over names, shapes and bfloat16-rounded bytes of every state-dict tensor (tied ones once).
 
     Example:
-        >>> weights_digest(model) == weights_digest(model.to(torch.bfloat16))      # doctest: +SKIP
-        True
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> model, _ = tiny_causal_lm("llama")
+        >>> digest = weights_digest(model)
+        >>> digest == weights_digest(model.to(torch.bfloat16)), digest == weights_digest(tiny_causal_lm("llama", 1)[0])
+        (True, False)
     """
     key = _weights_key(model)
     cached = _WEIGHTS_CACHE.get(model)

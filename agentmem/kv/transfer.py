@@ -9,7 +9,11 @@ still in flight. Off CUDA (CPU, MPS) uploads are plain ``.to(device)``.
 Not run on a GPU in this repository's CI (no GPU there); the CPU path is what the tests exercise.
 
 Example:
-    >>> keys, values = HostStaging().upload([entry.keys, entry.values], torch.device("cuda"))   # doctest: +SKIP
+    >>> keys, values = torch.randn(2, 1, 2, 5, 16), torch.randn(2, 1, 2, 5, 16)   # an entry's KV, on the host
+    >>> device = torch.device("cuda" if torch.cuda.is_available() else "cpu")    # staged and pinned on CUDA only
+    >>> on_device = HostStaging().upload([keys, values], device)
+    >>> torch.equal(on_device[0].cpu(), keys), on_device[1].device.type == device.type
+    (True, True)
 """
 
 from __future__ import annotations

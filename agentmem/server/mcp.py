@@ -94,8 +94,10 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
     user: a local stdio process, or ``--no-auth``). A refused call is a tool error naming the typed error and why.
 
     Example:
-        >>> server = build_mcp(AgentMemory("./memdata"), users=["u1"])                # doctest: +SKIP
-        >>> server.run("stdio")                                                       # doctest: +SKIP
+        >>> from agentmem import AgentMemory
+        >>> server = build_mcp(AgentMemory("./tools"), users=["u1"])
+        >>> sorted(tool.name for tool in anyio.run(server.list_tools))
+        ['forget', 'get', 'history', 'list', 'recall', 'remember', 'update']
     """
     # one function over 60 lines by design: each tool is a short closure over ``mem`` and ``access``, registered
     # where it is defined (the SDK reads each function's signature for the tool's schema)

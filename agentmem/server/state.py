@@ -167,8 +167,12 @@ def threshold_drops(choice: Any) -> list[dict[str, Any]]:
     threshold (``AgentMemory.mount_choice``), each with its score and the reason in words.
 
     Example:
-        >>> threshold_drops(mem.mount_choice("where do I live?", user_id="u1"))             # doctest: +SKIP
-        [{'id': '6f1c…', 'score': 0.04, 'reason': 'scored 0.04, below the mount threshold 0.5'}]
+        >>> from agentmem import AgentMemory
+        >>> mem = AgentMemory("./memdata")
+        >>> tea = mem.remember("I like green tea.", user_id="u1")
+        >>> [(drop["id"] == tea.id, drop["reason"].split(", ")[1]) for drop in threshold_drops(mem.mount_choice(
+        ...     "Where do I live?", user_id="u1"))]
+        [(True, 'below the mount threshold 0.5')]
     """
     return [{"id": h.id, "score": round(float(h.score), 6),
              "reason": f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}"}

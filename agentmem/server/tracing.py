@@ -48,8 +48,19 @@ def mount_span(tracer: trace.Tracer, start_ns: int, out: Any) -> None:
     ``start_ns`` is when the generate call began (``time.time_ns()``); ``out`` a ``GenerationResult`` or
     ``TurnResult`` (``timings``, ``mounted``, ``spans``, ``fallbacks``).
 
-    Example:
-        >>> mount_span(server_tracer(False), time.time_ns(), result)   # doctest: +SKIP
+    Example (spans kept in memory here; ``agentmem serve --otel`` prints them):
+        >>> import time
+        >>> from opentelemetry.sdk.trace import TracerProvider
+        >>> from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        >>> from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        >>> from agentmem.kv.types import GenerationResult
+        >>> provider, spans = TracerProvider(), InMemorySpanExporter()
+        >>> provider.add_span_processor(SimpleSpanProcessor(spans))
+        >>> result = GenerationResult("Lisbon.", mounted=["m1"], dropped=[], mode="kv", timings={"mount": 0.002},
+        ...                           spans=[(56, 81)])
+        >>> mount_span(server_tracer(True, provider), time.time_ns(), result)
+        >>> dict(spans.get_finished_spans()[0].attributes)
+        {'agentmem.memories': 1, 'agentmem.tokens': 25, 'agentmem.fallbacks': 0}
     """
     t = out.timings
     seconds = t.get("load", 0.0) + t.get("encode", 0.0) + t.get("mount", 0.0)

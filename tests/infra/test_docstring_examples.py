@@ -2,8 +2,9 @@
 
 Each module's examples run as ``python -m doctest`` would run them (``ELLIPSIS`` allowed), in a fresh temporary
 directory, because several examples open a store at a relative path. Examples that are fragments by design (they
-use a loaded model or engine the example does not build) are listed by name in ``illustrative_doctests.txt``; a
-listed example that starts to pass fails here too, so that list only shrinks.
+use a loaded model, a store or a server the example does not build), whether they fail or are marked
+``# doctest: +SKIP``, are listed by name in ``illustrative_doctests.txt``. An unlisted example that fails or skips a
+line fails here, and so does a listed one that runs whole and passes, so that list only shrinks.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def _illustrative() -> frozenset[str]:
     return frozenset(line for line in lines if line and not line.startswith("#"))
 
 
+def _skips(test: doctest.DocTest) -> bool:
+    """Whether a line of the example is marked ``# doctest: +SKIP`` (so not all of it runs)."""
+    return any(example.options.get(doctest.SKIP) for example in test.examples)
+
+
 def _examples(module_name: str) -> list[doctest.DocTest]:
     """The module's docstring examples that have at least one example line (as pytest's doctest plugin finds them)."""
     module = importlib.import_module(module_name)
@@ -37,17 +43,21 @@ def _examples(module_name: str) -> list[doctest.DocTest]:
 def test_docstring_examples_run(module_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     illustrative = _illustrative()
-    failures, now_passing = [], []
+    failures, skipped, now_passing = [], [], []
     for test in _examples(module_name):
         report = io.StringIO()
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
         result = runner.run(test, out=report.write)
         if test.name in illustrative:
-            if not result.failed:
+            if not result.failed and not _skips(test):
                 now_passing.append(test.name)
         elif result.failed:
             failures.append(report.getvalue())
+        elif _skips(test):
+            skipped.append(test.name)
     assert not failures, "docstring examples that no longer match the code:\n" + "\n".join(failures)
+    assert not skipped, f"examples with lines that never run (+SKIP): make them run or list them in " \
+                        f"{ILLUSTRATIVE_LIST.name}: {skipped}"
     assert not now_passing, f"these examples run now: delete them from {ILLUSTRATIVE_LIST.name}: {now_passing}"
 
 
