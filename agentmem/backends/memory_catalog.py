@@ -19,8 +19,8 @@ Example:
     ...                         created_at=0.0, tags=("home",))], index_texts=["She paints fences"])
     >>> [i for i, _ in cat.lexical_search("painted fence", user_id="u", limit=5)]
     ['e1']
-    >>> cat.count(CatalogScope(user_id="u", tags=["home"])), [r.id for r in cat.get(["e1", "gone"])]
-    (1, ['e1'])
+    >>> [r.id for r in cat.list_entries(CatalogScope(tags=["home"]))], [r.id for r in cat.get(["e1", "gone"])]
+    (['e1'], ['e1'])
 """
 
 from __future__ import annotations
@@ -207,27 +207,17 @@ class MemoryCatalog:
         for start in range(0, len(ids), page_size):
             yield ids[start:start + page_size]
 
-    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0) -> list[EntryRecord]:
-        """Copies of the entries in ``scope`` by (created_at, id), ``offset`` skipped, at most ``limit``."""
-        rows = sorted(self._in_scope(scope), key=lambda r: (r.created_at, r.id))[offset:]
+    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0,
+                     newest_first: bool = False) -> list[EntryRecord]:
+        """Copies of the entries in ``scope`` by (created_at, id) (``newest_first``: the reverse), ``offset``
+        skipped, at most ``limit``."""
+        rows = sorted(self._in_scope(scope), key=lambda r: (r.created_at, r.id), reverse=newest_first)[offset:]
         return [copy.deepcopy(r) for r in (rows if limit is None else rows[:limit])]
 
-    def count(self, scope: CatalogScope) -> int:
-        return len(self._in_scope(scope))
-
-    def _session_turns(self, user_id: str | None, session_id: str) -> list[EntryRecord]:
-        """The committed turns of a session (of ``user_id``; None: any user's), oldest first."""
+    def _session_turns(self, user_id: str, session_id: str) -> list[EntryRecord]:
+        """The committed turns of a user's session, oldest first."""
         return sorted((r for r in self._rows.values() if r.session_id == session_id and r.kind == "turn"
-                       and r.write_state is None and (user_id is None or r.user_id == user_id)),
-                      key=lambda r: r.created_at)
-
-    def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
-        """The session's last committed turn before ``created_at`` (``after``: its first one after it), or None."""
-        with self._lock:
-            turns = self._session_turns(user_id, session_id)
-        found = [r for r in turns if r.created_at > created_at] if after else \
-            [r for r in turns if r.created_at < created_at][::-1]
-        return found[0].id if found else None
+                       and r.write_state is None and r.user_id == user_id), key=lambda r: r.created_at)
 
     def turn_context(self, ids: Sequence[str], *, window: int = 2, committed: bool = True) -> dict[str, TurnContext]:
         """Session and the ``window`` nearest committed turns each side (same user and session) of each entry

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from agentmem.ports.catalog import Catalog, EntryRecord
+from agentmem.ports.catalog import Catalog, CatalogScope, EntryRecord
 from agentmem.ports.vectors import CONTEXT_SPACE, VectorIndex
 
 
@@ -95,8 +95,12 @@ class ContextVectors:
 
     def _edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The latest committed turn of a session created before ``created_at`` (a new turn's predecessor), or,
-        ``after``, the first one created after it."""
-        return self.catalog.session_edge(user_id, session_id, created_at, after=after)
+        ``after``, the first one created after it: the new rows are not in the catalog yet, so no turn context of
+        theirs can say."""
+        when = {"created_after": created_at} if after else {"created_before": created_at}
+        edge = self.catalog.list_entries(CatalogScope(user_id=user_id, session_id=session_id, kinds=("turn",), **when),
+                                         limit=1, newest_first=not after)
+        return edge[0].id if edge else None
 
     # --- writes ------------------------------------------------------------------------------------
     def for_new(self, rows: Sequence[EntryRecord], vectors: Mapping[str, np.ndarray]) -> tuple[tuple, list[tuple[str, str]]]:

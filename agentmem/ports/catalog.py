@@ -20,8 +20,8 @@ Example:
     True
     >>> cat.insert([EntryRecord(id="e1", user_id="u", kind="fact", text="hi", memory_text="hi", created_at=0.0,
     ...                         tags=("t",))], index_texts=["hi"])
-    >>> [(r.id, r.tags) for r in cat.get(["e1", "gone"])], cat.count(CatalogScope(user_id="u", tags=("t",)))
-    ([('e1', ('t',))], 1)
+    >>> [(r.id, r.tags) for r in cat.get(["e1", "gone"])], cat.list_entries(CatalogScope(tags=("t",)))[0].id
+    ([('e1', ('t',))], 'e1')
 """
 
 from __future__ import annotations
@@ -95,10 +95,11 @@ class EntryRecord:
 
 @dataclass(frozen=True, slots=True)
 class CatalogScope:
-    """Which committed entries a listing, count or id walk covers: every field given must hold (all ``tags``
-    present; ``kinds``: any of them; ``alive_at``: not expired at that time; ``expired_by``: expired at or before
-    that time, what the sweep erases; ``has_successor``: with (True) or without (False) a ``superseded_by``, any
-status: where a user's version chains start). The empty scope is every entry.
+    """Which committed entries a listing or id walk covers: every field given must hold (all ``tags`` present;
+    ``kinds``: any of them; ``alive_at``: not expired at that time; ``expired_by``: expired at or before that time,
+    what the sweep erases; ``has_successor``: with (True) or without (False) a ``superseded_by``, any status: where
+    a user's version chains start; ``created_after`` / ``created_before``: created strictly after / before that
+    time, a new turn's neighbours in its session). The empty scope is every entry.
 
     Example:
         >>> CatalogScope(user_id="u", tags=("a",)).admits(
@@ -113,6 +114,8 @@ status: where a user's version chains start). The empty scope is every entry.
     alive_at: float | None = None
     expired_by: float | None = None
     has_successor: bool | None = None
+    created_after: float | None = None
+    created_before: float | None = None
 
     def admits(self, record: EntryRecord) -> bool:
         """Whether a (committed) ``record`` is in the scope: the meaning every catalog's translation keeps."""
@@ -123,7 +126,9 @@ status: where a user's version chains start). The empty scope is every entry.
                 and (self.alive_at is None or record.expires_at is None or record.expires_at > self.alive_at)
                 and (self.expired_by is None or (record.expires_at is not None
                                                  and record.expires_at <= self.expired_by))
-                and (self.has_successor is None or (record.superseded_by is not None) == self.has_successor))
+                and (self.has_successor is None or (record.superseded_by is not None) == self.has_successor)
+                and (self.created_after is None or record.created_at > self.created_after)
+                and (self.created_before is None or record.created_at < self.created_before))
 
 
 # Entry statuses (docs/lifecycle.md): ``active`` entries are recalled and mounted; ``superseded`` (a newer entry
@@ -231,14 +236,10 @@ class Catalog(Protocol):
         """Every id in ``scope``, in pages of at most ``page_size``, ascending (no silent cap)."""
         ...
 
-    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0) -> list[EntryRecord]:
-        """The entries in ``scope`` ordered by (``created_at``, ``id``), ``offset`` skipped, at most ``limit``."""
-        ...
-
-    def count(self, scope: CatalogScope) -> int: ...
-    def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
-        """The latest committed turn of the session created before ``created_at`` (``after``: the first one
-        created after it), or None."""
+    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0,
+                     newest_first: bool = False) -> list[EntryRecord]:
+        """The entries in ``scope`` ordered by (``created_at``, ``id``) (``newest_first``: the reverse), ``offset``
+        skipped, at most ``limit``."""
         ...
 
     def lexical_search(self, query: str, *, user_id: str, limit: int,

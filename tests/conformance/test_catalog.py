@@ -114,7 +114,7 @@ def test_a_record_read_back_is_a_copy(cat: Catalog) -> None:
 def test_pending_rows_are_invisible_until_committed(cat: Catalog) -> None:
     _add(cat, [_row("p", text="pending kayak", expires=time.time() + 3600)], pending=True)
     assert cat.get(["p"]) == [] and _ids(cat, CatalogScope(expired_by=float("inf"))) == []
-    assert cat.count(CatalogScope(user_id="u")) == 0
+    assert cat.list_entries(CatalogScope(user_id="u")) == []
     assert [r.id for r in cat.pending(time.time() + 1)] == ["p"]
     assert cat.pending(time.time() - 3600) == []  # recorded just now: not older than an hour
     cat.commit(["p"])
@@ -172,9 +172,11 @@ def test_scopes_tags_kinds_sessions_and_expiry(cat: Catalog) -> None:
     assert ids(CatalogScope(session_id="s1", alive_at=now)) == ["a"]
     assert [r.id for r in cat.list_entries(CatalogScope(user_id="u"), limit=2, offset=1)] == ["b", "c"]
     assert [r.id for r in cat.list_entries(CatalogScope(user_id="u", tags=["t1"]))] == ["a", "b"]
-    assert cat.count(CatalogScope()) == 4 and cat.count(CatalogScope(user_id="u", kinds=["turn", "fact"])) == 3
+    assert [r.id for r in cat.list_entries(CatalogScope(user_id="u"), limit=2, newest_first=True)] == ["c", "b"]
+    assert ids(CatalogScope(created_after=1.0, created_before=4.0)) == ["b", "c"]
+    assert len(ids(CatalogScope())) == 4 and ids(CatalogScope(user_id="u", kinds=["turn", "fact"])) == ["a", "b", "c"]
     assert ids(CatalogScope(expired_by=now)) == ["c"] and ids(CatalogScope(user_id="v", expired_by=now)) == []
-    assert cat.count(CatalogScope(expired_by=now - 2)) == 0  # c expired at now - 1: not yet by now - 2
+    assert ids(CatalogScope(expired_by=now - 2)) == []  # c expired at now - 1: not yet by now - 2
 
 
 def test_lexical_search_ranks_rare_terms_first_with_per_user_statistics(cat: Catalog) -> None:
@@ -217,7 +219,7 @@ def test_turn_context_two_turns_each_side(cat: Catalog) -> None:
     assert ctx["n"].session_id is None and not ctx["n"].turn and "missing" not in ctx
 
 
-def test_turn_neighbours_and_session_edges_follow_committed_turns(cat: Catalog) -> None:
+def test_turn_neighbours_and_a_sessions_turns_around_a_time_are_committed_turns(cat: Catalog) -> None:
     # what context vectors are computed from (agentmem.entries.context_vectors): the turn before / after each turn
     _add(cat, [_row(f"t{i}", session="s1", at=float(i)) for i in range(4)]
          + [_row("k", session="s1", at=1.5, kind="fact"), _row("o", user="v", session="s1", at=1.2)])
@@ -227,8 +229,13 @@ def test_turn_neighbours_and_session_edges_follow_committed_turns(cat: Catalog) 
     assert near(["t0", "t2", "k", "o", "p", "missing"]) == {
         "t0": ((), ("t1",)), "t2": (("t1",), ("t3",)), "o": ((), ())}
     assert near(["p"], committed=False) == {"p": (("t2",), ("t3",))}  # a row being erased still knows its place
-    assert cat.session_edge("u", "s1", 2.7, after=False) == "t2" and cat.session_edge("u", "s1", 2.7, after=True) == "t3"
-    assert cat.session_edge("u", "s1", 9.0, after=True) is None and cat.session_edge("v", "s1", 9.0, after=False) == "o"
+    # a new turn's neighbours before it is written (context vectors): the newest turn before, the oldest after
+    edge = lambda user, at, after: [r.id for r in cat.list_entries(  # noqa: E731
+        CatalogScope(user_id=user, session_id="s1", kinds=["turn"],
+                     **{"created_after" if after else "created_before": at}), limit=1, newest_first=not after)]
+    assert edge("u", 2.7, after=False) == ["t2"] and edge("u", 2.7, after=True) == ["t3"]
+    assert edge("u", 9.0, after=True) == [] and edge("v", 9.0, after=False) == ["o"]
+    assert edge("u", 2.0, after=False) == ["t1"] and edge("u", 2.0, after=True) == ["t3"]  # strictly before / after
 
 
 def test_infos_reads_several_keys_and_a_scope_finds_where_chains_start(cat: Catalog) -> None:

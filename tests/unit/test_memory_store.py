@@ -177,7 +177,7 @@ def test_forget_pages_past_any_cap(mem: AgentMemory) -> None:
 def test_bad_input_gets_typed_error(mem: AgentMemory, call, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):
         call(mem)
-    assert mem._store.catalog.count(CatalogScope()) == 0
+    assert mem._store.catalog.list_entries(CatalogScope()) == []
 
 
 def test_batch_is_all_or_nothing(mem: AgentMemory) -> None:

@@ -40,7 +40,6 @@ from agentmem.backends.sqlite.history import bump_chain_cuts, erase_lifecycle
 from agentmem.backends.sqlite.lexical import LEXICAL_PREFIX, lexical_ddl, lexical_table, record_bounds
 from agentmem.backends.sqlite.rows import COMMITTED, EntryRow, StoreInfo, TagRow
 from agentmem.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-from agentmem.backends.sqlite.turn_order import session_edge
 from agentmem.ports.catalog import (CHAIN_CUTS_KEY, KV_FIELDS, CatalogScope, EntryRecord, HistoryEvent, TurnContext,
                                     chain_cuts_value)
 from agentmem.text import STOPWORDS
@@ -215,7 +214,8 @@ class SqliteCatalog:
         where = [EntryRow.id == entry_id] + ([EntryRow.version == version] if version is not None else [])
         with self._write_lock, self._sessions.begin() as s:
             if kv is None:
-                return bool(s.execute(update(EntryRow).where(*where, COMMITTED).values(kv_staged_at=time.time())).rowcount)
+                marked = s.execute(update(EntryRow).where(*where, COMMITTED).values(kv_staged_at=time.time()))
+                return bool(marked.rowcount)
             done = bool(s.execute(update(EntryRow).where(*where).values(**kv, kv_staged_at=None)).rowcount)
             if done:
                 self._bump(s)
@@ -310,6 +310,10 @@ class SqliteCatalog:
             q = q.where(EntryRow.expires_at <= scope.expired_by)
         if scope.has_successor is not None:
             q = q.where(EntryRow.superseded_by.is_not(None) if scope.has_successor else EntryRow.superseded_by.is_(None))
+        if scope.created_after is not None:
+            q = q.where(EntryRow.created_at > scope.created_after)
+        if scope.created_before is not None:
+            q = q.where(EntryRow.created_at < scope.created_before)
         return q
 
     def iter_ids(self, scope: CatalogScope, *, page_size: int = 1000) -> Iterator[list[str]]:
@@ -323,18 +327,18 @@ class SqliteCatalog:
             yield page
             last = page[-1]
 
-    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0) -> list[EntryRecord]:
-        """The entries in ``scope`` by (created_at, id), ``offset`` skipped, at most ``limit``."""
-        ids_q = self._select(scope).order_by(EntryRow.created_at, EntryRow.id).offset(offset)
+    def list_entries(self, scope: CatalogScope, *, limit: int | None = None, offset: int = 0,
+                     newest_first: bool = False) -> list[EntryRecord]:
+        """The entries in ``scope`` by (created_at, id) (``newest_first``: the reverse), ``offset`` skipped, at
+        most ``limit``. A session's newest turn before a time reads the (session_id, created_at) index backwards
+        and stops at the first row."""
+        order = (EntryRow.created_at.desc(), EntryRow.id.desc()) if newest_first else (EntryRow.created_at, EntryRow.id)
+        ids_q = self._select(scope).order_by(*order).offset(offset)
         if limit is not None:
             ids_q = ids_q.limit(limit)
         with self._sessions() as s:
             ids = list(s.scalars(ids_q))
         return self.get(ids)
-
-    def count(self, scope: CatalogScope) -> int:
-        with self._sessions() as s:
-            return int(s.scalar(select(func.count()).select_from(self._select(scope).subquery())) or 0)
 
     def all_kv_paths(self) -> set[str]:
         with self._sessions() as s:
@@ -346,10 +350,6 @@ class SqliteCatalog:
             for chunk in chunks(list(ids), 500):
                 out.update(s.scalars(select(EntryRow.id).where(EntryRow.id.in_(chunk), COMMITTED)))
         return out
-
-    def session_edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
-        """The session's last committed turn before ``created_at`` (``after``: its first one after it), or None."""
-        return session_edge(self.engine, user_id, session_id, created_at, after=after)
 
     # Below this many documents a user's exhaustive BM25 costs less than the look-ups that prove a shortcut safe.
     prune_min_docs = 2000
