@@ -1,7 +1,9 @@
 """Every docstring example in the package runs, so a docstring cannot drift from the code it describes.
 
 Each module's examples run as ``python -m doctest`` would run them (``ELLIPSIS`` allowed), in a fresh temporary
-directory, because several examples open a store at a relative path. Examples that are fragments by design (they
+directory, because several examples open a store at a relative path. The examples of the modules in ``SETUP`` also
+find in their globals what their set-up builds, fresh for each example (``mem``: a store holding two memories),
+so that a docstring shows only the call and its result. Examples that are fragments by design (they
 use a loaded model, a store or a server the example does not build), whether they fail or are marked
 ``# doctest: +SKIP``, are listed by name in ``illustrative_doctests.txt``. An unlisted example that fails or skips a
 line fails here, and so does a listed one that runs whole and passes, so that list only shrinks.
@@ -9,11 +11,16 @@ line fails here, and so does a listed one that runs whole and passes, so that li
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import functools
 import importlib
 import io
 import pkgutil
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +28,32 @@ import agentmem
 
 ILLUSTRATIVE_LIST = Path(__file__).with_name("illustrative_doctests.txt")
 MODULES = sorted(info.name for info in pkgutil.walk_packages(agentmem.__path__, "agentmem."))
+
+
+@functools.cache
+def _smollm2() -> tuple[Any, Any]:
+    """The embedded SmolLM2 (model, tokenizer), loaded once for every store the examples use."""
+    from agentmem.kv import load_model
+
+    return load_model()
+
+
+@contextlib.contextmanager
+def _store(root: Path) -> Iterator[dict[str, Any]]:
+    """``mem``: user u1's store (KV encoding off, the embedded model for answers) holding ``rec`` ("I moved to Lyon
+    last May.") and ``dog`` ("My dog is called Rex."), both of session s1."""
+    from agentmem import AgentMemory
+
+    with AgentMemory(root / "mem", kv_encoding="off", model=_smollm2()) as mem:
+        rec = mem.remember("I moved to Lyon last May.", user_id="u1", session_id="s1")
+        dog = mem.remember("My dog is called Rex.", user_id="u1", session_id="s1")
+        yield {"mem": mem, "rec": rec, "dog": dog}
+
+
+# module -> what its examples find already built (doctest globals), made anew for each example
+SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
+    "agentmem.memory": _store,
+}
 
 
 def _illustrative() -> frozenset[str]:
@@ -44,10 +77,13 @@ def test_docstring_examples_run(module_name: str, tmp_path: Path, monkeypatch: p
     monkeypatch.chdir(tmp_path)
     illustrative = _illustrative()
     failures, skipped, now_passing = [], [], []
-    for test in _examples(module_name):
+    setup = SETUP.get(module_name)
+    for number, test in enumerate(_examples(module_name)):
         report = io.StringIO()
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-        result = runner.run(test, out=report.write)
+        with setup(tmp_path / f"setup-{number}") if setup else contextlib.nullcontext({}) as built:
+            test.globs.update(built)
+            result = runner.run(test, out=report.write)
         if test.name in illustrative:
             if not result.failed and not _skips(test):
                 now_passing.append(test.name)
