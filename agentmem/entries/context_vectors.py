@@ -95,8 +95,8 @@ class ContextVectors:
 
     def _edge(self, user_id: str, session_id: str, created_at: float, *, after: bool) -> str | None:
         """The latest committed turn of a session created before ``created_at`` (a new turn's predecessor), or,
-        ``after``, the first one created after it: the new rows are not in the catalog yet, so no turn context of
-        theirs can say."""
+        ``after``, the first one created after it. A scope read, not ``turn_context``: the new rows are not in the
+        catalog yet (pgvector writes their context vectors inside the rows' own insert)."""
         when = {"created_after": created_at} if after else {"created_before": created_at}
         edge = self.catalog.list_entries(CatalogScope(user_id=user_id, session_id=session_id, kinds=("turn",), **when),
                                          limit=1, newest_first=not after)
