@@ -94,8 +94,9 @@ class Hit(MemoryRecord):
     query scores about 0.5 or more, an unrelated one 0.3 or less, so ``recall(..., min_score=0.5)`` and
     ``MemoryConfig.mount_min_score`` (0.5) keep what answers. Hits come in rank order, which uses more signals
     (the memory's neighbours and session, BM25 against the store, a learned head order), so a later hit can score
-    higher than an earlier one. ``scores`` keeps the parts: ``dense`` (cosine), ``overlap`` (share of the query's
-    content words), ``lexical`` (BM25, when the query's words matched), ``context`` (the turn's context-vector
+    higher than an earlier one. ``scores`` keeps the parts: ``text_dense`` (the cosine the score reads: the
+    memory's own text, without the time and speaker of its line), ``dense`` (the memory line's cosine, which the
+    ranking reads), ``overlap`` (share of the query's content words), ``lexical`` (BM25, when the query's words matched), ``context`` (the turn's context-vector
     cosine, when among the nearest) and ``rank`` (the ranking score the order follows).
 
     >>> hits = mem.recall("When is my daughter's piano recital?", user_id="u1")              # doctest: +SKIP

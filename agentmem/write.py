@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from agentmem.config import MemoryConfig
-from agentmem.consolidate.local import LocalConsolidator, apply_decisions, pack_vector
+from agentmem.consolidate.local import LocalConsolidator, apply_decisions
+from agentmem.entries.text_vectors import pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
 from agentmem.entries.records import memory_line, message_fields, to_record
@@ -178,14 +179,14 @@ class Writer:
         """
         mode = self.config.consolidation if consolidate else "off"
         decisions = texts = text_vectors = None
-        if vectors is not None:  # stored as given: the text vectors recall's conflict check reads are these too
-            text_vectors = vectors if self.config.consolidation != "off" else None
+        if vectors is not None:  # stored as given: the text vectors the score and the conflict check read too
+            text_vectors = vectors
         elif entries and mode == "local":
             vectors = self.store.embedder.encode([e.embed_text for e in entries],
                                                  batch_size=self.config.embedding_batch_size)
             texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
             decisions, text_vectors = self.consolidator.plan([e.row for e in entries], texts, vectors, time.time())
-        elif entries and self.config.consolidation != "off":
+        elif entries:  # every row keeps its text's vector: Hit.score reads it (agentmem.entries.text_vectors)
             vectors, text_vectors = self._unconsolidated_vectors(entries)
         keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
         self._store_entries(entries, keep, encode, vectors, text_vectors)
@@ -248,9 +249,9 @@ class Writer:
 
     def _unconsolidated_vectors(self, entries: Sequence[NewEntry]) -> tuple[np.ndarray, np.ndarray]:
         """Index (memory-line) vectors and text vectors of entries written without consolidation, in one embedding
-        call: recall's conflict check compares texts, and a row without its text vector is re-embedded on every
-        recall that looks at it (2,000 such entries: recall p50 262 ms instead of 23 ms). A text that is its own
-        memory line (no head) is embedded once."""
+        call: ``Hit.score`` and recall's conflict check read the text's vector from the row (a row without one is
+        re-embedded by every conflict check that looks at it: 2,000 such entries, recall p50 262 ms instead of
+        23 ms). A text that is its own memory line (no head) is embedded once."""
         lines = [e.embed_text for e in entries]
         texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
         unique = list(dict.fromkeys(lines + texts))
@@ -317,10 +318,8 @@ class Writer:
         fields: dict[str, Any] = dict(
             text=seal(row.id, "text", text), memory_text=seal(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
-            text_vector=None,  # the old text's; recomputed below when consolidation compares texts
+            text_vector=pack_vector(self.consolidator.text_vectors([text])[0]),  # the new text's (score, conflicts)
         )
-        if self.config.consolidation != "off":
-            fields["text_vector"] = pack_vector(self.consolidator.text_vectors([text])[0])
         if meta is not None:
             fields["metadata_json"] = meta
         if ttl_s is not None or clear_ttl:

@@ -79,7 +79,9 @@ def hit_sample(h: Any, label: int, q: int, source: str, rank: int, question: str
     """One (query, hit) pair: the score's features as recall reported them, and the texts they were read from."""
     return {"source": source, "q": q, "rank": rank, "label": label, "question": question, "text": h.text,
             "line": h.memory_text, "speaker": h.speaker,
-            "cosine": h.scores.get("dense", 0.0), "overlap": h.scores["overlap"]}
+            # the score's cosine is the text's own (text_dense); the memory line's (dense) is kept for comparison
+            "cosine": h.scores.get("text_dense", h.scores.get("dense", 0.0)), "line_cosine": h.scores.get("dense"),
+            "overlap": h.scores["overlap"]}
 
 
 def dev_samples(name: str, store: Path) -> list[dict[str, Any]]:
@@ -187,7 +189,7 @@ def write_bundled(cal: Calibration, figures: dict[str, Any]) -> None:
                     "with the speakers' names swapped; small stores of facts, preferences, tool outputs and "
                     "documents (research/score_stores.py, 3 shuffles into stores of 8)",
             "procedure": "logistic regression over (cosine, word overlap, cosine x overlap) of each (query, hit) "
-                         "pair; each source weighs 1 and each class half of it. Cross-dataset check (heldout): the "
+                         "pair, the cosine read from the hit's own text vector (no time or speaker); each source weighs 1 and each class half of it. Cross-dataset check (heldout): the "
                          "same procedure without one dev set, scored on it (research/notes/scores.md)",
             "fitted_by": ["research/fit_scores.py --write"],
             "notes": "research/notes/scores.md",

@@ -59,6 +59,7 @@ from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import changed_span, sentence_count, statement_tokens
 from agentmem.erasure import Erasure
+from agentmem.entries.text_vectors import pack_vector, unpack_vector
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.text import content_words
 
@@ -352,21 +353,6 @@ def demotion_pool(k: int) -> int:
     (11, 15)
     """
     return max(k + DEMOTE, NEIGHBOURS + 1)
-
-
-def pack_vector(vec: np.ndarray) -> bytes:
-    """A unit vector as the float16 bytes stored in ``EntryRecord.text_vector`` (cosines keep ~3 decimals).
-
-    >>> [round(float(x), 3) for x in unpack_vector(pack_vector(np.array([0.6, 0.8], dtype=np.float32)))]
-    [0.6, 0.8]
-    """
-    return np.asarray(vec, dtype=np.float16).tobytes()
-
-
-def unpack_vector(blob: bytes) -> np.ndarray:
-    """The float32 unit vector of :func:`pack_vector`'s bytes (re-normalised after the float16 rounding)."""
-    vec = np.frombuffer(blob, dtype=np.float16).astype(np.float32)
-    return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
 
 def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]]) -> list[T]:

@@ -37,6 +37,7 @@ from agentmem.entries.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
+from agentmem.entries.text_vectors import text_cosine
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.recall.calibration import stems, word_overlap
 from agentmem.recall.head import rank_candidates
@@ -566,7 +567,11 @@ class EntryStore:
                 parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
             row = by_id[entry_id]
             parts["overlap"] = word_overlap(asked, self.sealer.open_text(row.id, "text", row.text), row.speaker)
-            return self.calibration(cosine=parts.get("dense", 0.0), overlap=parts["overlap"]), parts
+            own = text_cosine(row.text_vector, vec)  # the text alone: no time or speaker from the line
+            if own is not None:
+                parts["text_dense"] = own
+            cosine = own if own is not None else parts.get("dense", 0.0)
+            return self.calibration(cosine=cosine, overlap=parts["overlap"]), parts
 
         return [ScoredRow(by_id[entry_id], *scored(entry_id, score, cands.dense)) if entry_id in cands.dense
                 else ScoredRow(by_id[entry_id], settle=lambda _, i=entry_id, s=score: scored(i, s, cosine()))

@@ -7,14 +7,19 @@ all: with one stored item, every query's only candidate is "the best". ``Hit.sco
 from the order, from two features of the (query, memory) pair that do not depend on the other candidates, on the
 store's size or on its word statistics::
 
-    cosine  = the query's vector (through the query tower) · the memory line's vector      (Hit.scores["dense"])
+    cosine  = the query's vector (through the query tower) · the vector of the memory's own text, without the
+              time and speaker its memory line carries (stored on its row)              (Hit.scores["text_dense"])
     overlap = the share of the query's content words the memory's text holds, by a crude stem, the memory's own
               speaker's name left out of the query                                           (Hit.scores["overlap"])
     score   = sigmoid(w_dense · cosine + w_overlap · overlap + w_both · cosine · overlap + bias)
 
-so a memory scores the same in a 1-item store and a 100k-entry one, and a threshold (``min_score``,
+so a memory scores the same in a 1-item store and a 100k-entry one, stored at any minute of any day (the time in
+the line moved a short memory's cosine by up to 0.1: "I moved to Lyon last spring." scored 0.47-0.58 for "Which
+city did I move to?" depending on when it was stored), and a threshold (``min_score``,
 ``MemoryConfig.mount_min_score``) means the same for every question and every store. The rank order stays free to
 use every other signal; ``min_score`` keeps the hits at or above it in rank order (no longer always a prefix).
+A row stored without a text vector (by a version that kept them only with consolidation on) is scored from its
+memory line's cosine instead.
 
 The weights (the bundled weights file's "calibration" group, with its provenance) are fitted by
 ``research/fit_scores.py`` on three sources with equal weight: LoCoMo dev and REALTALK dev (each question's evidence

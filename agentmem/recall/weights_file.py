@@ -9,7 +9,7 @@ part, so every part can read its defaults here.
 
 Example:
     >>> bundled("calibration")["bias"]
-    -3.5269
+    -3.6411
 """
 
 from __future__ import annotations

@@ -59,6 +59,20 @@ def test_a_memory_that_answers_scores_at_least_half_and_unrelated_questions_scor
         assert all(s < 0.5 for _, s in others), others
 
 
+@pytest.mark.parametrize("consolidation", ["local", "off"])
+def test_a_score_is_the_same_whenever_the_memory_was_stored(tmp_path: Path, consolidation: str) -> None:
+    # the time is part of the memory line the index embeds; the score reads the text alone, so a threshold keeps
+    # the same memories whatever minute (or day) they were stored, and whatever the consolidation setting
+    scores = []
+    for i, stamp in enumerate(["2026-12-05T12:13:00+00:00", "2026-12-05T09:02:00+00:00", "2027-03-17T16:45:00+00:00"]):
+        with AgentMemory(tmp_path / str(i), kv_encoding="off", consolidation=consolidation) as mem:
+            mem.remember("I moved to Lyon last spring.", user_id="u", timestamp=stamp)
+            hit = mem.recall("Which city did I move to?", user_id="u", k=1)[0]
+            assert "text_dense" in hit.scores and hit.memory_text.startswith("[")
+            scores.append(hit.score)
+    assert max(scores) - min(scores) < 1e-3, scores
+
+
 def test_min_score_keeps_the_answer_and_drops_the_rest(tmp_path: Path) -> None:
     with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
         mem.remember_many([dict(text=t, user_id="u", kind=k) for k, t, _ in PAIRS])

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from agentmem import AgentMemory
-from agentmem.consolidate.local import unpack_vector
+from agentmem.entries.text_vectors import unpack_vector
 
 
 class _CountingEmbed:
