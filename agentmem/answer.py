@@ -7,10 +7,10 @@ store, the KV bank and the facade's recall / record-building steps when the faca
 its own.
 
 Example:
-    >>> answer = Answerer(store=store, bank=bank, config=config, path=path, cipher=None, scanner=None,
-    ...                   recall=mem._recall, new_entry=mem._new_entry, record=mem._record)   # doctest: +SKIP
-    >>> answer.generate("What is my dog's name?", user_id="u1", k=4).text                      # doctest: +SKIP
-    'Your dog is called Rex.'
+    >>> answer = Answerer(store=store, bank=bank, config=config, path=mem.path, cipher=None, scanner=None,
+    ...                   recall=mem._recall, new_entry=mem._new_entry, record=mem._record)   # mem's parts
+    >>> [m.id for m in answer.mountable("What is my dog called?", "u1", 4)] == [dog.id]
+    True
 """
 
 from __future__ import annotations
@@ -82,7 +82,12 @@ class Answerer:
         """Recall (or take ``entry_ids``), mount and answer: :meth:`agentmem.AgentMemory.generate`.
 
         Example:
-            >>> out = mem._answer.generate("What is my dog's name?", user_id="u1", k=4, ...)   # doctest: +SKIP
+            >>> unset = dict.fromkeys(["session_id", "tags", "kinds", "filters", "budget_tokens", "strict", "do_sample",
+            ...                         "temperature", "top_p", "seed", "on_text", "logits_processor"])
+            >>> out = answer.generate("What is it called?", user_id="u1", k=4, mode="kv", max_new_tokens=2,
+            ...                       entry_ids=[dog.id], **unset)     # the facade passes every argument
+            >>> out.mounted == [dog.id], len(out.token_ids)
+            (True, 2)
         """
         t0 = time.perf_counter()
         check_text(question, "question")
@@ -139,7 +144,11 @@ class Answerer:
         :meth:`agentmem.AgentMemory.train`.
 
         Example:
-            >>> mem._answer.train(manual, user_id="u1", tags=["manual"], tokens=64, steps=48, ...)   # doctest: +SKIP
+            >>> entry = answer.train("Hold the power button for ten seconds to reset the device.", user_id="u1",
+            ...                      session_id=None, tags=["manual"], tokens=4, steps=1, seed=0, lr=5e-3, ttl=None,
+            ...                      metadata=None, progress=False, checkpoint_path=False, options={})
+            >>> entry.kind, entry.metadata["training"]["tokens"]
+            ('trained', 4)
         """
         text = check_text(document, "document")
         if self.scanner is not None:
@@ -164,7 +173,10 @@ class Answerer:
         """KL(text ‖ kv) on ``answer``'s first tokens: :meth:`agentmem.AgentMemory.fidelity`.
 
         Example:
-            >>> mem._answer.fidelity("Where?", user_id="u1", answer=a, entry_ids=ids, tokens=8)   # doctest: +SKIP
+            >>> score = answer.fidelity("What is my dog called?", user_id="u1", answer="Rex.", entry_ids=[dog.id],
+            ...                         tokens=8)
+            >>> score["tokens"], score["kl"] < 0.05
+            (3, True)
         """
         from agentmem.kv.fidelity import mode_kl
 
@@ -191,7 +203,8 @@ class Answerer:
         """``tools`` described the way the local LLM's chat template renders them (loads the model).
 
         Example:
-            >>> mem._answer.tool_prompt([{"type": "function", "function": {"name": "get_weather"}}])  # doctest: +SKIP
+            >>> answer.tool_prompt([{"type": "function", "function": {"name": "get_weather"}}])
+            '# Tools...<tools>...get_weather...</tools>...'
         """
         from agentmem.kv.tools import render_tools
 
@@ -201,8 +214,8 @@ class Answerer:
         """``text``'s length in the local LLM's tokens (loads the model): :meth:`agentmem.AgentMemory.count_tokens`.
 
         Example:
-            >>> mem._answer.count_tokens("Alice likes tea.")                          # doctest: +SKIP
-            5
+            >>> answer.count_tokens("Alice likes tea.")
+            4
         """
         return len(self.bank.engine.layout.content_ids(text))
 
@@ -210,8 +223,8 @@ class Answerer:
         """The one-time work of a first run, in seconds per step: :meth:`agentmem.AgentMemory.warmup`.
 
         Example:
-            >>> mem._answer.warmup()                                                  # doctest: +SKIP
-            {'embedder': 2.1, 'model': 1.3, 'engine': 0.9}
+            >>> sorted(answer.warmup())
+            ['embedder', 'engine', 'model']
         """
         t = time.perf_counter()
         self.store.embedder.encode(["warm up"])  # loads MiniLM and exports / opens the ONNX query encoder
@@ -226,8 +239,10 @@ class Answerer:
         """``entry_ids``' live, active entries of ``user_id`` as hits, in that order (others are left out).
 
         Example:
-            >>> [h.id for h in mem._answer.owned_hits([rec.id], "u1")] == [rec.id]      # doctest: +SKIP
+            >>> [h.id for h in answer.owned_hits([dog.id, rec.id], "u1")] == [dog.id, rec.id]
             True
+            >>> answer.owned_hits([rec.id], "u2")
+            []
         """
         check_id(user_id, "user_id", required=True)
         entry_ids = check_entry_ids(entry_ids)
@@ -242,7 +257,8 @@ class Answerer:
         """Recalled (or, with ``entry_ids``, chosen) memories ready to mount, most relevant first (for sessions).
 
         Example:
-            >>> [m.id for m in mem._answer.mountable("where do I live?", "u1", 4)]    # doctest: +SKIP
+            >>> [m.id for m in answer.mountable("What is my dog called?", "u1", 4)] == [dog.id]
+            True
         """
         hits = (self.owned_hits(entry_ids, user_id) if entry_ids is not None else
                 self.recall(query, user_id=user_id, k=k, asking_session=exclude_session, for_mount=True))
@@ -261,7 +277,9 @@ class Answerer:
         """Encode KV for every entry that has none for the loaded model: :meth:`agentmem.AgentMemory.encode_pending`.
 
         Example:
-            >>> mem._answer.encode_pending(user_id=None, batch_size=16, progress=False)   # doctest: +SKIP
+            >>> answer.encode_pending(user_id=None, batch_size=16, progress=False)    # mem's two, stored without KV
+            2
+            >>> answer.encode_pending(user_id=None, batch_size=16, progress=False)
             0
         """
         from tqdm.auto import tqdm

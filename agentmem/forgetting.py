@@ -2,11 +2,12 @@
 audited, and the in-process listeners told (:mod:`agentmem.erasure`). The facade checks the arguments first.
 
 Example:
-    >>> forgetting = Forgetting(store, audit=AuditLog(path / "audit.jsonl"), erasures=ErasureListeners(),
+    >>> from agentmem.security import AuditLog    # store: an AgentMemory's EntryStore holding two entries of u1
+    >>> forgetting = Forgetting(store, audit=AuditLog(mem.path / "audit.jsonl"), erasures=ErasureListeners(),
     ...                         sessions=SessionHooks(end=lambda s, u: None, end_user=lambda u: None,
-    ...                                               sweep=lambda: None))        # doctest: +SKIP
-    >>> forgetting.scope(user_id="u1", session_id=None, tags=[])                  # doctest: +SKIP
-    3
+    ...                                               sweep=lambda: None))
+    >>> forgetting.scope(user_id="u1", session_id=None, tags=[]), mem.list(user_id="u1")
+    (2, [])
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class Forgetting:
         """Erase ``entry_id`` if it exists and (with ``user_id``) belongs to that user.
 
         Example:
-            >>> forgetting.entry(rec.id, user_id="someone-else")                     # doctest: +SKIP
-            0
+            >>> forgetting.entry(rec.id, user_id="someone-else"), forgetting.entry(rec.id, user_id="u1")
+            (0, 1)
         """
         owned = [r.id for r in self._catalog.get([entry_id]) if user_id is None or r.user_id == user_id]
         rows = self._store.delete(owned)
@@ -61,8 +62,8 @@ class Forgetting:
         """Erase every entry of a user / session / tag set (all of them: scoped erasure pages, there is no cap).
 
         Example:
-            >>> forgetting.scope(user_id=None, session_id="s1", tags=[])              # doctest: +SKIP
-            12
+            >>> forgetting.scope(user_id=None, session_id="s1", tags=[])
+            2
         """
         rows = self._store.delete(self._store.scope_ids(user_id=user_id, session_id=session_id, tags=tags))
         if user_id is not None:
@@ -80,8 +81,9 @@ class Forgetting:
         """Erase every entry past its expiry, and expire the sessions past theirs.
 
         Example:
-            >>> forgetting.expired()                                                  # doctest: +SKIP
-            0
+            >>> brief = mem.remember("The door code is 4711 today.", user_id="u1", ttl=0.01)
+            >>> time.sleep(0.05); forgetting.expired()
+            1
         """
         rows = self._store.delete(self._store.ids_in(CatalogScope(expired_by=time.time())))
         self._sessions.sweep()

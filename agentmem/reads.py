@@ -2,11 +2,9 @@
 is given), its history with the texts opened, and the vectors the index holds for a user's entries.
 
 Example:
-    >>> reads = Reads(store)                                                      # doctest: +SKIP
-    >>> reads.live(rec.id, owner="u1").text == rec.text                           # doctest: +SKIP
-    True
-    >>> [v.op for v in reads.history(rec.id)]                                     # doctest: +SKIP
-    ['add']
+    >>> reads = Reads(store)          # store: an AgentMemory's EntryStore, rec: one of u1's entries
+    >>> reads.live(rec.id, owner="u1").text == rec.text, [v.op for v in reads.history(rec.id)]
+    (True, ['add'])
 """
 
 from __future__ import annotations
@@ -35,9 +33,12 @@ class Reads:
         ``owner``, belongs to another user.
 
         Example:
-            >>> reads.live("no-such-id")                                          # doctest: +SKIP
+            >>> reads.live(rec.id, owner="u2")
             Traceback (most recent call last):
-            agentmem.errors.NotFoundError: "no memory entry with id 'no-such-id'"
+            agentmem.errors.NotFoundError: no memory entry with id '...'
+            >>> reads.live("no-such-id")
+            Traceback (most recent call last):
+            agentmem.errors.NotFoundError: no memory entry with id 'no-such-id'
         """
         rows = self._catalog.get([entry_id])
         if not rows or (rows[0].expires_at is not None and rows[0].expires_at <= time.time()) or (
@@ -49,7 +50,9 @@ class Reads:
         """The entry's versions and events, oldest first, their texts opened.
 
         Example:
-            >>> [(v.version, v.op) for v in reads.history(rec.id)]                # doctest: +SKIP
+            >>> mem.update(rec.id, text="I moved to Paris.").version
+            2
+            >>> [(v.version, v.op) for v in reads.history(rec.id)]
             [(1, 'add'), (2, 'update')]
         """
         return [MemoryVersion(version=h.version, op=h.op, text=self._sealer.open_text(entry_id, "history", h.text),
@@ -60,8 +63,8 @@ class Reads:
         """The index's vectors of ``user_id``'s ``entry_ids`` (ids it does not hold left out).
 
         Example:
-            >>> reads.vectors("u1", [rec.id])[rec.id].shape                       # doctest: +SKIP
-            (384,)
+            >>> reads.vectors("u1", [rec.id])[rec.id].shape, reads.vectors("u2", [rec.id])
+            ((384,), {})
         """
         return self._vectors.get(user_id, entry_ids)
 

@@ -13,8 +13,8 @@ Each record says what the write did (``event``: ADD / UPDATE / NOOP, docs/lifecy
 
 Example:
     >>> writer = Writer(store=store, bank=bank, config=config, consolidator=consolidator, kb=kb,
-    ...                 scanner=None, submit_llm=print, end_session_kv=lambda s, u: None)   # doctest: +SKIP
-    >>> writer.write([writer.new_entry("I moved to Lyon.", user_id="u1")], None)[0].event    # doctest: +SKIP
+    ...                 scanner=None, submit_llm=print, end_session_kv=lambda s, u: None)   # an AgentMemory's parts
+    >>> writer.write([writer.new_entry("I moved to Lyon.", user_id="u9")], None)[0].event
     'ADD'
 """
 
@@ -81,7 +81,7 @@ class Writer:
         """Strictly increasing wall-clock seconds, so entries written together keep their order.
 
         Example:
-            >>> writer.clock() < writer.clock()                                       # doctest: +SKIP
+            >>> writer.clock() < writer.clock()
             True
         """
         with self._clock_lock:
@@ -92,8 +92,8 @@ class Writer:
         """The public record of a catalog row (texts opened).
 
         Example:
-            >>> writer.record(store.catalog.get([entry_id])[0]).text                  # doctest: +SKIP
-            'I moved to Lyon.'
+            >>> writer.record(store.catalog.get([rec.id])[0]).text
+            'I moved to Lyon last May.'
         """
         return to_record(row, text=self.sealer.open_text(row.id, "text", row.text),
                          memory_text=self.sealer.open_text(row.id, "memory_text", row.memory_text))
@@ -106,8 +106,9 @@ class Writer:
         """One memory (``remember``'s arguments), checked and with secrets redacted, as an entry for :meth:`write`.
 
         Example:
-            >>> writer.new_entry("I moved to Lyon.", user_id="u1").row.kind           # doctest: +SKIP
-            'turn'
+            >>> entry = writer.new_entry("The wifi password: hunter2", user_id="u1")
+            >>> entry.row.kind, entry.embed_text
+            ('turn', '[...] The wifi password: [REDACTED:password]')
         """
         text = check_text(text)
         check_id(user_id, "user_id", required=True)
@@ -138,8 +139,9 @@ class Writer:
         """``remember_many``'s items (each a dict of :meth:`new_entry`'s arguments) as entries, all checked first.
 
         Example:
-            >>> len(writer.item_entries([{"text": "hi", "user_id": "u1"}]))               # doctest: +SKIP
-            1
+            >>> items = [{"text": "hi", "user_id": "u1"}, {"text": "yo", "user_id": "u2", "tags": ["greeting"]}]
+            >>> [(e.row.user_id, e.row.tags) for e in writer.item_entries(items)]
+            [('u1', ()), ('u2', ('greeting',))]
         """
         if isinstance(items, (str, Mapping)) or not isinstance(items, Sequence):
             raise InvalidInputError("remember_many takes a list of dicts of remember() arguments")
@@ -154,9 +156,10 @@ class Writer:
         system messages skipped (instructions, not memories); ``shared``: ``remember_messages``'s other arguments.
 
         Example:
-            >>> [e.row.role for e in writer.message_entries([{"role": "user", "content": "hi"}],
-            ...                                              user_id="u1")]              # doctest: +SKIP
-            ['user']
+            >>> messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            ...             {"role": "tool", "content": "sunny"}]
+            >>> [(e.row.role, e.row.kind) for e in writer.message_entries(messages, user_id="u1")]
+            [('user', 'turn'), ('tool', 'tool')]
         """
         entries = []
         for message in check_messages(messages):
@@ -174,7 +177,8 @@ class Writer:
         entry): each entry's text already embedded, indexed as it is, nothing embedded here.
 
         Example:
-            >>> [r.event for r in writer.write(entries, None)]                         # doctest: +SKIP
+            >>> entries = [writer.new_entry(t, user_id="u1") for t in ("I like tea.", "I moved to Paris in June.")]
+            >>> [r.event for r in writer.write(entries, None)]      # Paris supersedes rec (Lyon)
             ['ADD', 'UPDATE']
         """
         mode = self.config.consolidation if consolidate else "off"
@@ -215,7 +219,7 @@ class Writer:
         """``AgentMemory.embed``: each text checked as a memory's text and redacted as a write would, then embedded.
 
         Example:
-            >>> writer.embed_texts(["I live in Lyon."]).shape                           # doctest: +SKIP
+            >>> writer.embed_texts(["I live in Lyon."]).shape
             (1, 384)
         """
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -230,8 +234,9 @@ class Writer:
         non-zero; returned unit-length float32. They skip consolidation, which compares texts it embeds itself.
 
         Example:
-            >>> writer.given_vectors(np.ones((1, 384)), 1, consolidate=False).dtype     # doctest: +SKIP
-            dtype('float32')
+            >>> vectors = writer.given_vectors(np.ones((1, 384)), 1, consolidate=False)
+            >>> vectors.dtype, round(float(np.linalg.norm(vectors[0])), 3)
+            (dtype('float32'), 1.0)
         """
         if consolidate and self.config.consolidation != "off":
             raise InvalidInputError("remember_many(vectors=...) stores the items as given: pass consolidate=False")
@@ -280,7 +285,7 @@ class Writer:
 
         Example:
             >>> writer.update(row, text="I moved to Paris.", tags=None, metadata=None, ttl=None, reason=None,
-            ...               index=None, clear_ttl=False, timestamp=None).version                 # doctest: +SKIP
+            ...               index=None, clear_ttl=False, timestamp=None).version
             2
         """
         text = check_text(text)
@@ -307,7 +312,7 @@ class Writer:
 
         Example:
             >>> writer.new_version(row, "I moved to Paris.", tag_list=None, meta=None, ttl_s=None, clear_ttl=False,
-            ...                    reason=None, index=None, occurred=None, op="update").version   # doctest: +SKIP
+            ...                    reason=None, index=None, occurred=None, op="update").version
             2
         """
         now = self.clock()
@@ -341,7 +346,9 @@ class Writer:
         """``AgentMemory.restore``: ``row`` active again or, with ``version``, that version's text as a new one.
 
         Example:
-            >>> writer.restore(superseded_row).status                                  # doctest: +SKIP
+            >>> mem.remember("I moved to Paris in June.", user_id="u1").superseded_ids == (rec.id,)
+            True
+            >>> writer.restore(store.catalog.get([rec.id])[0]).status
             'active'
         """
         current = row.version or 1

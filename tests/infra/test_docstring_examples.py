@@ -50,9 +50,22 @@ def _store(root: Path) -> Iterator[dict[str, Any]]:
         yield {"mem": mem, "rec": rec, "dog": dog}
 
 
+@contextlib.contextmanager
+def _store_parts(root: Path) -> Iterator[dict[str, Any]]:
+    """:func:`_store`'s, the facade's parts that the examples of their modules use by name, and ``row``: ``rec``'s
+    catalog row."""
+    with _store(root) as built:
+        mem = built["mem"]
+        yield built | {"store": mem._store, "bank": mem._bank, "config": mem.config, "kb": mem._kb,
+                       "consolidator": mem._consolidator, "reads": mem._reads, "forgetting": mem._forgetting,
+                       "writer": mem._writer, "answer": mem._answer,
+                       "row": mem._store.catalog.get([built["rec"].id])[0]}
+
+
 # module -> what its examples find already built (doctest globals), made anew for each example
 SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     "agentmem.memory": _store,
+    **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
 }
 
 
