@@ -14,11 +14,14 @@ Streaming: :meth:`AsyncAgentMemory.stream` yields answer text as the decoder pro
 across threads with ``loop.call_soon_threadsafe``).
 
 Example:
-    >>> async with AsyncAgentMemory("./memdata") as mem:                                  # doctest: +SKIP
-    ...     await mem.remember("I moved to Lyon.", user_id="u1")
-    ...     out = await mem.generate("Where do I live?", user_id="u1")
-    ...     async for piece in mem.stream("And since when?", user_id="u1"):
-    ...         print(piece, end="")
+    >>> async def chat() -> tuple[bool, bool]:
+    ...     async with AsyncAgentMemory("./memdata") as mem:
+    ...         dog = await mem.remember("My dog is called Rex.", user_id="u1")
+    ...         out = await mem.generate("What is my dog called?", user_id="u1", max_new_tokens=3)
+    ...         pieces = [p async for p in mem.stream("What is my dog called?", user_id="u1", max_new_tokens=3)]
+    ...         return out.mounted == [dog.id], len(pieces) > 0
+    >>> asyncio.run(chat())
+    (True, True)
 """
 
 from __future__ import annotations
@@ -103,8 +106,11 @@ class AsyncAgentMemory:
         """Answer like :meth:`generate`, yielding text pieces as they are decoded.
 
         Example:
-            >>> async for piece in mem.stream("Where do I live?", user_id="u1"):       # doctest: +SKIP
-            ...     print(piece, end="", flush=True)
+            >>> async def pieces() -> list[str]:       # mem: an AgentMemory that holds "My dog is called Rex."
+            ...     async with AsyncAgentMemory(memory=mem) as amem:
+            ...         return [p async for p in amem.stream("What is my dog called?", user_id="u1", max_new_tokens=3)]
+            >>> len(asyncio.run(pieces())) > 0
+            True
         """
         async for piece in self._stream_call(self.sync.generate, question, kwargs):
             yield piece

@@ -10,11 +10,15 @@ own), KV blobs (re-encoded by the target store's model), and ``merge`` / ``super
 the old store).
 
 Example:
-    >>> with open("alice.jsonl", "w") as out:                                        # doctest: +SKIP
-    ...     for line in export_records(mem, ["alice"]):
-    ...         out.write(line + "\\n")
-    >>> import_records(other, open("alice.jsonl"))                                   # doctest: +SKIP
-    {'imported': 12, 'updates': 3, 'expired_skipped': 0, 'events_not_replayed': 1}
+    >>> mem.update(rec.id, text="I moved to Paris.").version        # mem: a store holding two memories of u1
+    2
+    >>> with open("u1.jsonl", "w") as out:
+    ...     for line in export_records(mem, ["u1"]):
+    ...         _ = out.write(line + "\\n")
+    >>> with AgentMemory("./other", kv_encoding="off") as other, open("u1.jsonl") as lines:
+    ...     done, texts = import_records(other, lines), [r.text for r in other.list(user_id="u1")]
+    >>> done, texts
+    ({'imported': 2, 'updates': 1, 'expired_skipped': 0, 'events_not_replayed': 0}, ['I moved to Paris.', ...])
 """
 
 from __future__ import annotations
@@ -75,9 +79,9 @@ def export_records(mem: AgentMemory, user_ids: Iterable[str]) -> Iterator[str]:
     """JSON lines of the users' current entries, oldest first, each with its ``history``.
 
     Example:
-        >>> lines = list(export_records(mem, ["alice"]))                               # doctest: +SKIP
-        >>> json.loads(lines[0])["history"][0]["op"]                                   # doctest: +SKIP
-        'add'
+        >>> lines = list(export_records(mem, ["u1"]))
+        >>> len(lines), json.loads(lines[0])["text"], json.loads(lines[0])["history"][0]["op"]
+        (2, 'I moved to Lyon last May.', 'add')
     """
     for user in user_ids:
         offset = 0
@@ -148,8 +152,13 @@ def import_records(mem: AgentMemory, lines: Iterable[str]) -> dict[str, int]:
     a failure while writing erases every entry this import wrote before it is re-raised.
 
     Example:
-        >>> import_records(mem, ['{"text": "I live in Lyon.", "user_id": "alice"}'])  # doctest: +SKIP
+        >>> import_records(mem, ['{"text": "I live in Lyon.", "user_id": "alice"}'])
         {'imported': 1, 'updates': 0, 'expired_skipped': 0, 'events_not_replayed': 0}
+        >>> import_records(mem, ['{"text": "I live in Rome.", "user_id": "bob"}', '{"txt": "typo", "user_id": "bob"}'])
+        Traceback (most recent call last):
+        agentmem.errors.InvalidInputError: line 2: ...
+        >>> mem.list(user_id="bob")
+        []
     """
     records = _parse(lines)
     now = datetime.now(timezone.utc)

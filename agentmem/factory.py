@@ -9,7 +9,10 @@ Example:
     >>> from agentmem.factory import register, scheme_of
     >>> scheme_of("postgresql+psycopg://u@127.0.0.1/db"), scheme_of(None), scheme_of("pgvector")
     ('postgresql', 'embedded', 'pgvector')
-    >>> register("blobs", "memory", lambda url, ctx: MyBlobs())          # doctest: +SKIP
+    >>> from agentmem.backends.in_memory import MemoryBlobStore
+    >>> register("blobs", "scratch", lambda url, ctx: MemoryBlobStore())    # MemoryConfig(blob_url="scratch://")
+    >>> type(build("blobs", "scratch://", BuildContext(root=Path("store"), config=MemoryConfig()))).__name__
+    'MemoryBlobStore'
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ def register(port: Port, scheme: str, builder: Builder | str) -> None:
     lazily so optional drivers load only when used). A later registration replaces an earlier one.
 
     Example:
-        >>> register("blobs", "redis", "agentmem.backends.redis_blobs:build")         # doctest: +SKIP
+        >>> register("blobs", "redis", "agentmem.backends.redis_blobs:build")   # imported on first use
+        >>> "redis" in schemes("blobs")
+        True
     """
     with _lock:
         if isinstance(builder, str):
@@ -87,7 +92,12 @@ def build(port: Port, url: str | None, ctx: BuildContext) -> Any:
     """Build ``port`` from ``url``; :class:`InvalidInputError` names the field and the known schemes if none fits.
 
     Example:
-        >>> build("catalog", None, BuildContext(root=Path("/tmp/m"), config=MemoryConfig()))   # doctest: +SKIP
+        >>> ctx = BuildContext(root=Path("."), config=MemoryConfig())
+        >>> build("catalog", "memory", ctx).__class__.__name__
+        'MemoryCatalog'
+        >>> build("catalog", "mysql://db", ctx)
+        Traceback (most recent call last):
+        agentmem.errors.InvalidInputError: catalog_url: no backend for 'mysql://db' (known schemes: embedded, ...)
     """
     key = (port, scheme_of(url))
     with _lock:
@@ -144,9 +154,10 @@ def build_store_parts(ctx: BuildContext, *, catalog: Catalog | None = None, vect
     first: pgvector shares its database) and their abilities.
 
     Example:
-        >>> parts = build_store_parts(BuildContext(root=Path("/tmp/m"), config=MemoryConfig()))   # doctest: +SKIP
-        >>> parts.joint_vectors is None                                                         # doctest: +SKIP
-        True
+        >>> config = MemoryConfig(catalog_url="memory", vector_url="memory", blob_url="memory")
+        >>> parts = build_store_parts(BuildContext(root=Path("."), config=config))
+        >>> type(parts.vectors).__name__, parts.joint_vectors is None     # it writes outside the catalog's transaction
+        ('MemoryVectorIndex', True)
     """
     catalog = catalog if catalog is not None else build_catalog(ctx)
     ctx.catalog = catalog

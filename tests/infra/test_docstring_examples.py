@@ -65,6 +65,9 @@ def _store_parts(root: Path) -> Iterator[dict[str, Any]]:
 # module -> what its examples find already built (doctest globals), made anew for each example
 SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     "agentmem.memory": _store,
+    "agentmem.types": _store,
+    "agentmem.aio": _store,
+    "agentmem.export_import": _store,
     **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
 }
 
