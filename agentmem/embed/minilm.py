@@ -111,8 +111,10 @@ class MiniLMEmbedder:
         stored always goes through :meth:`encode` (float, the base model), so the index is the same.
 
         Example:
-            >>> MiniLMEmbedder().encode_query("where does she live?").shape               # doctest: +SKIP
-            (384,)
+            >>> embedder = MiniLMEmbedder()
+            >>> query = embedder.encode_query("where does she live?")
+            >>> query.shape, float(query @ embedder.encode(["She lives in Lyon."])[0]) > 0.3   # near its answer
+            ((384,), True)
         """
         if self.query_tower is None:
             onnx = self._query_encoder(ffn_int8=True) if self.onnx_queries and self.int8_queries else None

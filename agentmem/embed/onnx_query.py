@@ -12,10 +12,13 @@ Runtime's fused kernels (:func:`_fused_bert`), else exported. The export needs t
 Anything missing or failing means ``None``: the caller keeps the PyTorch path.
 
 Example:
+    >>> from agentmem.config import default_cache_dir
     >>> from agentmem.embed.minilm import MiniLMEmbedder
-    >>> q = OnnxQueryEncoder.for_model(MiniLMEmbedder().model, cache_dir=Path("/tmp/am-cache"))   # doctest: +SKIP
-    >>> q.encode(["where does the user live?"]).shape                                          # doctest: +SKIP
-    (1, 384)
+    >>> model = MiniLMEmbedder().model
+    >>> q = OnnxQueryEncoder.for_model(model, cache_dir=default_cache_dir())
+    >>> vector = q.encode(["where does the user live?"])
+    >>> vector.shape, float(np.abs(vector - model.encode(["where does the user live?"])).max()) < 1e-4
+    ((1, 384), True)
 """
 
 from __future__ import annotations
@@ -101,8 +104,9 @@ class OnnxQueryEncoder:
         """Unit vectors of ``texts`` (float32, one row each).
 
         Example:
-            >>> encoder.encode(["where does the user live?"]).shape                  # doctest: +SKIP
-            (1, 384)
+            >>> vectors = encoder.encode(["where does the user live?", "I live in Lyon."])  # MiniLM's encoder
+            >>> vectors.shape, np.linalg.norm(vectors, axis=1).round(3).tolist()
+            ((2, 384), [1.0, 1.0])
         """
         if len(texts) > 1 and not self._masked:  # no mask input: no padding, so one text at a time
             return np.concatenate([self.encode([text]) for text in texts])

@@ -16,8 +16,12 @@ of shape ``(out, r)``) and metadata ``format = agentmem-query-tower``, ``scale``
 model it was trained for). Merging is exact: ``W ← W + scale · B · A`` in a copy of the model.
 
 Example:
-    >>> tower = QueryTower.load(BUNDLED_TOWER)                                            # doctest: +SKIP
-    >>> tuned = tower.merged(Embedder().model)      # a copy: the base model is untouched  # doctest: +SKIP
+    >>> from agentmem.embed.minilm import MiniLMEmbedder
+    >>> base, question = MiniLMEmbedder().model, ["Would Caroline pursue writing as a career?"]
+    >>> before = base.encode(question)
+    >>> tuned = QueryTower.load(BUNDLED_TOWER).merged(base)      # a copy: the base model is untouched
+    >>> bool((base.encode(question) == before).all()), bool((tuned.encode(question) == before).all())
+    (True, False)
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ class QueryTower:
     """LoRA deltas for a sentence-transformers model's transformer, read from one safetensors file.
 
     Example:
-        >>> QueryTower.load(BUNDLED_TOWER).base                                           # doctest: +SKIP
-        'sentence-transformers/all-MiniLM-L6-v2'
+        >>> tower = QueryTower.load(BUNDLED_TOWER)
+        >>> tower.base, len(tower.digest), all(m.startswith("encoder.layer.") for m in tower.modules)
+        ('sentence-transformers/all-MiniLM-L6-v2', 16, True)
     """
 
     path: Path
@@ -87,9 +92,10 @@ class QueryTower:
         copy's transformer carries ``query_tower = digest`` (its ONNX graphs are cached under that name).
 
         Example:
-            >>> tuned = QueryTower.load(BUNDLED_TOWER).merged(Embedder().model)             # doctest: +SKIP
-            >>> tuned[0].query_tower                                                        # doctest: +SKIP
-            '3f0c…'
+            >>> from agentmem.embed.minilm import MiniLMEmbedder
+            >>> tower = QueryTower.load(BUNDLED_TOWER)
+            >>> tower.merged(MiniLMEmbedder().model)[0].query_tower == tower.digest
+            True
         """
         import torch
         from safetensors.torch import load_file

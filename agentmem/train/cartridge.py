@@ -229,8 +229,14 @@ def train_prefix(
     depend on ``tokens``, so prefixes of several sizes can share it); by default it is generated here.
 
     Example:
-        >>> tp = train_prefix(model, tok, manual_text, tokens=128, steps=300, seed=0)   # doctest: +SKIP
-        >>> blob, record = tp.to_bytes(), tp.record                                    # doctest: +SKIP
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> model, tok = tiny_causal_lm("llama")
+        >>> before = [p.clone() for p in model.parameters()]
+        >>> tp = train_prefix(model, tok, "Hold the power button for ten seconds to reset it. " * 4, tokens=8, steps=2,
+        ...                   seed=0, options=TrainOptions(batch_size=2), progress=False)
+        >>> unchanged = all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+        >>> tp.keys.shape[2], len(tp.record["losses"]), unchanged
+        (8, 2, True)
     """
     opts = options or TrainOptions()
     _check_request(model, document, tokens, steps)
@@ -361,8 +367,13 @@ def make_data(model: Any, layout: PromptLayout, document: str, *, preamble_ids: 
     """Self-study conversations about ``document`` with teacher top-k log-probs (see :mod:`.selfstudy`).
 
     Example:
-        >>> data = make_data(model, PromptLayout.for_tokenizer(tok), manual_text, seed=0)   # doctest: +SKIP
-        >>> p64 = train_prefix(model, tok, manual_text, tokens=64, data=data)               # doctest: +SKIP
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> model, tok = tiny_causal_lm("llama")
+        >>> manual, options = "Hold the power button for ten seconds to reset it. " * 4, TrainOptions(batch_size=2)
+        >>> data = make_data(model, PromptLayout.for_tokenizer(tok), manual, seed=0, options=options, progress=False)
+        >>> [train_prefix(model, tok, manual, tokens=p, steps=1, data=data, options=options, progress=False).tokens
+        ...  for p in (4, 8)]                    # prefixes of two sizes from the same data
+        [4, 8]
     """
     opts = options or TrainOptions()
     preamble = list(layout.preamble_ids() if preamble_ids is None else preamble_ids)

@@ -62,11 +62,22 @@ def _store_parts(root: Path) -> Iterator[dict[str, Any]]:
                        "row": mem._store.catalog.get([built["rec"].id])[0]}
 
 
+@contextlib.contextmanager
+def _onnx_query(root: Path) -> Iterator[dict[str, Any]]:
+    """``encoder``: the bundled MiniLM's ONNX query encoder (exported once into the default cache)."""
+    from agentmem.config import default_cache_dir
+    from agentmem.embed.minilm import MiniLMEmbedder
+    from agentmem.embed.onnx_query import OnnxQueryEncoder
+
+    yield {"encoder": OnnxQueryEncoder.for_model(MiniLMEmbedder().model, cache_dir=default_cache_dir())}
+
+
 # module -> what its examples find already built (doctest globals), made anew for each example
 SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     "agentmem.memory": _store,
     "agentmem.types": _store,
     "agentmem.aio": _store,
+    "agentmem.embed.onnx_query": _onnx_query,
     "agentmem.export_import": _store,
     **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
 }
