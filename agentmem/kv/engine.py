@@ -202,9 +202,9 @@ class KVEngine:
         return self._inv_freq
 
     @property
-    def eos_ids(self) -> list[int]:
-        """Token ids that end a reply."""
-        return self._eos
+    def eos_ids(self) -> frozenset[int]:
+        """Token ids that end a reply (read-only: a copy no caller can change under a running decode)."""
+        return frozenset(self._eos)
 
     def _require_kv(self) -> None:
         if self.kv_unsupported_reason is not None:
