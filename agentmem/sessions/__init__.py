@@ -1,10 +1,15 @@
 """Sessions: each conversation's working KV reused across turns, kept in hot / warm / cold tiers.
 
->>> chat = mem.session("s1", user_id="u1")                                      # doctest: +SKIP
->>> r = chat.send("Remember that my sister is called Inès.", k=4)             # doctest: +SKIP
->>> r.text, r.reused_tokens, r.mounted, r.timings["ttft"]                      # doctest: +SKIP
->>> mem.sessions.offload("s1", to="disk"); mem.sessions.restore("s1")         # doctest: +SKIP
->>> mem.sessions.stats()["cold"]["restore_latency_s"]                          # doctest: +SKIP
+>>> chat = mem.session("s9", user_id="u1")          # mem: an AgentMemory holding "My dog is called Rex."
+>>> r = chat.send("What is my dog called?", k=4, max_new_tokens=2)
+>>> r.mounted == [dog.id], r.reused_tokens
+(True, 0)
+>>> chat.send("And my cat?", max_new_tokens=2).reused_tokens > 0     # the first turn's KV reused
+True
+>>> mem.sessions.offload("s9", to="disk", user_id="u1"), mem.sessions.restore("s9", user_id="u1")["from"]
+('cold', 'cold')
+>>> mem.sessions.stats()["cold"]["restores"]
+1
 
 See ``docs/sessions.md`` for the turn layout, the tiers and measured numbers.
 """

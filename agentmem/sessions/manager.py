@@ -151,7 +151,12 @@ class SessionManager:
         Session ids are per user: without ``user_id`` the id must name one user's session only.
 
         Example:
-            >>> mgr.get("s1", user_id="u1")                                            # doctest: +SKIP
+            >>> chat = mem.session("s1", user_id="u1")              # mgr: mem.sessions
+            >>> mgr.get("s1", user_id="u1") is chat, mgr.get("s1") is chat
+            (True, True)
+            >>> mgr.get("s1", user_id="u2")
+            Traceback (most recent call last):
+            agentmem.errors.NotFoundError: no open session 's1'
         """
         with self._reg.lock:
             if user_id is not None:
@@ -210,8 +215,10 @@ class SessionManager:
         With ``user_id``, only that user's session of this id; without, every user's session of this id.
 
         Example:
-            >>> mgr.end("s1", user_id="u1")                                            # doctest: +SKIP
-            True
+            >>> mem.session("s1", user_id="u1").send("Hello.", max_new_tokens=1).reused_tokens
+            0
+            >>> mgr.end("s1", user_id="u1"), mgr.list(user_id="u1"), len(mem.list(user_id="u1")) > 2
+            (True, [], True)
         """
         with self._reg.lock:
             mine = [s for (uid, sid), s in self._reg.sessions.items()
@@ -434,7 +441,12 @@ class SessionManager:
         """One pass of the background worker by hand: offload idle sessions to disk, erase expired ones.
 
         Example:
-            >>> mgr.sweep()                                                            # doctest: +SKIP
-            {'idle_offloads': 1}
+            >>> chat = mem.session("s1", user_id="u1")
+            >>> _ = chat.send("Hello.", max_new_tokens=1)
+            >>> mgr.sweep(), chat.slot.tier
+            ({}, 'hot')
+            >>> chat.slot.last_used -= mem.config.session_idle_seconds + 1     # as if idle that long
+            >>> mgr.sweep(), chat.slot.tier
+            ({'idle_offloads': 1}, 'cold')
         """
         return self._background.sweep()

@@ -63,6 +63,13 @@ def _store_parts(root: Path) -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
+def _sessions(root: Path) -> Iterator[dict[str, Any]]:
+    """:func:`_store`'s, and ``mgr``: its session manager."""
+    with _store(root) as built:
+        yield built | {"mgr": built["mem"].sessions}
+
+
+@contextlib.contextmanager
 def _onnx_query(root: Path) -> Iterator[dict[str, Any]]:
     """``encoder``: the bundled MiniLM's ONNX query encoder (exported once into the default cache)."""
     from agentmem.config import default_cache_dir
@@ -78,6 +85,8 @@ SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     "agentmem.types": _store,
     "agentmem.aio": _store,
     "agentmem.embed.onnx_query": _onnx_query,
+    "agentmem.sessions": _store,
+    "agentmem.sessions.manager": _sessions,
     "agentmem.export_import": _store,
     **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
 }
