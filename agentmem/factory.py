@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError
-from agentmem.ports import BlobStore, Catalog, VectorIndex
+from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
+from agentmem.ports.api_keys import ApiKeyRecords
 from agentmem.ports.abilities import JoinsCatalogTransaction
 
-Port = Literal["catalog", "vectors", "blobs", "session_store", "embedder"]
+Port = Literal["catalog", "vectors", "blobs", "session_store", "embedder", "api_keys"]
 Builder = Callable[[str | None, "BuildContext"], Any]
 
 
@@ -172,7 +175,61 @@ def build_embedder(ctx: BuildContext) -> Any:
     return build("embedder", None, ctx)
 
 
+def query_encoder(embedder: Embedder) -> Callable[[str], np.ndarray]:
+    """How ``embedder`` embeds a search query, decided once where the store is built: its own ``encode_query``
+    where it is a :class:`~agentmem.ports.QueryEmbedder`, else ``encode``'s one row (LangChain's ``embed_query`` /
+    ``embed_documents`` split, the query side optional).
+
+    The ability is looked up by name, not with ``isinstance(embedder, QueryEmbedder)``: on Python 3.11 a runtime
+    Protocol's isinstance evaluates every member, ``dim`` included, which loads MiniLM's model. Recall then calls
+    the returned function with no test per query.
+
+    Example:
+        >>> import numpy as np
+        >>> class Twos:
+        ...     dim = 2
+        ...     def encode(self, texts, *, batch_size=64):
+        ...         return np.full((len(texts), 2), np.sqrt(0.5), np.float32)
+        >>> query_encoder(Twos())("hi").tolist() == Twos().encode(["hi"])[0].tolist()
+        True
+    """
+    encode_query = getattr(embedder, "encode_query", None)
+    if callable(encode_query):
+        return encode_query
+    return lambda text: embedder.encode([text])[0]
+
+
+def build_api_keys(store_path: str | Path | None, url: str | None = None) -> ApiKeyRecords:
+    """A server's API-key records: ``api_keys.db`` in the store directory ``store_path`` (``url`` None, the
+    default), ``sqlite:///path/to/file.db``, or ``memory`` (in-process, nothing kept).
+
+    Example:
+        >>> build_api_keys(None, "memory").records()
+        []
+    """
+    if store_path is None and url is None:
+        raise InvalidInputError("API keys: give the store directory or a key store URL")
+    return build("api_keys", url, BuildContext(root=Path(store_path or "."), config=MemoryConfig()))
+
+
 # --- embedded defaults ------------------------------------------------------------------------------
+KEYS_FILE = "api_keys.db"
+
+
+def _sqlite_api_keys(url: str | None, ctx: BuildContext) -> Any:
+    """``api_keys.db`` in the store directory (made 0700 / the file 0600 before SQLite opens it: key hashes are
+    nobody else's), or the file a ``sqlite:///`` URL names."""
+    from agentmem._fs import private_dir, private_file
+    from agentmem.backends.sqlite.api_keys import SqliteApiKeyRecords
+
+    if url is None:
+        path = private_dir(ctx.root.expanduser().resolve()) / KEYS_FILE
+    else:
+        path = Path(url.split("sqlite:///", 1)[-1]).expanduser().resolve()
+        private_dir(path.parent)
+    return SqliteApiKeyRecords(private_file(path))
+
+
 def _sqlite_catalog(url: str | None, ctx: BuildContext) -> Any:
     from agentmem._fs import private_file
     from agentmem.backends.sqlite.catalog import SqliteCatalog
@@ -248,6 +305,9 @@ register("vectors", "chroma", _chroma_local)  # chroma:///abs/path
 register("blobs", "embedded", _files)
 register("blobs", "file", _files)  # file:///abs/path (blobs under <path>/kv)
 register("embedder", "embedded", _minilm)
+register("api_keys", "embedded", _sqlite_api_keys)
+register("api_keys", "sqlite", _sqlite_api_keys)
+register("api_keys", "memory", "agentmem.backends.memory_api_keys:build_api_keys")
 register("catalog", "postgresql", "agentmem.backends.postgres:build_catalog")
 register("vectors", "pgvector", "agentmem.backends.pgvector:build_vectors")
 register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors")
@@ -260,5 +320,6 @@ for _scheme in ("redis", "rediss", "unix"):
 for _scheme in ("embedded", "file"):
     register("session_store", _scheme, _session_files)
 
-__all__ = ["BuildContext", "StoreParts", "build", "build_blobs", "build_catalog", "build_embedder",
-           "build_session_store", "build_store_parts", "build_vectors", "register", "scheme_of", "schemes"]
+__all__ = ["KEYS_FILE", "BuildContext", "StoreParts", "build", "build_api_keys", "build_blobs", "build_catalog",
+           "build_embedder", "build_session_store", "build_store_parts", "build_vectors", "query_encoder", "register",
+           "scheme_of", "schemes"]

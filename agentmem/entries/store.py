@@ -28,7 +28,6 @@ import numpy as np
 from agentmem.config import MemoryConfig
 from agentmem.errors import BlobCorruptedError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
-from agentmem.ports.embedder import embed_query as ports_embed_query
 from agentmem.ports.catalog import CHAIN_CUTS_KEY, CatalogScope, EntryRecord, chain_cuts_value
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.entries.filters import Predicate
@@ -179,6 +178,7 @@ class EntryStore:
         self.chains = ChainEnds(lambda ids: self.lifecycle.chain_ends(ids, longest=CHAIN),
                                 superseded_ids=self._chain_starts, stamp=self._chain_cuts)
         self.embedder = embedder if embedder is not None else factory.build_embedder(ctx)
+        self._encode_query = factory.query_encoder(self.embedder)  # its query path, decided once (no test per query)
         self.kv_dir = root / "kv"  # the files blob store's folder (kept for callers that look there)
         self.params = ranking.retrieval  # fusion and head re-ranking constants
         self.head_model = ranking.head  # the learned head order's model
@@ -478,7 +478,7 @@ class EntryStore:
             >>> store.embed_query("where does she live?").shape                    # doctest: +SKIP
             (384,)
         """
-        return ports_embed_query(self.embedder, query)
+        return self._encode_query(query)
 
     def _lexical_placed(self, query: str, user_id: str, pool: int) -> tuple[dict[str, float], dict[str, Any]]:
         """The lexical candidates and their conversation placement, in the worker thread beside the query

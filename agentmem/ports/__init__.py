@@ -14,9 +14,10 @@ Example:
 
 from agentmem.ports.blobs import BlobStore
 from agentmem.ports.catalog import Catalog
-from agentmem.ports.embedder import Embedder, QueryEmbedder, embed_query
+from agentmem.ports.api_keys import ApiKeyRecord, ApiKeyRecords
+from agentmem.ports.embedder import Embedder, QueryEmbedder
 from agentmem.ports.sessions import SessionTierStore
 from agentmem.ports.vectors import VectorIndex, query_each_space
 
-__all__ = ["BlobStore", "Catalog", "Embedder", "QueryEmbedder", "SessionTierStore", "VectorIndex", "embed_query",
-           "query_each_space"]
+__all__ = ["ApiKeyRecord", "ApiKeyRecords", "BlobStore", "Catalog", "Embedder", "QueryEmbedder", "SessionTierStore",
+           "VectorIndex", "query_each_space"]

@@ -24,32 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import JSON, Float, String, create_engine, select
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-
-from agentmem._fs import private_dir, private_file
-from agentmem.errors import InvalidInputError, NotFoundError
+from agentmem.api_keys import KEYS_FILE, ApiKeyRecord, ApiKeyRecords, open_api_keys
+from agentmem.errors import InvalidInputError
 from agentmem.validation import check_id
 
-__all__ = ["ANY_USER", "ApiKeyRow", "KeyStore", "Principal"]
-
-KEYS_FILE = "api_keys.db"
-
-
-class _Base(DeclarativeBase):
-    pass
-
-
-class ApiKeyRow(_Base):
-    """One API key: its id, the hash of the whole key, and the users it may act for."""
-
-    __tablename__ = "api_keys"
-    id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    key_hash: Mapped[str] = mapped_column(String(64))
-    users: Mapped[list[str]] = mapped_column(JSON)
-    label: Mapped[str | None] = mapped_column(String, default=None)
-    created_at: Mapped[float] = mapped_column(Float)
-    revoked_at: Mapped[float | None] = mapped_column(Float, default=None)
+__all__ = ["ANY_USER", "KEYS_FILE", "KeyStore", "Principal"]
 
 
 class _AnyUser(frozenset):
@@ -86,51 +65,39 @@ def _hash(key: str) -> str:
 
 
 class KeyStore:
-    """The server's API keys for one store directory (a SQLite file of its own, so the catalog stays the SDK's)."""
+    """The server's API keys for one store directory: the policy (making, hashing and checking keys) over the key
+    records the factory opens (``api_keys.db``, a SQLite file of its own, so the catalog stays the SDK's; or the
+    store ``url`` names, as :func:`agentmem.api_keys.open_api_keys` takes it)."""
 
-    def __init__(self, store_path: str | Path) -> None:
-        path = private_dir(Path(store_path).expanduser().resolve())
-        self.path = private_file(path / KEYS_FILE)  # 0600 before SQLite opens it: key hashes are nobody else's
-        self._engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": 30})
-        _Base.metadata.create_all(self._engine)
+    def __init__(self, store_path: str | Path | None, *, url: str | None = None) -> None:
+        self._records: ApiKeyRecords = open_api_keys(store_path, url=url)
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._records.close()
 
     def add(self, users: Iterable[str], *, label: str | None = None) -> str:
         """Create a key for ``users``; returns the key (only its hash is kept, so it is shown once)."""
         if isinstance(users, str):
             raise InvalidInputError("users must be a list of user ids, not one string")
         # the API's own id rule: a key bound to an id every request would refuse could never be used
-        bound = sorted({check_id(u, "user id", required=True) or "" for u in users})
+        bound = tuple(sorted({check_id(u, "user id", required=True) or "" for u in users}))
         if not bound:
             raise InvalidInputError("a key needs at least one user id (--user)")
         key_id = secrets.token_hex(6)
         key = f"am_{key_id}_{secrets.token_urlsafe(32)}"
-        with Session(self._engine) as s, s.begin():
-            s.add(ApiKeyRow(id=key_id, key_hash=_hash(key), users=bound, label=label, created_at=time.time()))
+        self._records.insert(ApiKeyRecord(id=key_id, key_hash=_hash(key), users=bound, label=label,
+                                          created_at=time.time()))
         return key
 
     def list(self, *, include_revoked: bool = False) -> list[dict[str, Any]]:
         """Every key's id, users, label and dates (never the key itself)."""
-        with Session(self._engine) as s:
-            rows = s.scalars(select(ApiKeyRow).order_by(ApiKeyRow.created_at)).all()
-            return [
-                {"id": r.id, "users": list(r.users), "label": r.label, "created_at": r.created_at,
+        return [{"id": r.id, "users": list(r.users), "label": r.label, "created_at": r.created_at,
                  "revoked_at": r.revoked_at}
-                for r in rows if include_revoked or r.revoked_at is None
-            ]
+                for r in self._records.records() if include_revoked or r.revoked_at is None]
 
     def revoke(self, key_id: str) -> bool:
         """Revoke a key by id (``keys list`` shows ids); False if it was already revoked."""
-        with Session(self._engine) as s, s.begin():
-            row = s.get(ApiKeyRow, key_id)
-            if row is None:
-                raise NotFoundError(f"no API key with id {key_id!r}")
-            if row.revoked_at is not None:
-                return False
-            row.revoked_at = time.time()
-            return True
+        return self._records.revoke(key_id, at=time.time())
 
     def count(self) -> int:
         """How many keys are usable (``serve`` refuses to start with none, unless ``--no-auth``)."""
@@ -140,9 +107,7 @@ class KeyStore:
         """The principal for ``key``, or None if it is missing, malformed, unknown or revoked."""
         if not key or not key.startswith("am_") or key.count("_") < 2:
             return None
-        key_id = key.split("_", 2)[1]
-        with Session(self._engine) as s:
-            row = s.get(ApiKeyRow, key_id)
-            if row is None or row.revoked_at is not None or not hmac.compare_digest(row.key_hash, _hash(key)):
-                return None
-            return Principal(key_id=row.id, users=frozenset(row.users))
+        record = self._records.get(key.split("_", 2)[1])
+        if record is None or record.revoked_at is not None or not hmac.compare_digest(record.key_hash, _hash(key)):
+            return None
+        return Principal(key_id=record.id, users=frozenset(record.users))

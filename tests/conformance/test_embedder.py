@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentmem.ports import Embedder, QueryEmbedder, embed_query
+from agentmem.factory import query_encoder
+from agentmem.ports import Embedder, QueryEmbedder
 from agentmem.embed.query_tower import BUNDLED_TOWER
 from agentmem.embed.minilm import MiniLMEmbedder as MiniLM
 
@@ -78,7 +79,7 @@ def test_encode_gives_unit_rows_independent_of_the_batch(embedder: Embedder) -> 
 def test_a_query_vector_is_unit_and_finds_its_document(embedder: Embedder) -> None:
     docs = embedder.encode(DOCS)
     for query, expected in QUERIES:
-        q = embed_query(embedder, query)
+        q = query_encoder(embedder)(query)
         _assert_unit_rows(q[None, :], 1, embedder.dim)
         assert int(np.argmax(docs @ q)) == expected, query
 
@@ -90,11 +91,11 @@ def test_the_query_path_stays_in_the_stored_vectors_space(embedder: Embedder) ->
     # vector of this space would be ~0.1)
     docs = embedder.encode(DOCS)
     for query, _ in QUERIES:
-        via_query, via_encode = embed_query(embedder, query), embedder.encode([query])[0]
+        via_query, via_encode = query_encoder(embedder)(query), embedder.encode([query])[0]
         assert float(via_query @ via_encode) > 0.6
         assert int(np.argmax(docs @ via_query)) == int(np.argmax(docs @ via_encode))
     query = QUERIES[0][0]
     if isinstance(embedder, QueryEmbedder):  # the store takes the embedder's own query path ...
-        np.testing.assert_array_equal(embed_query(embedder, query), embedder.encode_query(query))
+        np.testing.assert_array_equal(query_encoder(embedder)(query), embedder.encode_query(query))
     else:  # ... and the base port's query is exactly its encode row
-        np.testing.assert_array_equal(embed_query(embedder, query), embedder.encode([query])[0])
+        np.testing.assert_array_equal(query_encoder(embedder)(query), embedder.encode([query])[0])

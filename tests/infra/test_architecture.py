@@ -30,9 +30,7 @@ CLIENTS = ("sqlalchemy", "chromadb", "redis")
 # Where database clients belong: the backends, and the factory that builds them.
 CLIENT_HOMES = ("agentmem/backends/", "agentmem/factory.py")
 # Modules outside those homes that still import a client, and what is left to move them (issue #36).
-KNOWN_CLIENT_IMPORTS: dict[str, str] = {
-    "agentmem/server/auth.py": "the API-key store runs its own SQLite through SQLAlchemy: a backend behind a port",
-}
+KNOWN_CLIENT_IMPORTS: dict[str, str] = {}
 
 
 def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -128,10 +126,7 @@ PROBES = ("getattr", "hasattr", "isinstance")
 # Where probing belongs: the factory, and the backends (each builder checks what it is handed to build on).
 PROBE_HOMES = ("agentmem/backends/", "agentmem/factory.py")
 # Probes that remain, by module and function, with the reason they stay.
-KNOWN_PROBES: dict[tuple[str, str], str] = {
-    ("agentmem/ports/embedder.py", "embed_query"): "the query path of an Embedder that has one: a structural "
-    "isinstance against QueryEmbedder costs ~1 ms per recall (it evaluates ``dim``); run once per query",
-}
+KNOWN_PROBES: dict[tuple[str, str], str] = {}
 
 
 def _names_a_port(node: ast.expr) -> bool:
