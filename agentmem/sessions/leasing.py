@@ -5,8 +5,14 @@ take the lease before a turn (a newer cold copy written by another worker meanwh
 while the KV stays in memory, drop this worker's copy if the lease went elsewhere, release it when cold.
 
 Example:
-    >>> leasing = Leasing(registry, Leases(store, worker_id(), ttl_s=30, wait_s=5))         # doctest: +SKIP
-    >>> leasing.serve(session)    # caller holds session.slot.lock; waits, or raises SessionBusyError   # doctest: +SKIP
+    >>> from agentmem.sessions.shared import worker_id     # registry, store: mem.sessions' registry and cold store
+    >>> chat = mem.session("s1", user_id="u1")
+    >>> _ = chat.send("Hello.", max_new_tokens=1)           # mem's worker holds chat's lease while its KV is hot
+    >>> other = Leasing(registry, Leases(store, worker_id(), ttl_s=30, wait_s=0.1))   # a second worker's
+    >>> with chat.slot.lock:                                # serve's caller holds the session's lock
+    ...     other.serve(chat)
+    Traceback (most recent call last):
+    agentmem.errors.SessionBusyError: ...
 """
 
 from __future__ import annotations

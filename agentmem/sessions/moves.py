@@ -7,8 +7,14 @@ dropping KV that was built under another model / preamble / kb version / epoch, 
 here expects the caller to hold the session's lock (``session.slot.lock``).
 
 Example:
-    >>> moves = TierMoves(registry, leasing, Sealer(cipher), config, kb_version=lambda: None)   # doctest: +SKIP
-    >>> moves.fit(registry.hot, incoming=1 << 20)      # make room for 1 MiB more in the hot tier   # doctest: +SKIP
+    >>> moves = TierMoves(registry, leasing, Sealer(None), config, kb_version=lambda: None)   # mem.sessions' parts
+    >>> chat = mem.session("s1", user_id="u1")
+    >>> _ = chat.send("Hello.", max_new_tokens=1)
+    >>> chat.slot.tier, registry.hot.bytes() > 0
+    ('hot', True)
+    >>> moves.fit(registry.hot, incoming=registry.hot.budget)      # make room for a whole budget more
+    >>> chat.slot.tier, registry.hot.bytes()
+    ('warm', 0)
 """
 
 from __future__ import annotations

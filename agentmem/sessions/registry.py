@@ -5,9 +5,9 @@ the queue of clean disk copies to write ahead (write-behind), and the one lock g
 this bookkeeping: it is never held across a model call or a disk write.
 
 Example:
-    >>> reg = Registry(hot, warm, cold, store)                                                  # doctest: +SKIP
-    >>> reg.count("turns"); reg.counts["turns"]                                                 # doctest: +SKIP
-    1
+    >>> reg = Registry(hot, warm, cold, store)        # mem.sessions' tiers and cold store
+    >>> reg.count("turns"); reg.counts["turns"], reg.open_sessions()
+    (1, [])
 """
 
 from __future__ import annotations

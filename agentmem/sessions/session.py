@@ -57,8 +57,13 @@ class TopicSwitch(Protocol):
     :class:`~agentmem.sessions.topic.TopicDetector`).
 
     Example:
-        >>> detector.switched("How do I file my taxes?", ["I love hiking", "Trails near Chamonix"])   # doctest: +SKIP
+        >>> from agentmem.sessions.topic import TopicDetector
+        >>> detector: TopicSwitch = TopicDetector(mem.embed, threshold=0.2)     # mem's embedder
+        >>> hikes = ["I love hiking in the Alps", "The trails near Chamonix are great"]
+        >>> detector.switched("How do I file my quarterly tax return?", hikes)
         True
+        >>> detector.switched("Which mountain trail is the steepest?", hikes)
+        False
     """
 
     def switched(self, message: str, recent: Sequence[str]) -> bool: ...
@@ -70,8 +75,11 @@ class SessionHost(Protocol):
     ``register``, ``scan``, ``context``, ``settle`` and ``end`` expects the caller to hold the session's lock.
 
     Example:
-        >>> host: SessionHost = SessionManager(engine=..., retrieve=..., ...)                # doctest: +SKIP
-        >>> Session(host, "s1", "u1", key="...").send("Hello")                                  # doctest: +SKIP
+        >>> host: SessionHost = mem.sessions             # a SessionManager
+        >>> chat = Session(host, "s1", "u1", key="u1/s1")         # the cold store's '<folder>/<name>'
+        >>> host.register(chat)
+        >>> chat.send("Hello.", max_new_tokens=1).prompt_tokens > 0, host.get("s1", user_id="u1") is chat
+        (True, True)
     """
 
     config: Any  # a MemoryConfig

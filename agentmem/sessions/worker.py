@@ -7,9 +7,12 @@ meanwhile. Write-behind: sessions a tier would move down next get a clean disk c
 to disk later costs a ``send`` nothing.
 
 Example:
-    >>> worker = Background(registry, moves, leasing, config, interval=1.0)                  # doctest: +SKIP
-    >>> worker.sweep()                  # one pass by hand (tests; the worker runs it on its own)   # doctest: +SKIP
-    {'idle_offloads': 1}
+    >>> worker = Background(registry, moves, leasing, config, interval=1.0)    # mem.sessions' parts, not started
+    >>> chat = mem.session("s1", user_id="u1")
+    >>> _ = chat.send("Hello.", max_new_tokens=1)
+    >>> chat.slot.last_used -= config.session_idle_seconds + 1        # as if idle that long
+    >>> worker.sweep(), chat.slot.tier      # one pass by hand (the worker runs it on its own)
+    ({'idle_offloads': 1}, 'cold')
 """
 
 from __future__ import annotations

@@ -70,6 +70,16 @@ def _sessions(root: Path) -> Iterator[dict[str, Any]]:
 
 
 @contextlib.contextmanager
+def _session_parts(root: Path) -> Iterator[dict[str, Any]]:
+    """:func:`_store`'s, and the parts of its session manager that the examples of their modules use by name."""
+    with _store(root) as built:
+        sessions = built["mem"].sessions
+        yield built | {"registry": sessions._reg, "leasing": sessions._leasing, "moves": sessions._moves,
+                       "hot": sessions.hot, "warm": sessions.warm, "cold": sessions.cold, "store": sessions.store,
+                       "config": sessions.config}
+
+
+@contextlib.contextmanager
 def _onnx_query(root: Path) -> Iterator[dict[str, Any]]:
     """``encoder``: the bundled MiniLM's ONNX query encoder (exported once into the default cache)."""
     from agentmem.config import default_cache_dir
@@ -87,6 +97,9 @@ SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     "agentmem.embed.onnx_query": _onnx_query,
     "agentmem.sessions": _store,
     "agentmem.sessions.manager": _sessions,
+    **dict.fromkeys(["agentmem.sessions.leasing", "agentmem.sessions.moves", "agentmem.sessions.registry",
+                     "agentmem.sessions.worker"], _session_parts),
+    "agentmem.sessions.session": _store,
     "agentmem.export_import": _store,
     **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
 }
