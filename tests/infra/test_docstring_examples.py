@@ -91,17 +91,13 @@ def _onnx_query(root: Path) -> Iterator[dict[str, Any]]:
 
 # module -> what its examples find already built (doctest globals), made anew for each example
 SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
-    "agentmem.memory": _store,
-    "agentmem.types": _store,
-    "agentmem.aio": _store,
-    "agentmem.embed.onnx_query": _onnx_query,
-    "agentmem.sessions": _store,
+    **dict.fromkeys(["agentmem.memory", "agentmem.types", "agentmem.aio", "agentmem.export_import",
+                     "agentmem.sessions", "agentmem.sessions.session"], _store),
+    **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
     "agentmem.sessions.manager": _sessions,
     **dict.fromkeys(["agentmem.sessions.leasing", "agentmem.sessions.moves", "agentmem.sessions.registry",
                      "agentmem.sessions.worker"], _session_parts),
-    "agentmem.sessions.session": _store,
-    "agentmem.export_import": _store,
-    **dict.fromkeys(["agentmem.answer", "agentmem.forgetting", "agentmem.reads", "agentmem.write"], _store_parts),
+    "agentmem.embed.onnx_query": _onnx_query,
 }
 
 
