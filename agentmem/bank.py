@@ -7,8 +7,11 @@ another model or corrupted on disk is re-encoded with the current model and stor
 logs KV or memory text; only ids and reasons.
 
 Example:
-    >>> bank = KVBank(store, config, model_spec=None)     # doctest: +SKIP
-    >>> bank.engine.fingerprint.digest[:8]                 # loads SmolLM2 on first use   # doctest: +SKIP
+    >>> bank = KVBank(store, config, model_spec=None)     # store, config: an AgentMemory's
+    >>> bank.loaded
+    False
+    >>> len(bank.engine.fingerprint.digest) > 8, bank.loaded    # loads the embedded SmolLM2 on first use
+    (True, True)
 """
 
 from __future__ import annotations

@@ -5,8 +5,14 @@ create ``encryption.json`` silently; every old entry then failed to decrypt (``B
 store no longer opened without the key. Now that is refused before anything is written.
 
 Example:
-    >>> open_cipher(Path("/tmp/new-store"), None) is None                     # doctest: +SKIP
+    >>> from agentmem import AgentMemory
+    >>> with AgentMemory("./plain", kv_encoding="off") as mem:
+    ...     _ = mem.remember("I live in Lyon.", user_id="u1")
+    >>> open_cipher(Path("plain"), None) is None
     True
+    >>> open_cipher(Path("plain"), "correct horse battery staple")
+    Traceback (most recent call last):
+    agentmem.errors.EncryptionError: the store at plain was written without encryption, but an encryption key ...
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ def open_cipher(path: Path, key: KeyMaterial | None) -> Cipher | None:
     for a store that already holds plaintext entries (nothing is written in any of these cases).
 
     Example:
-        >>> cipher = open_cipher(Path("./memdata"), "correct horse battery staple")   # doctest: +SKIP
+        >>> Path("memdata").mkdir()
+        >>> cipher = open_cipher(Path("memdata"), "correct horse battery staple")      # a new store: encrypted
+        >>> open_cipher(Path("memdata"), None)
+        Traceback (most recent call last):
+        agentmem.errors.EncryptionError: the store at memdata is encrypted: pass encryption_key= or set ...
     """
     from_env = key is None and bool(os.environ.get(DEFAULT_ENV_VAR))
     if key is None and not from_env:
