@@ -160,7 +160,8 @@ class AgentMemory:
         """Store one memory and return its record.
 
         ``speaker`` and ``timestamp`` (when it happened; default now) are kept in the memory line that is
-        embedded and encoded, because questions like "when did I ..." depend on them. ``encode`` forces (True)
+        indexed and encoded, because questions like "when did I ..." depend on them (the vector leaves the time
+        out). ``encode`` forces (True)
         or skips (False) encoding the entry's KV now; by default the store's ``kv_encoding`` policy decides.
         ``index=False`` stores the entry without a vector or lexical document: :meth:`get` and :meth:`list` see it,
         :meth:`recall` does not (LangGraph's ``put(..., index=False)``).

@@ -35,8 +35,9 @@ class KvInfo:
 class MemoryRecord:
     """One stored memory entry.
 
-    ``text`` is what the caller remembered; ``memory_text`` is the line that is embedded, indexed and
-    encoded to KV (it keeps who said it and when, because temporal questions depend on it). Records returned by
+    ``text`` is what the caller remembered; ``memory_text`` is the line that is indexed and
+    encoded to KV (it keeps who said it and when, because temporal questions depend on it; its vector leaves the
+    time out). Records returned by
     ``remember`` / ``remember_many`` also say what the write did (``event``, as mem0's ``add()``):
 
     >>> rec = mem.remember("I take 10 mg of amlodipine daily.", user_id="u1")

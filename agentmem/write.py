@@ -36,7 +36,7 @@ from agentmem.consolidate.local import LocalConsolidator, apply_decisions
 from agentmem.entries.text_vectors import pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
-from agentmem.entries.records import memory_line, message_fields, to_record
+from agentmem.entries.records import embedding_line, memory_line, message_fields, to_record
 from agentmem.entries.store import EntryStore, NewEntry
 from agentmem.errors import InvalidInputError
 from agentmem.security import SecretScanner
@@ -107,7 +107,7 @@ class Writer:
 
         Example:
             >>> entry = writer.new_entry("The wifi password: hunter2", user_id="u1")
-            >>> entry.row.kind, entry.embed_text
+            >>> entry.row.kind, entry.line
             ('turn', '[...] The wifi password: [REDACTED:password]')
         """
         text = check_text(text)
@@ -271,7 +271,7 @@ class Writer:
         """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing."""
         kept = [entries[i] for i in keep]
         if kept and self.bank.should_encode(encode):
-            for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.embed_text for e in kept])):
+            for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.line for e in kept])):
                 entry.attach_kv(blob, fields)
         if text_vectors is not None:
             self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)])
@@ -336,7 +336,8 @@ class Writer:
                 blob, kv_fields = encoded[0]
         events = [HistoryEvent(row.id, version, op, seal(row.id, "history", text), now, reason,
                                related_id=row.superseded_by if op == "restore" else None)]
-        self.store.replace(row, fields, embed_text=line if indexed else None, index_text=line if indexed else None,
+        embed = embedding_line(text, kind=row.kind, speaker=row.speaker, role=row.role)
+        self.store.replace(row, fields, embed_text=embed if indexed else None, index_text=line if indexed else None,
                            tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
         if row.session_id:  # the old text may sit in its conversation's working KV
             self._end_session_kv(row.session_id, row.user_id)

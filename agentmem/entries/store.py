@@ -9,7 +9,7 @@ discards blobs staged as long ago. No process ids: it works the same with writer
 
 Example:
     >>> store = EntryStore(Path("/tmp/mem"), MemoryConfig())             # doctest: +SKIP
-    >>> store.add([NewEntry(row=EntryRecord(...), embed_text=..., index_text=...)])   # doctest: +SKIP
+    >>> store.add([NewEntry(row=EntryRecord(...), embed_text=..., line=...)])         # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from agentmem.entries.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
+from agentmem.entries.records import embedding_line
 from agentmem.entries.text_vectors import text_cosine
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.recall.calibration import stems, word_overlap
@@ -55,8 +56,8 @@ BlobSealer = Callable[[bytes, str], bytes]  # (plaintext, entry id) -> bytes on 
 @dataclass
 class NewEntry:
     row: EntryRecord  # its tags included
-    embed_text: str
-    index_text: str
+    embed_text: str  # what the dense index embeds (agentmem.entries.records.embedding_line: no time)
+    line: str  # the memory line: what the lexical index holds and the KV encodes (time and speaker included)
     blob: bytes | None = None  # KV blob bytes (already sealed/encrypted by the caller's policy)
     history: HistoryEvent | None = None  # the entry's "add" event, written in the same transaction
 
@@ -208,7 +209,8 @@ class EntryStore:
             seen_count=1, indexed=bool(indexed), kb_version=kb_version, tags=tuple(dict.fromkeys(tags)),
         )
         history = HistoryEvent(entry_id, 1, "add", seal(entry_id, "history", text), created_at)
-        return NewEntry(row=row, embed_text=line, index_text=line, history=history)
+        embed = embedding_line(text, kind=kind, speaker=speaker, role=role)
+        return NewEntry(row=row, embed_text=embed, line=line, history=history)
 
     def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
         """Write entries all-or-nothing (see the module docstring for the protocol)."""
@@ -225,7 +227,7 @@ class EntryStore:
         for e in entries:
             if e.blob is not None:
                 e.row.kv_path = self.blobs.location(e.row.id)
-        index_texts = [self._index_text(e.index_text) if e.row.indexed is not False else None for e in entries]
+        index_texts = [self._index_text(e.line) if e.row.indexed is not False else None for e in entries]
         vector_args = ([rows[i].user_id for i in indexed], [ids[i] for i in indexed], vectors,
                        [_vector_metadata(rows[i]) for i in indexed], [entries[i].embed_text for i in indexed])
         if not indexed:

@@ -28,7 +28,7 @@ from agentmem.recall.temporal import mentions_time
 
 class HeadEntry(NamedTuple):
     """One of the best candidates, with the row fields re-ranking reads: ``text`` is the entry's own text and
-    ``occurred_at`` its timestamp as stored (the ``memory_line`` is what was embedded; ranking never parses it).
+    ``occurred_at`` its timestamp as stored (the ``memory_line`` is what was indexed and encoded; ranking never parses it).
 
     Example:
         >>> HeadEntry("a", 1.0, "Ann", "[1 May 2023] Ann: hi", text="hi").body

@@ -73,6 +73,19 @@ def test_a_score_is_the_same_whenever_the_memory_was_stored(tmp_path: Path, cons
     assert max(scores) - min(scores) < 1e-3, scores
 
 
+def test_the_index_vector_leaves_the_time_out_and_the_memory_line_keeps_it(tmp_path: Path) -> None:
+    # the dense index embeds "Ana: I moved to Lyon." (the speaker, no time), so a memory stored at another minute
+    # is found the same way; the memory line (lexical index, KV, memory_text) keeps when it happened
+    vectors, lines = [], []
+    for i, stamp in enumerate(["2026-12-05T12:13:00+00:00", "2027-03-17T16:45:00+00:00"]):
+        with AgentMemory(tmp_path / str(i), kv_encoding="off") as mem:
+            rec = mem.remember("I moved to Lyon.", user_id="u", speaker="Ana", timestamp=stamp)
+            vectors.append(mem.stored_vectors([rec.id], user_id="u")[rec.id])
+            lines.append(rec.memory_text)
+    assert float(vectors[0] @ vectors[1]) > 0.9999
+    assert lines[0] != lines[1] and all(line.endswith("] Ana: I moved to Lyon.") for line in lines)
+
+
 def test_min_score_keeps_the_answer_and_drops_the_rest(tmp_path: Path) -> None:
     with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
         mem.remember_many([dict(text=t, user_id="u", kind=k) for k, t, _ in PAIRS])
