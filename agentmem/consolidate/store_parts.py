@@ -2,13 +2,13 @@
 demotion step (:class:`agentmem.recall.pipeline.Demotion`) run on its conflict check.
 
 Example:
-    >>> from agentmem.config import MemoryConfig
-    >>> from agentmem.entries.store import EntryStore
-    >>> store = EntryStore(tmp_path, MemoryConfig())                                   # doctest: +SKIP
-    >>> consolidator = local_consolidator(store, MemoryConfig(), bundled_pairs=True)   # doctest: +SKIP
-    >>> demotion = ConflictDemotion(consolidator, store)                               # doctest: +SKIP
-    >>> demotion.pool(5)                                                               # doctest: +SKIP
-    11
+    >>> from agentmem.entries.store import Scope
+    >>> consolidator = local_consolidator(store, MemoryConfig(), bundled_pairs=True)  # store: an AgentMemory's
+    >>> paris = mem.remember_many([{"text": "I moved to Paris in June.", "user_id": "u1"}], consolidate=False)
+    >>> found = store.search("Where do I live?", Scope("u1"), k=3)
+    >>> demoted = ConflictDemotion(consolidator, store).demote(found, "Where do I live?")
+    >>> [h.row.text for h in demoted if "moved" in h.row.text]  # the older city behind the newer, wherever it ranked
+    ['I moved to Paris in June.', 'I moved to Lyon last May.']
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def local_consolidator(store: EntryStore, config: MemoryConfig, *, bundled_pairs
     bundled embedder: with another, the cosine rule).
 
     Example:
-        >>> local_consolidator(store, MemoryConfig(), bundled_pairs=True).pairs is not None   # doctest: +SKIP
+        >>> local_consolidator(store, MemoryConfig(), bundled_pairs=True).pairs is not None
+        True
+        >>> local_consolidator(store, MemoryConfig(), bundled_pairs=False).pairs is None  # the cosine rule
         True
     """
     vectors, catalog, sealer, embedder = store.vectors, store.catalog, store.sealer, store.embedder
@@ -44,8 +46,9 @@ class ConflictDemotion:
     :func:`~agentmem.consolidate.local.demotion_pool` hits deep for it.
 
     Example:
-        >>> ConflictDemotion(consolidator, store).pool(10)                                   # doctest: +SKIP
-        15
+        >>> demotion = ConflictDemotion(consolidator, store)
+        >>> [demotion.pool(k) for k in (1, 5, 10)]
+        [11, 11, 15]
     """
 
     def __init__(self, consolidator: LocalConsolidator, store: EntryStore) -> None:

@@ -22,7 +22,8 @@ of that user finds nothing and recall ranks exactly as before.
 
 Example:
     >>> import numpy as np
-    >>> context_vector(np.array([1.0, 0.0], np.float32), np.array([0.0, 1.0], np.float32)).round(3).tolist()
+    >>> v = context_vector(np.array([1.0, 0.0], np.float32), np.array([0.0, 1.0], np.float32))
+    >>> v.astype(float).round(3).tolist()  # float32 -> float first, or 0.707 prints as 0.7070000171661377
     [0.707, 0.707]
 """
 
@@ -67,8 +68,8 @@ class ContextVectors:
     """Writes and refreshes the context vectors of one store (its catalog's turn order and its vector index).
 
     Example:
-        >>> ctx = ContextVectors(store.catalog, store.vectors)                    # doctest: +SKIP
-        >>> ctx.refresh([("u1", "3f1c…")])                                        # doctest: +SKIP
+        >>> ctx = ContextVectors(store.catalog, store.vectors)  # store: rec, then dog, turns of session s1
+        >>> ctx.refresh([("u1", dog.id), ("u1", "no-such-turn")])  # dog's: its vector plus rec's, normalised
         1
     """
 

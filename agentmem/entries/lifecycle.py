@@ -47,8 +47,17 @@ class Lifecycle:
         they are cut (on a still-superseded entry). Ids that are not superseded (no ``superseded_by``) are left out.
 
         Example:
-            >>> life.chain_ends(["old", "current"])                                   # doctest: +SKIP
-            {'old': 'current-version-id'}
+            >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
+            >>> from agentmem.ports.catalog import EntryRecord
+            >>> cat = SqliteCatalog(":memory:")
+            >>> cat.insert([EntryRecord(id=i, user_id="u", kind="fact", text=i, memory_text=i, created_at=0.0)
+            ...             for i in "ABCD"], index_texts=list("ABCD"))
+            >>> life = Lifecycle(cat)
+            >>> [life.apply_event(HistoryEvent(old, 1, "supersede", old, 1.0, related_id=new))
+            ...  for old, new in ["AB", "BC"]]  # A -> B -> C
+            [True, True]
+            >>> life.chain_ends(["A", "B", "C", "D"]), life.chain_ends(["A"], longest=1)  # C, D: not superseded
+            ({'A': 'C', 'B': 'C'}, {'A': 'B'})
         """
         return self.catalog.chain_ends(ids, longest=longest) if ids else {}
 

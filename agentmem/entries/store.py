@@ -8,8 +8,12 @@ abandoned deletions recorded more than ``pending_grace_s`` ago (a live writer fi
 discards blobs staged as long ago. No process ids: it works the same with writers on other hosts.
 
 Example:
-    >>> store = EntryStore(Path("/tmp/mem"), MemoryConfig())             # doctest: +SKIP
-    >>> store.add([NewEntry(row=EntryRecord(...), embed_text=..., line=...)])         # doctest: +SKIP
+    >>> own = EntryStore(Path("entries"), MemoryConfig(), embedder=store.embedder)  # SQLite, embedded Chroma, files
+    >>> tea = own.new_entry("e1", "I like green tea.", "[5 May 2026] I like green tea.", user_id="u1",
+    ...                     session_id=None, kind="fact", role=None, speaker=None, occurred_at="5 May 2026",
+    ...                     metadata={}, tags=[], created_at=time.time(), expires_at=None)
+    >>> own.add([tea]); [h.row.id for h in own.search("green tea", Scope("u1"), k=5)]
+    ['e1']
 """
 
 from __future__ import annotations
@@ -66,7 +70,13 @@ class NewEntry:
         :meth:`EntryStore.add` writes both.
 
         Example:
-            >>> entry.attach_kv(blob, {"kv_tokens": 12})                              # doctest: +SKIP
+            >>> fact = EntryRecord(id="e1", user_id="u1", kind="fact", text="I like tea.", memory_text="I like tea.",
+            ...                    created_at=time.time())
+            >>> entry = NewEntry(fact, embed_text="I like tea.", line="I like tea.")
+            >>> entry.attach_kv(b"kv bytes", {"kv_tokens": 12}); store.add([entry])
+            >>> stored = store.catalog.get(["e1"])[0]
+            >>> stored.kv_tokens, store.read_blob(stored)
+            (12, b'kv bytes')
         """
         self.blob = blob
         for key, value in fields.items():
@@ -197,9 +207,11 @@ class EntryStore:
         """The row (texts sealed) and "add" event of one validated entry, ready for :meth:`add`.
 
         Example:
-            >>> e = store.new_entry("e1", "hi", "hi", user_id="u", session_id=None, kind="turn", role=None,
-            ...                     speaker=None, occurred_at=None, metadata={}, tags=[], created_at=0.0,
-            ...                     expires_at=None)                                         # doctest: +SKIP
+            >>> e = store.new_entry("e1", "hi", "[5 May 2026] hi", user_id="u1", session_id="s1", kind="turn",
+            ...                     role="user", speaker=None, occurred_at="5 May 2026", metadata={}, tags=["a", "a"],
+            ...                     created_at=0.0, expires_at=None)
+            >>> e.embed_text, e.line, e.row.tags, e.history.op, store.catalog.get(["e1"])  # nothing written yet
+            ('User: hi', '[5 May 2026] hi', ('a',), 'add', [])
         """
         seal = self.sealer.seal_text
         row = EntryRecord(
@@ -380,8 +392,9 @@ class EntryStore:
         """Every id in a scope (all pages; no cap), for erasure and re-encoding.
 
         Example:
-            >>> store.scope_ids(user_id="u", alive_at=time.time())                   # doctest: +SKIP
-            ['3f1c…', …]
+            >>> lunch = mem.remember("Lunch is at noon.", user_id="u1", session_id="s2")
+            >>> len(store.scope_ids(user_id="u1")), store.scope_ids(session_id="s2") == [lunch.id]
+            (3, True)
         """
         return self.ids_in(CatalogScope(user_id=user_id, session_id=session_id, tags=tags, alive_at=alive_at))
 
@@ -389,8 +402,9 @@ class EntryStore:
         """Every id in a catalog scope, all pages of ``Catalog.iter_ids`` read.
 
         Example:
-            >>> store.ids_in(CatalogScope(expired_by=time.time()))                   # doctest: +SKIP
-            ['3f1c…', …]
+            >>> parcel = mem.remember("The parcel code is 0815.", user_id="u1", ttl=0.01)
+            >>> time.sleep(0.05); store.ids_in(CatalogScope(expired_by=time.time())) == [parcel.id]
+            True
         """
         return [i for page in self.catalog.iter_ids(scope) for i in page]
 
@@ -398,7 +412,10 @@ class EntryStore:
         """Rows of a scope (``user_id``, ``session_id``, ``kinds``, ``tags``, ``alive_at``), oldest first.
 
         Example:
-            >>> store.list_rows(user_id="u", limit=10, alive_at=time.time())        # doctest: +SKIP
+            >>> [r.text for r in store.list_rows(user_id="u1", limit=10, alive_at=time.time())]
+            ['I moved to Lyon last May.', 'My dog is called Rex.']
+            >>> [r.text for r in store.list_rows(user_id="u1", limit=1, offset=1)]
+            ['My dog is called Rex.']
         """
         return self.catalog.list_entries(CatalogScope(**scope), limit=limit, offset=offset)
 
@@ -431,7 +448,9 @@ class EntryStore:
         conversation placement of every candidate, and the query vector.
 
         Example:
-            >>> cands, vec = store.candidates("where does she live?", Scope("u1"), pool=100)   # doctest: +SKIP
+            >>> cands, vec = store.candidates("What is my dog called?", Scope("u1"), pool=100)
+            >>> sorted(cands.dense) == sorted([rec.id, dog.id]), list(cands.lexical) == [dog.id], vec.shape
+            (True, True, (384,))
         """
         lexical_job = self._lexical_worker.submit(self._lexical_placed, query, scope.user_id, pool)
         vec = self.embed_query(query) if query_vector is None else query_vector
@@ -466,8 +485,9 @@ class EntryStore:
         """Unit vectors of ``texts`` as they are stored (the embedder's ``encode``): one row per text.
 
         Example:
-            >>> store.embed_texts(["I moved to Lyon.", "My dog is Rex."]).shape    # doctest: +SKIP
-            (2, 384)
+            >>> vecs = store.embed_texts(["I moved to Lyon.", "My dog is Rex."])
+            >>> vecs.shape, np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+            ((2, 384), True)
         """
         return self.embedder.encode(texts)
 
@@ -477,8 +497,10 @@ class EntryStore:
         and tests that compare with recall use this.
 
         Example:
-            >>> store.embed_query("where does she live?").shape                    # doctest: +SKIP
-            (384,)
+            >>> q = store.embed_query("Where do I live?")
+            >>> lyon, rex = store.embed_texts(["I moved to Lyon.", "My dog is Rex."])
+            >>> q.shape, float(q @ lyon) > float(q @ rex)
+            ((384,), True)
         """
         return self._encode_query(query)
 
@@ -516,7 +538,12 @@ class EntryStore:
         (:meth:`agentmem.entries.kb_versions.KbVersions.recall_state`); None reads it when versions are followed.
 
         Example:
-            >>> top = store.search("where does she live?", Scope("u1"), k=10, follow_versions=True)  # doctest: +SKIP
+            >>> paris = mem.remember("I moved to Paris in June.", user_id="u1")  # supersedes rec (Lyon)
+            >>> everything = Scope("u1", include_superseded=True)
+            >>> sorted(h.row.text for h in store.search("Where do I live?", everything, k=10))
+            ['I moved to Lyon last May.', 'I moved to Paris in June.', 'My dog is called Rex.']
+            >>> sorted(h.row.text for h in store.search("Where do I live?", everything, k=10, follow_versions=True))
+            ['I moved to Paris in June.', 'My dog is called Rex.']
         """
         now = time.time() if now is None else now
         pool = max(self.config.candidate_pool, 4 * k)

@@ -93,7 +93,8 @@ def _onnx_query(root: Path) -> Iterator[dict[str, Any]]:
 SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     **dict.fromkeys(["agentmem.memory", "agentmem.types", "agentmem.aio", "agentmem.export_import",
                      "agentmem.sessions", "agentmem.sessions.session"], _store),
-    **dict.fromkeys(["agentmem.answer", "agentmem.bank", "agentmem.forgetting", "agentmem.reads", "agentmem.write"],
+    **dict.fromkeys(["agentmem.answer", "agentmem.bank", "agentmem.forgetting", "agentmem.reads", "agentmem.write",
+                     "agentmem.entries.store", "agentmem.entries.context_vectors", "agentmem.consolidate.store_parts"],
                     _store_parts),
     "agentmem.sessions.manager": _sessions,
     **dict.fromkeys(["agentmem.sessions.leasing", "agentmem.sessions.moves", "agentmem.sessions.registry",
