@@ -20,7 +20,15 @@ name (renamed by :func:`recover_rebuilds`). Cost: one pass over the user's live 
 ``chroma.sqlite3`` per erasure batch.
 
 Example:
-    >>> col = erase_collection_residue(client, "u-1f3a...", Path("store/chroma"), {"hnsw": {"space": "cosine"}})  # doctest: +SKIP
+    >>> import chromadb
+    >>> client, cosine = chromadb.PersistentClient(path="erase"), {"hnsw": {"space": "cosine"}}
+    >>> col = client.create_collection("u-1", configuration=cosine, embedding_function=None)
+    >>> col.add(ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=["the door code is 4711", "hi"])
+    >>> col.delete(ids=["a"])  # only marked deleted: its vector and text stay in Chroma's files
+    {'deleted': 1}
+    >>> col = erase_collection_residue(client, "u-1", Path("erase"), cosine)  # rebuilt from its live vectors
+    >>> col.get()["ids"], b"4711" in Path("erase/chroma.sqlite3").read_bytes()
+    (['b'], False)
 """
 
 from __future__ import annotations
@@ -48,7 +56,13 @@ def erase_collection_residue(client: Any, name: str, chroma_dir: Path, configura
     Returns the collection now standing under ``name`` (None when it was dropped or did not exist).
 
     Example:
-        >>> erase_collection_residue(client, "u-abc", Path("chroma"), {"hnsw": {"space": "cosine"}})  # doctest: +SKIP
+        >>> import chromadb
+        >>> client = chromadb.PersistentClient(path="emptied")
+        >>> client.create_collection("u-1", embedding_function=None).add(ids=["a"], embeddings=[[1.0, 0.0]])
+        >>> client.get_collection("u-1").delete(ids=["a"])
+        {'deleted': 1}
+        >>> erase_collection_residue(client, "u-1", Path("emptied"), {}), client.list_collections()  # left empty
+        (None, [])
     """
     col = _get(client, name)
     if col is None:
@@ -89,8 +103,13 @@ def has_rebuilds(client: Any) -> bool:
     """Whether an interrupted rebuild left a ``<name>-rebuild`` collection (cheap: lists names only).
 
     Example:
-        >>> has_rebuilds(client)                                                  # doctest: +SKIP
+        >>> import chromadb
+        >>> client = chromadb.PersistentClient(path="rebuilds")
+        >>> has_rebuilds(client)
         False
+        >>> _ = client.create_collection("u-1" + REBUILD_SUFFIX, embedding_function=None)  # a crash left a copy
+        >>> has_rebuilds(client)
+        True
     """
     return any(_name(c).endswith(REBUILD_SUFFIX) for c in client.list_collections())
 
@@ -99,8 +118,11 @@ def recover_rebuilds(client: Any) -> int:
     """Finish or discard rebuilds a crash interrupted; returns how many were found.
 
     Example:
-        >>> recover_rebuilds(client)                                              # doctest: +SKIP
-        0
+        >>> import chromadb
+        >>> client = chromadb.PersistentClient(path="recover")
+        >>> _ = client.create_collection("u-1-rebuild", embedding_function=None)  # complete, the old one dropped
+        >>> recover_rebuilds(client), [c.name for c in client.list_collections()]  # renamed into place
+        (1, ['u-1'])
     """
     names = [_name(c) for c in client.list_collections()]
     found = 0
@@ -140,7 +162,15 @@ def scrub_chroma_sqlite(chroma_dir: Path) -> None:
     vectors in its log included, leave its free pages.
 
     Example:
-        >>> scrub_chroma_sqlite(Path("store/chroma"))                             # doctest: +SKIP
+        >>> import chromadb
+        >>> client = chromadb.PersistentClient(path="scrub")
+        >>> client.create_collection("u-1", embedding_function=None).add(
+        ...     ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=["the door code is 4711"] * 2)
+        >>> client.delete_collection("u-1"); db = Path("scrub/chroma.sqlite3")
+        >>> b"4711" in db.read_bytes()  # the deleted rows' pages are free, not wiped
+        True
+        >>> scrub_chroma_sqlite(Path("scrub")); b"4711" in db.read_bytes()
+        False
     """
     db = chroma_dir / "chroma.sqlite3"
     if not db.is_file():

@@ -68,8 +68,16 @@ def read_records(conn: Connection, ids: Sequence[str]) -> dict[str, EntryRecord]
     from its first row only.
 
     Example:
-        >>> read_records(conn, ["e1"])                                            # doctest: +SKIP
-        {'e1': EntryRecord(id='e1', ...)}
+        >>> from agentmem.backends.sqlite.catalog import SqliteCatalog
+        >>> cat = SqliteCatalog(":memory:")
+        >>> entry = lambda i: EntryRecord(id=i, user_id="u", kind="fact", text=i, memory_text=i, created_at=0.0,
+        ...                               tags=("b", "a"))
+        >>> cat.insert([entry("e1")], index_texts=["e1"])
+        >>> cat.insert([entry("e2")], index_texts=["e2"], pending=True)  # e2: a write still in flight
+        >>> with cat.engine.connect() as conn:
+        ...     found = read_records(conn, ["e1", "e2", "gone"])
+        >>> {i: (r.text, r.tags) for i, r in found.items()}
+        {'e1': ('e1', ('a', 'b'))}
     """
     values: dict[str, Sequence[Any]] = {}
     tags: dict[str, list[str]] = {}
