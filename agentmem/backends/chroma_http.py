@@ -5,8 +5,12 @@ through ``chromadb.HttpClient``. The server holds the only HNSW index, so every 
 soon as ``add`` returns: nothing to refresh, no file lock.
 
 Example:
-    >>> index = ChromaHttpIndex("chroma+http://127.0.0.1:8000")                      # doctest: +SKIP
-    >>> index.query(vec, user_id="u", n=5)                                          # doctest: +SKIP
+    >>> import numpy as np
+    >>> index = ChromaHttpIndex(chroma_http_url)  # chroma+http://127.0.0.1:8000, say
+    >>> probe = np.ones(4, np.float32)
+    >>> index.add(["u"], ["e1"], probe[None], [{"kind": "turn"}])
+    >>> [i for i, _ in index.query(probe, user_id="u", n=5)], index.query(probe, user_id="v", n=5)
+    (['e1'], [])
 """
 
 from __future__ import annotations

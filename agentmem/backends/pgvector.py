@@ -9,9 +9,11 @@ short, and a search that still comes back short (a user with a small share of th
 re-run exactly over that user's rows through the user index.
 
 Example:
-    >>> index = PgVectorIndex(PostgresCatalog(url).engine)          # doctest: +SKIP
-    >>> index.query(vec, user_id="u", n=5)                           # doctest: +SKIP
-    [('e1', 0.93), ...]
+    >>> from agentmem.backends.postgres import PostgresCatalog
+    >>> index = PgVectorIndex(PostgresCatalog(postgres_url).engine)  # postgresql+psycopg://postgres@host:5432/db
+    >>> index.add(["u", "u"], ["e1", "e2"], np.eye(2, 4, dtype=np.float32), [{"kind": "turn"}] * 2)
+    >>> [(i, round(s, 3)) for i, s in index.query(np.eye(4, dtype=np.float32)[0], user_id="u", n=5)]
+    [('e1', 1.0), ('e2', 0.0)]
 """
 
 from __future__ import annotations
@@ -183,7 +185,14 @@ class PgVectorIndex:
         """:meth:`query` in each of ``spaces`` (results in their order), one search after the other.
 
         Example:
-            >>> dense, context = index.query_spaces(vec, user_id="u1", n=100, spaces=("", "context"))  # doctest: +SKIP
+            >>> from agentmem.backends.postgres import PostgresCatalog
+            >>> index = PgVectorIndex(PostgresCatalog(postgres_url).engine)
+            >>> turns = np.eye(2, 4, dtype=np.float32)  # e1 and e2, the context space holding e2's only
+            >>> index.add(["u1", "u1"], ["e1", "e2"], turns, [{"kind": "turn"}] * 2)
+            >>> index.add(["u1"], ["e2"], turns[:1], [{"kind": "turn"}], space="context")
+            >>> dense, context = index.query_spaces(turns[0], user_id="u1", n=(1, 5), spaces=("", "context"))
+            >>> dense, [(i, round(c, 3)) for i, c in context]
+            ([('e1', 1.0)], [('e2', 1.0)])
         """
         return query_each_space(self, vector, user_id=user_id, n=n, spaces=spaces, where=where, ids=ids)
 
@@ -228,8 +237,11 @@ class PgVectorIndex:
         """Whether ``user_id`` holds a vector in ``space`` (the user index finds one row: O(1)).
 
         Example:
-            >>> index.has_any("u1", space="context")                                 # doctest: +SKIP
-            True
+            >>> from agentmem.backends.postgres import PostgresCatalog
+            >>> index = PgVectorIndex(PostgresCatalog(postgres_url).engine)
+            >>> index.add(["u2"], ["e3"], np.ones((1, 4), np.float32), [{"kind": "turn"}])
+            >>> index.has_any("u2"), index.has_any("u2", space="context"), index.has_any("nobody")
+            (True, False, False)
         """
         table = table_of(space)
         with self.engine.connect() as conn:

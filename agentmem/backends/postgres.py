@@ -11,9 +11,14 @@ Several processes and hosts may share one database: there is no process-local st
 visible to every reader once committed, and migrations take an advisory lock.
 
 Example:
-    >>> cat = PostgresCatalog("postgresql+psycopg://postgres@127.0.0.1:5432/agentmem")     # doctest: +SKIP
-    >>> cat.lexical_search("red kayak", user_id="alice", limit=5)                           # doctest: +SKIP
-    [('a1', 2.31)]
+    >>> cat = PostgresCatalog(postgres_url)  # postgresql+psycopg://postgres@127.0.0.1:5432/agentmem, say
+    >>> texts = {"a1": "I bought a red kayak.", "a2": "The car is blue."}
+    >>> cat.insert([EntryRecord(id=i, user_id="alice", kind="fact", text=t, memory_text=t, created_at=0.0)
+    ...             for i, t in texts.items()], index_texts=list(texts.values()))
+    >>> [i for i, _ in cat.lexical_search("red kayaks", user_id="alice", limit=5)]  # stemmed: kayaks matches kayak
+    ['a1']
+    >>> cat.lexical_search("red kayaks", user_id="bob", limit=5)  # another user's entries are not searched
+    []
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ transaction, so a reader sees the old blob or the new one, never half; ``list_pe
 the blobs. ``view`` is ``read``: bytes come over the network, there is nothing to map.
 
 Example:
-    >>> blobs = RedisBlobStore("redis://127.0.0.1:6379/0")                          # doctest: +SKIP
-    >>> blobs.publish(blobs.stage("e1", b"kv")); blobs.read("e1"), blobs.location("e1")   # doctest: +SKIP
-    (b'kv', 'redis:e1')
+    >>> blobs = RedisBlobStore(redis_url)  # redis_url: redis://127.0.0.1:6379/0, say
+    >>> token = blobs.stage("e1", b"kv"); blobs.exists("e1"), blobs.list_pending() == [token]
+    (False, True)
+    >>> blobs.publish(token); blobs.read("e1"), blobs.location("e1"), blobs.list_pending()
+    (b'kv', 'redis:e1', [])
 """
 
 from __future__ import annotations

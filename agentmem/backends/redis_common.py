@@ -2,7 +2,9 @@
 glob escaping ``SCAN MATCH`` needs, and compare-and-set lease scripts.
 
 Example:
-    >>> client, prefix = redis_client("redis://127.0.0.1:6379/1?prefix=app1:")      # doctest: +SKIP
+    >>> client, prefix = redis_client(redis_url + "?prefix=app1:", "agentmem:")  # redis_url: redis://127.0.0.1:6379/0
+    >>> prefix, client.ping()
+    ('app1:', True)
 """
 
 from __future__ import annotations
@@ -46,7 +48,11 @@ def redis_client(url: str, default_prefix: str) -> tuple[Any, str]:
     """A ``redis.Redis`` for ``url`` and the key prefix to use (``?prefix=`` in the URL, else ``default_prefix``).
 
     Example:
-        >>> # redis_client("redis://127.0.0.1:6379/0", "agentmem:")[1] -> 'agentmem:'
+        >>> redis_client(redis_url, "agentmem:")[1], redis_client(redis_url + "?prefix=", "agentmem:")[1]
+        ('agentmem:', '')
+        >>> redis_client("http://127.0.0.1:6379", "agentmem:")
+        Traceback (most recent call last):
+        agentmem.errors.InvalidInputError: not a redis URL: 'http://127.0.0.1:6379'
     """
     try:
         import redis

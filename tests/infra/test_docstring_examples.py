@@ -3,9 +3,10 @@
 Each module's examples run as ``python -m doctest`` would run them (``ELLIPSIS`` allowed), in a fresh temporary
 directory, because several examples open a store at a relative path. The examples of the modules in ``SETUP`` also
 find in their globals what their set-up builds, fresh for each example (``mem``: a store holding two memories),
-so that a docstring shows only the call and its result. Examples that are fragments by design (they
-use a loaded model, a store or a server the example does not build), whether they fail or are marked
-``# doctest: +SKIP``, are listed by name in ``illustrative_doctests.txt``. An unlisted example that fails or skips a
+so that a docstring shows only the call and its result; those of the modules in ``SERVERS`` find the URL of a
+server tests/servers.py started (``redis_url``, ``postgres_url``, ``chroma_http_url``). Examples that are fragments
+by design (they need what the suite cannot give them), whether they fail or are marked ``# doctest: +SKIP``, are
+listed by name in ``illustrative_doctests.txt``. An unlisted example that fails or skips a
 line fails here, and so does a listed one that runs whole and passes, so that list only shrinks.
 """
 
@@ -102,6 +103,16 @@ SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
     "agentmem.embed.onnx_query": _onnx_query,
 }
 
+# module -> the server its examples use: its URL from tests/servers.py's fixture of that name (a fresh database, a
+# flushed Redis), in their globals under the fixture's name less "fresh_" (skipped with the reason where the server
+# cannot start here; a failure under CI)
+SERVERS: dict[str, str] = {
+    **dict.fromkeys(["agentmem.backends.redis_blobs", "agentmem.backends.redis_common",
+                     "agentmem.backends.redis_sessions"], "fresh_redis_url"),
+    **dict.fromkeys(["agentmem.backends.postgres", "agentmem.backends.pgvector"], "fresh_postgres_url"),
+    "agentmem.backends.chroma_http": "fresh_chroma_http_url",
+}
+
 
 def _illustrative() -> frozenset[str]:
     lines = (line.strip() for line in ILLUSTRATIVE_LIST.read_text().splitlines())
@@ -120,16 +131,19 @@ def _examples(module_name: str) -> list[doctest.DocTest]:
 
 
 @pytest.mark.parametrize("module_name", MODULES)
-def test_docstring_examples_run(module_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docstring_examples_run(module_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                request: pytest.FixtureRequest) -> None:
     monkeypatch.chdir(tmp_path)
     illustrative = _illustrative()
+    server = SERVERS.get(module_name)
+    urls = {server.removeprefix("fresh_"): request.getfixturevalue(server)} if server else {}
     failures, skipped, now_passing = [], [], []
     setup = SETUP.get(module_name)
     for number, test in enumerate(_examples(module_name)):
         report = io.StringIO()
         runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
         with setup(tmp_path / f"setup-{number}") if setup else contextlib.nullcontext({}) as built:
-            test.globs.update(built)
+            test.globs.update(built | urls)
             result = runner.run(test, out=report.write)
         if test.name in illustrative:
             if not result.failed and not _skips(test):
