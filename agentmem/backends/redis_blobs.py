@@ -101,7 +101,15 @@ def build(url: str | None, ctx: Any) -> RedisBlobStore:
     """Factory builder for ``blob_url="redis://…"``.
 
     Example:
-        >>> # factory.build("blobs", "redis://127.0.0.1:6379/0", ctx)
+        >>> from pathlib import Path
+        >>> from agentmem import factory
+        >>> from agentmem.config import MemoryConfig
+        >>> ctx = factory.BuildContext(root=Path("."), config=MemoryConfig())
+        >>> type(factory.build("blobs", redis_url, ctx)).__name__
+        'RedisBlobStore'
+        >>> build(None, ctx)
+        Traceback (most recent call last):
+        agentmem.errors.InvalidInputError: blob_url: a redis URL is required
     """
     if url is None:
         raise InvalidInputError("blob_url: a redis URL is required")

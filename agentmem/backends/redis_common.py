@@ -35,7 +35,12 @@ def connect(url: str | None, client: Any, prefix: str, owner: str) -> tuple[Any,
     """The client and key prefix a Redis backend uses: ``client`` as given, else one built from ``url``.
 
     Example:
-        >>> # self.client, self.prefix = connect(url, client, prefix, "RedisBlobStore")
+        >>> client, prefix = connect(redis_url, None, "agentmem:", "RedisBlobStore")
+        >>> prefix, connect(None, client, "mine:", "RedisBlobStore") == (client, "mine:")
+        ('agentmem:', True)
+        >>> connect(None, None, "agentmem:", "RedisBlobStore")
+        Traceback (most recent call last):
+        agentmem.errors.InvalidInputError: RedisBlobStore needs a url or a client
     """
     if client is not None:
         return client, prefix
