@@ -10,6 +10,7 @@ vector.
 from __future__ import annotations
 
 import gc
+import sqlite3
 import sys
 import types
 import zlib
@@ -94,12 +95,15 @@ def test_forget_leaves_no_copy_of_the_text_in_recall_caches(tmp_path: Path) -> N
 
 
 def test_forget_leaves_no_copy_of_the_vector_in_the_consolidation_cache(tmp_path: Path) -> None:
-    """Consolidation caches the text vectors of stored neighbours that carry none on their row (written with
-    consolidation off); erase must drop the erased entry's."""
+    """Consolidation caches the text vectors of stored neighbours that carry none on their row (written by a
+    version that kept them only with consolidation on); erase must drop the erased entry's."""
     store, embedder = tmp_path / "store", WordsEmbedder()
     erased = f"my locker code is {MARKER}"
     with AgentMemory(store, embedder=embedder, consolidation="off", sweep_interval=None) as mem:
         old = mem.remember(erased, user_id="u1")
+    with sqlite3.connect(store / "catalog.db") as conn:  # the row as such a version wrote it
+        conn.execute("UPDATE entries SET text_vector = NULL")
+    conn.close()
     vector = embedder.encode([erased])[0]
     with AgentMemory(store, embedder=embedder, sweep_interval=None) as mem:  # consolidation on (the default)
         mem.remember(f"my locker code is {MARKER} again", user_id="u1")  # its neighbour's vector is embedded

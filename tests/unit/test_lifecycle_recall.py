@@ -197,7 +197,13 @@ def test_the_conflict_check_settles_the_same_head_whatever_k(tmp_path: Path) -> 
              "Athens was very hot in August.", "I saw the fjords near Bergen.", "Florence had the best gelato.",
              "I spent a rainy week in Edinburgh.", "Zurich was spotless when I visited.",
              "I walked all over Budapest in spring.", "Copenhagen was colder than I expected.",
-             "I went to Oslo for a wedding."]  # enough trips that the later turn ranks below the checked head
+             "I went to Oslo for a wedding.", "I visited Seville for the flamenco.",
+             "Krakow's old town was lovely when I visited.", "I toured Milan's design week.",
+             "I saw the canals of Venice last year.", "I visited friends in Brussels.",
+             "Porto was my favourite city on that trip.", "I visited the museums of Stockholm.",
+             "Naples had the best pizza I have eaten.", "I hiked above Salzburg for a day.",
+             "The cathedral in Cologne took my breath away.", "I took a boat tour in Hamburg.",
+             "Valencia was sunny all week."]  # enough trips that the later turn ranks below the checked head
     new = "I might have found a spot for the dance studio downtown."
     query = "Which cities have I visited?"
     with AgentMemory(tmp_path / "s") as mem:

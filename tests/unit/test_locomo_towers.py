@@ -72,14 +72,14 @@ def test_each_conversation_is_asked_through_its_own_tower_and_the_stores_tower_c
     _tower(tuned / "a.safetensors", zero=False)
     _tower(tuned / "b.safetensors", zero=True)
     seen: dict[str, str | None] = {}
-    embed = mem._store.embedder.encode_query
+    embed = mem._store._encode_query  # the query path the store decided once (factory.query_encoder)
 
     def spy(text: str) -> np.ndarray:
         tower = mem._store.embedder.query_tower
         seen[text] = tower.digest if tower else None
         return embed(text)
 
-    mem._store.embedder.encode_query = spy
+    mem._store._encode_query = spy
     locomo_cv.held_out_towers(mem, qs, [1, 2], tuned)
     assert seen == {qs[0].text: QueryTower.load(tuned / "a.safetensors").digest,
                     qs[1].text: QueryTower.load(tuned / "b.safetensors").digest}

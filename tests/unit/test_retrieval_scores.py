@@ -60,10 +60,11 @@ def test_every_hit_reports_its_cosine_even_beyond_the_dense_pool(tmp_path: Path)
                                        session_id="s1", kind="turn") for i in range(30)])
         hits = mem.recall("kayak trip", user_id="u1", k=12)
         assert len(hits) == 12 and all("dense" in h.scores for h in hits)
-        lines = {r.id: r.memory_text for r in recs}
+        assert len(recs) == 30
         query = mem._store.embed_query("kayak trip")  # recall's query path (int8 feed-forward weights)
-        vecs = mem._store.embedder.encode([lines[h.id] for h in hits])
-        for h, v in zip(hits, vecs):
+        stored = mem.stored_vectors([h.id for h in hits], user_id="u1")  # what the index holds for each hit
+        assert len(stored) == 12
+        for h, v in ((h, stored[h.id]) for h in hits):
             assert h.scores["dense"] == pytest.approx(float(query @ v), abs=1e-4)
 
 

@@ -181,8 +181,9 @@ def test_without_index_config_scores_are_minilm_cosine(tmp_path):
         store.put(("u1",), "car", {"content": "The car needs new tyres"})
         results = store.search(("u1",), query="what does the user drink?")
         assert results[0].key == "tea"
-        line = next(r.memory_text for r in mem.list(user_id="u1") if r.metadata.get("lg:key") == "tea")
-        # the memory line is what is embedded; the query through recall's query path (int8 feed-forward weights)
-        vecs = mem._store.embedder.encode([line])[0], mem._store.embed_query("what does the user drink?")
+        tea = next(r.id for r in mem.list(user_id="u1") if r.metadata.get("lg:key") == "tea")
+        # the vector the index holds for it (its line without the time); the query through recall's query path
+        # (int8 feed-forward weights)
+        vecs = mem.stored_vectors([tea], user_id="u1")[tea], mem._store.embed_query("what does the user drink?")
         assert results[0].score == pytest.approx(float(vecs[0] @ vecs[1]), abs=1e-4)
         assert -1.0 <= results[1].score < results[0].score
