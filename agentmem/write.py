@@ -129,8 +129,9 @@ class Writer:
             meta = self.scanner.apply_value(meta)
         now = self.clock()
         line = memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=occurred)
+        embed = embedding_line(text, kind=kind, speaker=speaker, role=role)  # the line without its time
         return self.store.new_entry(
-            str(uuid.uuid4()), text, line, user_id=user_id, session_id=session_id, kind=kind, role=role,
+            str(uuid.uuid4()), text, line, embed, user_id=user_id, session_id=session_id, kind=kind, role=role,
             speaker=speaker, occurred_at=occurred, metadata=meta, tags=tag_list, created_at=now,
             expires_at=None if ttl_s is None else now + ttl_s, indexed=bool(index),
             kb_version=self.kb.write_version() if kind == "knowledge" else None)

@@ -9,8 +9,8 @@ discards blobs staged as long ago. No process ids: it works the same with writer
 
 Example:
     >>> own = EntryStore(Path("entries"), MemoryConfig(), embedder=store.embedder)  # SQLite, embedded Chroma, files
-    >>> tea = own.new_entry("e1", "I like green tea.", "[5 May 2026] I like green tea.", user_id="u1",
-    ...                     session_id=None, kind="fact", role=None, speaker=None, occurred_at="5 May 2026",
+    >>> tea = own.new_entry("e1", "I like green tea.", "[5 May 2026] I like green tea.", "I like green tea.",
+    ...                     user_id="u1", session_id=None, kind="fact", role=None, speaker=None, occurred_at="5 May 2026",
     ...                     metadata={}, tags=[], created_at=time.time(), expires_at=None)
     >>> own.add([tea]); [h.row.id for h in own.search("green tea", Scope("u1"), k=5)]
     ['e1']
@@ -40,7 +40,6 @@ from agentmem.entries.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
-from agentmem.entries.records import embedding_line
 from agentmem.entries.text_vectors import text_cosine
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.recall.calibration import stems, word_overlap
@@ -200,16 +199,18 @@ class EntryStore:
         self.recover()
 
     # --- writes --------------------------------------------------------------------------------
-    def new_entry(self, entry_id: str, text: str, line: str, *, user_id: str, session_id: str | None, kind: str,
+    def new_entry(self, entry_id: str, text: str, line: str, embed_text: str, *, user_id: str, session_id: str | None, kind: str,
                   role: str | None, speaker: str | None, occurred_at: str | None, metadata: dict[str, Any],
                   tags: Sequence[str], created_at: float, expires_at: float | None, indexed: bool = True,
                   kb_version: str | None = None) -> NewEntry:
-        """The row (texts sealed) and "add" event of one validated entry, ready for :meth:`add`.
+        """The row (texts sealed) and "add" event of one validated entry, ready for :meth:`add`: ``line`` is its
+        memory line (:func:`agentmem.entries.records.memory_line`), ``embed_text`` what the dense index embeds
+        (:func:`agentmem.entries.records.embedding_line`); the writer builds both.
 
         Example:
-            >>> e = store.new_entry("e1", "hi", "[5 May 2026] hi", user_id="u1", session_id="s1", kind="turn",
-            ...                     role="user", speaker=None, occurred_at="5 May 2026", metadata={}, tags=["a", "a"],
-            ...                     created_at=0.0, expires_at=None)
+            >>> e = store.new_entry("e1", "hi", "[5 May 2026] hi", "User: hi", user_id="u1", session_id="s1",
+            ...                     kind="turn", role="user", speaker=None, occurred_at="5 May 2026", metadata={},
+            ...                     tags=["a", "a"], created_at=0.0, expires_at=None)
             >>> e.embed_text, e.line, e.row.tags, e.history.op, store.catalog.get(["e1"])  # nothing written yet
             ('User: hi', '[5 May 2026] hi', ('a',), 'add', [])
         """
@@ -221,8 +222,7 @@ class EntryStore:
             seen_count=1, indexed=bool(indexed), kb_version=kb_version, tags=tuple(dict.fromkeys(tags)),
         )
         history = HistoryEvent(entry_id, 1, "add", seal(entry_id, "history", text), created_at)
-        embed = embedding_line(text, kind=kind, speaker=speaker, role=role)
-        return NewEntry(row=row, embed_text=embed, line=line, history=history)
+        return NewEntry(row=row, embed_text=embed_text, line=line, history=history)
 
     def add(self, entries: Sequence[NewEntry], vectors: np.ndarray | None = None) -> None:
         """Write entries all-or-nothing (see the module docstring for the protocol)."""
