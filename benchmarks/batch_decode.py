@@ -3,9 +3,16 @@ after another, then all at once from as many threads; the engine batches the con
 (:mod:`agentmem.kv.batch`). Reports both wall times, the speedup, the decode steps and the largest batch, and
 whether every concurrent answer equals its sequential one token for token (SmolLM2 on CPU by default).
 
-    python benchmarks/batch_decode.py --requests 16 --tokens 8
+Then, unless ``--long-prompt-tokens 0``, the long-prompt phase: while ``--long-decoders`` answers decode, one
+text-mode request with about ``--long-prompt-tokens`` tokens of memories arrives. Reported: the longest gap between
+two tokens of the decoding answers while that prompt is prefilled (``max_gap_s``; the prompt's whole prefill when
+it holds the model, one packed step's share when it is fed in chunks beside them), their median gap otherwise, the
+long request's time to first token beside them and alone, and whether its answer equals its answer alone.
 
-Last line: {"sequential_s": ..., "concurrent_s": ..., "speedup": ..., "steps": ..., "max_batch": ..., "same": true}
+    python benchmarks/batch_decode.py --requests 16 --tokens 8 --long-prompt-tokens 2000
+
+Last line: {"sequential_s": ..., "concurrent_s": ..., "speedup": ..., "steps": ..., "max_batch": ..., "same": true,
+            "long_prompt": {"max_gap_s": ..., "median_gap_s": ..., "ttft_beside_s": ..., "same": true, ...}}
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import threading
 import time
@@ -31,6 +39,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     ap.add_argument("--tokens", type=int, default=8, help="max new tokens per answer")
     ap.add_argument("--model", default=None, help="local HF model dir (default: embedded SmolLM2)")
+    ap.add_argument("--long-prompt-tokens", type=int, default=2000, help="memory tokens of the text-mode request "
+                    "of the long-prompt phase (0: skip the phase)")
+    ap.add_argument("--long-decoders", type=int, default=4, help="answers decoding while the long prompt arrives")
     args = ap.parse_args()
     engine = KVEngine(*load_model(args.model))
     engine.warmup()
@@ -59,11 +70,71 @@ def main() -> None:
     for t in threads:
         t.join()
     concurrent_s = time.perf_counter() - t0
-    print(json.dumps({"requests": args.requests, "tokens": args.tokens, "sequential_s": round(sequential_s, 2),
-                      "concurrent_s": round(concurrent_s, 2), "speedup": round(sequential_s / concurrent_s, 2),
-                      "steps": engine.decoder.steps - steps_before, "max_batch": engine.decoder.max_batch_seen,
-                      "same": together == sequential, "cpus": os.cpu_count(),
-                      "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    out = {"requests": args.requests, "tokens": args.tokens, "sequential_s": round(sequential_s, 2),
+           "concurrent_s": round(concurrent_s, 2), "speedup": round(sequential_s / concurrent_s, 2),
+           "steps": engine.decoder.steps - steps_before, "max_batch": engine.decoder.max_batch_seen,
+           "same": together == sequential}
+    if args.long_prompt_tokens > 0:
+        out["long_prompt"] = long_prompt_phase(engine, items, args.long_prompt_tokens, args.long_decoders)
+    print(json.dumps({**out, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    plot(out, Path(__file__).resolve().parent.parent / "docs" / "batch-decode-long-prompt.png")
+
+
+def long_prompt_phase(engine: KVEngine, items: list, memory_tokens: int, decoders: int) -> dict:
+    """The longest stall of ``decoders`` decoding answers while a text-mode prompt of ~``memory_tokens`` tokens of
+    memories is prefilled (see the module doc)."""
+    notes, used = [], 0
+    while used < memory_tokens:  # distinct notes, as long as asked, mounted as text
+        note = f"Note {len(notes)}: " + " ".join(f"the {THINGS[(len(notes) + j) % 8]} stays in the "
+                                                 f"{PLACES[(len(notes) * 3 + j) % 8]}" for j in range(6)) + "."
+        notes.append(MemoryItem(f"n{len(notes)}", note, lambda: None))
+        used += len(engine.tokenizer(note)["input_ids"])
+    question = "Where does the lamp stay?"
+    alone = engine.generate(question, notes, mode="text", max_new_tokens=4)
+    stop = threading.Event()
+    stamps: list[list[float]] = [[] for _ in range(decoders)]
+
+    def decode(i: int) -> None:
+        engine.generate(PLACES[i] + " and " + THINGS[i] + ", again and again:", items[i % 4: i % 4 + 4],
+                        max_new_tokens=4000, cancel=stop, on_text=lambda _piece: stamps[i].append(time.perf_counter()))
+
+    threads = [threading.Thread(target=decode, args=(i,)) for i in range(decoders)]
+    for t in threads:
+        t.start()
+    time.sleep(3.0)  # every answer is decoding
+    t0 = time.perf_counter()
+    beside = engine.generate(question, notes, mode="text", max_new_tokens=4)
+    t1 = time.perf_counter()
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    gaps_in, gaps_out = [], []
+    for times in stamps:
+        for a, b in zip(times, times[1:]):
+            (gaps_in if a < t1 and b > t0 else gaps_out).append(b - a)
+    return {"memory_tokens": used, "prompt_tokens": beside.prompt_tokens, "decoders": decoders,
+            "max_gap_s": round(max(gaps_in), 3), "median_gap_s": round(statistics.median(gaps_out), 3),
+            "ttft_beside_s": round(beside.timings["ttft"], 3), "ttft_alone_s": round(alone.timings["ttft"], 3),
+            "same": beside.token_ids == alone.token_ids, "step_tokens": getattr(engine.decoder, "step_tokens", None)}
+
+
+def plot(out: dict, path: Path) -> None:
+    """Bars: the decoding answers' median gap between tokens and their longest gap while the long prompt runs."""
+    if "long_prompt" not in out:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lp = out["long_prompt"]
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar(["median gap", "longest gap\nduring the long prompt"], [lp["median_gap_s"], lp["max_gap_s"]])
+    ax.set_ylabel("seconds between two tokens")
+    ax.set_title(f"{lp['decoders']} answers decoding, a {lp['prompt_tokens']}-token prompt arrives", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Where a chat request's seconds go, in process: the server's chat path (``mount_choice`` then ``generate`` with
 the chosen ids, 8 new tokens, k=4) on ``CLIENTS`` threads over one user's 40 memories, with every prefill forward
-(``engine.prefiller._run``) and decode step (``engine.decoder._step``) timed by its batch size.
+and decode step (``engine.decoder._step``, which also feeds the waiting prompts) timed by its batch size.
 
     python research/chat_profile.py 16 64        # 16 clients, 64 requests
 
-Last line: {"clients": ..., "req_per_s": ..., "op_ms": {"_run[B]": [count, mean ms], "_step[B]": [...]},
+Last line: {"clients": ..., "req_per_s": ..., "op_ms": {"_step[B]": [count, mean ms]},
             "mean_ms": {"recall": ..., "load": ..., "mount": ..., "prefill": ..., "decode": ...}}
 (``prefill`` and ``decode`` per request include waiting for the model's lock and for the batch.)
 """
@@ -49,10 +49,8 @@ def main() -> None:
 
     one("warm up question?")
     ops: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
-    for obj, name in ((engine.decoder, "_step"), (getattr(engine, "prefiller", None), "_run")):
-        if obj is not None:
-            fn = getattr(obj, name)
-            setattr(obj, name, lambda arg, fn=fn, name=name: _timed(ops, name, fn, arg))
+    fn = engine.decoder._step
+    engine.decoder._step = lambda active, prompts: _timed(ops, "_step", lambda _: fn(active, prompts), active)
     t = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         rows = list(pool.map(one, questions))

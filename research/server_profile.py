@@ -41,7 +41,7 @@ CATEGORIES = [
     ("decode step: attention row by row", ("decode|kv/batch.py:<listcomp>", "decode|kv/batch.py:_ragged_attention",
                                            "decode|kv/cache.py")),
     ("decode step: projections, MLP, head", ("decode|",)),
-    ("prefill forward (batched)", ("kv/runner.py:prefill", "kv/prefill.py:", "kv/batch.py:_ragged_attention")),
+    ("prefill forward (batched)", ("kv/runner.py:prefill", "kv/batch.py:_packed_forward", "kv/batch.py:_ragged_attention")),
     ("HTTP, asyncio, FastAPI", ("uvicorn", "starlette", "fastapi", "anyio", "asyncio", "runners.py", "h11",
                                 "httptools", "pydantic", "server/")),
     ("recall (embed, vectors, catalog)", ("recall/", "embed/", "backends/", "consolidate/", "entries/",

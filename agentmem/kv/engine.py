@@ -39,7 +39,6 @@ from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, ne
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
 from agentmem.kv.mount import Mount, Workspace, plan_mount
-from agentmem.kv.prefill import PrefillBatch
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
@@ -181,8 +180,8 @@ class KVEngine:
         self._workspace_guard = threading.Lock()  # who takes the workspace (generate mounts outside the model lock)
         self._turn_workspaces: set[int] = set()  # ids of the session workspaces a turn is decoding in now
         self._lock = FairRLock()  # granted in arrival order: a prefill never waits behind a stream of decode steps
-        self.decoder = DecodeBatch(self.model, self._lock)  # batches the decode steps of concurrent answers
-        self.prefiller = PrefillBatch(self.model, self._lock)  # batches the prefills of answers waiting together
+        # runs the decode steps of concurrent answers together, and feeds the prompts waiting in the same steps
+        self.decoder = DecodeBatch(self.model, self._lock)
 
     # -- identity ---------------------------------------------------------------------------------------------
     @property
@@ -628,10 +627,11 @@ class KVEngine:
 
     def _prefill(self, cache: BufferedCache, ids: list[int]) -> torch.Tensor:
         """The next token's logits ``[1, vocab]`` after ``ids`` are appended to ``cache``: batched with every other
-        prefill waiting for the model (:mod:`agentmem.kv.prefill`), or inline when the caller holds the model lock."""
+        prefill waiting for the model and the answers decoding (:mod:`agentmem.kv.batch`), or inline when the caller
+        holds the model lock."""
         if self._lock.held_by_me():
             return prefill(self.model, cache, ids)[-1:]
-        return self.prefiller.prefill(cache, ids)
+        return self.decoder.prefill(cache, ids)
 
     def _decode(self, prep: PreparedPrompt, logits: torch.Tensor, first: int, sampling: Sampling, gen,
                 on_token, logits_processor, cancel) -> list[int]:

@@ -1,4 +1,4 @@
-"""Concurrent requests for the batching tests (test_kv_batch.py, test_kv_prefill_batch.py): facts to mount and a
+"""Concurrent requests for the batching tests (test_kv_batch.py, test_kv_packed_prefill.py): facts to mount and a
 different set of them, in count and length, per request, on the tiny test model's engine."""
 
 from __future__ import annotations
