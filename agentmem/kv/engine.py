@@ -43,7 +43,8 @@ from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
 from agentmem.kv.runner import LogitsProcessor, Sampling, decode, next_token, prefill, processed, stop_ids
 from agentmem.kv.streaming import text_callback
-from agentmem.kv.turn import TurnOutput, TurnRequest, begin_turn, decode_turn, end_turn, load_memories, run_turn
+from agentmem.kv.turn import (TurnOutput, TurnRequest, decode_turn, end_turn, load_memories, mount_turn, prefill_turn,
+                              run_turn)
 from agentmem.kv.types import EncodedEntry, GenerationResult, MemoryItem, Mode, MountChoice, MountMemory
 
 __all__ = ["KVEngine", "MountChoice", "PreparedPrompt"]
@@ -405,8 +406,10 @@ class KVEngine:
             request = self._claim_workspace(request)
         try:
             with self._lock:
-                started = begin_turn(self, request, entries, timings)
-            # decoded together with every other answer (between two steps other prefills run)
+                mounted = mount_turn(self, request, entries, timings)
+            # the message is fed in the decode worker's steps, beside every answer decoding (a long one in chunks)
+            started = prefill_turn(self, request, mounted, timings, self.decoder.prefill)
+            # decoded together with every other answer
             reply = decode_turn(self, request, started, lambda **args: self.decoder.decode(
                 started.cache, started.first, **args), timings)
             with self._lock:

@@ -10,9 +10,11 @@ Two steps, so that a caller can make room between them (sessions move other conv
 :func:`plan_turn` fits the memories to the model's positions (what the buffers must hold then follows);
 ``KVEngine.turn(TurnRequest) -> TurnOutput`` loads the memories (the engine's one "stored KV or re-encode"
 decision, :meth:`~agentmem.kv.engine.KVEngine.mount_entry`), then, under the engine lock, builds or grows the
-buffers, mounts and prefills (:func:`begin_turn`); the reply decodes in the engine's batch with every other answer
-(:func:`decode_turn`), and the turn is appended under the lock again (:func:`end_turn`). Nothing here knows about tiers, transcripts or leases: that
-bookkeeping is :mod:`agentmem.sessions`'.
+buffers and mounts (:func:`mount_turn`); the message is prefilled in the engine's decode steps beside every other
+answer (:func:`prefill_turn` with ``engine.decoder.prefill``), the reply decodes in the same batch
+(:func:`decode_turn`), and the turn is appended under the lock again (:func:`end_turn`). :func:`begin_turn` is
+mount and prefill inline, for a caller that holds the lock. Nothing here knows about tiers, transcripts or leases:
+that bookkeeping is :mod:`agentmem.sessions`'.
 
 Modes, all on the same token ids: ``"kv"`` reuses the history KV; ``"history-text"`` mounts the memories' KV
 but re-encodes the history; ``"text"`` re-encodes preamble + memories + history + message from scratch.
@@ -59,8 +61,8 @@ from agentmem.kv.streaming import text_callback
 from agentmem.kv.types import EncodedEntry, MountChoice, MountMemory
 
 __all__ = [
-    "SessionKV", "StartedTurn", "TurnEngine", "TurnOutput", "TurnPlan", "TurnRequest", "begin_turn", "decode_turn",
-    "end_turn", "plan_turn", "run_turn", "shift_history",
+    "MountedTurn", "SessionKV", "StartedTurn", "TurnEngine", "TurnOutput", "TurnPlan", "TurnRequest", "begin_turn",
+    "decode_turn", "end_turn", "mount_turn", "plan_turn", "prefill_turn", "run_turn", "shift_history",
 ]
 
 _TURN_MODES = ("kv", "history-text", "text")
@@ -272,9 +274,85 @@ class StartedTurn:
     workspace_bytes: int
 
 
+@dataclass
+class MountedTurn:
+    """A turn whose KV is ready and whose memories are mounted (:func:`mount_turn`): what its prefill needs."""
+
+    kv: SessionKV | None
+    fresh: bool
+    kv_len: int
+    step: list[int]
+    base: int
+    cache: BufferedCache
+    own: bool
+    step_in: list[int]  # the ids the prefill runs (``step``, less what the cache already holds)
+    rebuilt_tokens: int
+    workspace_bytes: int
+
+
+def mount_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry],
+               timings: dict[str, float]) -> MountedTurn:
+    """Ready the working KV and mount the memories in front of the turn (caller holds the engine lock).
+
+    Example (a first turn with no memories; alone here, so no lock is needed):
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> new_ids = engine.layout.suffix_ids("Where is Alice?")
+        >>> plan = plan_turn(engine, [], history_len=0, new_len=len(new_ids), max_new_tokens=3)
+        >>> mounted = mount_turn(engine, TurnRequest(plan, new_ids, [], capacity=128), [], {})
+        >>> mounted.step_in == new_ids, mounted.fresh        # the message is what the prefill runs
+        (True, True)
+    """
+    if req.mode not in _TURN_MODES:
+        raise InvalidInputError(f"mode must be one of {_TURN_MODES}")
+    t = time.perf_counter()
+    kv, fresh, rebuilt_tokens = _ready_kv(engine, req)
+    timings["rebuild"] = time.perf_counter() - t
+    kv_len = len(req.history_ids) if fresh else (0 if req.peek else req.kv_len)
+    step = req.history_ids[kv_len:] + req.new_ids
+    base = kv.length if kv is not None else 0
+    t = time.perf_counter()
+    cache, own, step_in, ws_bytes = _prompt_cache(engine, req, kv, kv_len, entries, step)
+    timings["mount"] = time.perf_counter() - t
+    return MountedTurn(kv, fresh, kv_len, step, base, cache, own, step_in, rebuilt_tokens, ws_bytes)
+
+
+def prefill_turn(engine: TurnEngine, req: TurnRequest, mounted: MountedTurn, timings: dict[str, float],
+                 prefill_fn: Callable[[BufferedCache, list[int]], torch.Tensor] | None = None) -> StartedTurn:
+    """Prefill the mounted turn and choose its first reply id: inline (the caller holds the engine lock), or through
+    ``prefill_fn(cache, ids)`` (the engine's ``decoder.prefill``, fed in the decode worker's steps; no lock held).
+
+    Example (alone here, so no lock is needed):
+        >>> from agentmem.kv.engine import KVEngine
+        >>> from agentmem.kv.testing import tiny_causal_lm
+        >>> engine = KVEngine(*tiny_causal_lm("llama"))
+        >>> new_ids = engine.layout.suffix_ids("Where is Alice?")
+        >>> req = TurnRequest(plan_turn(engine, [], history_len=0, new_len=len(new_ids), max_new_tokens=3), new_ids,
+        ...                   [], capacity=128)
+        >>> inline = prefill_turn(engine, req, mount_turn(engine, req, [], {}), {})
+        >>> packed = prefill_turn(engine, req, mount_turn(engine, req, [], {}), {}, engine.decoder.prefill)
+        >>> inline.first == packed.first, inline.prefilled == len(new_ids)
+        (True, True)
+    """
+    t = time.perf_counter()
+    if prefill_fn is None:
+        logits = prefill(engine.model, mounted.cache, mounted.step_in)
+    else:
+        logits = prefill_fn(mounted.cache, mounted.step_in)
+    first = next_token(logits, req.sampling, req.sampling.generator(engine.device)) \
+        if req.plan.max_new_tokens > 0 else None
+    t_first = time.perf_counter()
+    timings["prefill"] = t_first - t
+    return StartedTurn(mounted.kv, mounted.fresh, mounted.kv_len, mounted.step, mounted.base, mounted.cache,
+                       mounted.own, first, len(mounted.step_in) + mounted.rebuilt_tokens, t_first,
+                       mounted.workspace_bytes)
+
+
 def begin_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry],
                timings: dict[str, float]) -> StartedTurn:
-    """Ready the KV, mount, prefill and choose the first reply id (caller holds the engine lock).
+    """Ready the KV, mount, prefill and choose the first reply id, all inline (caller holds the engine lock):
+    :func:`mount_turn` then :func:`prefill_turn`.
 
     Example (a first turn with one memory; alone here, so no lock is needed):
         >>> from agentmem.kv.engine import KVEngine
@@ -289,27 +367,7 @@ def begin_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry]
         >>> started.own, started.kv.length     # prompt built in a workspace; the working KV still holds the preamble
         (False, 56)
     """
-    if req.mode not in _TURN_MODES:
-        raise InvalidInputError(f"mode must be one of {_TURN_MODES}")
-    t = time.perf_counter()
-    kv, fresh, rebuilt_tokens = _ready_kv(engine, req)
-    timings["rebuild"] = time.perf_counter() - t
-    kv_len = len(req.history_ids) if fresh else (0 if req.peek else req.kv_len)
-    step = req.history_ids[kv_len:] + req.new_ids
-    base = kv.length if kv is not None else 0
-
-    t = time.perf_counter()
-    cache, own, step_in, ws_bytes = _prompt_cache(engine, req, kv, kv_len, entries, step)
-    timings["mount"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    logits = prefill(engine.model, cache, step_in)
-    first = next_token(logits, req.sampling, req.sampling.generator(engine.device)) \
-        if req.plan.max_new_tokens > 0 else None
-    t_first = time.perf_counter()
-    timings["prefill"] = t_first - t
-    return StartedTurn(kv, fresh, kv_len, step, base, cache, own, first, len(step_in) + rebuilt_tokens, t_first,
-                       ws_bytes)
+    return prefill_turn(engine, req, mount_turn(engine, req, entries, timings), timings)
 
 
 def end_turn(engine: TurnEngine, req: TurnRequest, started: StartedTurn, reply: list[int],

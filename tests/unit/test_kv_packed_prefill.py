@@ -43,14 +43,16 @@ def _queued_together(engine: KVEngine, fn, n: int) -> list:
 
 
 @pytest.mark.parametrize("mode", ["kv", "text"])
-def test_prompts_packed_into_one_step_answer_exactly_as_alone(engine, mode):
+def test_prompts_packed_into_one_step_answer_exactly_as_alone(engine, mode, monkeypatch):
+    monkeypatch.setattr(engine.decoder, "step_tokens", 4096)  # room for every prompt, text mode's too, in one step
     n = len(QUESTIONS)
     memories = [_memories(engine, i) for i in range(n)]
     alone = [engine.generate(QUESTIONS[i], memories[i], mode=mode, max_new_tokens=12).token_ids for i in range(n)]
     engine.decoder.max_prompts_seen = 0
     together = _queued_together(engine, lambda i: engine.generate(QUESTIONS[i], memories[i], mode=mode,
                                                                   max_new_tokens=12).token_ids, n)
-    assert engine.decoder.max_prompts_seen >= (n + 1) // 2  # packed steps fed the prompts that waited together
+    # the prompts went in over two steps at most (what the worker took before the lock came free, then the rest)
+    assert engine.decoder.max_prompts_seen >= (n + 1) // 2
     assert together == alone
     assert all(len(ids) > 3 for ids in alone)  # not a trivial comparison of empty answers
 

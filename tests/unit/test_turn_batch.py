@@ -101,3 +101,29 @@ def test_a_cancelled_turn_keeps_a_working_kv_that_matches_what_it_delivered(engi
     assert out.kv.length - len(engine.layout.preamble_ids) <= len(history)
     ids2, out2 = _turn(engine, history, out.kv, "Tell me a long story.", 12)
     assert out2.reply == _reference(engine, list(engine.layout.preamble_ids) + history + ids2, 12)
+
+
+def test_a_turns_message_is_fed_beside_a_decoding_answer_and_replies_as_the_reference(engine, monkeypatch):
+    """A turn's prefill goes through the decode worker like an answer's prompt: a long message is fed in chunks
+    between the steps of an answer already decoding, and the reply still equals the fresh-prefill reference."""
+    monkeypatch.setattr(engine.decoder, "step_tokens", 8)
+    fed: list[tuple[int, int]] = []  # (rows decoding, message tokens fed) per packed step
+    packed = engine.decoder._packed_forward
+
+    def spy(active, prompts):
+        before = sum(p.fed for p in prompts)
+        out = packed(active, prompts)
+        fed.append((len(active), sum(p.fed for p in prompts) - before))
+        return out
+
+    monkeypatch.setattr(engine.decoder, "_packed_forward", spy)
+    running = threading.Thread(target=_turn, args=(engine, [], None, "Go on and on.", 300))
+    start = engine.decoder.steps
+    running.start()
+    while engine.decoder.steps < start + 3:
+        assert running.is_alive()
+        time.sleep(0.001)
+    ids, out = _turn(engine, [], None, "Tell me a long story about the blue door and the cat called Miso.", 12)
+    running.join(300)
+    assert len([n for rows, n in fed if rows >= 1]) >= 3  # the message went in over several steps beside the answer
+    assert out.reply == _reference(engine, list(engine.layout.preamble_ids) + ids, 12)
