@@ -410,8 +410,8 @@ def end_turn(engine: TurnEngine, req: TurnRequest, started: StartedTurn, reply: 
 def run_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry], fallbacks: list[tuple[str, str]],
              timings: dict[str, float]) -> TurnOutput:
     """The model part of a turn, all under the engine lock the caller holds: ready the KV, mount, prefill, decode
-    inline (not batched with other answers), append. ``KVEngine.turn`` decodes batched instead, between
-    :func:`begin_turn` and :func:`end_turn`.
+    inline (not batched with other answers), append. ``KVEngine.turn`` prefills and decodes batched instead,
+    between :func:`mount_turn` and :func:`end_turn`.
 
     Example (alone here, so no lock is needed):
         >>> from agentmem.kv.engine import KVEngine
