@@ -13,7 +13,7 @@ import pytest
 from agentmem.kv import KVEngine, MemoryItem
 from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
-from tests.unit.kv_batch_requests import FACTS, request_memories as _memories
+from tests.unit.kv_batch_requests import FACTS, record_packed_steps, request_memories as _memories
 
 QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the door and what it means?",
              "What is the cat called?", "hello"]
@@ -80,16 +80,7 @@ def test_a_long_prompt_is_fed_in_chunks_while_another_answer_keeps_decoding(engi
     alone_long = engine.generate(question, memories, mode="text", max_new_tokens=6).token_ids
     alone_running = engine.generate("Go on and on.", [], max_new_tokens=300).token_ids
     monkeypatch.setattr(engine.decoder, "step_tokens", 8)
-    steps: list[tuple[int, int]] = []  # (rows decoding, prompt tokens fed) per packed step
-    packed = engine.decoder._packed_forward
-
-    def spy(active, prompts):
-        fed = sum(p.fed for p in prompts)
-        out = packed(active, prompts)
-        steps.append((len(active), sum(p.fed for p in prompts) - fed))
-        return out
-
-    monkeypatch.setattr(engine.decoder, "_packed_forward", spy)
+    steps = record_packed_steps(engine, monkeypatch)  # (rows decoding, prompt tokens fed) per packed step
     running_ids: list = []
     running = threading.Thread(target=lambda: running_ids.extend(
         engine.generate("Go on and on.", [], max_new_tokens=300).token_ids))

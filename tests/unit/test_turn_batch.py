@@ -15,6 +15,7 @@ from agentmem.kv.runner import decode, prefill
 from agentmem.kv.testing import tiny_causal_lm
 from agentmem.kv.turn import TurnRequest, plan_turn
 from agentmem.sessions import ChatLayout
+from tests.unit.kv_batch_requests import record_packed_steps
 
 MESSAGES = [("Hello, I am Ana.", "My sister is called Ines."), ("hello", "Tell me a long story."),
             ("What did Dan buy?", "And Bob?"), ("Go on and on.", "Why?")]
@@ -107,16 +108,7 @@ def test_a_turns_message_is_fed_beside_a_decoding_answer_and_replies_as_the_refe
     """A turn's prefill goes through the decode worker like an answer's prompt: a long message is fed in chunks
     between the steps of an answer already decoding, and the reply still equals the fresh-prefill reference."""
     monkeypatch.setattr(engine.decoder, "step_tokens", 8)
-    fed: list[tuple[int, int]] = []  # (rows decoding, message tokens fed) per packed step
-    packed = engine.decoder._packed_forward
-
-    def spy(active, prompts):
-        before = sum(p.fed for p in prompts)
-        out = packed(active, prompts)
-        fed.append((len(active), sum(p.fed for p in prompts) - before))
-        return out
-
-    monkeypatch.setattr(engine.decoder, "_packed_forward", spy)
+    fed = record_packed_steps(engine, monkeypatch)  # (rows decoding, message tokens fed) per packed step
     running = threading.Thread(target=_turn, args=(engine, [], None, "Go on and on.", 300))
     start = engine.decoder.steps
     running.start()
