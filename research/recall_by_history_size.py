@@ -229,7 +229,6 @@ def summarise(per_conv: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Pool each checkpoint's questions over the conversations (``locomo.recall_summary``), and fit the slope."""
     labels = [r["checkpoint"] for r in next(iter(per_conv.values()))]
     out: dict[str, Any] = {"conversations": len(per_conv), "checkpoints": [], "by_conversation": {}}
-    points = []
     for n, label in enumerate(labels):
         rows = [rs[n] for rs in per_conv.values()]
         entry: dict[str, Any] = {"checkpoint": label,
@@ -246,8 +245,28 @@ def summarise(per_conv: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         out["by_conversation"][cid] = {"history_turns": [r["history_turns"] for r in rs],
                                        "fixed_questions": len(rs[0]["fixed"]),
                                        "fixed_recall@10": [f["recall@10"] for f in fixed]}
-        points += [(cid, r["history_turns"], f["recall@10"], len(r["fixed"])) for r, f in zip(rs, fixed)]
-    out["slope_fixed_recall@10_per_1000_turns"] = within_slope(points)
+    return {**out, **slopes(out)}
+
+
+def slopes(result: dict[str, Any]) -> dict[str, float]:
+    """The fixed set's recall@10 slope per 1,000 turns (``within_slope``) over every checkpoint, over the
+    conversation's own history (25 % to 100 %) and over the padding (100 % and the padded checkpoints).
+
+    Example:
+        >>> one = {"checkpoints": [{"checkpoint": c} for c in ("50%", "100%", "padded to 1000")],
+        ...        "by_conversation": {"a": {"history_turns": [200, 400, 1000], "fixed_questions": 5,
+        ...                                  "fixed_recall@10": [0.9, 0.8, 0.8]}}}
+        >>> slopes(one)["slope_fixed_recall@10_per_1000_turns_own_history"]
+        -0.5
+    """
+    labels = [c["checkpoint"] for c in result["checkpoints"]]
+    spans = {"": labels, "_own_history": [c for c in labels if not c.startswith("padded")],
+             "_padding": ["100%", *[c for c in labels if c.startswith("padded")]]}
+    out = {}
+    for suffix, chosen in spans.items():
+        points = [(cid, t, r, row["fixed_questions"]) for cid, row in result["by_conversation"].items()
+                  for c, t, r in zip(labels, row["history_turns"], row["fixed_recall@10"]) if c in chosen]
+        out[f"slope_fixed_recall@10_per_1000_turns{suffix}"] = within_slope(points)
     return out
 
 
@@ -290,6 +309,7 @@ def main() -> None:
         if not kept.exists():
             kept.write_text(json.dumps(measure(name, args.work, args.pad_to, args.conversations, args.max_sessions)))
         result[name] = json.loads(kept.read_text())
+        result[name].update(slopes(result[name]))
     result["pad_to"] = args.pad_to
     if args.plot:
         plot(result, args.datasets, args.plot)
