@@ -327,12 +327,12 @@ def prefill_turn(engine: TurnEngine, req: TurnRequest, mounted: MountedTurn, tim
         >>> from agentmem.kv.engine import KVEngine
         >>> from agentmem.kv.testing import tiny_causal_lm
         >>> engine = KVEngine(*tiny_causal_lm("llama"))
-        >>> new_ids = engine.layout.suffix_ids("Where is Alice?")
-        >>> req = TurnRequest(plan_turn(engine, [], history_len=0, new_len=len(new_ids), max_new_tokens=3), new_ids,
-        ...                   [], capacity=128)
-        >>> inline = prefill_turn(engine, req, mount_turn(engine, req, [], {}), {})
-        >>> packed = prefill_turn(engine, req, mount_turn(engine, req, [], {}), {}, engine.decoder.prefill)
-        >>> inline.first == packed.first, inline.prefilled == len(new_ids)
+        >>> ids = engine.layout.suffix_ids("Where is Alice?")
+        >>> plan = plan_turn(engine, [], history_len=0, new_len=len(ids), max_new_tokens=3)
+        >>> req = TurnRequest(plan, ids, [], capacity=128)
+        >>> inline, packed = [prefill_turn(engine, req, mount_turn(engine, req, [], {}), {}, prefill_fn)
+        ...                   for prefill_fn in (None, engine.decoder.prefill)]     # inline, then in the worker's steps
+        >>> inline.first == packed.first, inline.prefilled == len(ids)
         (True, True)
     """
     t = time.perf_counter()
