@@ -10,8 +10,8 @@ discards blobs staged as long ago. No process ids: it works the same with writer
 Example:
     >>> own = EntryStore(Path("entries"), MemoryConfig(), embedder=store.embedder)  # SQLite, embedded Chroma, files
     >>> tea = own.new_entry("e1", "I like green tea.", "[5 May 2026] I like green tea.", "I like green tea.",
-    ...                     user_id="u1", session_id=None, kind="fact", role=None, speaker=None, occurred_at="5 May 2026",
-    ...                     metadata={}, tags=[], created_at=time.time(), expires_at=None)
+    ...                     user_id="u1", session_id=None, kind="fact", role=None, speaker=None,
+    ...                     occurred_at="5 May 2026", metadata={}, tags=[], created_at=time.time(), expires_at=None)
     >>> own.add([tea]); [h.row.id for h in own.search("green tea", Scope("u1"), k=5)]
     ['e1']
 """
@@ -199,10 +199,10 @@ class EntryStore:
         self.recover()
 
     # --- writes --------------------------------------------------------------------------------
-    def new_entry(self, entry_id: str, text: str, line: str, embed_text: str, *, user_id: str, session_id: str | None, kind: str,
-                  role: str | None, speaker: str | None, occurred_at: str | None, metadata: dict[str, Any],
-                  tags: Sequence[str], created_at: float, expires_at: float | None, indexed: bool = True,
-                  kb_version: str | None = None) -> NewEntry:
+    def new_entry(self, entry_id: str, text: str, line: str, embed_text: str, *, user_id: str,
+                  session_id: str | None, kind: str, role: str | None, speaker: str | None, occurred_at: str | None,
+                  metadata: dict[str, Any], tags: Sequence[str], created_at: float, expires_at: float | None,
+                  indexed: bool = True, kb_version: str | None = None) -> NewEntry:
         """The row (texts sealed) and "add" event of one validated entry, ready for :meth:`add`: ``line`` is its
         memory line (:func:`agentmem.entries.records.memory_line`), ``embed_text`` what the dense index embeds
         (:func:`agentmem.entries.records.embedding_line`); the writer builds both.

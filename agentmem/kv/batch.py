@@ -500,9 +500,8 @@ class DecodeBatch:
         starts = [s.position() for s in active] + [int(p.cache.get_seq_length()) for p, _ in chunks]
         lengths = [1] * len(active) + [n for _, n in chunks]
         positions = torch.cat([torch.arange(a, a + n) for a, n in zip(starts, lengths)]).to(self.device)
-        ends = list(itertools.accumulate(lengths))
-        keep = torch.tensor([end - 1 for end in ends], device=self.device)  # each segment's last token
         cache = _PackedCache([s.cache for s in active] + [p.cache for p, _ in chunks], lengths)
+        keep = torch.tensor([end - 1 for _, end in cache.spans], device=self.device)  # each span's last token
         logits = prefill(self.model, cache, torch.tensor([ids], device=self.device), position_ids=positions[None],
                          logits_to_keep=keep)
         for j, (p, n) in enumerate(chunks):

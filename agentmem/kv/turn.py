@@ -257,8 +257,8 @@ def load_memories(engine: TurnEngine, req: TurnRequest, timings: dict[str, float
 
 
 @dataclass
-class StartedTurn:
-    """A turn between its prefill and its decode (:func:`begin_turn`): the prompt cache, the first chosen id, and
+class MountedTurn:
+    """A turn whose KV is ready and whose memories are mounted (:func:`mount_turn`): what its prefill needs, and
     what :func:`end_turn` needs to append the turn once its reply is decoded."""
 
     kv: SessionKV | None
@@ -268,26 +268,19 @@ class StartedTurn:
     base: int  # the working KV's length before the turn
     cache: BufferedCache
     own: bool  # the cache writes into ``kv``'s buffers itself
-    first: int | None  # the first reply id (None: no room to answer)
-    prefilled: int
-    first_token_at: float
+    step_in: list[int]  # the ids the prefill runs (``step``, less what the cache already holds)
+    rebuilt_tokens: int
     workspace_bytes: int
 
 
 @dataclass
-class MountedTurn:
-    """A turn whose KV is ready and whose memories are mounted (:func:`mount_turn`): what its prefill needs."""
+class StartedTurn(MountedTurn):
+    """A turn between its prefill and its decode (:func:`prefill_turn`): the mounted turn, the first chosen id, and
+    when it was chosen."""
 
-    kv: SessionKV | None
-    fresh: bool
-    kv_len: int
-    step: list[int]
-    base: int
-    cache: BufferedCache
-    own: bool
-    step_in: list[int]  # the ids the prefill runs (``step``, less what the cache already holds)
-    rebuilt_tokens: int
-    workspace_bytes: int
+    first: int | None  # the first reply id (None: no room to answer)
+    prefilled: int
+    first_token_at: float
 
 
 def mount_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry],
@@ -344,9 +337,8 @@ def prefill_turn(engine: TurnEngine, req: TurnRequest, mounted: MountedTurn, tim
         if req.plan.max_new_tokens > 0 else None
     t_first = time.perf_counter()
     timings["prefill"] = t_first - t
-    return StartedTurn(mounted.kv, mounted.fresh, mounted.kv_len, mounted.step, mounted.base, mounted.cache,
-                       mounted.own, first, len(mounted.step_in) + mounted.rebuilt_tokens, t_first,
-                       mounted.workspace_bytes)
+    return StartedTurn(**vars(mounted), first=first, prefilled=len(mounted.step_in) + mounted.rebuilt_tokens,
+                       first_token_at=t_first)
 
 
 def begin_turn(engine: TurnEngine, req: TurnRequest, entries: list[EncodedEntry],
