@@ -457,8 +457,9 @@ class DecodeBatch:
         self.max_batch_seen = max(self.max_batch_seen, len(active))
         with self.lock:
             if prompts and not active and len(prompts) == 1:  # a lone prompt: the plain forward, as unbatched
-                prompts[0].logits = prefill(self.model, prompts[0].cache, prompts[0].ids)[-1:]
-                prompts[0].fed = len(prompts[0].ids)
+                lone = prompts[0]  # what is left of it: an earlier packed step may have fed its first chunk
+                lone.logits = prefill(self.model, lone.cache, lone.ids[lone.fed:])[-1:]
+                lone.fed = len(lone.ids)
                 logits = None
             elif prompts:
                 logits = self._packed_forward(active, prompts)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from agentmem.kv import KVEngine, MemoryItem
+from agentmem.kv.batch import DecodeBatch, FairRLock, _Prompt
 from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
 from tests.unit.kv_batch_requests import FACTS, record_packed_steps, request_memories as _memories
@@ -70,6 +71,24 @@ def test_a_packed_step_appends_each_prompt_to_its_own_cache_at_its_own_positions
         assert (logits[i] - ref_logits).abs().max() < 1e-4
         for layer, ref_layer in zip(prep.cache.layers, ref.cache.layers):
             assert (layer.keys - ref_layer.keys).abs().max() < 1e-4
+
+
+def test_a_prompt_left_alone_after_a_packed_step_is_fed_only_what_is_left_of_it(engine):
+    """A packed step over a small budget feeds all of a short prompt and the first chunk of a long one; the next
+    step, the long one alone, is the plain forward over the rest of it: its first chunk is in its cache once."""
+    memories = _memories(engine, 0)
+    short, long = engine.prepare("hello", []), engine.prepare(QUESTIONS[0], memories, mode="text")
+    jobs = [_Prompt(short.cache, short.pending_ids), _Prompt(long.cache, long.pending_ids)]
+    batch = DecodeBatch(engine.model, FairRLock(), step_tokens=len(jobs[0].ids) + 8)
+    assert len(jobs[1].ids) > batch.step_tokens
+    batch._step([], jobs)  # the worker's step: the short prompt whole, then the long one's first chunk
+    assert jobs[0].left == 0 and 0 < jobs[1].fed < len(jobs[1].ids)
+    batch._step([], [jobs[1]])  # the long one, alone now
+    ref = engine.prepare(QUESTIONS[0], memories, mode="text")
+    ref_logits = prefill(engine.model, ref.cache, ref.pending_ids)[-1:]  # the plain, unbatched forward
+    assert long.cache.get_seq_length() == ref.cache.get_seq_length() == long.prompt_tokens
+    assert int(jobs[1].logits.argmax()) == int(ref_logits.argmax())
+    assert (jobs[1].logits - ref_logits).abs().max() < 1e-4
 
 
 def test_a_long_prompt_is_fed_in_chunks_while_another_answer_keeps_decoding(engine, monkeypatch):
