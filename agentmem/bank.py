@@ -84,7 +84,7 @@ class KVBank:
                                               dtype=dtype)
                 self._engine = KVEngine(
                     model, tokenizer, codec=self.config.kv_codec, mount_budget=self.config.mount_budget_tokens,
-                    prefix_cache=self.config.prefix_cache,
+                    prefix_cache=self.config.prefix_cache, decode_lanes=self.config.decode_lanes,
                 )
             return self._engine
 

@@ -124,6 +124,11 @@ class MemoryConfig(BaseModel):
         description="Processes serving this store on one host (for the thread default); None = $WEB_CONCURRENCY "
         "or $AGENTMEM_WORKERS, else 1.",
     )
+    decode_lanes: int | None = Field(
+        default=None, gt=0,
+        description="Batch workers running the model's forwards side by side (agentmem/kv/lanes.py); None = "
+        "agentmem.kv.lanes.default_lanes(): 2 on a CPU with at least 2 usable cores, else 1.",
+    )
 
     # --- sessions (working KV of live conversations) ----------------------------------------------
     session_hot_bytes: int = Field(default=512 * 2**20, ge=0, description="Byte budget of the hot tier (model device).")

@@ -34,10 +34,11 @@ import torch
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, InvalidInputError, UnsupportedModelError
 from agentmem.kv import codec
 from agentmem.kv.quant import codec_for
-from agentmem.kv.batch import DecodeBatch, FairRLock
+from agentmem.kv.batch import FairRLock
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
 from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, max_recomputed
+from agentmem.kv.lanes import DecodeLanes, default_lanes
 from agentmem.kv.mount import Mount, Workspace, plan_mount
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, rotary_inv_freq
@@ -150,6 +151,7 @@ class KVEngine:
         position_margin: int = 8,
         mount_budget: int | None = None,
         prefix_cache: bool = True,
+        decode_lanes: int | None = None,
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -181,8 +183,9 @@ class KVEngine:
         self._workspace_guard = threading.Lock()  # who takes the workspace (generate mounts outside the model lock)
         self._turn_workspaces: set[int] = set()  # ids of the session workspaces a turn is decoding in now
         self._lock = FairRLock()  # granted in arrival order: a prefill never waits behind a stream of decode steps
-        # runs the decode steps of concurrent answers together, and feeds the prompts waiting in the same steps
-        self.decoder = DecodeBatch(self.model, self._lock)
+        # runs the decode steps of concurrent answers together, and feeds the prompts waiting in the same steps; on
+        # a CPU with a core to spare, two such workers run side by side (agentmem/kv/lanes.py)
+        self.decoder = DecodeLanes(self.model, self._lock, lanes=decode_lanes or default_lanes(self.device))
 
     # -- identity ---------------------------------------------------------------------------------------------
     @property

@@ -18,10 +18,11 @@ def request_memories(engine: KVEngine, i: int) -> list[MemoryItem]:
 
 
 def record_packed_steps(engine: KVEngine, monkeypatch) -> list[tuple[int, int]]:
-    """From now on (for the test), each packed step of ``engine.decoder`` appends (rows decoding, prompt tokens fed)
-    to the returned list."""
+    """From now on (for the test), each packed step of ``engine.decoder``'s first lane (the only one of an engine
+    made with ``decode_lanes=1``) appends (rows decoding, prompt tokens fed) to the returned list."""
     steps: list[tuple[int, int]] = []
-    packed = engine.decoder._packed_forward
+    lane = engine.decoder.lanes[0]
+    packed = lane._packed_forward
 
     def spy(active, prompts):
         before = sum(p.fed for p in prompts)
@@ -29,5 +30,5 @@ def record_packed_steps(engine: KVEngine, monkeypatch) -> list[tuple[int, int]]:
         steps.append((len(active), sum(p.fed for p in prompts) - before))
         return out
 
-    monkeypatch.setattr(engine.decoder, "_packed_forward", spy)
+    monkeypatch.setattr(lane, "_packed_forward", spy)
     return steps

@@ -23,7 +23,7 @@ QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the
 @pytest.fixture(scope="module")
 def engine() -> KVEngine:
     model, tok = tiny_causal_lm("llama", seed=0)
-    return KVEngine(model, tok)
+    return KVEngine(model, tok, decode_lanes=1)  # packing within one worker's steps (two lanes: test_kv_lanes.py)
 
 
 def _queued_together(engine: KVEngine, fn, n: int) -> list:

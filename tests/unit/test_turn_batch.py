@@ -107,6 +107,7 @@ def test_a_cancelled_turn_keeps_a_working_kv_that_matches_what_it_delivered(engi
 def test_a_turns_message_is_fed_beside_a_decoding_answer_and_replies_as_the_reference(engine, monkeypatch):
     """A turn's prefill goes through the decode worker like an answer's prompt: a long message is fed in chunks
     between the steps of an answer already decoding, and the reply still equals the fresh-prefill reference."""
+    engine = KVEngine(engine.model, engine.tokenizer, decode_lanes=1)  # one worker: the message rides its steps
     monkeypatch.setattr(engine.decoder, "step_tokens", 8)
     fed = record_packed_steps(engine, monkeypatch)  # (rows decoding, message tokens fed) per packed step
     running = threading.Thread(target=_turn, args=(engine, [], None, "Go on and on.", 300))
