@@ -1,6 +1,6 @@
-"""Batched decoding across requests (agentmem.kv.batch) through KVEngine.generate on the tiny test model: answers
-decoded together equal their unbatched greedy answers, a cancel stops a decode before its next step, and the
-model's lock is granted in arrival order."""
+"""Batched decoding across requests (agentmem.kv.batch, on one lane and on two: agentmem.kv.lanes) through
+KVEngine.generate on the tiny test model: answers decoded together equal their unbatched greedy answers, a cancel
+stops a decode before its next step, and the model's lock is granted in arrival order."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ QUESTIONS = ["Where does Alice live?", "What does Bob keep?", "Tell me about the
              "What did Dan buy?", "hello"]
 
 
-@pytest.fixture(scope="module")
-def engine() -> KVEngine:
+@pytest.fixture(scope="module", params=[1, 2], ids=["one lane", "two lanes"])
+def engine(request) -> KVEngine:
+    """One batch worker, and two (agentmem/kv/lanes.py: the default on a CPU with two usable cores)."""
     model, tok = tiny_causal_lm("llama", seed=0)
-    return KVEngine(model, tok)
+    return KVEngine(model, tok, decode_lanes=request.param)
 
 
 def _concurrently(fn, n: int) -> list:
@@ -49,10 +50,11 @@ def test_answers_decoded_together_equal_their_unbatched_greedy_answers(engine, m
     memories = [_memories(engine, i) for i in range(n)]
     alone = [engine.generate(QUESTIONS[i], memories[i], mode=mode, max_new_tokens=24 + 7 * i).token_ids
              for i in range(n)]
-    before = engine.decoder.max_batch_seen
+    before, lane_steps = engine.decoder.max_batch_seen, [lane.steps for lane in engine.decoder.lanes]
     together = _concurrently(lambda i: engine.generate(QUESTIONS[i], memories[i], mode=mode,
                                                        max_new_tokens=24 + 7 * i).token_ids, n)
     assert engine.decoder.max_batch_seen >= 2 or before >= 2  # the answers really shared decode steps
+    assert all(lane.steps > b for lane, b in zip(engine.decoder.lanes, lane_steps))  # every lane took part
     assert together == alone
     assert any(len(ids) > 10 for ids in alone)  # not a trivial comparison of empty answers
 
