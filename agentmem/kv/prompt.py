@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,14 @@ def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> str | None:
     except Exception:  # templates raise freely (e.g. "system role not supported"); we just try the next shape
         return None
     return out if isinstance(out, str) else None
+
+
+# transformers' fast tokenizers set the backend's ``encode_special_tokens`` switch on every call that passes
+# ``split_special_tokens`` (tokenization_utils_tokenizers.py): state of the tokenizer, not of the call. Two threads
+# tokenizing at once, one user content (split) and one template piece (not split), could each run with the other's
+# setting, and a template's <|im_end|> came out as literal characters (a wrong reply under concurrent session turns,
+# issue #40; tests/unit/test_kv_prompt.py). Every encode of a layout holds this lock; tokenizing takes microseconds.
+_ENCODE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -78,13 +87,17 @@ class PromptLayout:
     # -- token ids -------------------------------------------------------------------------------------------
     def template_ids(self, text: str) -> list[int]:
         """Ids of a template piece; special-token strings in it (``<|im_start|>``) become special tokens."""
-        return list(self.tokenizer(text, add_special_tokens=False).input_ids) if text else []
+        if not text:
+            return []
+        with _ENCODE_LOCK:
+            return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=False).input_ids)
 
     def content_ids(self, text: str) -> list[int]:
         """Ids of user-supplied content: special-token strings stay literal text (no prompt-structure injection)."""
         if not text:
             return []
-        return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
+        with _ENCODE_LOCK:
+            return list(self.tokenizer(text, add_special_tokens=False, split_special_tokens=True).input_ids)
 
     # Older private names, kept for callers that used them.
     _template_ids = template_ids

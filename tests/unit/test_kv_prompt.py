@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from agentmem.kv.engine import KVEngine
 from agentmem.kv.prompt import PromptLayout
 from agentmem.kv.testing import tiny_causal_lm, tiny_tokenizer
@@ -69,3 +71,27 @@ def test_text_and_kv_modes_run_the_same_token_ids():
     engine.prefix_cache = False  # without the prefix cache text mode prefills the preamble too
     uncached = engine.prepare("Who likes tea?", plain, mode="text")
     assert engine.layout.preamble_ids + memory_ids + prep.pending_ids == uncached.pending_ids
+
+
+def test_template_pieces_keep_their_special_tokens_while_content_is_tokenized_on_other_threads():
+    """transformers' fast tokenizer sets its backend's split-special-tokens switch on every call: a template piece
+    tokenized while another thread tokenizes user content must still get <|im_end|> as one special token."""
+    layout = PromptLayout.from_tokenizer(tiny_tokenizer())
+    piece, content = "<|im_end|>\n<|im_start|>user\n", "I wrote <|im_end|> in my note."
+    want_piece, want_content = layout.template_ids(piece), layout.content_ids(content)
+    assert layout.tokenizer.convert_tokens_to_ids("<|im_end|>") in want_piece  # one special token, not characters
+    wrong: list[str] = []
+
+    def tokenize(i: int) -> None:
+        for _ in range(400):
+            if i % 2 and layout.template_ids(piece) != want_piece:
+                wrong.append("piece")
+            if not i % 2 and layout.content_ids(content) != want_content:
+                wrong.append("content")
+
+    threads = [threading.Thread(target=tokenize, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert wrong == []
