@@ -185,7 +185,8 @@ class KVEngine:
         self._lock = FairRLock()  # granted in arrival order: a prefill never waits behind a stream of decode steps
         # runs the decode steps of concurrent answers together, and feeds the prompts waiting in the same steps; on
         # a CPU with a core to spare, two such workers run side by side (agentmem/kv/lanes.py)
-        self.decoder = DecodeLanes(self.model, self._lock, lanes=decode_lanes or default_lanes(self.device))
+        lanes = default_lanes(self.device) if decode_lanes is None else decode_lanes
+        self.decoder = DecodeLanes(self.model, self._lock, lanes=lanes)
 
     # -- identity ---------------------------------------------------------------------------------------------
     @property

@@ -66,6 +66,8 @@ def test_the_second_lane_answers_while_the_first_is_held(engine):
 
 
 def test_lanes_must_be_at_least_one():
-    model, _ = tiny_causal_lm("llama", seed=0)
+    model, tok = tiny_causal_lm("llama", seed=0)
     with pytest.raises(ValueError, match="lanes must be at least 1"):
         DecodeLanes(model, None, lanes=0)
+    with pytest.raises(ValueError, match="lanes must be at least 1"):
+        KVEngine(model, tok, decode_lanes=0)
