@@ -151,10 +151,10 @@ class _LocalChat:
 
     def decide(self, new_text: str, existing: Sequence[str]) -> LlmDecision | None:
         engine = self._engine()
-        tokenizer = engine.tokenizer
         options = choices(len(existing))
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-        encoded = [tokenizer.encode(o, add_special_tokens=False) for o in options]
+        eos = engine.tokenizer.eos_token_id if engine.tokenizer.eos_token_id is not None else 0
+        # through the engine's layout, whose encodes hold the one tokenizer lock (agentmem/kv/prompt.py)
+        encoded = [engine.layout.template_ids(o) for o in options]
         proc = ChoiceProcessor(encoded, eos_id=eos)
         listing = "\n".join(f"{i}: {t}" for i, t in enumerate(existing))
         question = f"EXISTING:\n{listing}\nNEW: {new_text}\nAnswer:"
