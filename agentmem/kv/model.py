@@ -154,7 +154,7 @@ def load_model(
         >>> tiny, tiny_tokenizer = tiny_causal_lm("qwen2")
         >>> tiny.save_pretrained("tiny-qwen2"); tiny_tokenizer.save_pretrained("tiny-qwen2")  # a local model dir
         (...)
-        >>> model, tok = load_model("tiny-qwen2", device="auto", dtype="auto")
+        >>> model, tok = load_model("tiny-qwen2", device="cpu", dtype="float32")
         >>> model.config.model_type, model.dtype
         ('qwen2', torch.float32)
     """

@@ -16,7 +16,14 @@ import pytest
 import torch
 
 from agentmem import AgentMemory, InvalidInputError, MemoryConfig
-from agentmem.kv.device import apply_threads, default_threads, resolve_device, resolve_dtype, worker_count
+from agentmem.kv.device import (
+    apply_threads,
+    cpu_has_bf16_matmul,
+    default_threads,
+    resolve_device,
+    resolve_dtype,
+    worker_count,
+)
 from agentmem.kv.model import load_model
 from agentmem.kv.testing import tiny_causal_lm
 from agentmem.kv.transfer import HostStaging
@@ -36,12 +43,29 @@ def test_device_and_dtype_settings_are_validated():
         MemoryConfig(torch_dtype="float64")
     assert MemoryConfig(device="cuda:1").device == "cuda:1"
     assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("float32", torch.device("cpu")) == torch.float32
     assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
     if not torch.cuda.is_available():
         assert resolve_device("auto").type in {"cpu", "mps"}
         with pytest.raises(InvalidInputError, match="device: 'cuda:1'"):
             resolve_device("cuda:1")
+
+
+def _cpuinfo_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="reads the CPU's flags from Linux's /proc/cpuinfo")
+def test_auto_dtype_on_cpu_is_bfloat16_exactly_when_the_cpu_has_amx_bf16():
+    # The kernel's own flags, not torch's probe: an AMX CPU gets bfloat16 (its native matmul), any other float32.
+    flags = _cpuinfo_flags()
+    native = {"amx_bf16", "amx_tile", "avx512_bf16"} <= flags
+    assert cpu_has_bf16_matmul() is native
+    assert resolve_dtype("auto", torch.device("cpu")) == (torch.bfloat16 if native else torch.float32)
+    assert MemoryConfig().torch_dtype == "auto"
 
 
 def test_thread_policy_leaves_cpus_to_neighbours_and_workers(monkeypatch, keep_threads):
