@@ -42,8 +42,11 @@ def main() -> None:
     ap.add_argument("--long-prompt-tokens", type=int, default=2000, help="memory tokens of the text-mode request "
                     "of the long-prompt phase (0: skip the phase)")
     ap.add_argument("--long-decoders", type=int, default=4, help="answers decoding while the long prompt arrives")
+    ap.add_argument("--torch-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="the model's dtype; auto is MemoryConfig's default (agentmem/kv/device.py)")
     args = ap.parse_args()
-    engine = KVEngine(*load_model(args.model))
+    model, tokenizer = load_model(args.model, dtype=args.torch_dtype)
+    engine = KVEngine(model, tokenizer)
     engine.warmup()
     facts = [f"Fact {i}: the {t} is in the {p}." for i, (t, p) in enumerate(zip(THINGS, PLACES))]
     items = [MemoryItem(f"m{i}", f, (lambda e=e: e)) for i, (f, e) in enumerate(zip(facts, engine.encode_many(facts)))]
@@ -76,7 +79,7 @@ def main() -> None:
            "same": together == sequential}
     if args.long_prompt_tokens > 0:
         out["long_prompt"] = long_prompt_phase(engine, items, args.long_prompt_tokens, args.long_decoders)
-    print(json.dumps({**out, "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    print(json.dumps({**out, "torch_dtype": str(model.dtype).removeprefix("torch."), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}))
     plot(out, Path(__file__).resolve().parent.parent / "docs" / "batch-decode-long-prompt.png")
 
 

@@ -15,6 +15,10 @@ independent corpus of stdlib docstring sentences); the data is a dev half and is
 
     python benchmarks/mount_fidelity.py --data ../shared/data/locomo/locomo_dev5.json --questions 200 --k 8
 
+``--torch-dtype bfloat16 --reference-dtype float32`` measures what a lower-precision model costs (the ``"auto"``
+dtype on an AMX CPU, agentmem/kv/device.py): every mode's KL and NLL are also taken against text mode run by the
+same weights in the reference dtype (``kl_vs_reference``), beside the reference's own ``kv`` mode.
+
 Last line: {"benchmark": "mount_fidelity", "modes": {"kv": {"kl": ..., "nll_rel": ...}, ...}, ...}
 """
 
@@ -110,16 +114,24 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None, help="local HF model dir (default: embedded SmolLM2)")
     ap.add_argument("--kv-dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--torch-dtype", default="float32", choices=["auto", "float32", "bfloat16"],
+                    help="the model's dtype (the facade's default is auto)")
+    ap.add_argument("--reference-dtype", default=None, choices=["float32", "bfloat16"],
+                    help="also score every mode against text mode in this dtype")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (1 is best on a busy CPU)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(args.model, dtype=args.torch_dtype)
     backend = EngineBackend(model, tokenizer, getattr(torch, args.kv_dtype))
+    reference = None
+    if args.reference_dtype:
+        reference = EngineBackend(*load_model(args.model, dtype=args.reference_dtype), getattr(torch, args.kv_dtype))
     questions = sample_questions(json.loads(args.data.read_text()), args.questions, args.k, args.seed)
     modes = ["kv"] + [f"kv+fix({s})" for s in STRATEGIES]
     kl: dict[str, list[float]] = defaultdict(list)
+    kl_ref: dict[str, list[float]] = defaultdict(list)  # against text mode in --reference-dtype
     nll: dict[str, list[float]] = defaultdict(list)
     kl_by_cat: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     share: dict[str, list[float]] = defaultdict(list)
@@ -131,18 +143,27 @@ def main() -> None:
                 backend.add(key, text)
             keys = [key for key, _ in q["memories"]]
             ref, ids = backend.logits(q["question"], keys, q["answer"], "text")
-            ref_logp = ref.log_softmax(-1)
+            ref_logp = ref.float().log_softmax(-1)
             target = torch.tensor(ids)
             nll["text"].append(-ref_logp[torch.arange(len(ids)), target].mean().item())
+            if reference is not None:
+                for key, text in q["memories"]:
+                    reference.add(key, text)
+                base = reference.logits(q["question"], keys, q["answer"], "text")[0].float().log_softmax(-1)
+                ref_kv = reference.logits(q["question"], keys, q["answer"], "kv")[0].float().log_softmax(-1)
+                kl_ref["reference kv"].append(_kl(base, ref_kv))
+                kl_ref["text"].append(_kl(base, ref_logp.float()))
             for mode in modes:
                 info: dict = {}
-                logp = backend.logits(q["question"], keys, q["answer"], mode, info)[0].log_softmax(-1)
+                logp = backend.logits(q["question"], keys, q["answer"], mode, info)[0].float().log_softmax(-1)
                 share[mode].append(info["recomputed_tokens"] / info["memory_tokens"])
                 if mode == "kv":
                     mem_tokens.append(info["memory_tokens"])
                 fix_s[mode].append(info["timings"]["fix"])
                 value = (ref_logp.exp() * (ref_logp - logp)).sum(-1).mean().item()
                 kl[mode].append(value)
+                if reference is not None:
+                    kl_ref[mode].append(_kl(base, logp.float()))
                 kl_by_cat[mode][q["category"]].append(value)
                 nll[mode].append(-logp[torch.arange(len(ids)), target].mean().item())
 
@@ -164,10 +185,20 @@ def main() -> None:
         print(f"{mode:>20}: KL {report[mode]['kl']:.5f}  NLL {mean_nll:.4f} ({report[mode]['nll_rel']:+.2%})",
               file=sys.stderr)
     print(f"{'text':>20}: NLL {text_nll:.4f}", file=sys.stderr)
-    print(json.dumps({
+    result = {
         "benchmark": "mount_fidelity", "questions": len(questions), "k": args.k, "seed": args.seed,
-        "kv_dtype": args.kv_dtype, "memory_tokens_mean": round(statistics.mean(mem_tokens), 1), "modes": report,
-    }))
+        "kv_dtype": args.kv_dtype, "torch_dtype": str(model.dtype).removeprefix("torch."),
+        "memory_tokens_mean": round(statistics.mean(mem_tokens), 1), "modes": report,
+    }
+    if reference is not None:
+        result["reference_dtype"] = args.reference_dtype
+        result["kl_vs_reference"] = {mode: round(statistics.mean(v), 5) for mode, v in kl_ref.items()}
+    print(json.dumps(result))
+
+
+def _kl(reference_logp: torch.Tensor, logp: torch.Tensor) -> float:
+    """Mean over positions of KL(reference || other), both given as log-probabilities."""
+    return (reference_logp.exp() * (reference_logp - logp)).sum(-1).mean().item()
 
 
 if __name__ == "__main__":

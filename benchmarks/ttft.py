@@ -217,6 +217,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--model", default=None, help="local HF model dir (default: embedded SmolLM2)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--torch-dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                    help="the model's dtype; auto is MemoryConfig's default (agentmem/kv/device.py)")
     ap.add_argument("--plot", type=Path, default=None, help="save a PNG plot here (e.g. docs/kv-ttft.png)")
     ap.add_argument("--with-fix", action="store_true", help="also time mode kv+fix (default strategy)")
     ap.add_argument(
@@ -261,7 +263,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> tuple[dict[str, dict], list[str], object]:
     """Encode, store and time every size; returns the per-size results."""
-    model, tokenizer = load_model(args.model, device=args.device)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.torch_dtype)
     with tempfile.TemporaryDirectory() as tmp:
         if args.backend == "facade":
             backend = FacadeBackend(model, tokenizer, Path(tmp), args.kv_dtype, threads=args.threads_in_use,
@@ -345,6 +347,7 @@ def report(args: argparse.Namespace, sizes: dict[str, dict], lines: list[str], m
                 "source": args.source if args.backend == "engine" else "store",
                 "file_read": args.file_read if (args.backend, args.source) == ("engine", "file") else None,
                 "kv_dtype": args.kv_dtype,
+                "torch_dtype": str(model.dtype).removeprefix("torch."),
                 "threads": torch.get_num_threads(),
                 "threads_policy": "torch default" if args.threads == 0 else "given" if args.threads else "agentmem",
                 "background_load": args.background_load,
