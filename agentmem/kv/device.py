@@ -12,8 +12,10 @@ the CPUs this process may use (affinity and cgroup quota) to the neighbours, spl
 Dtype policy. ``"auto"`` picks bfloat16 wherever the hardware multiplies it natively: a GPU that supports it, and a
 CPU with Intel AMX (its bf16 tile unit). On the 2-core AMX VM this project runs on, SmolLM2-135M's linear layers
 take 29 ms in bf16 vs 75 ms in fp32 for a 16-row decode step and 90 vs 477 ms for a 256-token prefill chunk
-(one thread); through the server, chat throughput at 16 clients went from 5.92 to 7.74 req/s
-(``docs/server_load_round3.json``). A CPU without AMX keeps float32: there bf16 is emulated and slower.
+(one thread); through the server, chat throughput at 16 clients went from 5.59 / 5.99 to 7.49 / 7.59 req/s
+(two pairs, ``docs/server_load_round3.json`` ``s8_*``). A CPU without AMX keeps float32, as before (bf16 was
+not measured on one). Answers move little: text mode in bf16 is within KL 0.0013 of fp32
+(``docs/dtype_round3.jsonl``).
 
 Example:
     >>> from agentmem.kv.device import resolve_device, resolve_dtype, default_threads
