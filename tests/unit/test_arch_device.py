@@ -104,6 +104,23 @@ def test_blobs_made_in_float32_mount_in_bfloat16_without_re_encoding(tmp_path: P
         assert out.fallbacks and "weights_digest" in out.fallbacks[0][1]
 
 
+def test_a_session_written_in_float32_continues_in_bfloat16_from_its_turns(tmp_path: Path):
+    # The upgrade path on an AMX CPU, where "auto" became bfloat16: a session's cold KV from a float32 run is not
+    # mounted in another dtype; it is rebuilt once from the stored turns, and the next turn reuses it again.
+    store = tmp_path / "s"
+    with AgentMemory(store, model=tiny_causal_lm("llama"), config=MemoryConfig(torch_dtype="float32")) as mem:
+        mem.session("s1", user_id="u").send("My sister is called Ines.", k=0, max_new_tokens=3)
+    config = MemoryConfig(torch_dtype="bfloat16")
+    with AgentMemory(store, model=tiny_causal_lm("llama"), config=config) as mem:
+        chat = mem.session("s1", user_id="u")
+        first = chat.send("What is she called?", k=0, max_new_tokens=3)
+        assert first.restored_from == "cold" and first.rebuilt == "model changed" and first.reused_tokens == 0
+        second = chat.send("And where does she live?", k=0, max_new_tokens=3)
+        assert second.rebuilt is None and second.reused_tokens > 0
+        assert [t["content"] for t in chat.history() if t["role"] == "user"] == [
+            "My sister is called Ines.", "What is she called?", "And where does she live?"]
+
+
 def test_staging_uploads_are_plain_copies_off_cuda():
     a, b = torch.randn(2, 3, 4), torch.arange(6.0)
     up = HostStaging().upload([a, b], torch.device("cpu"))
