@@ -112,7 +112,8 @@ class MemoryConfig(BaseModel):
     torch_dtype: TorchDtype = Field(
         default="auto",
         description="Weights dtype of the local LLM: 'auto' = bfloat16 where the hardware multiplies it (a GPU that "
-        "supports it, a CPU with Intel AMX), float16 on other GPUs, float32 on other CPUs. Stored KV made in another dtype is converted on load when the blob allows it.",
+        "supports it, a CPU with Intel AMX), float16 on other GPUs, float32 on other CPUs. Stored KV made in another "
+        "dtype is converted on load when the blob allows it.",
     )
     threads: int | None = Field(
         default=None, gt=0,

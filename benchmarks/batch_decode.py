@@ -11,6 +11,8 @@ long request's time to first token beside them and alone, and whether its answer
 
     python benchmarks/batch_decode.py --requests 16 --tokens 8 --long-prompt-tokens 2000
 
+``--torch-dtype`` picks the model's dtype (default ``auto``, as ``MemoryConfig``: bfloat16 on a CPU with AMX).
+
 Last line: {"sequential_s": ..., "concurrent_s": ..., "speedup": ..., "steps": ..., "max_batch": ..., "same": true,
             "long_prompt": {"max_gap_s": ..., "median_gap_s": ..., "ttft_beside_s": ..., "same": true, ...}}
 """
@@ -79,7 +81,8 @@ def main() -> None:
            "same": together == sequential}
     if args.long_prompt_tokens > 0:
         out["long_prompt"] = long_prompt_phase(engine, items, args.long_prompt_tokens, args.long_decoders)
-    print(json.dumps({**out, "torch_dtype": str(model.dtype).removeprefix("torch."), "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}))
+    machine = {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+    print(json.dumps({**out, "torch_dtype": str(model.dtype).removeprefix("torch."), **machine}))
     plot(out, Path(__file__).resolve().parent.parent / "docs" / "batch-decode-long-prompt.png")
 
 

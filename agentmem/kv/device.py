@@ -37,7 +37,15 @@ import torch
 
 from agentmem.errors import InvalidInputError
 
-__all__ = ["apply_threads", "cpu_has_bf16_matmul", "default_threads", "resolve_device", "resolve_dtype", "usable_cpus", "worker_count"]
+__all__ = [
+    "apply_threads",
+    "cpu_has_bf16_matmul",
+    "default_threads",
+    "resolve_device",
+    "resolve_dtype",
+    "usable_cpus",
+    "worker_count",
+]
 
 log = logging.getLogger(__name__)
 
