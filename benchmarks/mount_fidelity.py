@@ -152,7 +152,7 @@ def main() -> None:
                 base = reference.logits(q["question"], keys, q["answer"], "text")[0].float().log_softmax(-1)
                 ref_kv = reference.logits(q["question"], keys, q["answer"], "kv")[0].float().log_softmax(-1)
                 kl_ref["reference kv"].append(_kl(base, ref_kv))
-                kl_ref["text"].append(_kl(base, ref_logp.float()))
+                kl_ref["text"].append(_kl(base, ref_logp))
             for mode in modes:
                 info: dict = {}
                 logp = backend.logits(q["question"], keys, q["answer"], mode, info)[0].float().log_softmax(-1)
@@ -160,10 +160,10 @@ def main() -> None:
                 if mode == "kv":
                     mem_tokens.append(info["memory_tokens"])
                 fix_s[mode].append(info["timings"]["fix"])
-                value = (ref_logp.exp() * (ref_logp - logp)).sum(-1).mean().item()
+                value = _kl(ref_logp, logp)
                 kl[mode].append(value)
                 if reference is not None:
-                    kl_ref[mode].append(_kl(base, logp.float()))
+                    kl_ref[mode].append(_kl(base, logp))
                 kl_by_cat[mode][q["category"]].append(value)
                 nll[mode].append(-logp[torch.arange(len(ids)), target].mean().item())
 
