@@ -209,18 +209,21 @@ def grow(mem: AgentMemory, conv: dict, pad: dict, pad_to: list[int], bar: tqdm) 
     return rows
 
 
-def measure(name: str, work: Path, pad_to: list[int], conversations: int | None, max_sessions: int | None) -> dict[str, Any]:
-    """Grow one store per conversation of dataset ``name`` and summarise every checkpoint over its conversations."""
+def measure(name: str, work: Path, pad_to: list[int], conversations: int | None, max_sessions: int | None,
+            consolidation: str = "local") -> dict[str, Any]:
+    """Grow one store per conversation of dataset ``name`` (consolidating as ``consolidation`` says) and summarise
+    every checkpoint over its conversations."""
     convs = json.loads(DATA[name].read_text())
     if max_sessions:
         convs = [{**c, "sessions": c["sessions"][:max_sessions]} for c in convs]
     chosen = range(len(convs))[:conversations]
-    pads = {i: padding(convs, i, max(pad_to)) for i in chosen}
+    pads = {i: padding(convs, i, max(pad_to)) if pad_to else {"sessions": []} for i in chosen}
     total = sum(len(s["turns"]) for i in chosen for c in (convs[i], pads[i]) for s in c["sessions"])
     per_conv = {}
     with tqdm(total=total, desc=f"{name}: ingesting", unit="turn") as bar:
         for i in chosen:
-            with tempfile.TemporaryDirectory(dir=work) as tmp, AgentMemory(Path(tmp) / "s", kv_encoding="off") as mem:
+            with tempfile.TemporaryDirectory(dir=work) as tmp, AgentMemory(Path(tmp) / "s", kv_encoding="off",
+                                                                    consolidation=consolidation) as mem:
                 per_conv[str(convs[i]["conversation_id"])] = grow(mem, convs[i], pads[i], pad_to, bar)
     return summarise(per_conv)
 
@@ -264,6 +267,8 @@ def slopes(result: dict[str, Any]) -> dict[str, float]:
              "_padding": ["100%", *[c for c in labels if c.startswith("padded")]]}
     out = {}
     for suffix, chosen in spans.items():
+        if len(chosen) < 2:  # no padding checkpoints: nothing to fit a padding slope on
+            continue
         points = [(cid, t, r, row["fixed_questions"]) for cid, row in result["by_conversation"].items()
                   for c, t, r in zip(labels, row["history_turns"], row["fixed_recall@10"]) if c in chosen]
         out[f"slope_fixed_recall@10_per_1000_turns{suffix}"] = within_slope(points)
@@ -296,8 +301,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", nargs="+", choices=list(DATA), default=list(DATA))
     ap.add_argument("--work", type=Path, required=True, help="stores are made (and deleted) here; results kept")
-    ap.add_argument("--pad-to", type=int, nargs="+", default=[1000, 1400],
-                    help="a checkpoint when padding brings the history to each of these turns (at least)")
+    ap.add_argument("--pad-to", type=int, nargs="*", default=[1000, 1400],
+                    help="a checkpoint when padding brings the history to each of these turns (at least); none: "
+                    "the conversation's own history only")
+    ap.add_argument("--consolidation", choices=["local", "off"], default="local",
+                    help="the stores' consolidation (the default, or none: what superseding costs the fixed set)")
     ap.add_argument("--conversations", type=int, default=None, help="only the first N conversations (a smoke run)")
     ap.add_argument("--max-sessions", type=int, default=None, help="only each conversation's first N sessions")
     ap.add_argument("--plot", type=Path, default=None)
@@ -305,9 +313,11 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
     for name in args.datasets:
-        kept = args.work / f"{name}-{'_'.join(map(str, args.pad_to))}-{args.conversations}-{args.max_sessions}.json"
+        kept = args.work / (f"{name}-{'_'.join(map(str, args.pad_to))}-{args.conversations}-{args.max_sessions}"
+                            f"{'' if args.consolidation == 'local' else '-' + args.consolidation}.json")
         if not kept.exists():
-            kept.write_text(json.dumps(measure(name, args.work, args.pad_to, args.conversations, args.max_sessions)))
+            kept.write_text(json.dumps(measure(name, args.work, args.pad_to, args.conversations, args.max_sessions,
+                                               args.consolidation)))
         result[name] = json.loads(kept.read_text())
         result[name].update(slopes(result[name]))
     result["pad_to"] = args.pad_to
