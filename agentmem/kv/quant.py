@@ -608,8 +608,11 @@ def place_packed(
     """Write ``packed`` dequantized into ``dst_*`` (``[L, H, T, D]`` views), keys moved by ``delta`` positions.
 
     On CPU float32 (the mount buffers) one fused pass per tensor reads the codes and writes floats, rotated for
-    keys (:func:`agentmem.kv.rope_kernel.dequant_runs_into`); elsewhere, or with ``fused=False``, the torch reference:
-    dequantize, then rotate/copy. ``start`` is the keys' encoded position (model-faithful angles).
+    keys (:func:`agentmem.kv.rope_kernel.dequant_runs_into`). On CPU bfloat16 / float16 (a model run in half
+    precision) the same pass writes a float32 stage that is cast into ``dst_*`` once: the kernels write float32
+    only, and the torch reference took 5.6x longer (a 2,048-token k4v3hsl mount in bfloat16: 140 ms against 25 ms
+    in float32). Elsewhere, or with ``fused=False``, the torch reference: dequantize, then rotate/copy. ``start``
+    is the keys' encoded position (model-faithful angles).
 
     Example:
         >>> k, v = torch.randn(2, 1, 5, 64), torch.randn(2, 1, 5, 64)    # an entry encoded at offset 14
@@ -622,6 +625,12 @@ def place_packed(
         (True, False)
     """
     codec, tokens = packed.codec, packed.shape[2]
+    if fused and tokens and _staged(dst_keys) and _staged(dst_values):
+        stage_k, stage_v = torch.empty(dst_keys.shape), torch.empty(dst_values.shape)  # float32, rows contiguous
+        place_packed(stage_k, stage_v, packed, delta=delta, inv_freq=inv_freq, start=start)
+        dst_keys.copy_(stage_k)  # rounded once, from the float32 result
+        dst_values.copy_(stage_v)
+        return
     if fused and fused_dequant_applies(dst_keys) and fused_dequant_applies(dst_values) and tokens:
         cos2 = sin = None
         if delta != 0:
@@ -648,6 +657,13 @@ def place_packed(
     else:
         rerotate_keys_into(dst_keys, keys, delta, inv_freq.to(dst_keys.device), start=start)
     dst_values.copy_(values)
+
+
+def _staged(dst: torch.Tensor) -> bool:
+    """Whether ``dst`` (a half-precision CPU view) is filled through a float32 stage by the fused kernels."""
+    if dst.dtype not in (torch.bfloat16, torch.float16) or dst.device.type != "cpu" or dst.requires_grad:
+        return False
+    return fused_dequant_applies(torch.empty((1,) * (dst.dim() - 1) + (dst.shape[-1],)))  # the kernels load
 
 
 class QuantizedEntry(EncodedEntry):

@@ -161,17 +161,24 @@ def test_fused_kernel_equals_the_torch_reference(name, delta, rotary):
     torch.testing.assert_close(rv[:, 0, :, 20:90], v2, rtol=0, atol=0)
 
 
-def test_non_float32_or_non_cpu_targets_take_the_reference_path():
-    keys, values = _kv(tokens=10, dim=16)
-    packed = quantize_kv(keys, values, CODECS["int4"])
-    dk = torch.empty(3, 2, 10, 16, dtype=torch.bfloat16)
-    dv = torch.empty(3, 2, 10, 16, dtype=torch.bfloat16)
-    assert not rope_kernel.fused_dequant_applies(dk)
-    place_packed(dk, dv, packed, delta=5, inv_freq=_inv_freq(16), start=3)
-    k2, _ = dequantize_kv(packed)
-    want = torch.empty_like(k2)
-    rerotate_keys_into(want, k2, 5, _inv_freq(16), start=3)
-    torch.testing.assert_close(dk.float(), want, rtol=1e-2, atol=2e-2)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["int4", "k4v3hsl"])
+def test_half_precision_targets_get_the_float32_result_rounded_once(dtype, name):
+    # a model run in bfloat16 mounts into bfloat16 buffers: the fused kernels fill a float32 stage, cast once
+    keys, values = _kv(tokens=10, dim=64)
+    packed = quantize_kv(keys, values, CODECS[name])
+    kbuf = torch.full((3, 1, 2, 40, 64), float("nan"), dtype=dtype)
+    vbuf = torch.full((3, 1, 2, 40, 64), float("nan"), dtype=dtype)
+    place_packed(kbuf[:, 0, :, 20:30], vbuf[:, 0, :, 20:30], packed, delta=5, inv_freq=_inv_freq(64), start=3)
+    assert torch.isnan(kbuf[..., :20, :]).all() and torch.isnan(vbuf[..., 30:, :]).all()  # nothing outside its span
+    fk, fv = torch.empty(3, 2, 10, 64), torch.empty(3, 2, 10, 64)
+    place_packed(fk, fv, packed, delta=5, inv_freq=_inv_freq(64), start=3)  # float32, the fused kernels
+    assert torch.equal(kbuf[:, 0, :, 20:30], fk.to(dtype)) and torch.equal(vbuf[:, 0, :, 20:30], fv.to(dtype))
+    # and the torch reference in that dtype agrees to its own rounding
+    rk, rv = torch.empty(3, 2, 10, 64, dtype=dtype), torch.empty(3, 2, 10, 64, dtype=dtype)
+    place_packed(rk, rv, packed, delta=5, inv_freq=_inv_freq(64), start=3, fused=False)
+    torch.testing.assert_close(rk.float(), fk, rtol=2e-2, atol=3e-2)
+    torch.testing.assert_close(rv.float(), fv, rtol=2e-2, atol=3e-2)
 
 
 def test_quantized_entry_dequantizes_lazily_and_reports_its_shape():
