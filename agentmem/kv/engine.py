@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from agentmem.errors import BlobCorruptedError, FingerprintMismatchError, InvalidInputError, UnsupportedModelError
-from agentmem.kv import codec
+from agentmem.kv import codec, rope_kernel
 from agentmem.kv.quant import codec_for
 from agentmem.kv.batch import FairRLock
 from agentmem.kv.cache import BufferedCache, cache_from_stacked, empty_cache, new_dynamic_cache, stacked_from_cache
@@ -692,10 +692,14 @@ class KVEngine:
 
     def warmup(self) -> None:
         """Do the one-time work ahead of the first request: the preamble KV, and (KV models) one encode and a mount
-        that re-rotates, which compiles the fused CPU kernel. The workspace is released afterwards."""
+        that re-rotates, and on CPU the fused kernels loaded (a model in bfloat16 mounts nothing through them here,
+        but dequantizes stored integer codes with them later: loading them then added ~1 s to that first mount).
+        The workspace is released afterwards."""
         with self._lock:
             self.preamble_kv()
             if self.supports_kv:
+                if self.device.type == "cpu":
+                    rope_kernel.preload()
                 a, b = self.encode_many(["warm up one", "warm up two"])
                 items = [MemoryItem("warmup-a", "warm up one", lambda: a), MemoryItem("warmup-b", "warm up two",
                                                                                        lambda: b)]

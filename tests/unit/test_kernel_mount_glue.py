@@ -25,3 +25,26 @@ def test_buffers_written_through_memoised_arrays_get_exactly_their_rows_even_at_
         torch.testing.assert_close(vbuf[:, 0, :, 30:70], want_v, rtol=1e-5, atol=1e-5)
         assert torch.isnan(kbuf[:, 0, :, :30]).all() and torch.isnan(vbuf[:, 0, :, 70:]).all()  # nothing else
         del kbuf, vbuf
+
+
+def test_warmup_of_a_bfloat16_model_loads_the_kernels_its_first_quantized_mount_needs():
+    # In a fresh process (the kernels are process-wide), a bfloat16 engine's warm-up mounts nothing through the fused
+    # kernels, yet its later mounts of integer codes use them: warm-up loads them, not the first user's request.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "import torch\n"
+        "from agentmem.kv import rope_kernel\n"
+        "from agentmem.kv.engine import KVEngine\n"
+        "from agentmem.kv.testing import tiny_causal_lm\n"
+        "engine = KVEngine(*tiny_causal_lm('llama', dtype=torch.bfloat16))\n"
+        "assert 'kernel' not in rope_kernel._state\n"
+        "engine.warmup()\n"
+        "print('loaded' if 'kernel' in rope_kernel._state else 'not loaded')\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=root, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "loaded"
