@@ -699,7 +699,7 @@ class KVEngine:
             self.preamble_kv()
             if self.supports_kv:
                 if self.device.type == "cpu":
-                    rope_kernel.preload()
+                    rope_kernel.kernels_available()  # loads them
                 a, b = self.encode_many(["warm up one", "warm up two"])
                 items = [MemoryItem("warmup-a", "warm up one", lambda: a), MemoryItem("warmup-b", "warm up two",
                                                                                        lambda: b)]

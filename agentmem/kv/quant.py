@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from agentmem.kv.rope import _cached_tables, rerotate_keys_into
-from agentmem.kv.rope_kernel import dequant_runs_into, fused_dequant_applies
+from agentmem.kv.rope_kernel import dequant_runs_into, fused_dequant_applies, kernels_available
 from agentmem.kv.types import EncodedEntry
 
 __all__ = [
@@ -663,7 +663,7 @@ def _staged(dst: torch.Tensor) -> bool:
     """Whether ``dst`` (a half-precision CPU view) is filled through a float32 stage by the fused kernels."""
     if dst.dtype not in (torch.bfloat16, torch.float16) or dst.device.type != "cpu" or dst.requires_grad:
         return False
-    return fused_dequant_applies(torch.empty((1,) * (dst.dim() - 1) + (dst.shape[-1],)))  # the kernels load
+    return kernels_available()
 
 
 class QuantizedEntry(EncodedEntry):

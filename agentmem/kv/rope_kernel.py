@@ -34,8 +34,8 @@ import threading
 import numpy as np
 import torch
 
-__all__ = ["dequant_into", "dequant_runs_into", "fused_dequant_applies", "fused_rotation_applies", "preload",
-           "rotate_into"]
+__all__ = ["dequant_into", "dequant_runs_into", "fused_dequant_applies", "fused_rotation_applies",
+           "kernels_available", "rotate_into"]
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +115,13 @@ def _rows_ok(out: torch.Tensor) -> bool:
     return out.stride(-1) == 1 and (out.shape[-2] <= 1 or out.stride(-2) == out.shape[-1])
 
 
-def preload() -> bool:
-    """Compile, or load from numba's on-disk cache, every fused kernel now (~1 s in a new process) rather than in the
-    first mount that needs one; False when numba is missing or disabled (the torch paths then serve).
+def kernels_available() -> bool:
+    """Whether the fused kernels can run: False when numba is missing or disabled (the torch paths then serve). The
+    first call compiles them, or loads them from numba's on-disk cache (~1 s in a new process); ``KVEngine.warmup``
+    makes it, so no request pays for it.
 
     Example:
-        >>> preload() == (_kernel(1) is not None)
+        >>> kernels_available() == (_kernel(1) is not None)
         True
     """
     return _kernel(0) is not None
