@@ -21,6 +21,7 @@ from agentmem.kv.fingerprint import ModelFingerprint, model_fingerprint
 from agentmem.kv.fix import FixConfig, apply_fix, recompute_positions
 from agentmem.kv.model import load_model
 from agentmem.kv.mount import Mount, MountPlan, Workspace, assemble, plan_mount
+from agentmem.kv.packed_linear import prepack_linear_layers
 from agentmem.kv.prompt import DEFAULT_SYSTEM_PROMPT, PromptLayout
 from agentmem.kv.rope import kv_support, require_kv_support, rerotate_keys, rotary_inv_freq
 from agentmem.kv.runner import Sampling, decode, next_token, prefill
@@ -60,6 +61,7 @@ __all__ = [
     "next_token",
     "plan_mount",
     "prefill",
+    "prepack_linear_layers",
     "read_metadata",
     "recompute_positions",
     "remove_cache_span",
