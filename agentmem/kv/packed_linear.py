@@ -96,6 +96,12 @@ class PrepackedLinear(nn.Linear):
             self._packed, self._packed_key = _pack(weight), key
         return _packed_linear(input, self._packed, self.bias)
 
+    def __getstate__(self) -> dict:
+        # The packed copy is an opaque oneDNN tensor that neither copy.deepcopy nor torch.save can read: a copy or
+        # a pickle of the model leaves it out, and the copy packs its own at first use.
+        state = super().__getstate__()
+        return {**state, "_packed": None, "_packed_key": None}
+
 
 def prepack_linear_layers(model: nn.Module) -> int:
     """Make every ``nn.Linear`` of ``model`` a :class:`PrepackedLinear`, in place; return how many.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 
 import pytest
 import torch
@@ -78,3 +79,19 @@ def test_load_model_packs_a_bfloat16_cpu_model_only(tmp_path, dtype: str) -> Non
     packed = dtype == "bfloat16" and packed_linear_available()
     assert {type(m) for m in _linears(model)} == {PrepackedLinear if packed else torch.nn.Linear}
     assert model.lm_head.weight is model.model.embed_tokens.weight or not model.config.tie_word_embeddings
+
+
+def test_a_used_packed_model_can_be_copied_and_saved() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(32, 8, dtype=torch.bfloat16))
+    prepack_linear_layers(model)
+    x = torch.randn(2, 32, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        expected = model(x)  # packs (where available): an opaque oneDNN tensor that cannot be pickled
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    for clone in (copy.deepcopy(model), torch.load(buffer, weights_only=False)):
+        with torch.inference_mode():
+            assert torch.equal(clone(x), expected)
+    with torch.inference_mode():
+        assert torch.equal(model(x), expected)  # the original keeps its packed copy
