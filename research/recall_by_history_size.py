@@ -10,7 +10,8 @@ conversation **in time order, one chunk of whole sessions at a time**, and recal
 - ``padded``: then the sessions of the next conversation(s) of the same file (cyclically) as later history of the
   same user, dates shifted to follow its last session, one checkpoint as the history reaches each ``--pad-to`` (1,000
   and 1,400 turns by default: REALTALK's kept-aside conversations are 1,000-1,500 turns). Padding turns come from other people (other names,
-  other lives), so they are easier distractors than a real long history of the same two speakers.
+  other lives), so they are easier distractors than a real long history of the same two speakers;
+  ``--padding-speakers own`` renames them (speakers and names in the text) to the conversation's own pair.
 
 At every checkpoint two question sets are scored with ``benchmarks/locomo.py``'s ``recall_summary``:
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -96,11 +98,44 @@ def format_date(when: datetime, fmt: str) -> str:
     return when.strftime(fmt)
 
 
-def padding(conversations: list[dict], index: int, pad_to: int) -> dict:
+def speaker_map(own: dict, other: dict) -> dict[str, str]:
+    """Other's speakers → own's, for padding told as if the conversation's own pair had said it: a speaker both
+    conversations share keeps the name, the others are paired in order (``speaker_a`` first).
+
+    Example:
+        >>> speaker_map({"speaker_a": "Emi", "speaker_b": "elise"}, {"speaker_a": "Kevin", "speaker_b": "elise"})
+        {'elise': 'elise', 'Kevin': 'Emi'}
+    """
+    mine = [own["speaker_a"], own["speaker_b"]]
+    theirs = [other["speaker_a"], other["speaker_b"]]
+    mapping = {name: name for name in theirs if name in mine}
+    free = [name for name in mine if name not in mapping]
+    mapping.update(zip([name for name in theirs if name not in mapping], free))
+    return mapping
+
+
+def renamed(text: str, mapping: dict[str, str]) -> str:
+    """``text`` with each mapped speaker's full and first name replaced by its image (whole words, any case).
+
+    Example:
+        >>> renamed("Hi kevin! Kevin Smith said so.", {"Kevin Smith": "Emi", "Paola": "Paola"})
+        'Hi Emi! Emi said so.'
+    """
+    for old, new in mapping.items():
+        if old == new:
+            continue
+        for form in dict.fromkeys([old, old.split()[0]]):
+            text = re.sub(rf"\b{re.escape(form)}\b", new, text, flags=re.IGNORECASE)
+    return text
+
+
+def padding(conversations: list[dict], index: int, pad_to: int, speakers: str = "others") -> dict:
     """The later history appended to conversation ``index``: the sessions of the next conversations of the file
     (cyclically), until the history holds at least ``pad_to`` turns; renumbered after its last session, dates shifted
     so the first follows its last session by a day (the padding's own gaps kept), ``dia_id`` prefixed so none
     collides with the conversation's own. Returned as a conversation of the same id (the same user); no questions.
+    ``speakers="own"`` tells the padding as the conversation's own pair (:func:`speaker_map`: turns' speakers and
+    names in their text), the closer proxy of one pair's long history: no name then tells padding from evidence.
 
     Example:
         >>> convs = [{"conversation_id": c, "sessions": [{"session": 1, "date_time": d, "turns": [{"dia_id": "D1:1"}]}]}
@@ -123,13 +158,16 @@ def padding(conversations: list[dict], index: int, pad_to: int) -> dict:
         if other is own:
             continue
         shift = last + timedelta(days=1) - parse_date(other["sessions"][0]["date_time"])[0]
+        names = speaker_map(own, other) if speakers == "own" else {}
         for session in other["sessions"]:
             if turns >= pad_to:
                 break
             number += 1
             when = parse_date(session["date_time"])[0] + shift
             sessions.append({"session": number, "date_time": format_date(when, fmt),
-                             "turns": [{**t, "dia_id": f"pad-{other['conversation_id']}:{t['dia_id']}"}
+                             "turns": [{**t, "dia_id": f"pad-{other['conversation_id']}:{t['dia_id']}",
+                                        **({"speaker": names.get(t["speaker"], t["speaker"]),
+                                            "text": renamed(t["text"], names)} if names else {})}
                                        for t in session["turns"]]})
             turns += len(session["turns"])
         last = parse_date(sessions[-1]["date_time"])[0]
@@ -210,14 +248,14 @@ def grow(mem: AgentMemory, conv: dict, pad: dict, pad_to: list[int], bar: tqdm) 
 
 
 def measure(name: str, work: Path, pad_to: list[int], conversations: int | None, max_sessions: int | None,
-            consolidation: str = "local") -> dict[str, Any]:
-    """Grow one store per conversation of dataset ``name`` (consolidating as ``consolidation`` says) and summarise
-    every checkpoint over its conversations."""
+            consolidation: str = "local", speakers: str = "others") -> dict[str, Any]:
+    """Grow one store per conversation of dataset ``name`` (consolidating as ``consolidation`` says, padding told by
+    ``speakers``: see :func:`padding`) and summarise every checkpoint over its conversations."""
     convs = json.loads(DATA[name].read_text())
     if max_sessions:
         convs = [{**c, "sessions": c["sessions"][:max_sessions]} for c in convs]
     chosen = range(len(convs))[:conversations]
-    pads = {i: padding(convs, i, max(pad_to)) if pad_to else {"sessions": []} for i in chosen}
+    pads = {i: padding(convs, i, max(pad_to), speakers) if pad_to else {"sessions": []} for i in chosen}
     total = sum(len(s["turns"]) for i in chosen for c in (convs[i], pads[i]) for s in c["sessions"])
     per_conv = {}
     with tqdm(total=total, desc=f"{name}: ingesting", unit="turn") as bar:
@@ -306,6 +344,8 @@ def main() -> None:
                     "the conversation's own history only")
     ap.add_argument("--consolidation", choices=["local", "off"], default="local",
                     help="the stores' consolidation (the default, or none: what superseding costs the fixed set)")
+    ap.add_argument("--padding-speakers", choices=["others", "own"], default="others",
+                    help="padding said by its own speakers (other people), or renamed to the conversation's own pair")
     ap.add_argument("--conversations", type=int, default=None, help="only the first N conversations (a smoke run)")
     ap.add_argument("--max-sessions", type=int, default=None, help="only each conversation's first N sessions")
     ap.add_argument("--plot", type=Path, default=None)
@@ -314,10 +354,11 @@ def main() -> None:
     result: dict[str, Any] = {}
     for name in args.datasets:
         kept = args.work / (f"{name}-{'_'.join(map(str, args.pad_to))}-{args.conversations}-{args.max_sessions}"
-                            f"{'' if args.consolidation == 'local' else '-' + args.consolidation}.json")
+                            f"{'' if args.consolidation == 'local' else '-' + args.consolidation}"
+                            f"{'' if args.padding_speakers == 'others' else '-own-speakers'}.json")
         if not kept.exists():
             kept.write_text(json.dumps(measure(name, args.work, args.pad_to, args.conversations, args.max_sessions,
-                                               args.consolidation)))
+                                               args.consolidation, args.padding_speakers)))
         result[name] = json.loads(kept.read_text())
         result[name].update(slopes(result[name]))
     result["pad_to"] = args.pad_to

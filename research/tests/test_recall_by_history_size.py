@@ -53,3 +53,21 @@ def test_the_slope_reads_change_within_a_conversation_not_between_them() -> None
     assert rh.within_slope(flat) == 0
     falling = [("a", 500, 0.8, 4), ("a", 1500, 0.7, 4), ("b", 500, 0.6, 8), ("b", 1500, 0.5, 8)]
     assert rh.within_slope(falling) == pytest.approx(-0.1)
+
+
+@pytest.mark.parametrize("name", sorted(rh.DATA))
+def test_padding_told_by_the_own_pair_names_no_one_else(name: str) -> None:
+    if not rh.DATA[name].exists():
+        pytest.skip(f"{rh.DATA[name]} is not here")
+    convs = json.loads(rh.DATA[name].read_text())
+    for index, conv in enumerate(convs):
+        pair = {conv["speaker_a"], conv["speaker_b"]}
+        pad = rh.padding(convs, index, 1400, speakers="own")
+        plain = rh.padding(convs, index, 1400)
+        assert {t["speaker"] for s in pad["sessions"] for t in s["turns"]} == pair
+        assert [t["dia_id"] for s in pad["sessions"] for t in s["turns"]] == \
+            [t["dia_id"] for s in plain["sessions"] for t in s["turns"]]  # the same turns, renamed
+        others = {n for c in convs if c is not conv for n in (c["speaker_a"], c["speaker_b"])} - pair
+        firsts = {n.split()[0].lower() for n in others}
+        words = {w.strip(".,!?:;'\"()").lower() for s in pad["sessions"] for t in s["turns"] for w in t["text"].split()}
+        assert not firsts & words
