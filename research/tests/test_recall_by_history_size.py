@@ -15,11 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # research/
 import recall_by_history_size as rh  # noqa: E402
 
 
-@pytest.mark.parametrize("name", sorted(rh.DATA))
-def test_padding_follows_the_conversation_in_time_and_reaches_the_target(name: str) -> None:
-    if not rh.DATA[name].exists():
-        pytest.skip(f"{rh.DATA[name]} is not here")
-    convs = json.loads(rh.DATA[name].read_text())
+@pytest.fixture(params=sorted(rh.DATA))
+def convs(request: pytest.FixtureRequest) -> list[dict]:
+    """One dev set's conversations."""
+    if not rh.DATA[request.param].exists():
+        pytest.skip(f"{rh.DATA[request.param]} is not here")
+    return json.loads(rh.DATA[request.param].read_text())
+
+
+def test_padding_follows_the_conversation_in_time_and_reaches_the_target(convs: list[dict]) -> None:
     for index, conv in enumerate(convs):
         pad = rh.padding(convs, index, 1400)
         whole = conv["sessions"] + pad["sessions"]
@@ -55,11 +59,7 @@ def test_the_slope_reads_change_within_a_conversation_not_between_them() -> None
     assert rh.within_slope(falling) == pytest.approx(-0.1)
 
 
-@pytest.mark.parametrize("name", sorted(rh.DATA))
-def test_padding_told_by_the_own_pair_names_no_one_else(name: str) -> None:
-    if not rh.DATA[name].exists():
-        pytest.skip(f"{rh.DATA[name]} is not here")
-    convs = json.loads(rh.DATA[name].read_text())
+def test_padding_told_by_the_own_pair_names_no_one_else(convs: list[dict]) -> None:
     for index, conv in enumerate(convs):
         pair = {conv["speaker_a"], conv["speaker_b"]}
         pad = rh.padding(convs, index, 1400, speakers="own")
