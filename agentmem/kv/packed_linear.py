@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -50,9 +51,7 @@ def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | N
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-_available: bool | None = None
-
-
+@functools.cache
 def packed_linear_available() -> bool:
     """Whether this CPU multiplies bfloat16 natively and this torch has oneDNN's packed linear ops.
 
@@ -62,19 +61,16 @@ def packed_linear_available() -> bool:
         >>> isinstance(packed_linear_available(), bool)
         True
     """
-    global _available
-    if _available is None:
-        _available = False
-        if cpu_has_bf16_matmul() and torch.backends.mkldnn.is_available():
-            try:
-                with torch.inference_mode():
-                    weight = torch.randn(16, 32, dtype=torch.bfloat16)
-                    x = torch.randn(2, 32, dtype=torch.bfloat16)
-                    _available = torch.equal(_packed_linear(x, _pack(weight), None),
-                                             nn.functional.linear(x, weight))
-            except (AttributeError, RuntimeError, NotImplementedError) as exc:  # private ops: absent in some builds
-                log.debug("packed bfloat16 linear unavailable: %s", exc)
-    return _available
+    if not (cpu_has_bf16_matmul() and torch.backends.mkldnn.is_available()):
+        return False
+    try:
+        with torch.inference_mode():
+            weight = torch.randn(16, 32, dtype=torch.bfloat16)
+            x = torch.randn(2, 32, dtype=torch.bfloat16)
+            return torch.equal(_packed_linear(x, _pack(weight), None), nn.functional.linear(x, weight))
+    except (AttributeError, RuntimeError, NotImplementedError) as exc:  # private ops: absent in some builds
+        log.debug("packed bfloat16 linear unavailable: %s", exc)
+        return False
 
 
 class PrepackedLinear(nn.Linear):
@@ -83,8 +79,8 @@ class PrepackedLinear(nn.Linear):
     Made by :func:`prepack_linear_layers` from an existing layer; see the module doc for when the packed path runs.
     """
 
-    _packed: torch.Tensor | None
-    _packed_key: tuple[int, int] | None
+    _packed: torch.Tensor | None = None  # made at first use: see forward
+    _packed_key: tuple[int, int] | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Linear's own argument name
         weight = self.weight
@@ -123,6 +119,5 @@ def prepack_linear_layers(model: nn.Module) -> int:
             # Swapping the class keeps the module itself: its parameters (a tied lm_head stays tied), its hooks
             # and every reference the model holds to it. PrepackedLinear adds no parameters, only a cache.
             module.__class__ = PrepackedLinear
-            module._packed, module._packed_key = None, None
             count += 1
     return count
