@@ -12,18 +12,20 @@ one such step at most for their next token, never the whole prefill). A prompt f
 logits back; its caller chooses the first token and joins the decoding rows. Sequences leave when they end, hit
 their limit, or are cancelled: no answer waits for another to finish.
 
-How the batch attends without padding: each sequence keeps its own cache. The model's attention implementation is
-set once, when the batch is made, to ``agentmem_ragged`` (registered here through ``transformers.AttentionInterface``
-and ``AttentionMaskInterface``, the hooks its own continuous batching uses for paged attention). For every ordinary
-forward (a lone prompt, an encode, a one-sequence step, a forward by other code on the same model) it *is*
-transformers' SDPA attention with SDPA's causal mask. Only a batched step is different, and it says so by the cache
-it passes: in a decode step :class:`_RaggedCache` appends row ``b``'s new key/value to sequence ``b``'s cache and
-hands the attention each row's keys alone; in a packed step (prompts in it) :class:`_PackedCache` does the same for
-each sequence's span of the row, and the attention runs SDPA per span, causal within a prompt's chunk. Projections,
-MLPs and the output head run over every token at once; each token gets explicit position ids (its own sequence's
-cache length onward), so RoPE positions are exact, and no token ever sees another sequence's keys or a padded slot.
-The output head runs on each span's last token only (``logits_to_keep`` as indices). A step with one sequence, or a
-lone prompt with nothing decoding, runs the plain model forward, so a lone request answers exactly as unbatched.
+How the batch attends without padding: each sequence keeps its own cache. The model's attention implementation is set
+once, when the batch is made, to ``agentmem_ragged`` (registered here through ``transformers.AttentionInterface`` and
+``AttentionMaskInterface``, the hooks its own continuous batching uses for paged attention). For every ordinary
+forward (a lone prompt, an encode, a one-sequence step, a forward by other code on the same model) it gives
+transformers' SDPA attention's results with SDPA's causal mask (grouped key/value heads are read in place where
+transformers would copy them: :mod:`agentmem.kv.grouped_sdpa`). Only a batched step is different, and it says so by
+the cache it passes: in a decode step :class:`_RaggedCache` appends row ``b``'s new key/value to sequence ``b``'s
+cache and hands the attention each row's keys alone; in a packed step (prompts in it) :class:`_PackedCache` does the
+same for each sequence's span of the row, and the attention runs SDPA per span, causal within a prompt's chunk.
+Projections, MLPs and the output head run over every token at once; each token gets explicit position ids (its own
+sequence's cache length onward), so RoPE positions are exact, and no token ever sees another sequence's keys or a
+padded slot. The output head runs on each span's last token only (``logits_to_keep`` as indices). A step with one
+sequence, or a lone prompt with nothing decoding, runs the plain model forward, so a lone request answers exactly as
+unbatched.
 
 Why set once rather than per step: the attention is chosen from ``model.config`` on every forward, and the config
 is shared by every thread using the model. Switching it for the length of a batched step (as this module once did)
@@ -71,9 +73,9 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from agentmem.kv.grouped_sdpa import grouped_sdpa_attention_forward
 from agentmem.kv.runner import LogitsProcessor, Sampling, next_token, prefill, processed
 
 __all__ = ["DecodeBatch", "FairRLock"]
@@ -212,18 +214,19 @@ def _tail_causal_mask(queries: int, keys: int, device) -> torch.Tensor:
 
 
 def _ragged_attention(module, query: torch.Tensor, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention; in a batched step (its keys come as :class:`_Rows`), row by row, each row on
-    its own sequence's keys and values; in a packed step (:class:`_Segments`), segment by segment, causal within a
-    segment of several tokens."""
+    """transformers' SDPA attention (grouped key/value heads read in place where a mask allows it on the CPU:
+    :mod:`agentmem.kv.grouped_sdpa`, same results); in a batched step (its keys come as :class:`_Rows`), row by
+    row, each row on its own sequence's keys and values; in a packed step (:class:`_Segments`), segment by segment,
+    causal within a segment of several tokens."""
     if isinstance(key, _Segments):
         outs = []
         for (start, end), k, v in zip(key.spans, key.rows, value.rows):
             mask = None if end - start == 1 else _tail_causal_mask(end - start, k.shape[2], query.device)
-            outs.append(sdpa_attention_forward(module, query[:, :, start:end], k, v, mask, **kwargs)[0])
+            outs.append(grouped_sdpa_attention_forward(module, query[:, :, start:end], k, v, mask, **kwargs)[0])
         return torch.cat(outs, dim=1), None
-    if not isinstance(key, _Rows):  # any ordinary forward: exactly the stock SDPA path
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    outs = [sdpa_attention_forward(module, query[b : b + 1], k, v, None, **kwargs)[0]
+    if not isinstance(key, _Rows):  # any ordinary forward: the stock SDPA path's results
+        return grouped_sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    outs = [grouped_sdpa_attention_forward(module, query[b : b + 1], k, v, None, **kwargs)[0]
             for b, (k, v) in enumerate(zip(key.rows, value.rows))]
     return torch.cat(outs, dim=0), None
 

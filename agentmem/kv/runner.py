@@ -17,10 +17,8 @@ Example:
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,44 +38,6 @@ def _device(model) -> torch.device:
     return next(model.parameters()).device
 
 
-# transformers' SDPA path expands grouped KV heads to every query head (``repeat_kv``: a copy of the whole cache,
-# 3x its size for SmolLM2) whenever an attention mask is passed, i.e. for any multi-token forward on top of a
-# cache. On CPU, torch's SDPA handles grouped heads with a mask itself (``enable_gqa``) and gives identical
-# outputs; this env switch, read by transformers on every call, selects that path. Measured on SmolLM2 at 2,048
-# mounted tokens: the 22-token question prefill drops from ~466 to ~410 ms (the copies were ~45 ms).
-_FORCE_GQA_ENV = "TRANSFORMERS_SDPA_FORCE_GQA"
-_gqa_lock = threading.Lock()
-_gqa_users = 0
-
-
-@contextmanager
-def _native_gqa(model) -> Iterator[None]:
-    """Within the block, let CPU SDPA take grouped KV heads as they are (no copy); a no-op elsewhere.
-
-    Not on accelerators: transformers notes that masked GQA sends CUDA to the slow math kernel. An explicit
-    setting of the env variable by the user is left alone. Nested and concurrent uses are counted.
-    """
-    global _gqa_users
-    if _device(model).type != "cpu":
-        yield
-        return
-    with _gqa_lock:
-        if _gqa_users == 0 and _FORCE_GQA_ENV in os.environ:
-            owned = False  # the user's own setting wins
-        else:
-            owned = True
-            _gqa_users += 1
-            os.environ[_FORCE_GQA_ENV] = "1"
-    try:
-        yield
-    finally:
-        if owned:
-            with _gqa_lock:
-                _gqa_users -= 1
-                if _gqa_users == 0:
-                    os.environ.pop(_FORCE_GQA_ENV, None)
-
-
 @torch.no_grad()
 def prefill(
     model,
@@ -94,15 +54,14 @@ def prefill(
     ``logits_to_keep=0`` keeps logits for every new position.
     """
     ids = _ids_tensor(token_ids, _device(model))
-    with _native_gqa(model):
-        out = model(
-            input_ids=ids,
-            cache=cache,
-            use_cache=True,
-            position_ids=position_ids,
-            attention_mask=attention_mask,
-            logits_to_keep=logits_to_keep,
-        )
+    out = model(
+        input_ids=ids,
+        cache=cache,
+        use_cache=True,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
+        logits_to_keep=logits_to_keep,
+    )
     logits = out.logits
     return logits[0] if logits.shape[0] == 1 else logits
 
@@ -133,8 +92,7 @@ def forward_prefix_layers(model, cache, token_ids: Sequence[int] | torch.Tensor,
 
     handle = layers[last_layer].register_forward_hook(stop)
     try:
-        with _native_gqa(model):
-            model(input_ids=_ids_tensor(token_ids, _device(model)), cache=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=_ids_tensor(token_ids, _device(model)), cache=cache, use_cache=True, logits_to_keep=1)
     except _StopForward:
         pass
     finally:
