@@ -9,6 +9,7 @@ trained on all the dev conversations' questions, as the head's and the calibrati
     python research/train_query_tower.py --cache /tmp/q-cache.pkl --out agentmem/embed/weights/query_tower.safetensors
     python research/train_query_tower.py --cache /tmp/q-cache.pkl --hold-out /tmp/towers   # <conv>.safetensors,
                                                                # each trained without that conversation
+    python research/train_query_tower.py --cache /tmp/L.pkl /tmp/R.pkl --hold-out /tmp/towers  # two datasets' questions
     python benchmarks/locomo.py --data ... --store <copy of the cached store> --held-out-towers /tmp/towers
 
 Each file is checked against the path recall runs it through (``MiniLMEmbedder(query_tower=...).encode_query``: the
@@ -60,6 +61,27 @@ def deltas_of(layers: torch.nn.ModuleList, first: int) -> tuple[dict[str, tuple[
     return deltas, scale
 
 
+def merged(caches: list[dict[str, Any]]) -> la.Data:
+    """One :class:`la.Data` over the conversations of several caches (e.g. LoCoMo's and REALTALK's), so a tower
+    trains on every dataset's questions; conversation ids must not repeat across caches.
+
+    Example:
+        >>> merged([la.load_cache(Path("L.pkl")), la.load_cache(Path("R.pkl"))]).convs[:2]    # doctest: +SKIP
+        ['26', '30']
+    """
+    first, *rest = caches
+    out = {k: (list(v) if k == "questions" else dict(v) if isinstance(v, dict) else v) for k, v in first.items()}
+    for cache in rest:
+        clash = set(out["turns"]) & set(cache["turns"])
+        if clash:
+            raise ValueError(f"conversation ids in more than one cache: {sorted(clash)}")
+        out["questions"] += cache["questions"]
+        for key in ("rows", "places", "turns", "vecs", "ctx"):
+            out[key].update(cache[key])
+        out["qvecs"] = np.concatenate([out["qvecs"], cache["qvecs"]])
+    return la.Data(**out)
+
+
 def train(tower: qta.Tower, data: la.Data, members: list[int], path: Path, *, lr: float, epochs: int, rank: int,
           tau: float, seed: int) -> dict[str, Any]:
     """Train on questions ``members``, write the tower to ``path``, and check it against the served vectors."""
@@ -81,7 +103,8 @@ def train(tower: qta.Tower, data: la.Data, members: list[int], path: Path, *, lr
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cache", required=True, type=Path, help="research/_locomo_cache.py's cache")
+    ap.add_argument("--cache", required=True, type=Path, nargs="+",
+                    help="research/_locomo_cache.py's cache (several: trained on every one's questions)")
     ap.add_argument("--out", type=Path, help="the tower trained on every conversation's questions")
     ap.add_argument("--hold-out", type=Path, help="a folder: one <conversation>.safetensors trained without it")
     ap.add_argument("--lr", type=float, default=LR)
@@ -93,7 +116,7 @@ def main() -> None:
     if not (args.out or args.hold_out):
         ap.error("give --out, --hold-out or both")
     torch.set_num_threads(1)
-    data = la.Data(**la.load_cache(args.cache))
+    data = merged([la.load_cache(path) for path in args.cache])
     tower = qta.Tower(bundled_embedding_model_path(), [q.text for q in data.questions])
     every = list(range(len(data.questions)))
     jobs: dict[str, tuple[list[int], Path]] = {}
