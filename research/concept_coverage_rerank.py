@@ -37,10 +37,9 @@ share shared like likes""".split())
 POOLINGS, WEIGHTS, DEPTH = ("mean", "min", "softmin"), (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8), 40
 
 
-def evidence_ranks(path: Path) -> dict[str, float]:
+def evidence_ranks(data: la.Data) -> dict[str, float]:
     """Where each evidence turn sits in the shipped ranking taken 200 deep: the share in ranks 1-10, 11-40, 41-200,
     and outside (not in any pool, or below 200)."""
-    data = la.Data(**la.load_cache(path))
     buckets = {"1-10": 0, "11-40": 0, "41-200": 0, "outside": 0}
     for q in data.questions:
         ids = la.shipped(q, q.cands, data.rows, RetrievalParams(), k=200)
@@ -56,9 +55,8 @@ def content_words(question: str, names: set[str]) -> list[str]:
     return [w for w in words if w not in STOP and w not in names and len(w) > 2]
 
 
-def prepare(path: Path, embed) -> list[tuple]:
+def prepare(data: la.Data, embed) -> list[tuple]:
     """Per question: (question, the shipped 40 ids, their cosines to each content word [40, words])."""
-    data = la.Data(**la.load_cache(path))
     names = {cid: {n.lower() for t in ts for n in re.findall(r"[A-Za-z]+", t["speaker"])}
              for cid, ts in data.turns.items()}
     vocab = sorted({w for q in data.questions for w in content_words(q.text, names[q.conv])})
@@ -113,9 +111,10 @@ def main() -> None:
     cells: dict[str, dict[str, list[float]]] = {}
     ranks: dict[str, dict[str, float]] = {}
     for path in map(Path, sys.argv[1:]):
-        ranks[path.stem] = evidence_ranks(path)
+        data = la.Data(**la.load_cache(path))  # read once: the padded caches are large
+        ranks[path.stem] = evidence_ranks(data)
         print(path.stem, "evidence ranks", ranks[path.stem], file=sys.stderr, flush=True)
-        items = prepare(path, embed)
+        items = prepare(data, embed)
         cells[path.stem] = {f"{p}|{w}": recall(items, rerank(items, w, p)) for p in POOLINGS for w in WEIGHTS}
         for variant, r in cells[path.stem].items():
             print(path.stem, variant, *r, file=sys.stderr, flush=True)
