@@ -10,7 +10,7 @@ import torch
 import transformers.integrations.sdpa_attention as transformers_sdpa
 
 from agentmem.kv import KVEngine
-from agentmem.kv.cache import cache_from_stacked
+from agentmem.kv.cache import empty_cache
 from agentmem.kv.grouped_sdpa import grouped_sdpa_attention_forward
 from agentmem.kv.runner import prefill
 from agentmem.kv.testing import tiny_causal_lm
@@ -31,11 +31,9 @@ def repeat_kv_calls(monkeypatch) -> list[int]:
 
 
 def _prompt_on_a_cache(model, cached: list[int], prompt: list[int]) -> torch.Tensor:
-    layers, kv_heads = model.config.num_hidden_layers, model.config.num_key_value_heads
-    head_dim = model.config.hidden_size // model.config.num_attention_heads
-    dtype = next(model.parameters()).dtype
-    empty = torch.zeros(layers, 1, kv_heads, 0, head_dim, dtype=dtype)
-    cache = cache_from_stacked(empty, empty.clone(), capacity=64)
+    config = model.config
+    cache = empty_cache(config.num_hidden_layers, config.num_key_value_heads,
+                        config.hidden_size // config.num_attention_heads, capacity=64, dtype=model.dtype)
     with torch.inference_mode():
         prefill(model, cache, cached)  # the "mounted memories"
         return prefill(model, cache, prompt, logits_to_keep=0)  # the question: a masked prompt on the cache
