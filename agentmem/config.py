@@ -181,11 +181,14 @@ class MemoryConfig(BaseModel):
         "(the assistant's own replies can be wrong; docs/lifecycle.md measures the default).",
     )
     mount_min_score: float = Field(
-        default=0.5, ge=0.0, le=1.0,
+        default=0.3, ge=0.0, le=1.0,
         description="Recalled memories scoring below this (Hit.score: how likely the memory answers the query, "
         "the same on any store) are not mounted by generate(), sessions, the chat endpoint, the memory proxy or the "
-        "LangGraph node/chat model (one policy: AgentMemory.recall_for_mount). 0.5: a memory as likely to answer "
-        "as not; what it costs on LoCoMo and REALTALK is in docs/recall.md. 0.0 = no threshold.")
+        "LangGraph node/chat model (one policy: AgentMemory.recall_for_mount). 0.3: the score's bound for an "
+        "unrelated memory, so what may answer is mounted and what is unrelated is not; a preference or constraint "
+        "the request does not restate often scores 0.3-0.5 ('I don't drink alcohol.' for 'Would I like a glass of "
+        "wine with dinner?'). What it keeps and costs on LoCoMo, REALTALK and small stores is in docs/recall.md. "
+        "0.5 mounts only what is likelier than not to answer; 0.0 = no threshold.")
     topic_switch_threshold: float | None = Field(
         default=None, ge=-1.0, le=1.0,
         description="A session message (of 3+ content words) whose cosine similarity to the session's last 3 user "

@@ -363,7 +363,7 @@ class AgentMemory:
         Example:
             >>> choice = mem.mount_choice("What is my dog called?", user_id="u1")
             >>> choice.threshold, [h.text for h in choice.mounted], [h.text for h in choice.below_threshold]
-            (0.5, ['My dog is called Rex.'], ['I moved to Lyon last May.'])
+            (0.3, ['My dog is called Rex.'], ['I moved to Lyon last May.'])
         """
         below: list[Hit] = []
         mounted = self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,

@@ -92,8 +92,8 @@ class Hit(MemoryRecord):
     tool results or documents): it is computed from the query and this memory alone — their cosine and the share of
     the query's content words the memory holds — by a model fitted on two conversation datasets and small stores of
     facts, preferences, tool outputs and documents (:mod:`agentmem.recall.calibration`). A memory that answers the
-    query scores about 0.5 or more, an unrelated one 0.3 or less, so ``recall(..., min_score=0.5)`` and
-    ``MemoryConfig.mount_min_score`` (0.5) keep what answers. Hits come in rank order, which uses more signals
+    query scores about 0.5 or more, an unrelated one 0.3 or less, so ``recall(..., min_score=0.5)`` keeps what
+    answers and ``MemoryConfig.mount_min_score`` (0.3) mounts what may answer, not what is unrelated. Hits come in rank order, which uses more signals
     (the memory's neighbours and session, BM25 against the store, a learned head order), so a later hit can score
     higher than an earlier one. ``scores`` keeps the parts: ``text_dense`` (the cosine the score reads: the
     memory's own text, without the time and speaker of its line), ``dense`` (the memory line's cosine, which the

@@ -172,7 +172,7 @@ def threshold_drops(choice: Any) -> list[dict[str, Any]]:
         >>> tea = mem.remember("I like green tea.", user_id="u1")
         >>> [(drop["id"] == tea.id, drop["reason"].split(", ")[1]) for drop in threshold_drops(mem.mount_choice(
         ...     "Where do I live?", user_id="u1"))]
-        [(True, 'below the mount threshold 0.5')]
+        [(True, 'below the mount threshold 0.3')]
     """
     return [{"id": h.id, "score": round(float(h.score), 6),
              "reason": f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}"}

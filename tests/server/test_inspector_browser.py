@@ -44,7 +44,7 @@ def activity(server):
         c.post("/v1/memories", json={"text": "My sister is called Inès.", "user_id": "u1", "tags": ["family"]})
         c.post("/v1/memories", json={"text": "The project deadline is Friday.", "user_id": "u3"})
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=server.key_u1, max_retries=0, timeout=120)
-    # questions their memories answer (scores over the 0.5 mount threshold), so requests have mounts to show
+    # questions their memories answer (scores over the 0.3 mount threshold), so requests have mounts to show
     for q in ("Which city did I move to last May?", "What is my sister called?"):
         client.chat.completions.create(model="x", user="u1", max_tokens=6, extra_headers={"X-AgentMem-Session":
                                                                                          "insp-s1"},

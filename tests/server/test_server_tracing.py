@@ -60,7 +60,7 @@ def _chat(url: str, **extra) -> dict:
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
     r = client.chat.completions.create(model="x", user="t1", max_tokens=3,
                                        messages=[{"role": "user", "content": "Which city did I move to last May?"}],
-                                       **extra)  # a question whose memory scores over the mount threshold (0.5)
+                                       **extra)  # a question whose memory scores over the mount threshold (0.3)
     return r.model_extra["agentmem"]
 
 

@@ -99,9 +99,26 @@ def test_min_score_keeps_the_answer_and_drops_the_rest(tmp_path: Path) -> None:
 
 def test_the_default_mount_threshold_mounts_the_answer_and_nothing_unrelated(tmp_path: Path) -> None:
     with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
-        assert mem.config.mount_min_score == 0.5
+        assert mem.config.mount_min_score == 0.3
         mem.remember_many([dict(text=t, user_id="u", kind=k) for k, t, _ in PAIRS])
         assert len(mem.recall("What is the capital of Peru?", user_id="u", k=4)) == 4  # recall is not thresholded
         assert mem.recall_for_mount("What is the capital of Peru?", user_id="u", k=4) == []
         assert [h.text for h in mem.recall_for_mount("What's the weather in Lisbon?", user_id="u", k=4)] == \
             [PAIRS[5][1]]
+
+
+def test_the_default_mounts_a_constraint_the_request_does_not_restate_and_0_5_would_not(tmp_path: Path) -> None:
+    # docs/recall.md's examples of why the default is 0.3: a memory that constrains the request scores between 0.3
+    # and 0.5 (MiniLM sees part of the relation), so the default mounts it; 0.5 leaves it out. An unrelated
+    # question still mounts nothing
+    memories = ["I am allergic to cats.", "Never schedule meetings for me on Fridays.", "My dog is called Rex."]
+    asked = {"Should I adopt a kitten?": memories[0], "Book a call with Sam on Friday at 3 pm.": memories[1]}
+    for threshold, mounts in ((None, True), (0.5, False)):
+        config = {} if threshold is None else {"mount_min_score": threshold}
+        with AgentMemory(tmp_path / f"m{threshold}", kv_encoding="off", **config) as mem:
+            mem.remember_many([dict(text=t, user_id="u") for t in memories])
+            for question, memory in asked.items():
+                mounted = [h.text for h in mem.recall_for_mount(question, user_id="u", k=4)]
+                assert (memory in mounted) is mounts, (question, mounted)
+                assert "My dog is called Rex." not in mounted
+            assert mem.recall_for_mount("What is the capital of Peru?", user_id="u", k=4) == []

@@ -79,7 +79,7 @@ class MemoryNode:
         kinds / tags: restrict recall to these entry kinds / tags (e.g. ``kinds=["turn", "tool"]``).
         min_score: drop recalled memories scoring below this (``Hit.score``: how likely the memory answers, in
             [0, 1]), on top of the store's one mount policy (``AgentMemory.recall_for_mount``: no assistant replies,
-            nothing below ``MemoryConfig.mount_min_score``, 0.5 by default).
+            nothing below ``MemoryConfig.mount_min_score``, 0.3 by default).
         write_tags / ttl: tags and time-to-live given to the memories this node writes.
         user_name: speaker name written with the user's messages (default: the message's ``name``).
 

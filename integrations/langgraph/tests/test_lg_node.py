@@ -162,7 +162,7 @@ def test_store_items_are_recalled_by_the_node(mem):
 
 def test_a_memory_the_request_does_not_name_is_mounted_only_without_a_threshold(tmp_path):
     # "Suggest a dinner recipe" shares nothing MiniLM sees with "Alice is vegetarian." (cosine ~0.04): under the
-    # default mount threshold (0.5) it is not mounted; mount_min_score=0.0 mounts every recalled hit, as before
+    # default mount threshold (0.3) it is not mounted; mount_min_score=0.0 mounts every recalled hit, as before
     for threshold, mounted in ((None, False), (0.0, True)):
         config = {} if threshold is None else {"mount_min_score": threshold}
         with AgentMemory(tmp_path / f"m{threshold}", kv_encoding="off", **config) as mem:
