@@ -252,13 +252,15 @@ class AgentMemory:
         index: bool | None = None,
         clear_ttl: bool = False,
         timestamp: datetime | str | None = None,
+        user_id: str | None = None,
     ) -> MemoryRecord:
         """Replace an entry's text with a new version; its vector, lexical document and KV blob are replaced in the
         same all-or-nothing write (a stale KV blob is never mounted). ``tags`` / ``metadata`` / ``ttl`` replace the
         old ones when given (``clear_ttl`` removes the expiry); ``index=False`` keeps the entry stored but not
         searchable (no vector, no lexical document). ``timestamp`` is when the new text became true (default now;
         an import restoring an entry's versions gives the original one). The old text stays in :meth:`history`
-        until the entry is forgotten.
+        until the entry is forgotten. With ``user_id``, an entry of another user is not found (:class:`NotFoundError`,
+        as in :meth:`get`), and nothing is written.
 
         Example:
             >>> mem.update(rec.id, text="I moved to Paris.").version
@@ -269,14 +271,15 @@ class AgentMemory:
         self._check_open()
         if ttl is not None and clear_ttl:
             raise InvalidInputError("give ttl or clear_ttl, not both")
-        return self._writer.update(self._live_row(entry_id), text=text, tags=tags, metadata=metadata, ttl=ttl,
+        return self._writer.update(self._live_row(entry_id, user_id), text=text, tags=tags, metadata=metadata, ttl=ttl,
                                    reason=reason, index=index, clear_ttl=clear_ttl, timestamp=timestamp)
 
-    def restore(self, entry_id: str, version: int | None = None) -> MemoryRecord:
+    def restore(self, entry_id: str, version: int | None = None, *, user_id: str | None = None) -> MemoryRecord:
         """Undo a consolidation the store got wrong: a superseded (or retracted) entry becomes active again, the
         newer entry that replaced it stays (forget it if it is wrong); ``version=n`` also brings back the text of
         the entry's version ``n`` as a new version. Logged as a ``restore`` event (``related_id``: the entry that
-        had superseded it). Raises :class:`InvalidInputError` when there is nothing to restore.
+        had superseded it). Raises :class:`InvalidInputError` when there is nothing to restore, and, with
+        ``user_id``, :class:`NotFoundError` for an entry of another user.
 
         Example:
             >>> blue = mem.remember("My favorite color is blue.", user_id="u1")
@@ -285,11 +288,11 @@ class AgentMemory:
             (True, 'active')
         """
         self._check_open()
-        return self._writer.restore(self._live_row(entry_id), version)
+        return self._writer.restore(self._live_row(entry_id, user_id), version)
 
-    def history(self, entry_id: str) -> list[MemoryVersion]:
+    def history(self, entry_id: str, *, user_id: str | None = None) -> list[MemoryVersion]:
         """The entry's versions and events, oldest first: ``op`` is add / update / supersede / merge / delete /
-        restore.
+        restore. With ``user_id``, an entry of another user is not found (:class:`NotFoundError`).
 
         Example:
             >>> mem.remember("I moved to Paris in June.", user_id="u1").event
@@ -298,11 +301,13 @@ class AgentMemory:
             [('add', 'I moved to Lyon last May.'), ('supersede', 'I moved to Lyon last May.')]
         """
         self._check_open()
-        self._live_row(entry_id)
+        self._live_row(entry_id, user_id)
         return self._reads.history(entry_id)
 
-    def _live_row(self, entry_id: str) -> EntryRecord:
-        return self._reads.live(check_id(entry_id, "entry_id", required=True) or "")
+    def _live_row(self, entry_id: str, user_id: str | None = None) -> EntryRecord:
+        """The entry's live row; with ``user_id``, only if it is that user's (the same check as :meth:`get`)."""
+        return self._reads.live(check_id(entry_id, "entry_id", required=True) or "",
+                                owner=check_id(user_id, "user_id", required=False))
 
     def _record(self, row: EntryRecord) -> MemoryRecord:
         return self._writer.record(row)

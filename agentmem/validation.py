@@ -67,7 +67,7 @@ def check_text(text: Any, what: str = "text", *, max_chars: int = MAX_TEXT_CHARS
     if not isinstance(text, str):
         raise InvalidInputError(f"{what} must be a string, got {type(text).__name__}")
     if not text.strip():
-        raise InvalidInputError(f"{what} is empty; there is nothing to remember")
+        raise InvalidInputError(f"{what} is empty (nothing but whitespace)" if text else f"{what} is empty")
     if len(text) > max_chars:
         raise InvalidInputError(f"{what} has {len(text):,} characters; the limit is {max_chars:,} (split it)")
     _check_unicode(text, what)

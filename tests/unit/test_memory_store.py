@@ -51,6 +51,23 @@ def test_recall_never_crosses_users(mem: AgentMemory) -> None:
     assert [h.id for h in mem.recall("Berlin", user_id="u2", k=10)] == [ids["other"]]
 
 
+def test_by_id_calls_given_a_user_never_reach_another_users_entry(mem: AgentMemory) -> None:
+    # get / update / history / restore / forget by id take the caller's user_id, as a multi-user app passes it:
+    # another user's entry is not found, and nothing of it changes
+    ids = _facts(mem)
+    for call in (lambda: mem.get(ids["other"], user_id="u1"),
+                 lambda: mem.update(ids["other"], text="I moved to Rome.", user_id="u1"),
+                 lambda: mem.history(ids["other"], user_id="u1"),
+                 lambda: mem.restore(ids["other"], user_id="u1")):
+        with pytest.raises(NotFoundError):
+            call()
+    assert mem.forget(ids["other"], user_id="u1") == 0
+    assert mem.get(ids["other"]).text == "I moved to Berlin and live there now."
+    assert [v.op for v in mem.history(ids["other"], user_id="u2")] == ["add"]
+    assert mem.update(ids["lyon"], text="I moved to Lyon in May 2025.", user_id="u1").version == 2
+    assert [v.text for v in mem.history(ids["lyon"], user_id="u1")][0] == "I moved to Lyon last May."
+
+
 def test_filters_tags_kinds_session(mem: AgentMemory) -> None:
     ids = _facts(mem)
     tool = mem.remember("weather(Lyon) = 21C sunny", user_id="u1", session_id="s1", kind="tool", speaker="weather")
@@ -165,7 +182,9 @@ def test_forget_pages_past_any_cap(mem: AgentMemory) -> None:
         (lambda m: m.recall("q", user_id="u", filters={"a": {"$regex": "x"}}), "unknown filter operator"),
         (lambda m: m.recall("q", user_id="u", filters={"$not": {}}), "unknown filter operator"),
         (lambda m: m.recall("q", user_id="u", filters={"a": {"$in": "x"}}), "needs a list"),
-        (lambda m: m.recall("", user_id="u"), "empty"),
+        (lambda m: m.recall("", user_id="u"), "query is empty$"),
+        (lambda m: m.recall("  ", user_id="u"), "query is empty \\(nothing but whitespace\\)"),
+        (lambda m: m.update("id", text="x", user_id=""), "user_id"),
         (lambda m: m.recall("q", user_id=None), "user_id"),
         (lambda m: m.forget(), "refusing"),
         (lambda m: m.forget("id", user_id="u", session_id="s"), "not both"),
