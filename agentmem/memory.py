@@ -362,8 +362,9 @@ class AgentMemory:
     def mount_choice(self, query: str, *, user_id: str, k: int = 4, kinds: Iterable[str] | None = None,
                      tags: Iterable[str] | None = None, filters: Mapping[str, Any] | None = None,
                      min_score: float | None = None, asking_session: str | None = None) -> MountChoice:
-        """:meth:`recall_for_mount`'s hits, and the recalled hits it left out for scoring below the threshold in
-        force (one search: what a mount explains, e.g. the server's inspector).
+        """:meth:`recall_for_mount`'s hits, the recalled hits it left out for scoring below the threshold in force,
+        and those it left out because a newer recalled memory contradicts them (one search: what a mount explains,
+        e.g. the server's inspector).
 
         Example:
             >>> choice = mem.mount_choice("What is my dog called?", user_id="u1")
@@ -371,19 +372,22 @@ class AgentMemory:
             (0.3, ['My dog is called Rex.'], ['I moved to Lyon last May.'])
         """
         below: list[Hit] = []
+        contradicted: list[Hit] = []
         mounted = self._recall(query, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
-                               asking_session=asking_session, for_mount=True, min_score=min_score, below=below)
+                               asking_session=asking_session, for_mount=True, min_score=min_score, below=below,
+                               contradicted=contradicted)
         threshold = self._recaller.mount_threshold(check_score(min_score, "min_score")) or 0.0
-        return MountChoice(mounted=mounted, below_threshold=below, threshold=threshold)
+        return MountChoice(mounted=mounted, below_threshold=below, threshold=threshold, contradicted=contradicted)
 
     def _recall(self, query: str, *, user_id: str, k: int, session_id: str | None = None,
                 kinds: Iterable[str] | None = None, tags: Iterable[str] | None = None,
                 filters: Mapping[str, Any] | None = None, include_superseded: bool = False,
                 asking_session: str | None = None, for_mount: bool = False,
-                min_score: float | None = None, below: list[Hit] | None = None) -> list[Hit]:
+                min_score: float | None = None, below: list[Hit] | None = None,
+                contradicted: list[Hit] | None = None) -> list[Hit]:
         """``recall``'s inputs checked, then the recall pipeline (:class:`agentmem.recall.pipeline.Recaller`):
-        ``asking_session`` picks the knowledge version served, ``for_mount`` applies the mount policy, ``below`` (a
-        list) receives the ranked hits the threshold left out."""
+        ``asking_session`` picks the knowledge version served, ``for_mount`` applies the mount policy, ``below`` /
+        ``contradicted`` (lists) receive the ranked hits the threshold / a newer contradicting hit left out."""
         self._check_open()
         query = check_text(query, "query")
         scope = Scope(
@@ -393,7 +397,8 @@ class AgentMemory:
             include_superseded=bool(include_superseded),
         )
         return self._recaller.recall(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"),
-                                     asking_session=asking_session, for_mount=for_mount, below=below)
+                                     asking_session=asking_session, for_mount=for_mount, below=below,
+                                     contradicted=contradicted)
 
     def _hit(self, s: Any) -> Hit:
         """A scored row as a :class:`Hit` (its texts opened)."""

@@ -113,9 +113,10 @@ class Hit(MemoryRecord):
 @dataclass(frozen=True)
 class MountChoice:
     """What the mount policy chose for a query (:meth:`agentmem.AgentMemory.mount_choice`): the hits to mount, in rank
-    order, and the recalled hits left out because they score below ``threshold`` (the higher of
-    ``MemoryConfig.mount_min_score`` and the caller's ``min_score``), so a tool such as the inspector can say why
-    a memory was not mounted.
+    order, the recalled hits left out because they score below ``threshold`` (the higher of
+    ``MemoryConfig.mount_min_score`` and the caller's ``min_score``), and those left out because a newer mounted
+    memory of the same speaker contradicts them (``contradicted``: the consolidation's conflict check, with
+    consolidation on), so a tool such as the inspector can say why a memory was not mounted.
 
     >>> choice = mem.mount_choice("What is my dog called?", user_id="u1")      # mem: two memories of u1
     >>> [h.text for h in choice.mounted], [(h.text, h.score < choice.threshold) for h in choice.below_threshold]
@@ -125,6 +126,7 @@ class MountChoice:
     mounted: list[Hit]
     below_threshold: list[Hit]
     threshold: float
+    contradicted: list[Hit] = field(default_factory=list)
 
 
 def json_ready(value: Any) -> Any:

@@ -355,10 +355,12 @@ def demotion_pool(k: int) -> int:
     return max(k + DEMOTE, NEIGHBOURS + 1)
 
 
-def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]]) -> list[T]:
+def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]],
+                 drop: bool = False) -> list[T]:
     """Newer first: for every conflicting pair (``(older id, newer id)`` in ``conflicts``) where the older ranks
     above the newer, the newer moves to just before it; then each older item moves ``SETTLE`` places further down
-    (far enough to leave a top 3 from the first place). Other items keep their order.
+    (far enough to leave a top 3 from the first place). Other items keep their order. With ``drop`` (a mount: the
+    model would read both values) an older item whose newer one is among ``items`` is left out instead.
 
     Moving the older only a few places (instead of behind every candidate, as before) is what keeps LoCoMo
     recall@10 at the level without consolidation: a topic-sharing turn the pairwise model takes for a conflict
@@ -366,7 +368,13 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
 
     >>> demote_older(["old", "x", "new", "y", "z"], ident=lambda r: r, conflicts={("old", "new")})
     ['new', 'x', 'y', 'old', 'z']
+    >>> demote_older(["old", "x", "new"], ident=lambda r: r, conflicts={("old", "new")}, drop=True)
+    ['x', 'new']
     """
+    if drop:
+        present = {ident(i) for i in items}
+        contradicted = {older for older, newer in conflicts if newer in present}
+        return [i for i in items if ident(i) not in contradicted]
     order = list(items)
     pos = {ident(i): n for n, i in enumerate(order)}
     # pairs in rank order (older, then newer): of several newer items in conflict with one older, the best ranked

@@ -58,11 +58,11 @@ class ConflictDemotion:
     def pool(self, k: int) -> int:
         return demotion_pool(k)
 
-    def demote(self, found: list[Any], query: str) -> list[Any]:
+    def demote(self, found: list[Any], query: str, *, drop_older: bool = False) -> list[Any]:
         head = found[:CHECKED]
         texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
         conflicts = self._consolidator.conflicts([s.row for s in head], texts, query)
-        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts)
+        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older)
 
 
 __all__ = ["ConflictDemotion", "local_consolidator"]

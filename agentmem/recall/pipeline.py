@@ -1,13 +1,15 @@
-"""Recall, one pipeline: candidates → fuse → head → calibrate → threshold → demote.
+"""Recall, one pipeline: candidates → fuse → head → calibrate → demote → threshold.
 
 The first four stages are the store's search (:meth:`agentmem.entries.store.EntryStore.search`: the dense and
 lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`.head`) and the calibrated score
 (:mod:`.calibration`)). :class:`Recaller` runs the search under the store's policy and adds the last two:
 
-* **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
-  :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted);
 * **demote**: of two recalled memories that conflict (the same speaker stating two values of one thing), the older
-  ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``).
+  ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``); a
+  mount leaves the older out, so the model never reads both values. It runs before the threshold: the conflict
+  check weighs a pair against the speaker's other recalled hits (at least 3), which the threshold would remove;
+* **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
+  :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted).
 
 The parts it runs on are handed in (the search, the knowledge-version state, the demotion step, the hit builder),
 so the pipeline imports neither the entries nor the consolidation package it sits between.
@@ -43,8 +45,9 @@ class Demotion(Protocol):
         """How many ranked hits the step looks at to return ``k`` (``k`` plus a look-ahead)."""
         ...
 
-    def demote(self, found: list[Any], query: str) -> list[Any]:
-        """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down."""
+    def demote(self, found: list[Any], query: str, *, drop_older: bool = False) -> list[Any]:
+        """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down (with
+        ``drop_older``, it is left out)."""
         ...
 
 
@@ -84,12 +87,13 @@ class Recaller(Generic[Scored, HitT]):
 
     def recall(self, query: str, scope: Any, *, k: int, min_score: float | None = None,
                asking_session: str | None = None, for_mount: bool = False,
-               below: list[HitT] | None = None) -> list[HitT]:
+               below: list[HitT] | None = None, contradicted: list[HitT] | None = None) -> list[HitT]:
         """The ``k`` best hits for ``query`` in ``scope`` (inputs already checked), best first.
 
         ``asking_session`` picks the knowledge version served; ``for_mount`` applies the mount policy (no roles of
         ``MemoryConfig.unmounted_roles``, no hit below :meth:`mount_threshold`); ``below`` (a list) receives the
-        ranked hits the threshold left out (at most ``k``).
+        ranked hits the threshold left out (at most ``k``); ``contradicted`` (a list), for a mount, the hits left out
+        because a newer hit contradicts them.
         """
         served, chain_stamp = self._recall_state(asking_session)  # one read of store_info for both
         search_scope = replace(scope, kb_versions=served,
@@ -102,13 +106,19 @@ class Recaller(Generic[Scored, HitT]):
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
         found = self._search(query, search_scope, k=want, follow_versions=self._follow and not scope.include_superseded,
                              chain_stamp=chain_stamp, head_k=k)
+        if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
+            # before the threshold: the conflict check weighs a pair against the speaker's other hits (at least 3),
+            # which a threshold would remove, and a mount would then keep both values
+            settled = demotion.demote(found, query, drop_older=for_mount)
+            if contradicted is not None and len(settled) < len(found):
+                kept = {id(s) for s in settled}
+                contradicted += [self._hit_of(s) for s in found if id(s) not in kept][:k]
+            found = settled
         if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
             dropped = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
             found = [s for s in found if s.score >= min_score]  # type: ignore[attr-defined]
             if below is not None:
                 below += [self._hit_of(s) for s in dropped[:k]]
-        if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
-            found = demotion.demote(found, query)
         return [self._hit_of(s) for s in found[:k]]
 
 

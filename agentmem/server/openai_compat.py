@@ -52,7 +52,7 @@ from agentmem.server.auth import Principal
 from agentmem.server.chat_request import ChatRequest, Conversation, read_conversation
 from agentmem.server.scheduler import Ticket
 from agentmem.server.state import (SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user,
-                                   threshold_drops)
+                                   mount_drops)
 from agentmem.server.tracing import mount_span
 
 __all__ = ["ChatRequest", "openai_tool_calls", "router"]
@@ -76,7 +76,7 @@ class _Chat:
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.cancelled = False
-        self.below_threshold: list[dict[str, Any]] = []  # recalled, left out by the mount threshold
+        self.mount_dropped: list[dict[str, Any]] = []  # recalled, left out by the mount policy (threshold, contradicted)
         self.written: list[Any] = []  # records of the turns this exchange wrote (withdrawn if it is not delivered)
         self.record_id: str | None = None  # this request's record in the request log
 
@@ -131,7 +131,7 @@ class _Chat:
                 "agentmem.user": self.user, "agentmem.k": self.k}) as span:
             choice = self.state.mem.mount_choice(self.question, user_id=self.user, k=self.k,
                                                  asking_session=self.session_id)
-            hits, self.below_threshold = choice.mounted, threshold_drops(choice)
+            hits, self.mount_dropped = choice.mounted, mount_drops(choice)
             span.set_attribute("agentmem.hits", len(hits))
         recall_s = time.perf_counter() - t0
         self.state.metrics.recall_seconds.observe(recall_s)
@@ -199,7 +199,7 @@ class _Chat:
         seen = set(out.mounted) | set(out.dropped)
         dropped += [{"id": i, "reason": fell.get(i) or "already in the session's working KV"}
                     for i in score if i not in seen]
-        dropped += self.below_threshold
+        dropped += self.mount_dropped
         return {"request_id": self.id, "user": self.user, "session_id": self.session_id, "mode": self.mode,
                 "recalled": [{"id": h.id, "score": score[h.id]} for h in hits], "mounted": mounted,
                 "dropped": dropped, "fallbacks": [{"id": i, "reason": r} for i, r in out.fallbacks],

@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentmem.server.auth import Principal
 from agentmem.server.chat_request import ChatRequest, last_user_text
-from agentmem.server.state import USER_HEADER, ServerState, caller, get_state, pick_user, threshold_drops
+from agentmem.server.state import USER_HEADER, ServerState, caller, get_state, pick_user, mount_drops
 
 __all__ = ["MEMORY_HEADER", "UPSTREAM_KEY_ENV", "router"]
 
@@ -69,7 +69,7 @@ class _Exchange:
         hits = choice.mounted
         recall_s = time.perf_counter() - t
         self.state.metrics.recall_seconds.observe(recall_s)
-        lines, mounted, dropped, used = [MEMORY_HEADER], [], threshold_drops(choice), mem.count_tokens(MEMORY_HEADER)
+        lines, mounted, dropped, used = [MEMORY_HEADER], [], mount_drops(choice), mem.count_tokens(MEMORY_HEADER)
         for h in hits:
             line = f"- {h.memory_text}"
             tokens = mem.count_tokens(line)

@@ -162,19 +162,23 @@ def pick_user(principal: Principal, *candidates: str | None) -> str:
     raise HTTPException(400, "user_id is required: set the request's 'user' field or the X-AgentMem-User header")
 
 
-def threshold_drops(choice: Any) -> list[dict[str, Any]]:
-    """The request log's "dropped" entries for the recalled memories a mount left out for scoring below its
-    threshold (``AgentMemory.mount_choice``), each with its score and the reason in words.
+def mount_drops(choice: Any) -> list[dict[str, Any]]:
+    """The request log's "dropped" entries for the recalled memories a mount left out (``AgentMemory.mount_choice``):
+    for scoring below its threshold, or because a newer recalled memory contradicts them; each with its score and
+    the reason in words.
 
     Example:
         >>> from agentmem import AgentMemory
         >>> mem = AgentMemory("./memdata")
         >>> tea = mem.remember("I like green tea.", user_id="u1")
-        >>> [(drop["id"] == tea.id, drop["reason"].split(", ")[1]) for drop in threshold_drops(mem.mount_choice(
+        >>> [(drop["id"] == tea.id, drop["reason"].split(", ")[1]) for drop in mount_drops(mem.mount_choice(
         ...     "Where do I live?", user_id="u1"))]
         [(True, 'below the mount threshold 0.3')]
     """
     return [{"id": h.id, "score": round(float(h.score), 6),
              "reason": f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}"}
-            for h in choice.below_threshold]
+            for h in choice.below_threshold] + [
+        {"id": h.id, "score": round(float(h.score), 6),
+         "reason": "an older statement a newer recalled memory of the same speaker contradicts"}
+        for h in choice.contradicted]
 

@@ -145,6 +145,18 @@ def test_assistant_replies_are_recalled_but_never_mounted(server):
     assert ext["recalled"] and ext["mount_min_score"] == 0.3
 
 
+def test_an_older_statement_a_newer_memory_contradicts_is_reported_as_dropped_not_mounted(server):
+    jobs = ["I'm employed as a chef.", "I finished reading a thriller novel.", "I study Arabic in the evenings.",
+            "I go to the gym on Mondays.", "I planted tomatoes on the balcony.", "I got promoted, I'm a teacher now."]
+    with server.client(server.key_u1) as c:
+        ids = [c.post("/v1/memories", json={"text": t, "user_id": "u1", "role": "user"}).json()["id"] for t in jobs]
+    ext = _ask(_client(server), [{"role": "user", "content": "What is my job?"}]).model_extra["agentmem"]
+    assert ids[-1] in [m["id"] for m in ext["mounted"]]
+    assert ids[0] not in [m["id"] for m in ext["mounted"]]
+    assert [d["reason"] for d in ext["dropped"] if d["id"] == ids[0]] == [
+        "an older statement a newer recalled memory of the same speaker contradicts"]
+
+
 def test_memories_below_the_mount_threshold_are_reported_as_dropped_with_why(server):
     with server.client(server.key_u1) as c:
         c.post("/v1/memories", json={"text": "My parrot is called Kiwi.", "user_id": "u1", "role": "user"})

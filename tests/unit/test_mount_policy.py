@@ -64,3 +64,31 @@ def test_mount_choice_says_which_hits_the_threshold_left_out(mem_path):
     assert choice.below_threshold and all(h.score < cut for h in choice.below_threshold)
     assert {h.id for h in choice.below_threshold} == {i for i, s in scores.items() if s < cut}
     assert not {h.id for h in choice.mounted} & {h.id for h in choice.below_threshold}
+
+
+JOB = ["I'm employed as a chef.", "I finished reading a thriller novel.", "I study Arabic in the evenings.",
+       "I go to the gym on Mondays.", "I planted tomatoes on the balcony.", "I got promoted, I'm a teacher now."]
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5])
+def test_a_mount_leaves_out_an_older_statement_a_newer_recalled_one_contradicts(tmp_path, threshold):
+    # the write kept both jobs (the pair is below the supersede threshold), and recall's conflict check finds them
+    # against the speaker's other hits: recall ranks the chef behind the teacher, a mount leaves the chef out (the
+    # model never reads both), whichever threshold removed those other hits from the mount
+    with AgentMemory(tmp_path / "m", kv_encoding="off", mount_min_score=threshold) as mem:
+        ids = {t: mem.remember(t, user_id="u1", role="user").id for t in JOB}
+        assert mem.get(ids[JOB[0]]).status == "active"
+        recalled = [h.id for h in mem.recall("What is my job?", user_id="u1", k=6)]
+        assert recalled.index(ids[JOB[-1]]) < recalled.index(ids[JOB[0]])
+        choice = mem.mount_choice("What is my job?", user_id="u1", k=4)
+        assert ids[JOB[0]] not in [h.id for h in choice.mounted]
+        assert [h.id for h in choice.contradicted] == [ids[JOB[0]]]
+        assert ids[JOB[0]] not in [h.id for h in choice.below_threshold]
+
+
+def test_without_consolidation_nothing_is_contradicted(tmp_path):
+    with AgentMemory(tmp_path / "m", kv_encoding="off", consolidation="off", mount_min_score=0.0) as mem:
+        for t in JOB:
+            mem.remember(t, user_id="u1", role="user")
+        choice = mem.mount_choice("What is my job?", user_id="u1", k=6)
+        assert choice.contradicted == [] and {"I'm employed as a chef.", JOB[-1]} <= {h.text for h in choice.mounted}
