@@ -141,16 +141,21 @@ def fit(samples: list[dict[str, Any]], sources: tuple[str, ...]) -> Calibration:
                            weights=balanced_weights(rows))
 
 
-def quality(samples: list[dict[str, Any]], source: str, cal: Calibration) -> dict[str, float]:
-    """The figures of the module docstring for one source under ``cal``."""
-    rows = labelled(samples, (source,))
-    p = np.array([cal(cosine=s["cosine"], overlap=s["overlap"]) for s in rows])
-    y = np.array([s["label"] for s in rows], dtype=float)
-    w = balanced_weights(rows)
+def balanced_ece(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    """Expected calibration error over 10 equal-width bins, each sample weighted by ``w``.
+
+    Example:
+        >>> round(balanced_ece(np.array([0.9, 0.1]), np.array([1.0, 0.0]), np.array([0.5, 0.5])), 2)
+        0.1
+    """
     bins = np.minimum((p * 10).astype(int), 9)
-    ece = sum(abs(np.average(p[bins == b], weights=w[bins == b]) - np.average(y[bins == b], weights=w[bins == b]))
-              * w[bins == b].sum() for b in range(10) if (bins == b).any()) / w.sum()
-    own = [s for s in samples if s["source"] == source and s["label"] in (1, -1)]
+    return float(sum(abs(np.average(p[bins == b], weights=w[bins == b]) - np.average(y[bins == b], weights=w[bins == b]))
+                     * w[bins == b].sum() for b in range(10) if (bins == b).any()) / w.sum())
+
+
+def kept_at_half(samples: list[dict[str, Any]], source: str, score: Any) -> float:
+    """``kept@10``: of the evidence ``source``'s questions found in their 10 hits, the share whose ``score(sample)``
+    is at least 0.5 (what ``min_score=0.5`` keeps)."""
     by_q: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for s in samples:
         if s["source"] == source:
@@ -160,14 +165,26 @@ def quality(samples: list[dict[str, Any]], source: str, cal: Calibration) -> dic
         gold = next(s["gold"] for s in hits if "gold" in s)
         rel = [s for s in hits if s["label"] == 1]
         found += len(rel) / gold
-        kept += sum(cal(cosine=s["cosine"], overlap=s["overlap"]) >= 0.5 for s in rel) / gold
+        kept += sum(score(s) >= 0.5 for s in rel) / gold
+    return kept / found if found else 0.0
+
+
+def quality(samples: list[dict[str, Any]], source: str, cal: Calibration) -> dict[str, float]:
+    """The figures of the module docstring for one source under ``cal``."""
+    rows = labelled(samples, (source,))
+    p = np.array([cal(cosine=s["cosine"], overlap=s["overlap"]) for s in rows])
+    y = np.array([s["label"] for s in rows], dtype=float)
+    w = balanced_weights(rows)
+    ece = balanced_ece(p, y, w)
+    own = [s for s in samples if s["source"] == source and s["label"] in (1, -1)]
+    kept = kept_at_half(samples, source, lambda s: cal(cosine=s["cosine"], overlap=s["overlap"]))
     return {"ece": round(float(ece), 4), "brier": round(float(np.average((p - y) ** 2, weights=w)), 4),
             "relevant>=0.5": round(float((p[y == 1] >= 0.5).mean()), 4),
             "unrelated<=0.3": round(float((p[y == 0] <= 0.3).mean()), 4),
             "relevant_mean": round(float(p[y == 1].mean()), 4), "unrelated_mean": round(float(p[y == 0].mean()), 4),
             "other_own_mean": round(float(np.mean([cal(cosine=s["cosine"], overlap=s["overlap"])
                                                    for s in own if s["label"] == -1] or [0.0])), 4),
-            "kept@10": round(kept / found, 4) if found else 0.0}
+            "kept@10": round(kept, 4)}
 
 
 def table(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:

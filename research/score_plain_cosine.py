@@ -20,7 +20,6 @@ import argparse
 import json
 import sys
 import tempfile
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "research"), str(ROOT / "tests" / "unit")]
+import fit_scores  # noqa: E402
 import mount_threshold  # noqa: E402
 import test_score_meaning  # noqa: E402
 
@@ -48,14 +48,6 @@ FITS = {"locomo+small": ("locomo", "small"), "realtalk+small": ("realtalk", "sma
 SOURCES = ("locomo", "realtalk", "small")
 
 
-def balanced(rows: list[Sample]) -> np.ndarray:
-    """Each source weighs 1, each class half of it (as research/fit_scores.py weighs them)."""
-    count: dict[tuple[str, int], int] = defaultdict(int)
-    for s in rows:
-        count[s["source"], s["label"]] += 1
-    return np.array([0.5 / count[s["source"], s["label"]] for s in rows])
-
-
 def probability(features: str, w: np.ndarray, s: Sample) -> float:
     """The fitted model's score of one sample.
 
@@ -67,27 +59,16 @@ def probability(features: str, w: np.ndarray, s: Sample) -> float:
 
 
 def quality(samples: list[Sample], source: str, features: str, w: np.ndarray) -> dict[str, float]:
-    """Balanced ECE, the answering pairs at >= 0.5 and >= 0.3, the unrelated at <= 0.3, and kept@10 at 0.5."""
+    """Balanced ECE, the answering pairs at >= 0.5 and >= 0.3, the unrelated at <= 0.3, and kept@10 at 0.5, as
+    ``research/fit_scores.py`` reports them."""
     rows = [s for s in samples if s["source"] == source and s["label"] in (0, 1)]
     p = np.array([probability(features, w, s) for s in rows])
     y = np.array([s["label"] for s in rows])
-    weight = balanced(rows)
-    bins = np.minimum((p * 10).astype(int), 9)
-    ece = sum(abs(np.average(p[bins == b], weights=weight[bins == b]) - np.average(y[bins == b], weights=weight[bins == b]))
-              * weight[bins == b].sum() for b in range(10) if (bins == b).any()) / weight.sum()
-    by_q: dict[int, list[Sample]] = defaultdict(list)
-    for s in samples:
-        if s["source"] == source:
-            by_q[s["q"]].append(s)
-    found = kept = 0.0
-    for hits in by_q.values():
-        gold = next(s["gold"] for s in hits if "gold" in s)
-        relevant = [s for s in hits if s["label"] == 1]
-        found += len(relevant) / gold
-        kept += sum(probability(features, w, s) >= 0.5 for s in relevant) / gold
-    return {"ece": round(float(ece), 4), "answering>=0.5": round(float((p[y == 1] >= 0.5).mean()), 4),
+    ece = fit_scores.balanced_ece(p, y.astype(float), fit_scores.balanced_weights(rows))
+    kept = fit_scores.kept_at_half(samples, source, lambda s: probability(features, w, s))
+    return {"ece": round(ece, 4), "answering>=0.5": round(float((p[y == 1] >= 0.5).mean()), 4),
             "answering>=0.3": round(float((p[y == 1] >= 0.3).mean()), 4),
-            "unrelated<=0.3": round(float((p[y == 0] <= 0.3).mean()), 4), "kept@10": round(kept / found, 4)}
+            "unrelated<=0.3": round(float((p[y == 0] <= 0.3).mean()), 4), "kept@10": round(kept, 4)}
 
 
 def held_out_stores(weights: dict[str, np.ndarray], encode: Callable[[list[str]], np.ndarray]) -> dict[str, Any]:
@@ -137,7 +118,7 @@ def main() -> None:
         for fit_name, sources in FITS.items():
             rows = [s for s in samples if s["source"] in sources and s["label"] in (0, 1)]
             w = fit_logistic(np.array([FEATURES[features](s) for s in rows]), np.array([s["label"] for s in rows], float),
-                             l2=1e-3, sample_weight=balanced(rows))
+                             l2=1e-3, sample_weight=fit_scores.balanced_weights(rows))
             table[f"{features}|{fit_name}"] = {src: quality(samples, src, features, w) for src in SOURCES}
             print(features, fit_name, table[f"{features}|{fit_name}"], file=sys.stderr, flush=True)
             if fit_name == "all":
