@@ -110,9 +110,10 @@ class Recaller(Generic[Scored, HitT]):
             # before the threshold: the conflict check weighs a pair against the speaker's other hits (at least 3),
             # which a threshold would remove, and a mount would then keep both values
             settled = demotion.demote(found, query, drop_older=for_mount)
-            if contradicted is not None and len(settled) < len(found):
+            if contradicted is not None and len(settled) < len(found):  # those the mount would have held
                 kept = {id(s) for s in settled}
-                contradicted += [self._hit_of(s) for s in found if id(s) not in kept][:k]
+                would = [s for s in found if min_score is None or s.score >= min_score][:k]  # type: ignore[attr-defined]
+                contradicted += [self._hit_of(s) for s in would if id(s) not in kept]
             found = settled
         if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
             dropped = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
