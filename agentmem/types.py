@@ -93,9 +93,9 @@ class Hit(MemoryRecord):
     the query's content words the memory holds — by a model fitted on two conversation datasets and small stores of
     facts, preferences, tool outputs and documents (:mod:`agentmem.recall.calibration`). A memory that answers the
     query scores about 0.5 or more, an unrelated one 0.3 or less, so ``recall(..., min_score=0.5)`` keeps what
-    answers and ``MemoryConfig.mount_min_score`` (0.3) mounts what may answer, not what is unrelated. Hits come in rank order, which uses more signals
-    (the memory's neighbours and session, BM25 against the store, a learned head order), so a later hit can score
-    higher than an earlier one. ``scores`` keeps the parts: ``text_dense`` (the cosine the score reads: the
+    answers and ``MemoryConfig.mount_min_score`` (0.3) mounts what may answer, not what is unrelated. Hits come in
+    rank order, which uses more signals (the memory's neighbours and session, BM25 against the store, a learned head
+    order), so a later hit can score higher than an earlier one. ``scores`` keeps the parts: ``text_dense`` (the cosine the score reads: the
     memory's own text, without the time and speaker of its line), ``dense`` (the memory line's cosine, which the
     ranking reads), ``overlap`` (share of the query's content words), ``lexical`` (BM25, when the query's words matched), ``context`` (the turn's context-vector
     cosine, when among the nearest) and ``rank`` (the ranking score the order follows).
@@ -114,9 +114,10 @@ class Hit(MemoryRecord):
 class MountChoice:
     """What the mount policy chose for a query (:meth:`agentmem.AgentMemory.mount_choice`): the hits to mount, in rank
     order, the recalled hits left out because they score below ``threshold`` (the higher of
-    ``MemoryConfig.mount_min_score`` and the caller's ``min_score``), and those left out because a newer mounted
+    ``MemoryConfig.mount_min_score`` and the caller's ``min_score``), and those left out because a newer recalled
     memory of the same speaker contradicts them (``contradicted``: the consolidation's conflict check, with
-    consolidation on), so a tool such as the inspector can say why a memory was not mounted.
+    consolidation on; the newer one is mounted only if it scores over the threshold itself), so a tool such as the
+    inspector can say why a memory was not mounted.
 
     >>> choice = mem.mount_choice("What is my dog called?", user_id="u1")      # mem: two memories of u1
     >>> [h.text for h in choice.mounted], [(h.text, h.score < choice.threshold) for h in choice.below_threshold]

@@ -175,10 +175,11 @@ def mount_drops(choice: Any) -> list[dict[str, Any]]:
         ...     "Where do I live?", user_id="u1"))]
         [(True, 'below the mount threshold 0.3')]
     """
-    return [{"id": h.id, "score": round(float(h.score), 6),
-             "reason": f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}"}
+    def drop(hit: Any, reason: str) -> dict[str, Any]:
+        return {"id": hit.id, "score": round(float(hit.score), 6), "reason": reason}
+
+    return [drop(h, f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}")
             for h in choice.below_threshold] + [
-        {"id": h.id, "score": round(float(h.score), 6),
-         "reason": "an older statement a newer recalled memory of the same speaker contradicts"}
+        drop(h, "an older statement a newer recalled memory of the same speaker contradicts")
         for h in choice.contradicted]
 
