@@ -51,11 +51,11 @@ def sentences(text: str, min_words: int = 3) -> list[str]:
     return out
 
 
-def sentence_max(data: la.Data, embed) -> dict[str, np.ndarray]:
-    """Per conversation (in ``unique_turns`` order): each turn's best-sentence vector block as (owner index, unit
-    vectors); turns of one sentence contribute nothing (their own vector stands)."""
+def sentence_max(data: la.Data, embed, convs: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """Per conversation of ``convs`` (``la.unique_turns(data)``, in its order): each turn's best-sentence vector
+    block as (owner index, unit vectors); turns of one sentence contribute nothing (their own vector stands)."""
     out = {}
-    for cid, (ids, _, _) in la.unique_turns(data).items():
+    for cid, (ids, _, _) in convs.items():
         owners, texts = [], []
         for n, entry_id in enumerate(ids):
             row = data.rows[entry_id]
@@ -67,9 +67,9 @@ def sentence_max(data: la.Data, embed) -> dict[str, np.ndarray]:
     return out
 
 
-def ranked(data: la.Data, sent: dict, mix: float) -> list[list[str]]:
-    """Every question's top 10 under the shipped ranking, its dense pool scored with sentence mix ``mix``."""
-    convs = la.unique_turns(data)
+def ranked(data: la.Data, convs: dict[str, tuple], sent: dict, mix: float) -> list[list[str]]:
+    """Every question's top 10 under the shipped ranking, its dense pool scored with sentence mix ``mix`` (``convs``:
+    ``la.unique_turns(data)``, computed once per cache)."""
     out = []
     for q, qv in zip(data.questions, data.qvecs):
         ids, V, C = convs[q.conv]
@@ -118,10 +118,11 @@ def main() -> None:
     cells: dict[str, dict[str, list[float]]] = {}
     for path in map(Path, sys.argv[1:]):
         data = la.Data(**la.load_cache(path))
-        sent = sentence_max(data, embed)
+        convs = la.unique_turns(data)
+        sent = sentence_max(data, embed, convs)
         cells[path.stem] = {"store": recall(data, [la.shipped(q, q.cands, data.rows, RetrievalParams(), k=10)
                                                    for q in data.questions])}
-        cells[path.stem] |= {str(m): recall(data, ranked(data, sent, m)) for m in MIXES}
+        cells[path.stem] |= {str(m): recall(data, ranked(data, convs, sent, m)) for m in MIXES}
         for variant, r in cells[path.stem].items():
             print(path.stem, variant, *r, file=sys.stderr, flush=True)
     print(json.dumps({"cells": cells, "cross_dataset": cross_dataset(cells)}))

@@ -36,7 +36,7 @@ def test_only_turns_of_several_sentences_get_sentence_vectors_embedded_with_thei
         embedded.extend(texts)
         return np.ones((len(texts), 384), np.float32)
 
-    owners, vectors = sv.sentence_max(data, embed)["c1"]
+    owners, vectors = sv.sentence_max(data, embed, la.unique_turns(data))["c1"]
     assert embedded == ["Ben: I moved to Lyon.", "Ben: My dog is called Rex!"]
     assert owners.tolist() == [1, 1] and vectors.shape == (2, 384)
 
