@@ -4,7 +4,8 @@ Every chat adapter over agentmem needs these (the server's OpenAI-compatible end
 ``agentmem_langgraph``, or your own): a model that calls tools writes ``<tool_call>{...}</tool_call>`` blocks in
 its text, and a caller's ``stop`` strings end an answer wherever they first appear, even split across streamed
 pieces. The engine uses the same functions (``agentmem.kv.tools``, ``agentmem.kv.streaming``); this module is
-their public name, so adapters depend on the public API only.
+their public name, so adapters depend on the public API only. ``tool_result_text`` is the memory text of a tool's
+result with its call's arguments, as ``remember_messages`` writes it.
 
 Example:
     >>> from agentmem.chat_text import cut_at_stop, format_tool_call, parse_tool_calls
@@ -18,6 +19,7 @@ Example:
 from __future__ import annotations
 
 from agentmem.kv.streaming import StopCut, cut_at_stop
+from agentmem.entries.messages import tool_result_text
 from agentmem.kv.tools import format_tool_call, parse_tool_calls
 
-__all__ = ["StopCut", "cut_at_stop", "format_tool_call", "parse_tool_calls"]
+__all__ = ["StopCut", "cut_at_stop", "format_tool_call", "parse_tool_calls", "tool_result_text"]

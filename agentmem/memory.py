@@ -224,16 +224,28 @@ class AgentMemory:
         tags: Iterable[str] | None = None,
         ttl: float | timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
+        encode: bool | None = None,
     ) -> list[MemoryRecord]:
-        """Store chat messages (dicts with role/content or LangChain messages) in one all-or-nothing batch.
+        """Store chat messages (OpenAI-shaped dicts or LangChain messages) in one all-or-nothing batch.
 
-        Tool results become ``kind="tool"`` entries; system messages are skipped (they are instructions,
-        not memories). Embeddings are computed in one batch.
+        Tool results become ``kind="tool"`` entries that keep their call's name and arguments; an assistant
+        message that only calls tools is not stored on its own, and system messages are skipped (instructions,
+        not memories). Embeddings are computed in one batch; ``encode`` as in :meth:`remember`.
+
+        Example:
+            >>> call = {"id": "c1", "type": "function", "function": {"name": "get_weather",
+            ...                                                       "arguments": '{"city": "Oslo"}'}}
+            >>> recs = mem.remember_messages([
+            ...     {"role": "user", "content": "Weather in Oslo?"},
+            ...     {"role": "assistant", "content": None, "tool_calls": [call]},
+            ...     {"role": "tool", "tool_call_id": "c1", "content": "rain, 9 C"}], user_id="u1")
+            >>> [(r.role, r.text) for r in recs]
+            [('user', 'Weather in Oslo?'), ('tool', 'called with {"city": "Oslo"}, returned: rain, 9 C')]
         """
         self._check_open()
         return self._writer.write(self._writer.message_entries(
             messages, user_id=user_id, session_id=session_id, timestamp=timestamp, tags=tags, ttl=ttl,
-            metadata=metadata), None)
+            metadata=metadata), encode)
 
     def _new_entry(self, text: str, **fields: Any) -> NewEntry:
         self._check_open()
@@ -557,9 +569,9 @@ class AgentMemory:
 
         ``mode="kv"`` mounts stored KV (re-positioned exactly); ``"kv+fix"`` also recomputes a few tokens of each
         entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
-        across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit
-        ``budget_tokens`` (default ``mount_budget_tokens``) or the model's context are dropped least relevant
-        first and listed in ``out.dropped``. ``on_text`` receives each piece of the answer as soon as it is
+        across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit in
+        what ``budget_tokens`` (default ``mount_budget_tokens``) and the model's context leave, taken best first,
+        are dropped and listed in ``out.dropped``; a shorter one after them is still mounted. ``on_text`` receives each piece of the answer as soon as it is
         decoded (streaming), on the calling thread. Setting ``cancel`` (a ``threading.Event``, from any thread, e.g.
         when the client hung up) stops decoding before its next step: ``out.cancelled`` is then True.
 

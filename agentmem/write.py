@@ -36,13 +36,14 @@ from agentmem.consolidate.local import LocalConsolidator, apply_decisions
 from agentmem.entries.text_vectors import pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
-from agentmem.entries.records import embedding_line, memory_line, message_fields, to_record
+from agentmem.entries.messages import transcript_memories
+from agentmem.entries.records import embedding_line, memory_line, to_record
 from agentmem.entries.store import EntryStore, NewEntry
 from agentmem.errors import InvalidInputError
 from agentmem.security import SecretScanner
 from agentmem.types import MemoryRecord
 from agentmem.validation import (
-    check_id, check_kind, check_messages, check_metadata, check_remember_item, check_role, check_session_id,
+    check_id, check_kind, check_metadata, check_remember_item, check_role, check_session_id,
     check_speaker, check_tags, check_text, check_timestamp, check_ttl, format_timestamp,
 )
 
@@ -153,8 +154,10 @@ class Writer:
         return entries
 
     def message_entries(self, messages: Sequence[Any], **shared: Any) -> list[NewEntry]:
-        """Chat messages (role/content dicts or LangChain messages) as entries: tool results ``kind="tool"``,
-        system messages skipped (instructions, not memories); ``shared``: ``remember_messages``'s other arguments.
+        """Chat messages (OpenAI-shaped dicts or LangChain messages) as entries
+        (:func:`agentmem.entries.messages.transcript_memories`: system messages and call-only assistant messages are
+        not stored, a tool result ``kind="tool"`` keeps its call's name and arguments); ``shared``:
+        ``remember_messages``'s other arguments.
 
         Example:
             >>> messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
@@ -162,13 +165,8 @@ class Writer:
             >>> [(e.row.role, e.row.kind) for e in writer.message_entries(messages, user_id="u1")]
             [('user', 'turn'), ('tool', 'tool')]
         """
-        entries = []
-        for message in check_messages(messages):
-            role, content, name = message_fields(message)
-            if role != "system":
-                entries.append(self.new_entry(content, kind="tool" if role == "tool" else "turn", role=role,
-                                              speaker=name, **shared))
-        return entries
+        return [self.new_entry(m.text, kind=m.kind, role=m.role, speaker=m.speaker, **shared)
+                for m in transcript_memories(messages)]
 
     def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True,
               vectors: np.ndarray | None = None) -> list[MemoryRecord]:

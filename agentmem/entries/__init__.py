@@ -1,3 +1,3 @@
 """Entries: the store that writes, scopes and searches them (:mod:`.store`), their records (:mod:`.records`),
-filters (:mod:`.filters`), lifecycle and history (:mod:`.lifecycle`), knowledge versions (:mod:`.kb_versions`) and
-turn context vectors (:mod:`.context_vectors`)."""
+chat transcripts as memories (:mod:`.messages`), filters (:mod:`.filters`), lifecycle and history
+(:mod:`.lifecycle`), knowledge versions (:mod:`.kb_versions`) and turn context vectors (:mod:`.context_vectors`)."""

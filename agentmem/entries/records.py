@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentmem.errors import InvalidInputError
 from agentmem.ports.catalog import EntryRecord
 from agentmem.types import Hit, KvInfo, MemoryRecord, utc_from_epoch
-from agentmem.validation import check_text
 
 
 def memory_line(text: str, *, kind: str, speaker: str | None, role: str | None, occurred_at: str | None) -> str:
@@ -62,18 +59,3 @@ def _record_fields(row: EntryRecord, text: str | None, memory_text: str | None) 
         version=row.version or 1, status=row.status or "active", superseded_by=row.superseded_by,
         seen_count=row.seen_count or 1,
     )
-
-
-def message_fields(message: Any) -> tuple[str, str, str | None]:
-    """(role, content, name) of a chat message given as a dict or a LangChain message (duck-typed)."""
-    if isinstance(message, Mapping):
-        role, content, name = message.get("role"), message.get("content"), message.get("name")
-    else:
-        role = {"human": "user", "ai": "assistant"}.get(getattr(message, "type", None), getattr(message, "type", None))
-        content, name = getattr(message, "content", None), getattr(message, "name", None)
-    if isinstance(content, Sequence) and not isinstance(content, str):
-        # content blocks (LangChain / OpenAI): keep the text parts
-        content = "\n".join(b.get("text", "") if isinstance(b, Mapping) else str(b) for b in content)
-    if role not in ("user", "assistant", "system", "tool"):
-        raise InvalidInputError(f"message role must be user, assistant, system or tool, got {role!r}")
-    return role, check_text(content, "message content"), name

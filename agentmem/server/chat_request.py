@@ -153,6 +153,33 @@ def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
     raise InvalidInputError("messages must hold a non-empty user message")
 
 
+def exchange_turns(messages: Sequence[Mapping[str, Any]], question: str, answer: str) -> list[dict[str, Any]]:
+    """What a chat exchange adds to the conversation, as messages to remember: the question and the answer; for a
+    request that brings tool results back (it ends with ``tool`` messages), the results with the assistant
+    message whose calls they answer (its text left out: that request remembered it) and the answer.
+
+    Example:
+        >>> call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        >>> asked = [{"role": "user", "content": "q"}]
+        >>> [m["role"] for m in exchange_turns(asked, "q", "Looking.")]
+        ['user', 'assistant']
+        >>> back = [*asked, {"role": "assistant", "content": "Looking.", "tool_calls": [call]},
+        ...         {"role": "tool", "tool_call_id": "c1", "content": "42"}]
+        >>> [(m["role"], m["content"]) for m in exchange_turns(back, "q", "It is 42.")]
+        [('assistant', None), ('tool', '42'), ('assistant', 'It is 42.')]
+    """
+    start = len(messages)
+    while start > 0 and messages[start - 1].get("role") == "tool":
+        start -= 1
+    if start == len(messages):
+        turns: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    else:
+        calls = messages[start - 1].get("tool_calls") if start > 0 else None
+        turns = [{"role": "assistant", "content": None, "tool_calls": calls}] if calls else []
+        turns += [dict(m) for m in messages[start:]]
+    return turns + ([{"role": "assistant", "content": answer}] if answer.strip() else [])
+
+
 def _refuse_unsupported(body: ChatRequest) -> None:
     for name, value in (body.model_extra or {}).items():
         if name not in _NEUTRAL:

@@ -49,7 +49,7 @@ from fastapi.responses import StreamingResponse
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.chat_text import parse_tool_calls
 from agentmem.server.auth import Principal
-from agentmem.server.chat_request import ChatRequest, Conversation, read_conversation
+from agentmem.server.chat_request import ChatRequest, Conversation, exchange_turns, read_conversation
 from agentmem.server.scheduler import Ticket
 from agentmem.server.state import (SESSION_HEADER, USER_HEADER, ServerState, caller, get_state, pick_user,
                                    mount_drops)
@@ -105,7 +105,7 @@ class _Chat:
         self.cancelled = cancel is not None and cancel.is_set()  # at the last moment before the write
         if self.cancelled:
             metrics.chat_cancelled.inc()
-        elif self.session_id is None and self.body.agentmem.remember and self.convo.ends_with_user:
+        elif self.session_id is None and self.body.agentmem.remember:
             self.written = self._remember_turns(text)
         timings = {**out.timings, "recall": recall_s, "ttft": recall_s + out.timings.get("ttft", 0.0)}
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
@@ -176,18 +176,17 @@ class _Chat:
                             stop=self.convo.stop or None, cancel=cancel, **sample)
 
     def _remember_turns(self, answer: str) -> list[Any]:
-        """The question and the answer as turns of the user, in one write; a turn too long for the model's context
-        to be encoded is stored without KV instead (it stays recallable and is mounted as text, or dropped).
-        Returns the records written."""
-        mem = self.state.mem
-        turns = [{"role": "user", "content": self.question}]
-        turns += [{"role": "assistant", "content": answer}] if answer.strip() else []
+        """What this exchange adds to the conversation, as memories of the user, in one write: the question and the
+        answer; or, for a request that brings tool results back, the results (each with its call's name and
+        arguments) and the answer. A turn too long for the model's context to be encoded is stored without KV
+        instead (it stays recallable and is mounted as text, or dropped). Returns the records written."""
+        turns = exchange_turns(self.body.messages, self.question, answer)
         try:
-            return list(mem.remember_messages(turns, user_id=self.user))
+            return list(self.state.mem.remember_messages(turns, user_id=self.user))
         except InvalidInputError as exc:
             if "longer than the model's context" not in str(exc):
                 raise
-            return [mem.remember(t["content"], user_id=self.user, role=t["role"], encode=False) for t in turns]
+            return list(self.state.mem.remember_messages(turns, user_id=self.user, encode=False))
 
     def _report(self, hits: list[Any], out: Any, spans: list[tuple[int, int]], timings: dict) -> dict[str, Any]:
         score = {h.id: round(float(h.score), 6) for h in hits}
@@ -231,6 +230,7 @@ def openai_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Parsed calls (``name`` / ``args`` / ``id``) in the OpenAI message shape (arguments as a JSON string)."""
     return [{"id": c["id"], "type": "function",
              "function": {"name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)}} for c in calls]
+
 
 
 def _strict_json(text: str) -> str:

@@ -38,7 +38,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentmem.server.auth import Principal
-from agentmem.server.chat_request import ChatRequest, last_user_text
+from agentmem.server.chat_request import ChatRequest, exchange_turns, last_user_text
 from agentmem.server.state import USER_HEADER, ServerState, caller, get_state, pick_user, mount_drops
 
 __all__ = ["MEMORY_HEADER", "UPSTREAM_KEY_ENV", "router"]
@@ -94,10 +94,9 @@ class _Exchange:
 
     def finish(self, answer: str, ttft_s: float) -> dict[str, Any]:
         """Blocking: remember the exchange, record it for the inspector and metrics; returns the extension."""
-        if self.body.agentmem.remember and self.body.messages[-1].get("role") == "user":
-            turns = [{"role": "user", "content": self.query}]
-            turns += [{"role": "assistant", "content": answer}] if answer.strip() else []
-            self.state.mem.remember_messages(turns, user_id=self.user)
+        if self.body.agentmem.remember and self.body.messages[-1].get("role") in ("user", "tool"):
+            self.state.mem.remember_messages(exchange_turns(self.body.messages, self.query, answer),
+                                             user_id=self.user)
         timings = {**self.report["timings"], "ttft": round(ttft_s, 6),
                    "total": round(time.perf_counter() - self.t0, 6)}
         self.report["timings"] = timings

@@ -37,7 +37,7 @@ class RememberBody(_Body):
 class MessageIn(BaseModel):
     model_config = ConfigDict(extra="allow")  # OpenAI messages carry more fields (tool_call_id, ...)
     role: str
-    content: Any
+    content: Any = None  # an assistant message that only calls tools may leave it out
     name: str | None = None
 
 

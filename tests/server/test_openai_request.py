@@ -85,6 +85,33 @@ def test_a_forced_tool_call_comes_back_as_tool_calls(server):
     assert follow.usage.prompt_tokens >= _ask(client, asked).usage.prompt_tokens + written
 
 
+def test_an_agent_loop_remembers_its_tool_results_with_their_calls(server):
+    """With ``remember`` on (the default), the request that brings a tool's result back adds the result, with its
+    call's name and arguments, and the final answer to the user's memories; the question is not stored twice."""
+    client = _client(server)
+    question = [{"role": "user", "content": "Is it raining in Bergen?"}]
+    ask = dict(model="tiny-llama", user="u1", max_tokens=200, tools=[WEATHER],
+               extra_body={"agentmem": {"mode": "text"}})
+    first = client.chat.completions.create(
+        messages=question, tool_choice={"type": "function", "function": {"name": "get_weather"}}, **ask)
+    call = first.choices[0].message.tool_calls[0]
+    ask["max_tokens"] = 6
+    final = client.chat.completions.create(
+        messages=[*question, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                  {"role": "tool", "tool_call_id": call.id, "content": "heavy rain, 7 degrees"}],
+        tool_choice="none", **ask)
+    answer = final.choices[0].message.content
+    with server.client(server.key_u1) as c:
+        stored = c.get("/v1/memories", params={"user_id": "u1", "limit": 100}).json()["memories"]
+    tools = [m for m in stored if m["kind"] == "tool"]
+    assert [(m["speaker"], m["text"]) for m in tools] == [
+        ("get_weather", f"called with {json.dumps(json.loads(call.function.arguments), sort_keys=True)}, "
+                        "returned: heavy rain, 7 degrees")]
+    assert [m["text"] for m in stored if m["role"] == "user"].count("Is it raining in Bergen?") == 1
+    if answer.strip():
+        assert answer.strip() in [m["text"] for m in stored if m["role"] == "assistant"]
+
+
 def test_a_json_schema_answer_parses_and_validates(server):
     client = _client(server)
     r = _ask(client, [{"role": "user", "content": "Describe me as JSON."}], max_tokens=64,

@@ -75,3 +75,16 @@ def test_auth_and_tenancy_hold_in_proxy_mode(proxy):
         _client(proxy, "am_0000_wrong").chat.completions.create(model="x", user="alice", messages=ASK)
     with pytest.raises(openai.PermissionDeniedError):
         _client(proxy).chat.completions.create(model="x", user="bob", messages=ASK)
+
+
+def test_a_tool_round_through_the_proxy_remembers_the_result_with_its_call(proxy):
+    call = {"id": "call_9", "type": "function", "function": {"name": "find_vet", "arguments": '{"town": "Ghent"}'}}
+    _client(proxy).chat.completions.create(model="anything", user="alice", max_tokens=4, messages=[
+        {"role": "user", "content": "Find a vet for Rex."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_9", "content": "Dr. Peeters, Veldstraat 12"}])
+    with httpx.Client(base_url=proxy["url"], headers={"Authorization": f"Bearer {proxy['key']}"}) as c:
+        stored = c.get("/v1/memories", params={"user_id": "alice", "limit": 100}).json()["memories"]
+    assert [(m["speaker"], m["text"]) for m in stored if m["kind"] == "tool"] == [
+        ("find_vet", 'called with {"town": "Ghent"}, returned: Dr. Peeters, Veldstraat 12')]
+    assert "Find a vet for Rex." not in [m["text"] for m in stored]  # that request made the call (not through here)

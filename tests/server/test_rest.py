@@ -23,7 +23,14 @@ def test_remember_recall_get_list_forget(server):
             {"role": "system", "content": "be nice"}, {"role": "user", "content": "I like tea."},
             {"role": "assistant", "content": "Noted."}]})
         assert msgs.status_code == 201 and [m["role"] for m in msgs.json()["memories"]] == ["user", "assistant"]
-        assert c.post("/v1/memories/forget", json={"user_id": "u1", "session_id": "m1"}).json() == {"deleted": 2}
+        agent = c.post("/v1/memories/messages", json={"user_id": "u1", "session_id": "m1", "messages": [
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",  # OpenAI leaves content out here
+                                                  "function": {"name": "get_time", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "09:30"}]})
+        assert agent.status_code == 201, agent.text
+        assert [(m["role"], m["speaker"], m["text"]) for m in agent.json()["memories"]] == [
+            ("tool", "get_time", "returned: 09:30")]
+        assert c.post("/v1/memories/forget", json={"user_id": "u1", "session_id": "m1"}).json() == {"deleted": 3}
         assert c.delete(f"/v1/memories/{rec['id']}").json() == {"deleted": 1}
         assert c.get(f"/v1/memories/{rec['id']}").status_code == 404
         assert c.post("/v1/sweep").json()["expired"] >= 0

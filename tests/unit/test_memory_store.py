@@ -106,8 +106,52 @@ def test_remember_messages_batches_and_tool_kind(mem: AgentMemory) -> None:
     )
     assert [r.kind for r in recs] == ["turn", "turn", "tool", "turn"]
     assert [r.role for r in recs] == ["user", "assistant", "tool", "user"]
-    assert recs[2].memory_text.endswith("Tool weather: Paris: 18C")
+    assert recs[2].memory_text.endswith("Tool weather: returned: Paris: 18C")
     assert mem.recall("sister's name", user_id="u1", k=1)[0].id == recs[0].id
+
+
+def test_remember_messages_takes_an_openai_agent_transcript(mem: AgentMemory) -> None:
+    """An assistant message that only calls a tool (``content: null``) is not a memory of its own: its call's name
+    and arguments are kept with the tool's result, which is what answers a later question."""
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    recs = mem.remember_messages([
+        {"role": "system", "content": "You are a travel assistant."},
+        {"role": "user", "content": [{"type": "text", "text": "What's the weather in Oslo?"},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "rain, 9 C"},
+        {"role": "assistant", "content": "It is raining in Oslo, 9 C."},
+    ], user_id="u1", session_id="trip")
+    assert [(r.role, r.kind) for r in recs] == [("user", "turn"), ("tool", "tool"), ("assistant", "turn")]
+    assert recs[0].text == "What's the weather in Oslo?"
+    assert recs[1].speaker == "get_weather"
+    assert recs[1].memory_text.endswith('Tool get_weather: called with {"city": "Oslo"}, returned: rain, 9 C')
+    assert recs[1].id in [h.id for h in mem.recall("what did the weather tool say about Oslo?", user_id="u1", k=2)]
+
+
+def test_remember_messages_takes_a_langchain_tool_calling_transcript(mem: AgentMemory) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    recs = mem.remember_messages([
+        HumanMessage("Book the cheapest flight to Rome."),
+        AIMessage("", tool_calls=[{"name": "search_flights", "args": {"to": "Rome"}, "id": "c7"}]),
+        ToolMessage("FR123 at 49 EUR", tool_call_id="c7"),
+    ], user_id="u1")
+    assert [r.role for r in recs] == ["user", "tool"]
+    assert (recs[1].speaker, recs[1].text) == ("search_flights", 'called with {"to": "Rome"}, returned: FR123 at 49 EUR')
+
+
+@pytest.mark.parametrize("messages, match", [
+    ([{"role": "user", "content": "fine"}, {"role": "user", "content": None}], r"messages\[1\] \(user\) has no text"),
+    ([{"role": "assistant", "content": ""}], r"messages\[0\] \(assistant\) has no text"),
+    ([{"role": "user", "content": 5}], r"messages\[0\].content must be a string or a list of parts, got int"),
+    ([{"role": "user", "content": "x"}, {"role": "robot", "content": "x"}], r"messages\[1\].role must be"),
+])
+def test_remember_messages_names_the_message_it_refuses_and_stores_nothing(mem: AgentMemory, messages, match) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        mem.remember_messages(messages, user_id="u1")
+    assert mem.list(user_id="u1") == []
 
 
 @pytest.mark.needs_disk("checks that the KV blob's file is gone from the store's directory")

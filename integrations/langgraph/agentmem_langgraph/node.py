@@ -30,13 +30,13 @@ Mount mode is automatic: :class:`~agentmem_langgraph.ChatAgentMem` mounts the re
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
 from agentmem import AgentMemory, Hit
+from agentmem.chat_text import tool_result_text
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
@@ -245,14 +245,11 @@ class MemoryNode:
         if isinstance(m, ToolMessage):
             call = calls.get(m.tool_call_id) or {}
             name = m.name or call.get("name") or "tool"
-            args = call.get("args")
             # a result means little without its question: keep the call's arguments with it; the memory line
-            # reads 'Tool get_weather: called with {"city": "Paris"}, returned: 21 C'
-            head = "returned"
-            if args:
-                head = f"called with {json.dumps(args, ensure_ascii=False, sort_keys=True)}, returned"
+            # reads 'Tool get_weather: called with {"city": "Paris"}, returned: 21 C' (as remember_messages writes it)
             meta["tool_call_id"] = m.tool_call_id
-            return {**item, "text": f"{head}: {text}", "kind": "tool", "role": "tool", "speaker": name}
+            return {**item, "text": tool_result_text(text, call.get("args")), "kind": "tool", "role": "tool",
+                    "speaker": name}
         if isinstance(m, HumanMessage):
             return {**item, "text": text, "kind": "turn", "role": "user", "speaker": m.name or self.user_name}
         return {**item, "text": text, "kind": "turn", "role": "assistant", "speaker": m.name}
