@@ -586,8 +586,8 @@ class KVEngine:
         """Answer ``question`` with ``memories`` (most relevant first) mounted; greedy unless ``do_sample``.
 
         ``retrieve_s`` is the caller's retrieval time, added to ``ttft`` and ``total`` so they are end to end.
-        Memories that do not fit the budget or the model's context are dropped (least relevant first) and listed
-        in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
+        Memories that do not fit in what the budget and the model's context leave (taken best first) are dropped
+        and listed in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
         ``on_text`` receives each piece of the answer as soon as it is decoded (streaming), on this thread.
         ``logits_processor`` constrains each choice (transformers' ``(ids, scores) -> scores`` convention).
         Setting ``cancel`` (from any thread) stops decoding before the next model step; the result then has

@@ -58,11 +58,19 @@ def plan_mount(
     margin: int = 0,
     budget_tokens: int | None = None,
 ) -> MountPlan:
-    """Keep the most relevant entries (a prefix of ``lengths``) that fit; drop the rest, least relevant first.
+    """Keep entries in relevance order (``lengths`` is best first) while they fit; an entry that does not fit in
+    the room left is dropped and the next ones are still tried, so one long memory (a 3,000-token tool result
+    against the default 2,048-token budget) does not keep every shorter one out.
 
     Two limits apply: ``budget_tokens`` caps the mounted memory tokens, and the whole sequence (preamble + memories
     + suffix + ``max_new_tokens``) must stay within ``max_positions - margin``. If even the prompt without any
     memory leaves no room for ``max_new_tokens``, that allowance is reduced (and noted) rather than overflowing.
+
+    Example:
+        >>> plan = plan_mount([3000, 12, 40], preamble_len=20, suffix_len=30, max_new_tokens=256,
+        ...                   max_positions=8192, budget_tokens=2048)
+        >>> plan.keep, plan.drop, plan.memory_tokens
+        ([1, 2], [0], 52)
     """
     limit = max_positions - margin
     fixed = preamble_len + suffix_len
@@ -77,15 +85,16 @@ def plan_mount(
     if budget_tokens is not None:
         room = min(room, budget_tokens)
     keep: list[int] = []
+    drop: list[int] = []
     used = 0
     for i, n in enumerate(lengths):
         if used + n > room:
-            break  # everything from here on (the less relevant tail) is dropped
-        keep.append(i)
-        used += n
-    drop = list(range(len(keep), len(lengths)))
+            drop.append(i)
+        else:
+            keep.append(i)
+            used += n
     if drop:
-        notes.append(f"dropped {len(drop)} least relevant memories to fit {room} memory tokens")
+        notes.append(f"dropped {len(drop)} memories that did not fit in {room} memory tokens")
     return MountPlan(keep=keep, drop=drop, max_new_tokens=max_new_tokens, notes=notes, memory_tokens=used)
 
 

@@ -65,11 +65,14 @@ def test_zero_copy_adoption_writes_into_the_given_buffers():
     assert keys[..., 3:5, :].abs().sum() > 0 and keys[..., 5:, :].abs().sum() == 0
 
 
-def test_plan_mount_keeps_a_relevance_prefix():
+def test_plan_mount_keeps_what_fits_in_relevance_order():
     plan = plan_mount([10, 10, 10], preamble_len=5, suffix_len=5, max_new_tokens=10, max_positions=45)
     assert plan.keep == [0, 1] and plan.drop == [2] and plan.memory_tokens == 20
+    # a memory too long for the budget is dropped; the shorter ones after it are still mounted, in order
     plan = plan_mount([10, 1, 1], preamble_len=5, suffix_len=5, max_new_tokens=0, max_positions=100, budget_tokens=5)
-    assert plan.keep == [] and plan.drop == [0, 1, 2]  # never reorders: relevance decides
+    assert plan.keep == [1, 2] and plan.drop == [0] and plan.memory_tokens == 2
+    plan = plan_mount([4, 3, 1], preamble_len=5, suffix_len=5, max_new_tokens=0, max_positions=100, budget_tokens=5)
+    assert plan.keep == [0, 2] and plan.drop == [1]  # best first: the first memory is never given up for later ones
     plan = plan_mount([], preamble_len=5, suffix_len=5, max_new_tokens=100, max_positions=50, margin=4)
     assert plan.max_new_tokens == 36 and plan.notes
 

@@ -94,14 +94,18 @@ def test_mounted_cache_has_the_models_gqa_shape(engine):
     assert prep.pending_ids == engine.layout.suffix_ids(QUESTION)
 
 
-def test_budget_drops_least_relevant_first_and_reports_it(engine):
+def test_budget_drops_what_does_not_fit_and_reports_it(engine):
     items = _items(engine)
     sizes = [len(engine.layout.entry_ids(m)) for m in MEMORIES]
     result = engine.generate(QUESTION, items, budget_tokens=sizes[0] + sizes[1], max_new_tokens=2)
     assert result.mounted == ["m0", "m1"] and result.dropped == ["m2"]
     assert any("dropped" in n for n in result.notes)
-    result = engine.generate(QUESTION, items, budget_tokens=sizes[0] - 1, max_new_tokens=2)
+    result = engine.generate(QUESTION, items, budget_tokens=min(sizes) - 1, max_new_tokens=2)
     assert result.mounted == [] and result.dropped == ["m0", "m1", "m2"]
+    # the best memory too long for the budget: the next ones that fit are still mounted, in their order
+    result = engine.generate(QUESTION, items, budget_tokens=sizes[0] - 1, max_new_tokens=2)
+    fits = [f"m{i}" for i in (1, 2) if sum(sizes[1:i + 1]) <= sizes[0] - 1]
+    assert fits and result.mounted == fits and result.dropped == ["m0", *sorted({"m1", "m2"} - set(fits))]
 
 
 def test_model_context_limit_is_never_overflowed(engine):

@@ -94,3 +94,20 @@ def test_without_consolidation_nothing_is_contradicted(tmp_path):
             mem.remember(t, user_id="u1", role="user")
         choice = mem.mount_choice("What is my job?", user_id="u1", k=6)
         assert choice.contradicted == [] and {"I'm employed as a chef.", JOB[-1]} <= {h.text for h in choice.mounted}
+
+
+def test_a_memory_longer_than_the_mount_budget_does_not_keep_the_others_out(tmp_path):
+    """A long tool result ranked first is dropped for the budget; the short memories after it are still mounted."""
+    from agentmem.kv.testing import tiny_causal_lm
+
+    page = "Restaurants in Ghent, a guide: " + " ".join(
+        f"Restaurant {i} in Ghent serves Flemish stew and waffles near the Graslei." for i in range(12))
+    with AgentMemory(tmp_path / "s", model=tiny_causal_lm("llama"), mount_budget_tokens=300,
+                     mount_min_score=0.0) as mem:
+        long = mem.remember(page, user_id="u1", kind="tool", speaker="web_search")
+        diet = mem.remember("I am vegetarian.", user_id="u1", role="user")
+        hits = mem.recall_for_mount("Which restaurant in Ghent serves Flemish stew?", user_id="u1", k=4)
+        assert [h.id for h in hits] == [long.id, diet.id] and mem.count_tokens(page) > 300
+        out = mem.generate("Which restaurant in Ghent serves Flemish stew?", user_id="u1", k=4, max_new_tokens=2)
+    assert out.mounted == [diet.id] and out.dropped == [long.id]
+    assert any("did not fit" in n for n in out.notes)
