@@ -100,6 +100,7 @@ class AsyncAgentMemory:
     remember_many = _lane("write", "remember_many")
     embed = _lane("io", "embed")  # the embedder, not the model
     remember_messages = _lane("write", "remember_messages")
+    remember_document = _lane("write", "remember_document")
 
     # --- streaming -------------------------------------------------------------------------------------------
     async def stream(self, question: str, **kwargs: Any) -> AsyncIterator[str]:

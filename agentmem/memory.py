@@ -247,6 +247,45 @@ class AgentMemory:
             messages, user_id=user_id, session_id=session_id, timestamp=timestamp, tags=tags, ttl=ttl,
             metadata=metadata), encode)
 
+    def remember_document(
+        self,
+        text: str,
+        *,
+        user_id: str,
+        title: str | None = None,
+        max_words: int = 150,
+        kind: str = "knowledge",
+        session_id: str | None = None,
+        timestamp: datetime | str | None = None,
+        tags: Iterable[str] | None = None,
+        ttl: float | timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        encode: bool | None = None,
+    ) -> list[MemoryRecord]:
+        """Store a long text (a document, a web page, a long tool result) as consecutive parts of at most
+        ``max_words`` words, one memory each, in one all-or-nothing write; returns their records in order.
+
+        A single memory that long is embedded only by its beginning and never fits a mount
+        (:mod:`agentmem.entries.documents`). Each part's text opens with ``title`` when one is given, so a part
+        recalled on its own still says what it is from; ``metadata["document"]`` holds ``id``, ``part`` (from 1),
+        ``parts`` and ``title``. Parts are stored as given: they are not merged with or superseding anything.
+        Give the document a tag to erase it whole later (``forget(user_id=..., tags=[...])``).
+
+        Example:
+            >>> guide = ("The Graslei is Ghent's old port.\\n\\nThe Gravensteen is a castle built in 1180.\\n\\n"
+            ...          "Trams 1 and 4 run to the station.")
+            >>> parts = mem.remember_document(guide, user_id="u1", title="Ghent guide", max_words=8, tags=["ghent"])
+            >>> [p.metadata["document"]["part"] for p in parts], parts[1].text
+            ([1, 2, 3], 'Ghent guide: The Gravensteen is a castle built in 1180.')
+            >>> mem.recall("When was the Gravensteen built?", user_id="u1", k=1)[0].id == parts[1].id
+            True
+        """
+        self._check_open()
+        entries = self._writer.document_entries(
+            text, title=title, max_words=max_words, metadata=metadata, user_id=user_id, kind=kind,
+            session_id=session_id, timestamp=timestamp, tags=tags, ttl=ttl)
+        return self._writer.write(entries, encode, consolidate=False)
+
     def _new_entry(self, text: str, **fields: Any) -> NewEntry:
         self._check_open()
         return self._writer.new_entry(text, **fields)

@@ -36,6 +36,7 @@ from agentmem.consolidate.local import LocalConsolidator, apply_decisions
 from agentmem.entries.text_vectors import pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
+from agentmem.entries.documents import split_document
 from agentmem.entries.messages import transcript_memories
 from agentmem.entries.records import embedding_line, memory_line, to_record
 from agentmem.entries.store import EntryStore, NewEntry
@@ -167,6 +168,25 @@ class Writer:
         """
         return [self.new_entry(m.text, kind=m.kind, role=m.role, speaker=m.speaker, **shared)
                 for m in transcript_memories(messages)]
+
+    def document_entries(self, text: str, *, title: str | None, max_words: int,
+                         metadata: Mapping[str, Any] | None = None, **shared: Any) -> list[NewEntry]:
+        """A long text's parts (:func:`agentmem.entries.documents.split_document`) as entries: each part's text
+        opens with ``title`` when given, and its metadata adds ``document`` = {id, part, parts, title}.
+
+        Example:
+            >>> entries = writer.document_entries("One. Two. Three.", title="Notes", max_words=2, user_id="u1")
+            >>> [(e.row.text, e.row.metadata_json["document"]["part"]) for e in entries]
+            [('Notes: One. Two.', 1), ('Notes: Three.', 2)]
+        """
+        text = check_text(text)
+        title = check_id(title, "title", required=False)  # a short single-line name, like a speaker's
+        meta = check_metadata(metadata)
+        parts = split_document(text, max_words)
+        document_id = str(uuid.uuid4())
+        return [self.new_entry(f"{title}: {part}" if title else part, metadata={**meta, "document": {
+                    "id": document_id, "part": n, "parts": len(parts), "title": title}}, **shared)
+                for n, part in enumerate(parts, start=1)]
 
     def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True,
               vectors: np.ndarray | None = None) -> list[MemoryRecord]:

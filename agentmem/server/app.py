@@ -27,7 +27,7 @@ from agentmem.errors import NotFoundError
 from agentmem.server.auth import KeyStore, Principal
 from agentmem.server.errors import error_body, install_error_handlers
 from agentmem.server.schemas import (
-    ForgetBody, MessagesBody, OffloadBody, RecallBody, RememberBody, SendBody, SessionOpenBody, UpdateBody,
+    DocumentBody, ForgetBody, MessagesBody, OffloadBody, RecallBody, RememberBody, SendBody, SessionOpenBody, UpdateBody,
     record_json,
 )
 from agentmem.server.state import ServerSettings, ServerState, caller, check_user, get_state
@@ -53,6 +53,14 @@ def remember_messages(body: MessagesBody, request: Request, who: Principal = Dep
     messages = [m.model_dump() for m in body.messages]
     fields = body.model_dump(exclude={"messages"})
     return {"memories": [record_json(r) for r in get_state(request).mem.remember_messages(messages, **fields)]}
+
+
+@rest.post("/memories/documents", status_code=201)
+def remember_document(body: DocumentBody, request: Request, who: Principal = Depends(caller)) -> dict[str, Any]:
+    """Store a long text as consecutive parts, one memory each, all-or-nothing (``mem.remember_document``)."""
+    check_user(who, body.user_id)
+    fields = body.model_dump(exclude={"text"})
+    return {"memories": [record_json(r) for r in get_state(request).mem.remember_document(body.text, **fields)]}
 
 
 @rest.post("/memories/recall")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.types import json_ready
 
-__all__ = ["ForgetBody", "MessageIn", "MessagesBody", "OffloadBody", "RecallBody", "RememberBody", "SendBody",
+__all__ = ["DocumentBody", "ForgetBody", "MessageIn", "MessagesBody", "OffloadBody", "RecallBody", "RememberBody", "SendBody",
            "SessionOpenBody", "UpdateBody", "record_json"]
 
 
@@ -31,6 +31,19 @@ class RememberBody(_Body):
     timestamp: str | None = Field(default=None, description="When it happened (ISO 8601); default now.")
     tags: list[str] | None = None
     ttl: float | None = Field(default=None, description="Seconds until the entry expires.")
+    metadata: dict[str, Any] | None = None
+
+
+class DocumentBody(_Body):
+    text: str
+    user_id: str
+    title: str | None = Field(default=None, description="Opens every part's text, so a part says what it is from.")
+    max_words: int = Field(default=150, description="Words per part at most (about 200 tokens at 150).")
+    kind: str = "knowledge"
+    session_id: str | None = None
+    timestamp: str | None = Field(default=None, description="When it was written (ISO 8601); default now.")
+    tags: list[str] | None = None
+    ttl: float | None = Field(default=None, description="Seconds until the parts expire.")
     metadata: dict[str, Any] | None = None
 
 

@@ -31,6 +31,15 @@ def test_remember_recall_get_list_forget(server):
         assert [(m["role"], m["speaker"], m["text"]) for m in agent.json()["memories"]] == [
             ("tool", "get_time", "returned: 09:30")]
         assert c.post("/v1/memories/forget", json={"user_id": "u1", "session_id": "m1"}).json() == {"deleted": 3}
+        doc = c.post("/v1/memories/documents", json={"user_id": "u1", "title": "Tortoise care", "max_words": 8,
+                                                     "tags": ["care"], "text": "Shelly eats dandelions and clover. "
+                                                     "She hibernates from November to March.\n\nShe needs a UV lamp."})
+        assert doc.status_code == 201, doc.text
+        assert [(m["text"], m["metadata"]["document"]["part"]) for m in doc.json()["memories"]] == [
+            ("Tortoise care: Shelly eats dandelions and clover.", 1),
+            ("Tortoise care: She hibernates from November to March.", 2),
+            ("Tortoise care: She needs a UV lamp.", 3)]
+        assert c.post("/v1/memories/forget", json={"user_id": "u1", "tags": ["care"]}).json() == {"deleted": 3}
         assert c.delete(f"/v1/memories/{rec['id']}").json() == {"deleted": 1}
         assert c.get(f"/v1/memories/{rec['id']}").status_code == 404
         assert c.post("/v1/sweep").json()["expired"] >= 0
