@@ -104,10 +104,10 @@ class Answerer:
             hits = self.recall(question, user_id=user_id, k=k, kinds=kinds, tags=tags, filters=filters,
                                 asking_session=session_id, for_mount=True)
         retrieve_s = time.perf_counter() - t0
-        if hits:
-            engine = self.bank.engine
-            check_answer_room(context=engine.max_positions - engine.position_margin, max_new_tokens=max_new_tokens,
-                              prompt_tokens=len(engine.layout.preamble_ids) + len(engine.layout.suffix_ids(question)))
+        engine = self.bank.engine
+        check_answer_room(context=engine.max_positions - engine.position_margin, max_new_tokens=max_new_tokens,
+                          prompt_tokens=len(engine.layout.preamble_ids) + len(engine.layout.suffix_ids(question)),
+                          memories=bool(hits))
         strict = self.config.strict_fingerprint if strict is None else strict
         rows = self.store.catalog.get([h.id for h in hits])
         if mode == "text":

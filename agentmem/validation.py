@@ -438,16 +438,25 @@ def check_generation(*, max_new_tokens: Any, budget_tokens: Any = None, temperat
         check_k(k)
 
 
-def check_answer_room(*, context: int, prompt_tokens: int, max_new_tokens: int) -> None:
-    """Refuse a ``max_new_tokens`` that leaves no position for any memory in the model's context.
+def check_answer_room(*, context: int, prompt_tokens: int, max_new_tokens: int, memories: bool = True) -> None:
+    """Refuse a question longer than the model's context, and (when there are ``memories`` to mount) a
+    ``max_new_tokens`` that leaves no position for any memory.
 
-    Without this, every recalled memory was dropped silently (only ``out.notes`` said so).
+    Without this, a too-long question was answered with nothing (``max_new_tokens`` cut to 0, only ``out.notes``
+    said so), and every recalled memory was dropped silently.
 
     Example:
         >>> check_answer_room(context=8192, prompt_tokens=40, max_new_tokens=64)
+        >>> check_answer_room(context=8192, prompt_tokens=9000, max_new_tokens=64)
+        Traceback (most recent call last):
+        ...
+        agentmem.errors.InvalidInputError: the question is too long: with the prompt around it, it takes 9000 of the model's 8192 positions
     """
     room = context - prompt_tokens - max_new_tokens
-    if room <= 0:
+    if prompt_tokens >= context:  # no max_new_tokens can help: say what is too long
+        raise InvalidInputError(f"the question is too long: with the prompt around it, it takes {prompt_tokens} of "
+                                f"the model's {context} positions")
+    if room <= 0 and memories:
         raise InvalidInputError(
             f"max_new_tokens={max_new_tokens} leaves no room for memories: the model's context holds {context} "
             f"positions and the prompt takes {prompt_tokens}; ask for at most {max(0, context - prompt_tokens - 1)} "

@@ -68,6 +68,8 @@ BAD = [
     ("seed", lambda m: m.generate("hi", user_id="u", seed="x", do_sample=True)),
     ("budget_tokens", lambda m: m.generate("hi", user_id="u", budget_tokens=-5)),
     ("no room for memories", lambda m: m.generate("hi", user_id="u", max_new_tokens=10**6)),
+    ("question is too long", lambda m: m.generate("hello " * 200, user_id="u")),
+    ("question is too long", lambda m: m.generate("hello " * 200, user_id="nobody")),  # no memory to mount either
     ("limit", lambda m: m.list(user_id="u", limit="3")),
     ("limit", lambda m: m.list(user_id="u", limit=-1)),
     ("limit", lambda m: m.list(user_id="u", limit=2.5)),
