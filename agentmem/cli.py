@@ -123,8 +123,8 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
 def mcp(path: Path = PathOpt, model: Optional[str] = ModelOpt,
         user: Optional[list[str]] = typer.Option(None, "--user", help="Users the tools may touch (repeatable).")
         ) -> None:
-    """Run the MCP server over stdio (tools remember, recall, list, get, update, history, forget); over HTTP it is
-    /mcp of `serve`."""
+    """Run the MCP server over stdio (tools remember, remember_document, recall, list, get, update, history,
+    forget); over HTTP it is /mcp of `serve`."""
     _server()
     from agentmem.server.mcp import build_mcp
 

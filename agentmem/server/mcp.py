@@ -89,15 +89,15 @@ def _tool(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
 
 
 def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None) -> MCPServer:
-    """An MCP server whose tools (remember, recall, list, get, update, history, forget) call ``mem``. With ``keys``
-    (a :class:`KeyStore`) each HTTP call is authorised by its request's API key; otherwise by ``users`` (None = any
+    """An MCP server whose tools (remember, remember_document, recall, list, get, update, history, forget) call
+    ``mem``. With ``keys`` (a :class:`KeyStore`) each HTTP call is authorised by its request's API key; otherwise by ``users`` (None = any
     user: a local stdio process, or ``--no-auth``). A refused call is a tool error naming the typed error and why.
 
     Example:
         >>> from agentmem import AgentMemory
         >>> server = build_mcp(AgentMemory("./tools"), users=["u1"])
         >>> sorted(tool.name for tool in anyio.run(server.list_tools))
-        ['forget', 'get', 'history', 'list', 'recall', 'remember', 'update']
+        ['forget', 'get', 'history', 'list', 'recall', 'remember', 'remember_document', 'update']
     """
     # one function over 60 lines by design: each tool is a short closure over ``mem`` and ``access``, registered
     # where it is defined (the SDK reads each function's signature for the tool's schema)
@@ -125,6 +125,17 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
         rec = await run(mem.remember, text, user_id=uid, session_id=session_id, tags=tags)
         return {"id": rec.id, "user_id": rec.user_id, "memory_text": rec.memory_text, "event": rec.event,
                 "superseded_ids": list(rec.superseded_ids), "matched_id": rec.matched_id}
+
+    @server.tool(description="Store a long text (a document, a web page, a long tool result) as consecutive parts "
+                             "of at most max_words words, one memory each, so each part is recalled on its own; "
+                             "every part's text opens with the title. Returns the parts' ids in order.")
+    @_tool
+    async def remember_document(text: str, user_id: str | None = None, title: str | None = None,
+                                max_words: int = 150, tags: list[str] | None = None,
+                                ctx: Context | None = None) -> dict[str, Any]:
+        uid = access.user(ctx, user_id)
+        recs = await run(mem.remember_document, text, user_id=uid, title=title, max_words=max_words, tags=tags)
+        return {"ids": [r.id for r in recs], "user_id": uid, "document_id": recs[0].metadata["document"]["id"]}
 
     @server.tool(description="The k memories of a user most relevant to a query, best first.")
     @_tool

@@ -23,7 +23,7 @@ def _data(result) -> dict:
 
 async def _exercise(client: Client, user: str | None) -> None:
     names = {t.name for t in (await client.list_tools()).tools}
-    assert names >= {"remember", "recall", "list", "get", "update", "history", "forget"}
+    assert names >= {"remember", "remember_document", "recall", "list", "get", "update", "history", "forget"}
     args = {"user_id": user} if user else {}
     rec = _data(await client.call_tool("remember", {"text": "The boiler code is 4417.", **args}))
     assert rec["event"] == "ADD" and rec["superseded_ids"] == [] and rec["matched_id"] is None
@@ -45,6 +45,13 @@ async def _exercise(client: Client, user: str | None) -> None:
     assert _data(await client.call_tool("forget", {"entry_id": rec["id"]}))["deleted"] == 1
     hits = _data(await client.call_tool("recall", {"query": "boiler code", "k": 3, **args}))["hits"]
     assert rec["id"] not in [h["id"] for h in hits]
+    doc = _data(await client.call_tool("remember_document", {
+        "text": "The boiler is serviced every May.\n\nIts pressure must stay between 1 and 1.5 bar.",
+        "title": "Boiler manual", "max_words": 10, **args}))
+    assert len(doc["ids"]) == 2 and doc["document_id"]
+    hits = _data(await client.call_tool("recall", {"query": "what pressure should the boiler have?", "k": 1,
+                                                   **args}))["hits"]
+    assert hits[0]["id"] == doc["ids"][1] and hits[0]["text"].startswith("Boiler manual: Its pressure")
     await _refusals(client, args, rec["id"])
 
 
