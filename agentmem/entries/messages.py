@@ -4,7 +4,8 @@ An agent's transcript in the OpenAI shape (or LangChain messages) holds more tha
 only calls tools has ``content: null`` (``""`` in LangChain) and its ``tool_calls``; the tool's answer follows as a
 ``tool`` message naming the call by ``tool_call_id``. A result means little without its question, so the call's
 name and arguments are kept *with the result* ('called with {"city": "Paris"}, returned: 21 C', speaker the tool's
-name), and the call-only message is not stored on its own. System messages are instructions, not memories.
+name), and the call-only message is not stored on its own. System (and ``developer``) messages are instructions,
+not memories.
 
 Example:
     >>> transcript = [
@@ -104,8 +105,11 @@ def _fields(message: Any, n: int) -> tuple[str, str, str | None]:
     else:  # a LangChain message (duck-typed: no import of langchain here)
         kind = getattr(message, "type", None)
         role = _LANGCHAIN_ROLES.get(kind, kind)
+    if role == "developer":  # OpenAI's newer name for system instructions
+        role = "system"
     if role not in ("user", "assistant", "system", "tool"):
-        raise InvalidInputError(f"messages[{n}].role must be user, assistant, system or tool, got {role!r}")
+        raise InvalidInputError(f"messages[{n}].role must be user, assistant, system, developer or tool, "
+                                f"got {role!r}")
     content = _get(message, "content")
     if isinstance(content, Sequence) and not isinstance(content, str):
         # content parts (OpenAI / LangChain): keep the text parts, leave images and the like out

@@ -117,6 +117,7 @@ def test_remember_messages_takes_an_openai_agent_transcript(mem: AgentMemory) ->
             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
     recs = mem.remember_messages([
         {"role": "system", "content": "You are a travel assistant."},
+        {"role": "developer", "content": "Answer in one sentence."},
         {"role": "user", "content": [{"type": "text", "text": "What's the weather in Oslo?"},
                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
         {"role": "assistant", "content": None, "tool_calls": [call]},
