@@ -146,7 +146,7 @@ def stats(path: Path = PathOpt) -> None:
 def remember(text: str = typer.Argument(..., help="What to remember."), path: Path = PathOpt,
              user: str = typer.Option(..., "--user", help="User id."),
              session: Optional[str] = typer.Option(None, help="Session (conversation) id."),
-             kind: str = typer.Option("turn", help="turn, tool or knowledge."),
+             kind: str = typer.Option("turn", help="turn, tool, knowledge or profile (mounted with every answer)."),
              speaker: Optional[str] = typer.Option(None, help="Who said it."),
              tag: Optional[list[str]] = typer.Option(None, help="A tag (repeatable)."),
              ttl: Optional[float] = typer.Option(None, help="Seconds until it expires.")) -> None:

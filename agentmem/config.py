@@ -189,6 +189,12 @@ class MemoryConfig(BaseModel):
         "the request does not restate often scores 0.3-0.5 ('I don't drink alcohol.' for 'Would I like a glass of "
         "wine with dinner?'). What it keeps and costs on LoCoMo, REALTALK and small stores is in docs/recall.md. "
         "0.5 mounts only what is likelier than not to answer; 0.0 = no threshold.")
+    mount_profile_max: int = Field(
+        default=8, ge=0,
+        description="Memories of kind 'profile' (facts about the user, standing preferences and constraints) are "
+        "mounted with every answer besides the k recalled ones, whatever their score: at most this many, the most "
+        "relevant first (like Letta's core memory). A request's kinds / tags / filters apply to them too; 0 mounts "
+        "them only when recalled like any other memory.")
     topic_switch_threshold: float | None = Field(
         default=None, ge=-1.0, le=1.0,
         description="A session message (of 3+ content words) whose cosine similarity to the session's last 3 user "

@@ -97,7 +97,9 @@ class AgentMemory:
         self._consolidator = local_consolidator(self._store, self.config,
                                                 bundled_pairs=embedder is None and self.config.embedding_model is None)
         self._recaller = Recaller(config=self.config, search=self._store.search, recall_state=self._kb.recall_state,
-                                  hit_of=self._hit, demotion=ConflictDemotion(self._consolidator, self._store))
+                                  hit_of=self._hit, demotion=ConflictDemotion(self._consolidator, self._store),
+                                  has_profile=lambda user: self._store.has_kind(user, "profile"),
+                                  embed_query=self._store.embed_query)
         # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
         for forget_erased in (self._consolidator.forget_erased, head_cues.forget_erased,
                               recall_query.forget_erased, self._bank.forget_erased):  # queries: names, timestamps

@@ -6,8 +6,10 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-Kind = Literal["turn", "tool", "knowledge", "trained"]
-KINDS: tuple[str, ...] = ("turn", "tool", "knowledge", "trained")
+Kind = Literal["turn", "tool", "knowledge", "trained", "profile"]
+# profile: facts about the user and standing instructions (preferences, constraints) that apply to every request:
+# mounted with every answer whatever it asks, like Letta's core memory (MemoryConfig.mount_profile_max)
+KINDS: tuple[str, ...] = ("turn", "tool", "knowledge", "trained", "profile")
 
 
 def utc_from_epoch(seconds: float | None) -> datetime | None:

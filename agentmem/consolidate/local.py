@@ -73,7 +73,7 @@ SETTLE = 2  # places an older hit in conflict with a newer one moves down, after
 # recall's conflict check looks at this many first hits whatever k (the background's neighbours and the hit):
 # a larger k looks further down only to fill the list, so recall(k=10)'s head settles like recall(k=3)'s
 CHECKED = NEIGHBOURS + 1
-CONSOLIDATED_KINDS = ("turn", "knowledge")  # tool results and trained entries are data: never merged
+CONSOLIDATED_KINDS = ("turn", "knowledge", "profile")  # tool results and trained entries are data: never merged
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 

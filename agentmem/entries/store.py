@@ -408,6 +408,16 @@ class EntryStore:
         """
         return [i for page in self.catalog.iter_ids(scope) for i in page]
 
+    def has_kind(self, user_id: str, kind: str) -> bool:
+        """Whether the user has an unexpired entry of ``kind`` (one page of one id read: an indexed look-up).
+
+        Example:
+            >>> store.has_kind("u1", "turn"), store.has_kind("u1", "profile")
+            (True, False)
+        """
+        scope = CatalogScope(user_id=user_id, kinds=(kind,), alive_at=time.time())
+        return bool(next(iter(self.catalog.iter_ids(scope, page_size=1)), []))
+
     def list_rows(self, *, limit: int | None, offset: int = 0, **scope: Any) -> list[EntryRecord]:
         """Rows of a scope (``user_id``, ``session_id``, ``kinds``, ``tags``, ``alive_at``), oldest first.
 

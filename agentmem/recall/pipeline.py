@@ -11,6 +11,11 @@ lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`
 * **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
   :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted).
 
+A mount also takes the user's **profile** memories (kind ``"profile"``: standing facts, preferences and
+constraints), the most relevant ``MemoryConfig.mount_profile_max`` of them, ahead of the ``k`` recalled ones and
+whatever their score: a constraint applies to requests that do not restate it ("Never schedule meetings on
+Fridays." for "Book a call with Sam on Friday."), which is exactly when its score is low.
+
 The parts it runs on are handed in (the search, the knowledge-version state, the demotion step, the hit builder),
 so the pipeline imports neither the entries nor the consolidation package it sits between.
 
@@ -57,15 +62,19 @@ class Recaller(Generic[Scored, HitT]):
     ``search(query, scope, k=, follow_versions=, chain_stamp=, head_k=)`` is the store's ranked search;
     ``recall_state(asking_session)`` gives the knowledge versions served to that session and the catalog's chain-cut
     stamp; ``hit_of`` turns a scored row into what recall returns; ``demotion`` is the conflict step (None: no
-    consolidation to settle conflicts with). The scope recall is given is a dataclass
+    consolidation to settle conflicts with); ``has_profile(user_id)`` says whether the user has a profile memory, and
+    ``embed_query`` is the query vector ``search`` takes as ``query_vector``. The scope recall is given is a dataclass
     (:class:`agentmem.entries.store.Scope`); the policy sets its ``kb_versions`` and ``exclude_roles``.
     """
 
     def __init__(self, *, config: MemoryConfig, search: Callable[..., list[Scored]],
                  recall_state: Callable[[str | None], tuple[Any, int]], hit_of: Callable[[Scored], HitT],
-                 demotion: Demotion | None) -> None:
+                 demotion: Demotion | None, has_profile: Callable[[str], bool] = lambda user_id: False,
+                 embed_query: Callable[[str], Any] | None = None) -> None:
         self.config = config
         self._search = search
+        self._has_profile = has_profile  # one indexed read: a user without profile memories costs no second search
+        self._embed_query = embed_query  # a mount with a profile embeds its query once for both searches
         self._recall_state = recall_state
         self._hit_of = hit_of
         consolidating = config.consolidation != "off"
@@ -91,7 +100,8 @@ class Recaller(Generic[Scored, HitT]):
         """The ``k`` best hits for ``query`` in ``scope`` (inputs already checked), best first.
 
         ``asking_session`` picks the knowledge version served; ``for_mount`` applies the mount policy (no roles of
-        ``MemoryConfig.unmounted_roles``, no hit below :meth:`mount_threshold`); ``below`` (a list) receives the
+        ``MemoryConfig.unmounted_roles``, no hit below :meth:`mount_threshold`, the profile memories first:
+        :meth:`profile`); ``below`` (a list) receives the
         ranked hits the threshold left out (at most ``k``); ``contradicted`` (a list), for a mount, the hits left out
         because a newer hit contradicts them.
         """
@@ -104,8 +114,18 @@ class Recaller(Generic[Scored, HitT]):
         want = demotion.pool(k) if demotion is not None else k
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
+        given: dict[str, Any] = {}  # the query vector, where two searches share it
+        profile: list[Scored] = []
+        if for_mount and self.takes_profile(search_scope):
+            if self._embed_query is not None:
+                given["query_vector"] = self._embed_query(query)
+            profile = self.profile(query, search_scope, chain_stamp, **given)
+            want += len(profile)  # the recalled k come besides them: one more look per profile memory mounted
         found = self._search(query, search_scope, k=want, follow_versions=self._follow and not scope.include_superseded,
-                             chain_stamp=chain_stamp, head_k=k)
+                             chain_stamp=chain_stamp, head_k=k, **given)
+        if profile:
+            standing = {s.row.id for s in profile}  # type: ignore[attr-defined]
+            found = [s for s in found if s.row.id not in standing]  # type: ignore[attr-defined]
         if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
             # before the threshold: the conflict check weighs a pair against the speaker's other hits (at least 3),
             # which a threshold would remove, and a mount would then keep both values
@@ -120,7 +140,40 @@ class Recaller(Generic[Scored, HitT]):
             found = [s for s in found if s.score >= min_score]  # type: ignore[attr-defined]
             if below is not None:
                 below += [self._hit_of(s) for s in dropped[:k]]
-        return [self._hit_of(s) for s in found[:k]]
+        return [self._hit_of(s) for s in [*profile, *found[:k]]]
+
+    def takes_profile(self, scope: Any) -> bool:
+        """Whether a mount in ``scope`` takes profile memories: they are on, the scope's kinds admit them, and the
+        user has one.
+
+        Example:
+            >>> from agentmem.entries.store import Scope
+            >>> recaller = Recaller(config=MemoryConfig(), search=None, recall_state=None, hit_of=None,
+            ...                     demotion=None, has_profile=lambda user: user == "u1")
+            >>> [recaller.takes_profile(s) for s in (Scope("u1"), Scope("u1", kinds=["turn"]), Scope("u2"))]
+            [True, False, False]
+        """
+        return (self.config.mount_profile_max > 0 and (not scope.kinds or "profile" in scope.kinds)
+                and self._has_profile(scope.user_id))
+
+    def profile(self, query: str, scope: Any, chain_stamp: int, **given: Any) -> list[Scored]:
+        """The user's profile memories a mount takes: the most relevant ``MemoryConfig.mount_profile_max``, best
+        first, an older one a newer one contradicts left out. ``given``: the search's ``query_vector``.
+
+        Example:
+            >>> from agentmem.entries.store import Scope
+            >>> recaller = Recaller(config=MemoryConfig(), search=lambda q, scope, **kw: [scope.kinds],
+            ...                     recall_state=None, hit_of=None, demotion=None)
+            >>> recaller.profile("Plan my trip.", Scope("u1"), 0)
+            [('profile',)]
+        """
+        most = self.config.mount_profile_max
+        want = self._demotion.pool(most) if self._demotion is not None else most
+        found = self._search(query, replace(scope, kinds=("profile",)), k=want, follow_versions=False,
+                             chain_stamp=chain_stamp, head_k=most, **given)
+        if self._demotion is not None and len(found) > 1:  # a changed preference: the older one is left out
+            found = self._demotion.demote(found, query, drop_older=True)
+        return found[:most]
 
 
 __all__ = ["Demotion", "Recaller"]

@@ -117,12 +117,14 @@ def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None)
 
     @server.tool(description="Store a memory for a user. Returns the entry's id and what the write did: event ADD (a "
                              "new entry), UPDATE (it superseded superseded_ids) or NOOP (the same statement again, "
-                             "counted on the existing entry matched_id).")
+                             "counted on the existing entry matched_id). kind 'profile' stores a standing fact or "
+                             "instruction about the user (a preference, a constraint) that every answer takes.")
     @_tool
     async def remember(text: str, user_id: str | None = None, session_id: str | None = None,
-                       tags: list[str] | None = None, ctx: Context | None = None) -> dict[str, Any]:
+                       tags: list[str] | None = None, kind: str = "turn",
+                       ctx: Context | None = None) -> dict[str, Any]:
         uid = access.user(ctx, user_id)
-        rec = await run(mem.remember, text, user_id=uid, session_id=session_id, tags=tags)
+        rec = await run(mem.remember, text, user_id=uid, session_id=session_id, tags=tags, kind=kind)
         return {"id": rec.id, "user_id": rec.user_id, "memory_text": rec.memory_text, "event": rec.event,
                 "superseded_ids": list(rec.superseded_ids), "matched_id": rec.matched_id}
 

@@ -190,9 +190,11 @@ class _Chat:
 
     def _report(self, hits: list[Any], out: Any, spans: list[tuple[int, int]], timings: dict) -> dict[str, Any]:
         score = {h.id: round(float(h.score), 6) for h in hits}
+        kind = {h.id: h.kind for h in hits}  # "profile": mounted with every answer, whatever its score
         span = dict(zip(out.mounted, spans))
         fell = dict(out.fallbacks)
-        mounted = [{"id": i, "score": score.get(i), "tokens": (span[i][1] - span[i][0]) if i in span else None,
+        mounted = [{"id": i, "score": score.get(i), "kind": kind.get(i),
+                    "tokens": (span[i][1] - span[i][0]) if i in span else None,
                     "position": span[i][0] if i in span else None, "fallback": fell.get(i)} for i in out.mounted]
         dropped = [{"id": i, "reason": "over the mount budget or the model's context"} for i in out.dropped]
         seen = set(out.mounted) | set(out.dropped)

@@ -79,8 +79,8 @@ class _Exchange:
                 continue
             used += tokens
             lines.append(line)
-            mounted.append({"id": h.id, "score": round(float(h.score), 6), "tokens": tokens, "position": None,
-                            "fallback": None})
+            mounted.append({"id": h.id, "score": round(float(h.score), 6), "kind": h.kind, "tokens": tokens,
+                            "position": None, "fallback": None})
         self.report = {"request_id": self.id, "user": self.user, "session_id": None, "mode": "proxy",
                        "upstream": settings.upstream_url, "recalled": [{"id": h.id, "score": round(float(h.score), 6)}
                                                                        for h in hits],

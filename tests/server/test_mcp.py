@@ -52,6 +52,9 @@ async def _exercise(client: Client, user: str | None) -> None:
     hits = _data(await client.call_tool("recall", {"query": "what pressure should the boiler have?", "k": 1,
                                                    **args}))["hits"]
     assert hits[0]["id"] == doc["ids"][1] and hits[0]["text"].startswith("Boiler manual: Its pressure")
+    diet = _data(await client.call_tool("remember", {"text": "I am vegetarian.", "kind": "profile", **args}))
+    got = _data(await client.call_tool("get", {"entry_id": diet["id"]}))
+    assert got["kind"] == "profile"
     await _refusals(client, args, rec["id"])
 
 

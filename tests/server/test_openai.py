@@ -120,3 +120,13 @@ def test_text_mode_per_request_and_metrics(server, seeded):
         time.sleep(0.5)
         text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {server.key_u1}"}, timeout=120).text
     assert "agentmem_fidelity_kl_count 0.0" not in text
+
+
+def test_a_profile_memory_is_mounted_for_a_request_that_does_not_mention_it(server):
+    with server.client(server.key_u1) as c:
+        diet = c.post("/v1/memories", json={"text": "I am vegetarian.", "user_id": "u3", "kind": "profile"}).json()
+    r = _client(server, server.key_u1).chat.completions.create(
+        model="x", user="u3", max_tokens=2, messages=[{"role": "user", "content": "Plan my meals for Sunday."}],
+        extra_body={"agentmem": {"remember": False}})
+    mounted = r.model_extra["agentmem"]["mounted"]
+    assert (mounted[0]["id"], mounted[0]["kind"]) == (diet["id"], "profile") and mounted[0]["tokens"] > 0

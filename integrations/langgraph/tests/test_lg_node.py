@@ -181,3 +181,11 @@ def test_kv_mode_puts_only_entry_ids_in_the_state(mem):
     (ctx,) = update["messages"]
     assert ctx.additional_kwargs["agentmem"] == {"mounted": [rec.id], "mode": "kv", "k": 4}
     assert "Rex" not in ctx.content
+
+
+def test_a_profile_memory_comes_with_every_step(mem):
+    mem.remember("My manager is called Dana Whitfield.", user_id="alice", kind="profile")
+    llm = RecordingChatModel(["Sure."])
+    graph = build(MemoryNode(mem), llm, InMemorySaver())
+    graph.invoke({"messages": [("user", "Draft an email to my boss about the delay.")]}, cfg("alice", "t1"))
+    assert "My manager is called Dana Whitfield." in llm.system_text()  # mounted although it scores as unrelated
