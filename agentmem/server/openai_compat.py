@@ -234,7 +234,6 @@ def openai_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "function": {"name": c["name"], "arguments": json.dumps(c["args"], ensure_ascii=False)}} for c in calls]
 
 
-
 def _strict_json(text: str) -> str:
     """A constrained answer as strict JSON: byte-level tokens may write raw control characters inside strings,
     which the grammar allows and ``json.loads`` refuses; an answer cut short by ``max_tokens`` is left as it is."""
