@@ -53,6 +53,7 @@ class MemoryOptions(TypedDict, total=False):
     write_tags: Iterable[str] | None
     ttl: float | timedelta | None
     user_name: str | None
+    tool_result_words: int | None
 
 
 class AgentMemMiddleware(AgentMiddleware):
@@ -63,7 +64,8 @@ class AgentMemMiddleware(AgentMiddleware):
         mode: ``"auto"`` (KV when the agent's model is ``ChatAgentMem``, text otherwise), ``"kv"`` or ``"text"``.
         user_id: fallback user when neither the config nor the runtime context names one.
         k / kinds / tags / min_score: what to recall (as :class:`~agentmem_langgraph.MemoryNode`).
-        write_tags / ttl / user_name: for the memories it writes.
+        write_tags / ttl / user_name / tool_result_words: for the memories it writes (a long tool result is stored
+            as parts, as :class:`~agentmem_langgraph.MemoryNode` does).
 
     Example:
         >>> agent = create_agent(ChatAgentMem(memory=mem), [],                              # doctest: +SKIP

@@ -36,7 +36,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from agentmem import AgentMemory, Hit
-from agentmem.chat_text import tool_result_text
+from agentmem.chat_text import split_document, tool_result_text
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
@@ -82,6 +82,9 @@ class MemoryNode:
             nothing below ``MemoryConfig.mount_min_score``, 0.3 by default).
         write_tags / ttl: tags and time-to-live given to the memories this node writes.
         user_name: speaker name written with the user's messages (default: the message's ``name``).
+        tool_result_words: a tool result longer than this many words (a fetched page) is stored as parts of at
+            most that many, each with the call's arguments (``AgentMemory.remember_document``'s cuts), so each
+            part is recalled and mounted on its own; None stores every result whole.
 
     Example:
         >>> memory = MemoryNode(mem, k=3)                                          # doctest: +SKIP
@@ -104,6 +107,7 @@ class MemoryNode:
         ttl: float | timedelta | None = None,
         user_name: str | None = None,
         query_chars: int = 2000,
+        tool_result_words: int | None = 150,
     ) -> None:
         if mode not in ("auto", "kv", "text"):
             raise ValueError(f"mode must be 'auto', 'kv' or 'text', got {mode!r}")
@@ -119,6 +123,7 @@ class MemoryNode:
         self.ttl = ttl
         self.user_name = user_name
         self.query_chars = query_chars
+        self.tool_result_words = tool_result_words
 
     @property
     def mount_mode(self) -> Literal["kv", "text"]:
@@ -194,16 +199,17 @@ class MemoryNode:
             return {}
         user, thread = resolve_scope(config, runtime, default_user=self.user_id)
         calls = {c["id"]: c for m in messages if isinstance(m, AIMessage) for c in m.tool_calls if c.get("id")}
-        items, written, skipped = [], [], []
+        items: list[dict[str, Any]] = []
+        written, skipped = [], []  # written: (message, index of its first item)
         for m in pending:
-            item = self._entry(m, calls, user=user, thread=thread)
-            if item is None:
-                skipped.append(m)
+            parts = self._entries(m, calls, user=user, thread=thread)
+            if parts:
+                written.append((m, len(items)))
+                items += parts
             else:
-                items.append(item)
-                written.append(m)
+                skipped.append(m)
         records = self.memory.remember_many(items) if items else []
-        marks = [_mark(m, rec.id) for m, rec in zip(written, records)] + [_mark(m, None) for m in skipped]
+        marks = [_mark(m, records[first].id) for m, first in written] + [_mark(m, None) for m in skipped]
         log.debug("remember: %d memories from %d messages", len(records), len(pending))
         return {"messages": marks}
 
@@ -234,6 +240,20 @@ class MemoryNode:
                 out.append(m)
         out.reverse()
         return out
+
+    def _entries(self, m: BaseMessage, calls: dict[str, Any], *, user: str, thread: str | None) -> list[dict[str, Any]]:
+        """The memories one message becomes: none, one, or a long tool result's parts (each with its call's
+        arguments, ``metadata["document"]`` numbering them as ``remember_document`` does)."""
+        item = self._entry(m, calls, user=user, thread=thread)
+        if item is None or item["kind"] != "tool" or self.tool_result_words is None:
+            return [] if item is None else [item]
+        parts = split_document(message_text(m).strip(), self.tool_result_words)
+        if len(parts) < 2:
+            return [item]
+        args = (calls.get(m.tool_call_id) or {}).get("args")
+        return [{**item, "text": tool_result_text(part, args), "metadata": {**item["metadata"], "document": {
+                    "id": m.id or m.tool_call_id, "part": n, "parts": len(parts), "title": item["speaker"]}}}
+                for n, part in enumerate(parts, start=1)]
 
     def _entry(self, m: BaseMessage, calls: dict[str, Any], *, user: str, thread: str | None) -> dict[str, Any] | None:
         text = message_text(m).strip()

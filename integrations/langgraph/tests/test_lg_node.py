@@ -189,3 +189,37 @@ def test_a_profile_memory_comes_with_every_step(mem):
     graph = build(MemoryNode(mem), llm, InMemorySaver())
     graph.invoke({"messages": [("user", "Draft an email to my boss about the delay.")]}, cfg("alice", "t1"))
     assert "My manager is called Dana Whitfield." in llm.system_text()  # mounted although it scores as unrelated
+
+
+PAGE = "\n\n".join(" ".join([s] * 6) for s in (
+    "The Grand Hotel Ghent has 80 rooms and a rooftop bar overlooking the Graslei.",
+    "Breakfast at the Grand Hotel is served from 7 to 10 in the winter garden.",
+    "The hotel's parking garage closes at midnight and costs 25 euros a night."))
+
+
+@tool
+def fetch_page(url: str) -> str:
+    """A web page's text."""
+    return PAGE
+
+
+@pytest.mark.parametrize("words, parts", [(90, 3), (None, 1)])
+def test_a_long_tool_result_is_stored_as_parts_each_recalled_on_its_own(mem, words, parts):
+    memory = MemoryNode(mem, tool_result_words=words)
+    llm = RecordingChatModel([
+        AIMessage(content="", tool_calls=[{"name": "fetch_page", "args": {"url": "grandhotel.be"}, "id": "c9"}]),
+        "Got it.", "It closes at midnight."])
+    agent = create_react_agent(llm, [fetch_page], pre_model_hook=memory.pre_model_hook,
+                               post_model_hook=memory.post_model_hook, checkpointer=InMemorySaver())
+    agent.invoke({"messages": [("user", "Read the Grand Hotel's page.")]}, cfg("alice", "t1"))
+    stored = mem.list(user_id="alice", kinds=["tool"])
+    assert len(stored) == parts and all(r.text.startswith('called with {"url": "grandhotel.be"}, returned: ')
+                                        for r in stored)
+    assert " ".join(" ".join(r.text.split(", returned: ", 1)[1] for r in stored).split()) == " ".join(PAGE.split())
+    if words is not None:
+        assert [r.metadata["document"]["part"] for r in stored] == [1, 2, 3]
+        best = mem.recall("When does the hotel parking garage close?", user_id="alice", kinds=["tool"], k=1)[0]
+        assert best.id == stored[2].id
+    state = agent.invoke({"messages": [("user", "When does the parking close?")]}, cfg("alice", "t1"))
+    assert len(mem.list(user_id="alice", kinds=["tool"])) == parts  # a re-run step stores nothing twice
+    assert state["messages"][-1].content == "It closes at midnight."
