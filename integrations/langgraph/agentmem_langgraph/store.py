@@ -9,7 +9,8 @@ How a store item becomes an agentmem entry
 * **user**: ``namespace[user_index]`` (default ``user_index=0``); a namespace too short to have one goes to
   ``shared_user``. LangMem's convention ``("memories", "{user_id}")`` wants ``user_index=1``. The user is
   agentmem's isolation boundary: a search under one user's prefix never reads another user's entries.
-* **entry**: ``kind="knowledge"``; its text is a rendering of the value (the ``content``/``text``/``memory``
+* **entry**: ``kind="knowledge"`` (``kind="profile"`` under a namespace whose last label is ``profile_namespace``:
+  mounted with every answer by the memory node, ``ChatAgentMem`` and the server); its text is a rendering of the value (the ``content``/``text``/``memory``
   string when there is one, else ``path: value`` lines; with ``index=[...]`` only those fields), which is what
   semantic search embeds.
 * **metadata**: ``lg:namespace``, ``lg:key``, ``lg:created_at``, ``lg:updated_at``, ``lg:ttl`` and each
@@ -214,6 +215,9 @@ class AgentMemStore(BaseStore):
             ``embed`` and score searches by their best cosine similarity, as LangGraph's own stores do. Without
             it, search scores are the cosine similarity of agentmem's own embedder (all-MiniLM-L6-v2) to the
             item's text. Either way, agentmem's hybrid recall finds the candidates.
+        profile_namespace: items under a namespace whose last label is this (``"profile"``: ``("u1", "profile")``)
+            are agentmem profile memories, mounted with every answer whatever it asks (docs/lifecycle.md); None:
+            every item is ``kind="knowledge"``.
 
     Batches behave like ``InMemoryStore``'s: reads see the store as it was before the batch, then the writes
     apply, the last write to a key winning.
@@ -233,10 +237,13 @@ class AgentMemStore(BaseStore):
         shared_user: str = "_langgraph_shared",
         ttl: TTLConfig | None = None,
         index: IndexConfig | None = None,
+        profile_namespace: str | None = None,
     ) -> None:
         if user_index < 0:
             raise ValueError("user_index must be >= 0")
         self.memory = memory
+        # items under (..., profile_namespace) are the user's standing facts and preferences: agentmem's profile kind
+        self.profile_namespace = profile_namespace
         self.user_index = user_index
         self.shared_user = shared_user
         self.ttl_config = ttl
@@ -384,8 +391,8 @@ class AgentMemStore(BaseStore):
             for user in users:
                 k = max(4 * want, 50)  # candidates from agentmem's hybrid recall, re-scored by cosine below
                 while True:  # widen until the filters evaluated here leave enough, or the scope is exhausted
-                    hits = self.memory.recall(op.query, user_id=user, k=k, kinds=["knowledge"], tags=tags,
-                                              filters=pushed)
+                    hits = self.memory.recall(op.query, user_id=user, k=k, kinds=["knowledge", "profile"],
+                                              tags=tags, filters=pushed)
                     kept = [(h, self._score(h, query_vector)) for h in hits if keep(h)]
                     if exact or len(kept) >= want or len(hits) < k:
                         break
@@ -460,7 +467,8 @@ class AgentMemStore(BaseStore):
                 _exact_tag(namespace), _item_tag(namespace, key)]
         return dict(
             text=render_value(value, None if fields == ["$"] else fields, key=key),
-            user_id=self._user(namespace), kind="knowledge", role=None, tags=tags, metadata=meta,
+            user_id=self._user(namespace), role=None, tags=tags, metadata=meta,
+            kind="profile" if namespace and namespace[-1] == self.profile_namespace else "knowledge",
             ttl=None if ttl_minutes is None else float(ttl_minutes) * 60.0,
             index=index is not False,  # LangGraph's index=False: stored, not embedded
         )

@@ -151,3 +151,17 @@ def test_put_record_says_what_the_put_did(mem):
     assert [v.op for v in mem.history(first.id)] == ["add", "update"]
     assert store.get(("u1", "prefs"), "drink").value == {"content": "likes green tea."}
     assert store.put(("u1", "prefs"), "food", {"content": "ramen"}) is None  # LangGraph's contract
+
+
+def test_items_under_the_profile_namespace_are_mounted_with_every_answer(mem):
+    store = AgentMemStore(mem, profile_namespace="profile")
+    store.put(("alice", "profile"), "boss", {"content": "My manager is called Dana Whitfield."})
+    store.put(("alice", "notes"), "trip", {"content": "The trip to Oslo is in May."})
+    boss = store.put_record(("alice", "profile"), "boss", {"content": "My manager is called Dana Whitfield."})
+    assert boss.kind == "profile" and mem.get(boss.id).kind == "profile"
+    mounted = mem.recall_for_mount("Draft an email to my boss about the delay.", user_id="alice")
+    assert [h.id for h in mounted][:1] == [boss.id]  # a request that does not name the manager still gets it
+    assert [i.key for i in store.search(("alice",), query="who is my manager?")][:1] == ["boss"]  # searchable
+    assert store.get(("alice", "notes"), "trip") is not None
+    plain = AgentMemStore(mem)  # without the option every item is knowledge
+    assert plain.put_record(("bob", "profile"), "x", {"content": "I like tea."}).kind == "knowledge"
