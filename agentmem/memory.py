@@ -612,9 +612,10 @@ class AgentMemory:
         entry in context; ``"text"`` re-encodes the same memories as text (the baseline). Memories are recalled
         across all of the user's sessions; ``session_id`` names the conversation asking. Entries that do not fit in
         what ``budget_tokens`` (default ``mount_budget_tokens``) and the model's context leave, taken best first,
-        are dropped and listed in ``out.dropped``; a shorter one after them is still mounted. ``on_text`` receives each piece of the answer as soon as it is
-        decoded (streaming), on the calling thread. Setting ``cancel`` (a ``threading.Event``, from any thread, e.g.
-        when the client hung up) stops decoding before its next step: ``out.cancelled`` is then True.
+        are dropped and listed in ``out.dropped``; a shorter one after them is still mounted. ``on_text`` receives
+        each piece of the answer as soon as it is decoded (streaming), on the calling thread. Setting ``cancel`` (a
+        ``threading.Event``, from any thread, e.g. when the client hung up) stops decoding before its next step:
+        ``out.cancelled`` is then True.
 
         Example:
             >>> out = mem.generate("What is my dog called?", user_id="u1", k=4, max_new_tokens=4)

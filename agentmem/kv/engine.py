@@ -587,7 +587,8 @@ class KVEngine:
 
         ``retrieve_s`` is the caller's retrieval time, added to ``ttft`` and ``total`` so they are end to end.
         Memories that do not fit in what the budget and the model's context leave (taken best first) are dropped
-        and listed in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if ``strict``.
+        and listed in ``dropped``; unusable stored KV falls back to encoding the text (``fallbacks``), or raises if
+        ``strict``.
         ``on_text`` receives each piece of the answer as soon as it is decoded (streaming), on this thread.
         ``logits_processor`` constrains each choice (transformers' ``(ids, scores) -> scores`` convention).
         Setting ``cancel`` (from any thread) stops decoding before the next model step; the result then has

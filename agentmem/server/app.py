@@ -27,8 +27,8 @@ from agentmem.errors import NotFoundError
 from agentmem.server.auth import KeyStore, Principal
 from agentmem.server.errors import error_body, install_error_handlers
 from agentmem.server.schemas import (
-    DocumentBody, ForgetBody, MessagesBody, OffloadBody, RecallBody, RememberBody, SendBody, SessionOpenBody, UpdateBody,
-    record_json,
+    DocumentBody, ForgetBody, MessagesBody, OffloadBody, RecallBody, RememberBody, SendBody, SessionOpenBody,
+    UpdateBody, record_json,
 )
 from agentmem.server.state import ServerSettings, ServerState, caller, check_user, get_state
 

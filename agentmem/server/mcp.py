@@ -90,8 +90,9 @@ def _tool(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
 
 def build_mcp(mem: Any, *, users: Sequence[str] | None = None, keys: Any = None) -> MCPServer:
     """An MCP server whose tools (remember, remember_document, recall, list, get, update, history, forget) call
-    ``mem``. With ``keys`` (a :class:`KeyStore`) each HTTP call is authorised by its request's API key; otherwise by ``users`` (None = any
-    user: a local stdio process, or ``--no-auth``). A refused call is a tool error naming the typed error and why.
+    ``mem``. With ``keys`` (a :class:`KeyStore`) each HTTP call is authorised by its request's API key; otherwise by
+    ``users`` (None = any user: a local stdio process, or ``--no-auth``). A refused call is a tool error naming the
+    typed error and why.
 
     Example:
         >>> from agentmem import AgentMemory

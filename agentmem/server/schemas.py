@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.types import json_ready
 
-__all__ = ["DocumentBody", "ForgetBody", "MessageIn", "MessagesBody", "OffloadBody", "RecallBody", "RememberBody", "SendBody",
-           "SessionOpenBody", "UpdateBody", "record_json"]
+__all__ = ["DocumentBody", "ForgetBody", "MessageIn", "MessagesBody", "OffloadBody", "RecallBody", "RememberBody",
+           "SendBody", "SessionOpenBody", "UpdateBody", "record_json"]
 
 
 class _Body(BaseModel):

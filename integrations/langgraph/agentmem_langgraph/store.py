@@ -10,9 +10,9 @@ How a store item becomes an agentmem entry
   ``shared_user``. LangMem's convention ``("memories", "{user_id}")`` wants ``user_index=1``. The user is
   agentmem's isolation boundary: a search under one user's prefix never reads another user's entries.
 * **entry**: ``kind="knowledge"`` (``kind="profile"`` under a namespace whose last label is ``profile_namespace``:
-  mounted with every answer by the memory node, ``ChatAgentMem`` and the server); its text is a rendering of the value (the ``content``/``text``/``memory``
-  string when there is one, else ``path: value`` lines; with ``index=[...]`` only those fields), which is what
-  semantic search embeds.
+  mounted with every answer by the memory node, ``ChatAgentMem`` and the server); its text is a rendering of the
+  value (the ``content``/``text``/``memory`` string when there is one, else ``path: value`` lines; with
+  ``index=[...]`` only those fields), which is what semantic search embeds.
 * **metadata**: ``lg:namespace``, ``lg:key``, ``lg:created_at``, ``lg:updated_at``, ``lg:ttl`` and each
   top-level value field ``f`` as ``v:f`` (the value is rebuilt from them, and equality filters on them are
   pushed down to agentmem).
