@@ -6,7 +6,8 @@ its text, and a caller's ``stop`` strings end an answer wherever they first appe
 pieces. The engine uses the same functions (``agentmem.kv.tools``, ``agentmem.kv.streaming``); this module is
 their public name, so adapters depend on the public API only. ``tool_result_text`` is the memory text of a tool's
 result with its call's arguments, as ``remember_messages`` writes it; ``split_document`` cuts a long text (a fetched
-page) into the parts ``remember_document`` stores.
+page) into the parts ``remember_document`` stores, and ``document_parts`` numbers them as it does
+(``metadata["document"]``).
 
 Example:
     >>> from agentmem.chat_text import cut_at_stop, format_tool_call, parse_tool_calls
@@ -20,8 +21,9 @@ Example:
 from __future__ import annotations
 
 from agentmem.kv.streaming import StopCut, cut_at_stop
-from agentmem.entries.documents import split_document
+from agentmem.entries.documents import document_parts, split_document
 from agentmem.entries.messages import tool_result_text
 from agentmem.kv.tools import format_tool_call, parse_tool_calls
 
-__all__ = ["StopCut", "cut_at_stop", "format_tool_call", "parse_tool_calls", "split_document", "tool_result_text"]
+__all__ = ["StopCut", "cut_at_stop", "document_parts", "format_tool_call", "parse_tool_calls", "split_document",
+           "tool_result_text"]

@@ -70,6 +70,14 @@ class MemoryConfig(BaseModel):
         "InvalidInputError naming it when the store opens.",
     )
 
+    message_max_words: int | None = Field(
+        default=150, gt=0,
+        description="A chat message (remember_messages, session turns, the chat endpoint and proxy) longer than this "
+        "many words, e.g. a pasted document or a fetched page, is stored as consecutive parts of at most this many, "
+        "numbered in metadata['document'] as remember_document's: a single memory that long is embedded only by "
+        "its first ~256 word pieces and takes a mount's whole budget. None stores every message whole.",
+    )
+
     # --- security -------------------------------------------------------------------------------
     secret_policy: Literal["redact", "reject", "off"] = "redact"
 

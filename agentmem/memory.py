@@ -232,7 +232,10 @@ class AgentMemory:
 
         Tool results become ``kind="tool"`` entries that keep their call's name and arguments; an assistant
         message that only calls tools is not stored on its own, and system messages are skipped (instructions,
-        not memories). Embeddings are computed in one batch; ``encode`` as in :meth:`remember`.
+        not memories). A message longer than ``MemoryConfig.message_max_words`` (150) words, e.g. a pasted document,
+        is stored as consecutive parts numbered in ``metadata["document"]`` as :meth:`remember_document` numbers
+        a document's, so each passage is searched and mounted on its own. Embeddings are computed in one batch;
+        ``encode`` as in :meth:`remember`.
 
         Example:
             >>> call = {"id": "c1", "type": "function", "function": {"name": "get_weather",
@@ -777,8 +780,8 @@ class AgentMemory:
         return self.sessions.open(check_session_id(session_id, required=True, scanner=self._scanner) or "",
                                   user_id=check_id(user_id, "user_id", required=True) or "")
 
-    def _remember_turn(self, user_id: str, session_id: str, role: str, text: str) -> MemoryRecord:
-        return self.remember(text, user_id=user_id, session_id=session_id, kind="turn", role=role)
+    def _remember_turn(self, user_id: str, session_id: str, role: str, text: str) -> list[MemoryRecord]:
+        return self.remember_messages([{"role": role, "content": text}], user_id=user_id, session_id=session_id)
 
     # --- erase ---------------------------------------------------------------------------------
     def forget(

@@ -36,7 +36,7 @@ from agentmem.consolidate.local import LocalConsolidator, apply_decisions
 from agentmem.entries.text_vectors import pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
-from agentmem.entries.documents import split_document
+from agentmem.entries.documents import document_parts
 from agentmem.entries.messages import transcript_memories
 from agentmem.entries.records import embedding_line, memory_line, to_record
 from agentmem.entries.store import EntryStore, NewEntry
@@ -154,11 +154,13 @@ class Writer:
             entries.append(self.new_entry(text, **fields))
         return entries
 
-    def message_entries(self, messages: Sequence[Any], **shared: Any) -> list[NewEntry]:
+    def message_entries(self, messages: Sequence[Any], *, metadata: Mapping[str, Any] | None = None,
+                        **shared: Any) -> list[NewEntry]:
         """Chat messages (OpenAI-shaped dicts or LangChain messages) as entries
         (:func:`agentmem.entries.messages.transcript_memories`: system messages and call-only assistant messages are
-        not stored, a tool result ``kind="tool"`` keeps its call's name and arguments); ``shared``:
-        ``remember_messages``'s other arguments.
+        not stored, a tool result ``kind="tool"`` keeps its call's name and arguments); a message longer than
+        ``MemoryConfig.message_max_words`` words becomes its parts, numbered in ``metadata["document"]`` as
+        :meth:`document_entries` numbers a document's; ``shared``: ``remember_messages``'s other arguments.
 
         Example:
             >>> messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
@@ -166,8 +168,10 @@ class Writer:
             >>> [(e.row.role, e.row.kind) for e in writer.message_entries(messages, user_id="u1")]
             [('user', 'turn'), ('tool', 'tool')]
         """
-        return [self.new_entry(m.text, kind=m.kind, role=m.role, speaker=m.speaker, **shared)
-                for m in transcript_memories(messages)]
+        meta = check_metadata(metadata)
+        return [self.new_entry(text, kind=m.kind, role=m.role, speaker=m.speaker,
+                               metadata=meta if info is None else {**meta, "document": info}, **shared)
+                for m in transcript_memories(messages) for text, info in m.parts(self.config.message_max_words)]
 
     def document_entries(self, text: str, *, title: str | None, max_words: int,
                          metadata: Mapping[str, Any] | None = None, **shared: Any) -> list[NewEntry]:
@@ -182,11 +186,8 @@ class Writer:
         text = check_text(text)
         title = check_id(title, "title", required=False)  # a short single-line name, like a speaker's
         meta = check_metadata(metadata)
-        parts = split_document(text, max_words)
-        document_id = str(uuid.uuid4())
-        return [self.new_entry(f"{title}: {part}" if title else part, metadata={**meta, "document": {
-                    "id": document_id, "part": n, "parts": len(parts), "title": title}}, **shared)
-                for n, part in enumerate(parts, start=1)]
+        return [self.new_entry(f"{title}: {part}" if title else part, metadata={**meta, "document": info}, **shared)
+                for part, info in document_parts(text, max_words, title=title)]
 
     def write(self, entries: Sequence[NewEntry], encode: bool | None, *, consolidate: bool = True,
               vectors: np.ndarray | None = None) -> list[MemoryRecord]:

@@ -17,10 +17,12 @@ Example:
 from __future__ import annotations
 
 import re
+import uuid
+from typing import Any
 
 from agentmem.errors import InvalidInputError
 
-__all__ = ["split_document"]
+__all__ = ["document_parts", "split_document"]
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -48,6 +50,21 @@ def split_document(text: str, max_words: int = 150) -> list[str]:
     if current:
         parts.append(_join(current))
     return parts
+
+
+def document_parts(text: str, max_words: int, *, title: str | None = None,
+                   document_id: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``text``'s parts (:func:`split_document`), each with the ``metadata["document"]`` that numbers it: ``id``
+    (``document_id``, or a new uuid shared by the parts), ``part`` (from 1), ``parts`` and ``title``.
+
+    Example:
+        >>> [(text, info["part"], info["parts"]) for text, info in document_parts("a b c", 2, document_id="d")]
+        [('a b', 1, 2), ('c', 2, 2)]
+    """
+    parts = split_document(text, max_words)
+    document_id = document_id or str(uuid.uuid4())
+    return [(part, {"id": document_id, "part": n, "parts": len(parts), "title": title})
+            for n, part in enumerate(parts, start=1)]
 
 
 def _pieces(text: str, max_words: int) -> list[tuple[bool, str]]:

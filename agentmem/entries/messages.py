@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentmem.entries.documents import document_parts
 from agentmem.errors import InvalidInputError
 from agentmem.validation import check_messages
 
@@ -34,15 +35,40 @@ _LANGCHAIN_ROLES = {"human": "user", "ai": "assistant"}
 
 @dataclass(frozen=True)
 class MessageMemory:
-    """What one chat message is remembered as (``kind`` is ``"tool"`` for a tool result, else ``"turn"``)."""
+    """What one chat message is remembered as (``kind`` is ``"tool"`` for a tool result, else ``"turn"``):
+    ``body`` is the message's own text, ``args`` a tool result's call arguments."""
 
     role: str
-    text: str
+    body: str
     speaker: str | None
+    args: Any = None
 
     @property
     def kind(self) -> str:
         return "tool" if self.role == "tool" else "turn"
+
+    @property
+    def text(self) -> str:
+        """The memory's text: the body, or for a tool result the body after its call's arguments."""
+        return self._text(self.body)
+
+    def parts(self, max_words: int | None) -> list[tuple[str, dict[str, Any] | None]]:
+        """The memory's text, or for a body longer than ``max_words`` words its parts
+        (:func:`~agentmem.entries.documents.document_parts`; a tool result's each keep the call's arguments), each
+        with its ``metadata["document"]`` (None when whole).
+
+        Example:
+            >>> result = MessageMemory("tool", "one. two. three.", "search", {"q": "x"})
+            >>> [(text, info["part"]) for text, info in result.parts(2)]
+            [('called with {"q": "x"}, returned: one. two.', 1), ('called with {"q": "x"}, returned: three.', 2)]
+        """
+        if max_words is None or len(self.body.split()) <= max_words:
+            return [(self.text, None)]
+        title = self.speaker if self.role == "tool" else None
+        return [(self._text(part), info) for part, info in document_parts(self.body, max_words, title=title)]
+
+    def _text(self, body: str) -> str:
+        return tool_result_text(body, self.args) if self.role == "tool" else body
 
 
 @dataclass(frozen=True)
@@ -89,7 +115,7 @@ def transcript_memories(messages: Any) -> list[MessageMemory]:
             raise InvalidInputError(f"messages[{n}] ({role}) has no text content")
         if role == "tool":
             call = calls.get(_get(message, "tool_call_id")) or _Call(None, None)
-            out.append(MessageMemory("tool", tool_result_text(text, call.args), name or call.name))
+            out.append(MessageMemory("tool", text, name or call.name, call.args))
         else:
             out.append(MessageMemory(role, text, name))
     return out

@@ -57,7 +57,8 @@ class SessionManager:
     Args:
         engine: returns the loaded :class:`~agentmem.kv.KVEngine` (called lazily, on first use).
         retrieve: ``(query, user_id, k, *, strict=False) -> [mountable memory]``, most relevant first.
-        remember_turn: ``(user_id, session_id, role, text) -> MemoryRecord``: stores a turn long-term.
+        remember_turn: ``(user_id, session_id, role, text) -> [MemoryRecord]``: stores a turn long-term (a long one
+            as parts, ``MemoryConfig.message_max_words``).
         scan: secret redaction applied to user text before it is encoded.
         kb_version: returns the current knowledge-base version.
         root: the epoch file's directory.

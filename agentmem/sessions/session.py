@@ -452,7 +452,7 @@ class Session:
             if not content.strip():
                 continue
             try:
-                ids.append(self._mgr.remember_turn(self.user_id, self.session_id, role, content).id)
+                ids += [r.id for r in self._mgr.remember_turn(self.user_id, self.session_id, role, content)]
             except Exception as exc:  # the reply is already committed: report, do not lose it
                 log.warning("session %s: storing the %s turn failed (%s)", self.slot.key, role, type(exc).__name__)
                 notes.append(f"storing the {role} turn as a long-term memory failed: {type(exc).__name__}")

@@ -112,6 +112,21 @@ def test_an_agent_loop_remembers_its_tool_results_with_their_calls(server):
         assert answer.strip() in [m["text"] for m in stored if m["role"] == "assistant"]
 
 
+def test_a_pasted_document_is_remembered_as_parts(server):
+    """A user message longer than ``message_max_words`` (150) is stored as numbered parts, each searchable and
+    mountable on its own, not as one memory only its beginning is embedded for."""
+    client = _client(server)
+    pasted = "Notes from the meeting:\n\n" + " ".join(f"Item {i}: the budget line {i} stays as it was." for i in range(40))
+    client.chat.completions.create(model="tiny-llama", user="u1", max_tokens=2,
+                                   messages=[{"role": "user", "content": pasted}],
+                                   extra_body={"agentmem": {"mode": "text"}})
+    with server.client(server.key_u1) as c:
+        stored = c.get("/v1/memories", params={"user_id": "u1", "limit": 100}).json()
+    parts = [m for m in stored["memories"] if m["role"] == "user" and "budget line" in m["text"]]
+    assert len(parts) == 3 and [m["metadata"]["document"]["part"] for m in parts] == [1, 2, 3]
+    assert " ".join(m["text"] for m in parts).split() == pasted.split()
+
+
 def test_a_json_schema_answer_parses_and_validates(server):
     client = _client(server)
     r = _ask(client, [{"role": "user", "content": "Describe me as JSON."}], max_tokens=64,

@@ -57,7 +57,7 @@ def test_a_damaged_quantized_session_file_is_refused():
 def _manager(engine: KVEngine, root: Path, **cfg) -> SessionManager:
     config = MemoryConfig(**{"session_hot_bytes": 1 << 30, "session_warm_bytes": 1 << 30, **cfg})
     return SessionManager(
-        engine=lambda: engine, retrieve=lambda *a, **k: [], remember_turn=lambda *a, **k: None, scan=lambda t: t,
+        engine=lambda: engine, retrieve=lambda *a, **k: [], remember_turn=lambda *a, **k: [], scan=lambda t: t,
         kb_version=lambda: None, root=root, config=config, cipher=None, start_worker=False, sweep_interval=None,
         cold_store=FileSessionStore(root),
     )

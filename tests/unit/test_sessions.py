@@ -55,7 +55,7 @@ class FakeStore:
 
     def remember_turn(self, user_id, session_id, role, text):
         self.records.append((user_id, session_id, role, text))
-        return SimpleNamespace(id=f"r{next(self._ids)}")
+        return [SimpleNamespace(id=f"r{next(self._ids)}")]
 
 
 def make(engine, root: Path, store: FakeStore | None = None, *, worker: bool = False, cipher=None,

@@ -53,7 +53,7 @@ def _session(engine: KVEngine, root, memory: MemoryItem, *, strict: bool = False
     config = MemoryConfig(session_hot_bytes=1 << 30, session_warm_bytes=1 << 30, strict_fingerprint=strict)
     mgr = SessionManager(
         engine=lambda: engine, retrieve=lambda query, user_id, k, **kw: [memory][:k],
-        remember_turn=lambda *a: SimpleNamespace(id="r"), scan=lambda t: t, kb_version=lambda: None,
+        remember_turn=lambda *a: [SimpleNamespace(id="r")], scan=lambda t: t, kb_version=lambda: None,
         root=root, config=config, start_worker=False, cold_store=FileSessionStore(root),
     )
     return mgr, mgr.open("s", user_id="u")

@@ -36,7 +36,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from agentmem import AgentMemory, Hit
-from agentmem.chat_text import split_document, tool_result_text
+from agentmem.chat_text import document_parts, tool_result_text
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 
@@ -247,13 +247,13 @@ class MemoryNode:
         item = self._entry(m, calls, user=user, thread=thread)
         if item is None or item["kind"] != "tool" or self.tool_result_words is None:
             return [] if item is None else [item]
-        parts = split_document(message_text(m).strip(), self.tool_result_words)
+        parts = document_parts(message_text(m).strip(), self.tool_result_words, title=item["speaker"],
+                               document_id=m.id or m.tool_call_id)
         if len(parts) < 2:
             return [item]
         args = (calls.get(m.tool_call_id) or {}).get("args")
-        return [{**item, "text": tool_result_text(part, args), "metadata": {**item["metadata"], "document": {
-                    "id": m.id or m.tool_call_id, "part": n, "parts": len(parts), "title": item["speaker"]}}}
-                for n, part in enumerate(parts, start=1)]
+        return [{**item, "text": tool_result_text(part, args), "metadata": {**item["metadata"], "document": info}}
+                for part, info in parts]
 
     def _entry(self, m: BaseMessage, calls: dict[str, Any], *, user: str, thread: str | None) -> dict[str, Any] | None:
         text = message_text(m).strip()
