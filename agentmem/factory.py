@@ -137,6 +137,22 @@ def build_session_store(ctx: BuildContext) -> Any:
     return build("session_store", ctx.config.session_store_url, ctx)
 
 
+def build_session_manager(ctx: BuildContext, *, engine: Callable[[], Any], retrieve: Callable[..., list[Any]],
+                          remember_turn: Callable[[str, str, str, str], Any], scan: Callable[[str], str],
+                          kb_version: Callable[[], Any], embed_texts: Callable[[list[str]], Any]) -> Any:
+    """A store's session cache manager (:class:`agentmem.sessions.SessionManager`; its arguments are described
+    there): hot and warm tiers under ``<root>/sessions``, the cold tier from :func:`build_session_store`, and a topic
+    detector over ``embed_texts`` when ``ctx.config.topic_switch_threshold`` is set."""
+    from agentmem.sessions import SessionManager
+    from agentmem.sessions.topic import TopicDetector
+
+    threshold = ctx.config.topic_switch_threshold
+    return SessionManager(
+        engine=engine, retrieve=retrieve, remember_turn=remember_turn, scan=scan, kb_version=kb_version,
+        root=ctx.root / "sessions", config=ctx.config, cipher=ctx.cipher, cold_store=build_session_store(ctx),
+        topic=None if threshold is None else TopicDetector(embed_texts, threshold=threshold))
+
+
 @dataclass(frozen=True)
 class StoreParts:
     """The entry store's ports and the optional abilities decided for them once, here (parts never probe).
@@ -321,5 +337,5 @@ for _scheme in ("embedded", "file"):
     register("session_store", _scheme, _session_files)
 
 __all__ = ["KEYS_FILE", "BuildContext", "StoreParts", "build", "build_api_keys", "build_blobs", "build_catalog",
-           "build_embedder", "build_session_store", "build_store_parts", "build_vectors", "query_encoder", "register",
+           "build_embedder", "build_session_manager", "build_session_store", "build_store_parts", "build_vectors", "query_encoder", "register",
            "scheme_of", "schemes"]

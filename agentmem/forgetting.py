@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from agentmem.ports.catalog import CatalogScope
 if TYPE_CHECKING:
     from agentmem.entries.store import EntryStore
     from agentmem.security import AuditLog
+
+log = logging.getLogger("agentmem")
 
 
 @dataclass(frozen=True)
@@ -100,3 +104,33 @@ class Forgetting:
 
 
 __all__ = ["Forgetting", "SessionHooks"]
+
+
+class Sweeper:
+    """Calls ``sweep`` every ``interval`` seconds on a daemon thread until :meth:`stop` (``MemoryConfig.sweep_interval``:
+    expired entries are erased even in a process that never calls ``sweep`` itself).
+
+    Example:
+        >>> swept = threading.Event()
+        >>> sweeper = Sweeper(lambda: swept.set() or 0, interval=0.01)
+        >>> swept.wait(5), sweeper.stop()
+        (True, None)
+    """
+
+    def __init__(self, sweep: Callable[[], int], interval: float) -> None:
+        self._sweep, self._interval = sweep, interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="agentmem-sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the timer and wait (up to ``timeout`` seconds) for a sweep under way to end."""
+        self._stopped.set()
+        self._thread.join(timeout=timeout)
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self._sweep()
+            except Exception:  # a failed sweep must not kill the timer; the next one retries
+                log.exception("background sweep failed")

@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,12 +17,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentmem import factory
 from agentmem._fs import private_dir
 from agentmem.answer import Answerer
 from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure, ErasureListeners
-from agentmem.forgetting import Forgetting, SessionHooks
+from agentmem.forgetting import Forgetting, SessionHooks, Sweeper
 from agentmem.errors import InvalidInputError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
 from agentmem.consolidate.store_parts import ConflictDemotion, local_consolidator
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from agentmem.consolidate.llm import ConsolidationWorker
     from agentmem.sessions import Session, SessionManager
 
-log = logging.getLogger("agentmem")
 install_log_filter("agentmem")  # INFO+ logs never carry memory text or KV
 
 
@@ -117,10 +116,7 @@ class AgentMemory:
         self._sessions: SessionManager | None = None
         self._sessions_lock = threading.Lock()
         self._closed = False
-        self._sweeper: threading.Thread | None = None
-        self._stop = threading.Event()
-        if self.config.sweep_interval:
-            self._start_sweeper(self.config.sweep_interval)
+        self._sweeper = Sweeper(self.sweep, self.config.sweep_interval) if self.config.sweep_interval else None
 
     # --- context manager -------------------------------------------------------------------------
     def __enter__(self) -> AgentMemory:
@@ -133,11 +129,10 @@ class AgentMemory:
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
         if self._llm is not None:
             self._llm.close()
         if self._sweeper is not None:
-            self._sweeper.join(timeout=5)
+            self._sweeper.stop()
         if self._sessions is not None:
             self._sessions.close()
         self._store.close()
@@ -744,26 +739,12 @@ class AgentMemory:
         """The session cache manager (hot / warm / cold tiers of each conversation's working KV)."""
         with self._sessions_lock:
             if self._sessions is None:
-                from agentmem import factory
-                from agentmem.sessions import SessionManager
-                from agentmem.sessions.topic import TopicDetector
-
-                topic = None
-                if self.config.topic_switch_threshold is not None:
-                    topic = TopicDetector(self._store.embed_texts, threshold=self.config.topic_switch_threshold)
-                self._sessions = SessionManager(
-                    engine=lambda: self._bank.engine,
-                    retrieve=self._answer.mountable,
-                    remember_turn=self._remember_turn,
+                self._sessions = factory.build_session_manager(
+                    factory.BuildContext(root=self.path, config=self.config, cipher=self._cipher),
+                    engine=lambda: self._bank.engine, retrieve=self._answer.mountable,
+                    remember_turn=self._remember_turn, kb_version=self._kb.state_key,  # a rollout change rebuilds
                     scan=self._scanner.apply if self._scanner is not None else (lambda text: text),
-                    kb_version=self._kb.state_key,  # any rollout change rebuilds caches built on older knowledge
-                    root=self.path / "sessions",
-                    config=self.config,
-                    cipher=self._cipher,
-                    cold_store=factory.build_session_store(
-                        factory.BuildContext(root=self.path, config=self.config, cipher=self._cipher)),
-                    topic=topic,
-                )
+                    embed_texts=self._store.embed_texts)
             return self._sessions
 
     def session(self, session_id: str, *, user_id: str) -> Session:
@@ -829,17 +810,6 @@ class AgentMemory:
             >>> stop()
         """
         return self._erasures.add(listener)
-
-    def _start_sweeper(self, interval: float) -> None:
-        def loop() -> None:
-            while not self._stop.wait(interval):
-                try:
-                    self.sweep()
-                except Exception:  # a failed sweep must not kill the timer; the next one retries
-                    log.exception("background sweep failed")
-
-        self._sweeper = threading.Thread(target=loop, name="agentmem-sweeper", daemon=True)
-        self._sweeper.start()
 
     def _has_sessions(self) -> bool:
         # a shared cold store may hold this store's sessions even if this process never opened one
