@@ -41,7 +41,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -193,6 +193,27 @@ def _pushdown(filter: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, 
         else:
             exact = False
     return pushed or None, exact
+
+
+def _ttl_minutes(ttl: Any) -> float | None:
+    """A put's ``ttl`` in minutes. LangGraph types it as minutes; newer releases also take a ``timedelta`` or an
+    expiry ``datetime`` and convert it before the op reaches a store, older ones pass it through, so it is
+    converted here the same way (a naive datetime is local time).
+
+    Example:
+        >>> from datetime import timedelta
+        >>> _ttl_minutes(timedelta(minutes=15)), _ttl_minutes(30), _ttl_minutes(None)
+        (15.0, 30.0, None)
+    """
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        return ttl.total_seconds() / 60.0
+    if isinstance(ttl, datetime):
+        return (ttl - datetime.now(ttl.tzinfo)).total_seconds() / 60.0
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+        raise InvalidInputError(f"ttl must be minutes (a number), a timedelta or a datetime, got {type(ttl).__name__}")
+    return float(ttl)
 
 
 def _does_match(cond: MatchCondition, namespace: tuple[str, ...]) -> bool:
@@ -476,6 +497,7 @@ class AgentMemStore(BaseStore):
     def _apply_puts(self, ops: list[PutOp]) -> None:
         # a put on an existing key is an agentmem update (a new version, the old value kept in mem.history);
         # new keys are written in one batch; stale duplicates (an interrupted older write) are erased after
+        ops = [op._replace(ttl=_ttl_minutes(op.ttl)) for op in ops]  # every ttl checked before anything is written
         old: dict[tuple[tuple[str, ...], str], list[str]] = {}
         entries = []
         now = time.time()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
 import pytest
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.prebuilt import InjectedStore, create_react_agent
-from langgraph.store.base import BaseStore
+from langgraph.store.base import BaseStore, PutOp
 
 from agentmem import AgentMemory, InvalidInputError
 from agentmem_langgraph import AgentMemStore
@@ -65,6 +66,22 @@ def test_ttl_expiry_and_refresh_on_read(mem):
     assert store.get(("u1", "tmp"), "kept", refresh_ttl=False) is not None
     assert {i.key for i in store.search(("u1",))} == {"kept", "forever"}
     assert store.sweep_ttl() >= 1
+
+
+def test_ttl_as_a_timedelta_or_an_expiry_datetime(mem):
+    """Newer LangGraph releases take ``ttl=timedelta(...)`` or an expiry ``datetime`` in ``put`` (older ones hand it
+    to the store as given): both expire the item when they say, and a ttl of another type is refused before
+    anything of the batch is written."""
+    store = AgentMemStore(mem)
+    start = datetime.now(timezone.utc)
+    store.put(("u1", "tmp"), "delta", {"content": "fifteen minutes"}, ttl=timedelta(minutes=15))
+    store.put(("u1", "tmp"), "until", {"content": "one hour"}, ttl=start + timedelta(hours=1))
+    expiry = {r.metadata["lg:key"]: r.expires_at for r in mem.list(user_id="u1")}
+    assert abs((expiry["delta"] - start).total_seconds() - 900) < 30
+    assert abs((expiry["until"] - start).total_seconds() - 3600) < 30
+    with pytest.raises(InvalidInputError, match="ttl must be minutes"):
+        store.batch([PutOp(("u1", "tmp"), "a", {"content": "a"}), PutOp(("u1", "tmp"), "b", {"content": "b"}, ttl="soon")])
+    assert store.get(("u1", "tmp"), "a") is None and len(mem.list(user_id="u1")) == 2
 
 
 def test_default_ttl_from_config(mem):
