@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["format_tool_call", "parse_tool_calls", "render_tools"]
+__all__ = ["format_tool_call", "parse_tool_calls", "render_tools", "tool_call_schema"]
 
 _MARK = "\x00agentmem-system\x00"
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
@@ -128,3 +128,21 @@ def parse_tool_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
 def format_tool_call(name: str, args: Mapping[str, Any]) -> str:
     """A call as the model is asked to write it (used to replay earlier calls in the prompt)."""
     return f"<tool_call>{json.dumps({'name': name, 'arguments': dict(args)}, ensure_ascii=False)}</tool_call>"
+
+
+def tool_call_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON schema of a call of one of ``tools`` (OpenAI function tools) as the model writes it,
+    ``{"name": ..., "arguments": {...}}``: what decoding is held to when a call is required (``tool_choice``).
+
+    Example:
+        >>> tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+        >>> tool_call_schema([tool])["properties"]["name"]
+        {'enum': ['f']}
+    """
+    calls = []
+    for tool in tools:
+        fn = tool["function"]
+        calls.append({"type": "object", "properties": {"name": {"enum": [fn["name"]]},
+                                                       "arguments": fn.get("parameters") or {"type": "object"}},
+                      "required": ["name", "arguments"], "additionalProperties": False})
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}

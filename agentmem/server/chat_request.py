@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
-from agentmem.chat_text import format_tool_call
+from agentmem.chat_text import format_tool_call, tool_call_schema
 from agentmem.validation import check_stop
 
 __all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "content_text", "last_user_text", "read_conversation"]
@@ -111,8 +111,7 @@ class Conversation:
     def constraint(self) -> dict[str, Any] | None:
         """The JSON schema decoding is held to: a forced tool call's, else the response format's, else None."""
         if self.forced_tools:
-            calls = [_call_schema(t) for t in self.forced_tools]
-            return calls[0] if len(calls) == 1 else {"anyOf": calls}
+            return tool_call_schema(self.forced_tools)
         return self.schema
 
 
@@ -298,11 +297,3 @@ def _read_response_format(fmt: Mapping[str, Any] | None, with_tools: bool) -> di
 
 def _read_stop(stop: str | list[str] | None) -> list[str]:
     return check_stop([stop] if isinstance(stop, str) else stop)  # OpenAI also takes one string
-
-
-def _call_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON schema of a call of ``tool`` as the model writes it: ``{"name": ..., "arguments": {...}}``."""
-    fn = tool["function"]
-    params = fn.get("parameters") or {"type": "object"}
-    return {"type": "object", "properties": {"name": {"enum": [fn["name"]]}, "arguments": params},
-            "required": ["name", "arguments"], "additionalProperties": False}

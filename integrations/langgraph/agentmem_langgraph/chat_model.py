@@ -29,9 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from agentmem import InvalidInputError
-from agentmem.chat_text import StopCut, cut_at_stop, format_tool_call, parse_tool_calls
+from agentmem.chat_text import StopCut, cut_at_stop, format_tool_call, parse_tool_calls, tool_call_schema
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables.config import ensure_config
@@ -73,6 +73,8 @@ class ChatAgentMem(BaseChatModel):
 
         logits_processor: constrain decoding (transformers' ``(ids, scores) -> scores`` convention), e.g. a grammar
             that keeps a small model's tool calls well-formed.
+        model_name: the name answers and traces report (``response_metadata["model_name"]``, LangSmith's
+            ``ls_model_name``); the model itself is the memory's.
 
     Tools: ``bind_tools`` renders the tools through the local model's chat template (``mem.tool_prompt``) and
     answers parse ``<tool_call>{...}</tool_call>`` into ``AIMessage.tool_calls``. A tool-using turn answers
@@ -94,6 +96,7 @@ class ChatAgentMem(BaseChatModel):
     history_messages: int = 6
     measure_baseline: bool = False
     logits_processor: Any = Field(default=None, exclude=True)
+    model_name: str = "agentmem"
 
     @property
     def _llm_type(self) -> str:
@@ -103,6 +106,20 @@ class ChatAgentMem(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"k": self.k, "mode": self.mode, "max_new_tokens": self.max_new_tokens,
                 "memory": str(getattr(self.memory, "path", ""))}
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """What LangSmith traces record of a call (LangChain's standard parameters).
+
+        Example:
+            >>> ChatAgentMem(memory=mem, max_new_tokens=48)._get_ls_params()["ls_max_tokens"]   # doctest: +SKIP
+            48
+        """
+        name = kwargs.get("model") or self.model_name  # a per-call name (bind(model=...)) is what the trace shows
+        params = LangSmithParams(ls_provider="agentmem", ls_model_name=name, ls_model_type="chat",
+                                 ls_max_tokens=int(kwargs.get("max_new_tokens", self.max_new_tokens)))
+        if stop:
+            params["ls_stop"] = stop
+        return params
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any) -> Any:
         """Bind tools (LangChain tools, functions, pydantic models or OpenAI tool dicts) to the model.
@@ -130,7 +147,7 @@ class ChatAgentMem(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def _message(self, text: str, info: dict[str, Any], usage: Any, mark: Any, *, tools: bool) -> AIMessage:
-        meta: dict[str, Any] = {META_KEY: info, "model_name": "agentmem"}
+        meta: dict[str, Any] = {META_KEY: info, "model_name": self.model_name}
         if mark is not None:
             meta[MARK_KEY] = mark
         calls: list[dict[str, Any]] = []
@@ -181,7 +198,7 @@ class ChatAgentMem(BaseChatModel):
         if "error" in result:
             raise result["error"]
         _, info, usage, mark = result["out"]
-        meta: dict[str, Any] = {META_KEY: info, "model_name": "agentmem"}
+        meta: dict[str, Any] = {META_KEY: info, "model_name": self.model_name}
         if mark is not None:
             meta[MARK_KEY] = mark
         last = ChatGenerationChunk(message=AIMessageChunk(
@@ -220,8 +237,10 @@ class ChatAgentMem(BaseChatModel):
         # no ids given: recall with the node's scope, keeping messages already in the conversation out
         filters = {"message_id": {"$nin": present}} if present else None
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
-        tools = kwargs.get("tools") or None
+        tools, forced = _read_tool_choice(kwargs.get("tools") or None, kwargs.get("tool_choice"))
         extra = dict(on_text=kwargs.get("on_text"), logits_processor=self.logits_processor)
+        if forced:  # a call is required: decoding is held to a call of one of these tools
+            extra["json_schema"] = tool_call_schema(forced)
 
         if ids is not None and not ids:
             k = 0  # the node looked and found nothing relevant: mount nothing
@@ -345,6 +364,35 @@ class ChatAgentMem(BaseChatModel):
         if parts:
             return "\n\n".join([*parts, body])
         return body
+
+
+def _read_tool_choice(tools: list[dict[str, Any]] | None,
+                      choice: Any) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """``(tools offered, tools one of which must be called)`` for LangChain's ``tool_choice``: ``None`` / ``"auto"``
+    (the model decides), ``"none"`` (no tools), ``"any"`` / ``"required"`` / ``True`` (a call of any tool), or a
+    tool's name (``"get_weather"``, ``{"type": "function", "function": {"name": ...}}``, ``{"name": ...}``).
+
+    Example:
+        >>> tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+        >>> [len(t or []) for t in _read_tool_choice([tool], "get_weather")], _read_tool_choice([tool], "none")
+        ([1, 1], (None, []))
+    """
+    if choice is None or choice == "auto" or choice is False:
+        return tools, []
+    if choice == "none":
+        return None, []
+    if not tools:
+        raise InvalidInputError("tool_choice needs tools (bind_tools)")
+    if choice in ("any", "required") or choice is True:
+        return tools, tools
+    name = choice if isinstance(choice, str) else None
+    if isinstance(choice, Mapping):
+        name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else choice.get("name")
+    named = [t for t in tools if t["function"]["name"] == name]
+    if not named:
+        raise InvalidInputError(f"tool_choice must be 'auto', 'none', 'any', 'required' or a bound tool's name, "
+                                f"got {choice!r}")
+    return tools, named
 
 
 def _baseline_ttft(timings: Mapping[str, float]) -> float:

@@ -17,7 +17,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.prebuilt import create_react_agent
 
-from agentmem import AgentMemory
+from agentmem import AgentMemory, InvalidInputError
 from agentmem.kv.testing import CHATML_TEMPLATE, CHATML_TOOLS_TEMPLATE, tiny_causal_lm
 from agentmem_langgraph import ChatAgentMem, MemoryNode
 
@@ -157,3 +157,36 @@ def test_stream_inside_a_thread_streams_the_session_turn(toolmem):
     stored = [r.text for r in mem.list(user_id="alice", session_id="t-stream")]
     assert stored[-1] == streamed.strip() or streamed.strip() in stored[-1]  # the session stored what was streamed
     assert len([c for c in chunks if c.content]) > 1
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+                   "required": ["city"], "additionalProperties": False}}}
+CLOCK_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+
+@pytest.mark.parametrize("choice, names", [
+    ("get_weather", {"get_weather"}), ({"type": "function", "function": {"name": "get_weather"}}, {"get_weather"}),
+    ("any", {"get_weather", "get_time"}), ("required", {"get_weather", "get_time"}),
+])
+def test_a_required_tool_choice_always_comes_back_as_a_call(toolmem, choice, names):
+    """LangChain's ``bind_tools(..., tool_choice=...)`` forcing a call: decoding is held to a call of the named
+    tool(s) (``tool_call_schema``), so even this untrained random model returns one, with valid arguments."""
+    mem, _ = toolmem
+    llm = ChatAgentMem(memory=mem, user_id="u1", max_new_tokens=120, use_session=False)
+    msg = llm.bind_tools([WEATHER_TOOL, CLOCK_TOOL], tool_choice=choice).invoke("What is the weather in Paris?")
+    assert len(msg.tool_calls) == 1 and msg.tool_calls[0]["name"] in names
+    if msg.tool_calls[0]["name"] == "get_weather":
+        assert set(msg.tool_calls[0]["args"]) == {"city"} and len(msg.tool_calls[0]["args"]["city"]) <= 8
+
+
+def test_tool_choice_none_leaves_the_tools_out_and_a_wrong_name_is_refused(toolmem):
+    mem, tok = toolmem
+    script = Script(tok, [CALL])
+    llm = ChatAgentMem(memory=mem, user_id="u1", max_new_tokens=80, use_session=False, logits_processor=script)
+    out = llm.bind_tools([WEATHER_TOOL], tool_choice="none").invoke("What is the weather in Paris?")
+    # the tools were not offered, so the prompt is the plain question's (far shorter than with ~450 tool tokens)
+    assert out.usage_metadata["input_tokens"] < 300
+    with pytest.raises(InvalidInputError, match="tool_choice"):
+        llm.bind_tools([WEATHER_TOOL], tool_choice="get_time").invoke("What is the weather in Paris?")
