@@ -73,6 +73,8 @@ class ChatAgentMem(BaseChatModel):
 
         logits_processor: constrain decoding (transformers' ``(ids, scores) -> scores`` convention), e.g. a grammar
             that keeps a small model's tool calls well-formed.
+        temperature: sampling temperature; 0 decodes greedily (the same answer every time); None (default) keeps
+            the local model's own settings (its ``generation_config``: SmolLM2's samples).
         model_name: the name answers and traces report (``response_metadata["model_name"]``, LangSmith's
             ``ls_model_name``); the model itself is the memory's.
 
@@ -97,6 +99,7 @@ class ChatAgentMem(BaseChatModel):
     measure_baseline: bool = False
     logits_processor: Any = Field(default=None, exclude=True)
     model_name: str = "agentmem"
+    temperature: float | None = Field(default=None, ge=0)
 
     @property
     def _llm_type(self) -> str:
@@ -117,6 +120,8 @@ class ChatAgentMem(BaseChatModel):
         name = kwargs.get("model") or self.model_name  # a per-call name (bind(model=...)) is what the trace shows
         params = LangSmithParams(ls_provider="agentmem", ls_model_name=name, ls_model_type="chat",
                                  ls_max_tokens=int(kwargs.get("max_new_tokens", self.max_new_tokens)))
+        if self.temperature is not None:
+            params["ls_temperature"] = self.temperature
         if stop:
             params["ls_stop"] = stop
         return params
@@ -239,6 +244,8 @@ class ChatAgentMem(BaseChatModel):
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
         tools, forced = _read_tool_choice(kwargs.get("tools") or None, kwargs.get("tool_choice"))
         extra = dict(on_text=kwargs.get("on_text"), logits_processor=self.logits_processor)
+        if self.temperature is not None:  # 0 is greedy, as OpenAI's API reads it
+            extra.update(do_sample=self.temperature > 0, temperature=self.temperature or None)
         if forced:  # a call is required: decoding is held to a call of one of these tools
             extra["json_schema"] = tool_call_schema(forced)
 
