@@ -1,5 +1,5 @@
-"""LangGraph integration for agentmem: LangChain 1.x agent middleware, a memory node, a KV-mounting chat model and a
-``BaseStore``.
+"""LangGraph integration for agentmem: LangChain 1.x agent middleware, a memory node, a KV-mounting chat model, a
+``BaseStore`` and a retriever.
 
 Only agentmem's public API is used (``from agentmem import ...``); the agentmem core never imports LangGraph.
 
@@ -16,6 +16,8 @@ from agentmem_langgraph._context import CONTEXT_PREFIX, is_context
 from agentmem_langgraph.chat_model import ChatAgentMem
 from agentmem_langgraph.middleware import AgentMemMiddleware
 from agentmem_langgraph.node import MemoryNode
+from agentmem_langgraph.retriever import AgentMemRetriever
 from agentmem_langgraph.store import AgentMemStore, render_value
 
-__all__ = ["CONTEXT_PREFIX", "AgentMemMiddleware", "AgentMemStore", "ChatAgentMem", "MemoryNode", "is_context", "render_value"]
+__all__ = ["CONTEXT_PREFIX", "AgentMemMiddleware", "AgentMemRetriever", "AgentMemStore", "ChatAgentMem", "MemoryNode",
+           "is_context", "render_value"]

@@ -58,6 +58,9 @@ def test_every_block_of_the_page_runs_in_order(tmp_path, monkeypatch, capsys, ti
     assert [r.text for r in mem.list(user_id="alice", session_id="3")] == ["Do I have a pet?",
                                                                           "Yes, a dog called Rex."]
     assert any(r.text == "I live in Lyon." for r in mem.list(user_id="alice"))  # the "as nodes" graph stored it
+    # the retriever block: alice's dog (her earlier question may rank first), never another user's memory
+    assert "My dog is called Rex." in [d.page_content for d in namespace["docs"]]
+    assert {d.id for d in namespace["docs"]} <= {r.id for r in mem.list(user_id="alice")}
     assert namespace["msg"].response_metadata["agentmem"]["user_id"] == "alice"  # the ChatAgentMem block
     mem.close()
 
