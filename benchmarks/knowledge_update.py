@@ -15,14 +15,16 @@ date, ...) must both stay reachable (``lost`` = 0, ``merged`` = 0) and the newer
 (``newer_first``); restatements that differ only in case, spacing or punctuation must merge
 (``restatements_merged``).
 
-Then what mounting assistant turns costs (``roles``), LoCoMo recall@5/@10 with consolidation "local" vs "off"
+Then what mounting assistant turns costs (``roles``), what asking about the fact costs (``asked``: the question
+is remembered as the user's turn, as the chat endpoint does, then asked again), LoCoMo recall@5/@10 with consolidation "local" vs "off"
 (``--locomo``; on the "local" store also with each of recall's consolidation steps switched off through
 ``MemoryConfig``: ``without_recall_demotion``, ``without_version_following``; ``--ablate`` does the same for the
 scenarios), and ``remember()`` p95 latency with vs without consolidation, measured side by side (alternating).
 
     python benchmarks/knowledge_update.py --half test --n 200 --locomo ../shared/data/locomo/locomo_dev5.json
 
-Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "distinct": {"off": {...}, "local": {...}}, "locomo": {...}, "remember_p95_ms": {...}}
+Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "distinct": {"off": {...}, "local": {...}},
+"roles": {...}, "asked": {...}, "locomo": {...}, "remember_p95_ms": {...}}
 """
 
 from __future__ import annotations
@@ -124,6 +126,31 @@ def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
             "stale_top3_assistant_not_mounted": round(without / len(items), 3)}
 
 
+def asked_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
+    """What asking costs: after each scenario's stream, the user asks its question and the question is remembered
+    as their turn (what the chat endpoint and sessions do with every message). Share of scenarios whose current
+    statement that write retracted (``current_hidden``: superseded), whose ``recall_for_mount`` for the same
+    question then leaves the current value out (``current_not_mounted``), and whose recall(k=1) does not state it
+    (``top1_not_new``)."""
+    hidden = not_mounted = not_top1 = 0
+    for n, s in enumerate(items):
+        user = f"asked-{n}"
+        for text in s.memories:
+            mem.remember(text, user_id=user, role="user")
+        current = [t for t in s.memories if s.new_value.lower() in t.lower()][-1]
+        mem.remember(s.question, user_id=user, role="user")
+        mem.wait_consolidation(timeout=600)
+        active = {r.text for r in mem.list(user_id=user) if r.status == "active"}
+        hidden += current not in active
+        mounted = mem.recall_for_mount(s.question, user_id=user, k=4)
+        not_mounted += not any(s.new_value.lower() in h.text.lower() for h in mounted)
+        top = mem.recall(s.question, user_id=user, k=1)
+        not_top1 += not (top and s.new_value.lower() in top[0].text.lower())
+    count = len(items)
+    return {"scenarios": count, "current_hidden": round(hidden / count, 3),
+            "current_not_mounted": round(not_mounted / count, 3), "top1_not_new": round(not_top1 / count, 3)}
+
+
 # ablations of recall's consolidation steps, through the public config (agentmem/entries/versions.py)
 ABLATIONS = {"without_recall_demotion": {"recall_conflict_demotion": False},
              "without_version_following": {"recall_follows_versions": False}}
@@ -205,6 +232,7 @@ def main() -> None:
                     help="pairs differing in one value (must not merge) per mode; half as many exact restatements")
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
     ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
+    ap.add_argument("--asked-n", type=int, default=60, help="scenarios whose question is then asked and remembered")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
     ap.add_argument("--ablate", action="store_true",
                     help="also run the local scenarios with each of recall's consolidation steps switched off")
@@ -242,6 +270,10 @@ def main() -> None:
             with AgentMemory(root / "ku-roles", consolidation="local") as mem:
                 result["roles"] = roles_effect(mem, items[: args.roles_n])
             print("roles", result["roles"], file=sys.stderr, flush=True)
+        if args.asked_n:
+            with AgentMemory(root / "ku-asked", consolidation="local") as mem:
+                result["asked"] = asked_effect(mem, items[: args.asked_n])
+            print("asked", result["asked"], file=sys.stderr, flush=True)
         if args.locomo:
             on = locomo_recall(args.locomo, "local", root / "locomo-local")
             off = locomo_recall(args.locomo, "off", root / "locomo-off")

@@ -57,7 +57,7 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import changed_span, sentence_count, statement_tokens
+from agentmem.consolidate.statements import changed_span, only_asks, sentence_count, statement_tokens
 from agentmem.erasure import Erasure
 from agentmem.entries.text_vectors import pack_vector, unpack_vector
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
@@ -120,7 +120,7 @@ class Decision:
 def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
            neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
            pairs: PairModel | None = None, tokens: tuple[str, ...] | None = None,
-           session_id: str | None = None) -> Decision:
+           session_id: str | None = None, asks: bool = False) -> Decision:
     """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
 
     Only the same statement merges: a neighbour whose ``tokens`` equal the new text's ``tokens`` (None: nothing
@@ -129,7 +129,9 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     session, every neighbour may be superseded): within a session a speaker elaborates on a topic, as recall's
     conflict check assumes too (REALTALK dev: 26 of the 54 turns the pairwise model superseded, 7 of the 11 that
     questions ask about, were followed up in their own session; docs/lifecycle.md). Never a neighbour of more than
-    one ``sentences``: a newer statement replaces one fact, not every fact of a longer memory."""
+    one ``sentences``: a newer statement replaces one fact, not every fact of a longer memory. Never by a memory
+    that only ``asks`` (:func:`~agentmem.consolidate.statements.only_asks`): "Do I still live in Lyon?" states no
+    value, so it replaces none (it may still merge with the same question asked before)."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -137,6 +139,8 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     if same is not None:
         return Decision(merge_into=same.id, merge_reason="the same statement again (equal after normalising case, "
                                                          "spacing and punctuation)")
+    if asks:
+        return Decision()
 
     def replaceable(n: Neighbour) -> bool:
         return (session_id is None or n.session_id != session_id) and n.sentences <= 1
@@ -245,7 +249,8 @@ class LocalConsolidator:
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
                                                 rows[j].session_id, sentence_count(texts[j])))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
-                              pairs=self.pairs, tokens=tokens[i], session_id=row.session_id)
+                              pairs=self.pairs, tokens=tokens[i], session_id=row.session_id,
+                              asks=only_asks(texts[i]))
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -294,8 +299,11 @@ class LocalConsolidator:
         words = [content_words(t) for t in texts]
         keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
         sentences = [sentence_count(t) for t in texts]
-        out = swapped_values(rows, texts, keys, query)
+        asks = [only_asks(t) for t in texts]
+        out = swapped_values(rows, texts, keys, query, asks=asks)
         for b, row in enumerate(rows):
+            if asks[b]:
+                continue  # a question states no value: it demotes nothing (the same rule as on write)
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
             # not within one conversation session: a speaker's turns of one session elaborate on a topic (LoCoMo:
             # 3 of the 5 evidence turns this test demoted); a fact that changes does so between sessions, and
@@ -318,10 +326,11 @@ class LocalConsolidator:
 
 
 def swapped_values(rows: Sequence[EntryRecord], texts: Sequence[str], keys: Sequence[tuple],
-                   query: str = "") -> set[tuple[str, str]]:
+                   query: str = "", asks: Sequence[bool] | None = None) -> set[tuple[str, str]]:
     """(older id, newer id) of rows of one speaker where the newer restates the older with a value swapped ("I
     take 5 mg ..." / "I take 10 mg ..."): the newer is the current value, whatever the session. Not when ``query``
-    names the older value and not the newer ("is my PIN still 4821?" asks about that one).
+    names the older value and not the newer ("is my PIN still 4821?" asks about that one), nor when the newer only
+    asks (``asks[b]``, :func:`~agentmem.consolidate.statements.only_asks`; None: none does).
 
     >>> rows = [EntryRecord(id=i, user_id="u", kind="turn", text="", memory_text="", created_at=t)
     ...         for i, t in (("a", 1.0), ("b", 2.0))]
@@ -334,6 +343,8 @@ def swapped_values(rows: Sequence[EntryRecord], texts: Sequence[str], keys: Sequ
     asked = set(statement_tokens(query))
     out: set[tuple[str, str]] = set()
     for b, newer in enumerate(rows):
+        if asks is not None and asks[b]:
+            continue
         for a, older in enumerate(rows):
             if a == b or keys[a] != keys[b] or older.created_at >= newer.created_at:
                 continue

@@ -9,6 +9,8 @@
   words. Such a pair is two memories (never merged); recall puts the newer first when both are found.
 * :func:`sentence_count` — how many sentences a text has: only a one-sentence memory can be superseded (a newer
   statement replaces one fact; hiding a longer memory would hide the others it states).
+* :func:`only_asks` — the text asks and states nothing ("Where do I live?", "Hey! Is it still 5 mg?"): it replaces
+  no fact, so it supersedes and demotes nothing (a user who asks about a fact would otherwise retract it).
 
 Example:
     >>> statement_key("I live in  Lyon!") == statement_key("i live in lyon")
@@ -21,6 +23,8 @@ Example:
     False
     >>> sentence_count("My cat, Fluffy, keeps me company. Haha!"), sentence_count("It costs 5.5 EUR.")
     (2, 1)
+    >>> only_asks("Do I still live in Lyon?"), only_asks("Is it 5 mg? No, it is 10 mg now.")
+    (True, False)
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ MIN_SHARED = 2  # ... and keeps at least this many tokens of the frame
 # a sentence ends at a run of . ! ? or … followed by more text ("5.5" and "v1.2" have no space after the point); an
 # abbreviation ("Dr. Smith") counts as an end too, which errs on the side of keeping a memory
 _SENTENCE_END = re.compile(r"[.!?\u2026]+\s+(?=\S)")
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?\u2026\uff01\uff1f\u3002])\s+")  # between sentences, their ends kept
 
 
 def _is_punctuation(token: str) -> bool:
@@ -92,10 +97,22 @@ def sentence_count(text: str) -> int:
     return 1 + len(_SENTENCE_END.findall(text)) if text else 0
 
 
+def only_asks(text: str) -> bool:
+    """True when ``text`` asks and states nothing: each of its sentences is a question (it ends with a question
+    mark) or at most two words ("Hi!", "Thanks."), and one at least is a question.
+
+    >>> only_asks("Hey! Where do I live now?"), only_asks("I live in Lyon."), only_asks("Thanks!")
+    (True, False, False)
+    """
+    sentences = [s.strip() for s in _SENTENCE_SPLIT.split(text.strip()) if s.strip()]
+    asks = [s.endswith(("?", "\uff1f")) for s in sentences]
+    return any(asks) and all(a or len(s.split()) <= 2 for a, s in zip(asks, sentences))
+
+
 def changed_value(older: str, newer: str) -> bool:
     """True when ``newer`` restates ``older`` with a value swapped (:func:`changed_span` of their tokens)."""
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "sentence_count", "statement_key",
-           "statement_tokens"]
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "sentence_count",
+           "statement_key", "statement_tokens"]

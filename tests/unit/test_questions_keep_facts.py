@@ -1,0 +1,34 @@
+"""A user who asks about a fact does not retract it: a memory that only asks ("Do I still live in Lyon?") supersedes
+nothing on write and demotes nothing in recall or a mount (``statements.only_asks``), while a newer statement still
+replaces the older one."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmem import AgentMemory
+
+FACTS_AND_QUESTIONS = [
+    ("I live in Lyon.", "Do I still live in Lyon?", "Where do I live?"),
+    ("My dog is called Rex.", "What is my dog called?", "What is the name of my dog?"),
+    ("I take 10 mg of amlodipine daily.", "Hey! Is it 10 mg of amlodipine I take?", "What dose of amlodipine do I take?"),
+]
+
+
+@pytest.mark.parametrize("fact, question, query", FACTS_AND_QUESTIONS)
+def test_asking_about_a_fact_keeps_it_active_recalled_and_mounted(mem: AgentMemory, fact, question, query):
+    stated = mem.remember(fact, user_id="u1", session_id="monday", role="user")
+    asked = mem.remember(question, user_id="u1", session_id="tuesday", role="user")
+    assert asked.event == "ADD" and asked.superseded_ids == ()
+    assert mem.get(stated.id).status == "active"
+    assert stated.id in [h.id for h in mem.recall(query, user_id="u1", k=2)]
+    choice = mem.mount_choice(query, user_id="u1")
+    assert stated.id in [h.id for h in choice.mounted] and choice.contradicted == []
+
+
+def test_a_newer_statement_still_replaces_the_fact(mem: AgentMemory):
+    old = mem.remember("I moved to Lyon last May.", user_id="u1", session_id="monday", role="user")
+    mem.remember("Do I still live in Lyon?", user_id="u1", session_id="tuesday", role="user")
+    new = mem.remember("I moved to Paris in June.", user_id="u1", session_id="wednesday", role="user")
+    assert new.event == "UPDATE" and new.superseded_ids == (old.id,)
+    assert mem.get(old.id).status == "superseded"
