@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agentmem.consolidate.statements import statement_key
+from agentmem.consolidate.statements import only_asks, statement_key
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class ConsolidationWorker:
         if ctx is None:
             return
         new_text, existing = ctx
-        if not existing:
+        if not existing or only_asks(new_text):  # a question replaces no fact, whatever a model says (local.py)
             self._count("llm_add")
             return
         decision = ask(self._chat, new_text, [t for _, t in existing])

@@ -32,3 +32,15 @@ def test_a_newer_statement_still_replaces_the_fact(mem: AgentMemory):
     new = mem.remember("I moved to Paris in June.", user_id="u1", session_id="wednesday", role="user")
     assert new.event == "UPDATE" and new.superseded_ids == (old.id,)
     assert mem.get(old.id).status == "superseded"
+
+
+def test_an_llm_consolidator_cannot_retract_a_fact_for_a_question(tmp_path):
+    """With ``consolidation="llm"`` a model that answers UPDATE for a question is not asked at all."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    chat = FakeListChatModel(responses=['{"event": "UPDATE", "id": 0, "reason": "the user asks again"}'])
+    with AgentMemory(tmp_path / "s", consolidation="llm", consolidation_model=chat) as mem:
+        fact = mem.remember("I live in Lyon.", user_id="u1")
+        mem.remember("Do I still live in Lyon?", user_id="u1")
+        assert mem.wait_consolidation(30)
+        assert mem.get(fact.id).status == "active" and mem.stats()["lifecycle"] == {"llm_add": 2}
