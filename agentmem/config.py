@@ -188,6 +188,13 @@ class MemoryConfig(BaseModel):
         description="Roles whose turns are stored and recallable but not mounted by generate() or sessions "
         "(the assistant's own replies can be wrong; docs/lifecycle.md measures the default).",
     )
+    mount_questions: bool = Field(
+        default=False,
+        description="Mount a memory that only asks (a user's earlier question: every sentence of it a question, "
+        "agentmem.consolidate.statements.only_asks)? It holds no fact to answer from, and a user's earlier "
+        "questions resemble the next ones more than the facts that answer them do, so by default a mount leaves "
+        "them out, as it does the assistant's replies; they stay stored and recalled.",
+    )
     mount_min_score: float = Field(
         default=0.3, ge=0.0, le=1.0,
         description="Recalled memories scoring below this (Hit.score: how likely the memory answers the query, "

@@ -26,6 +26,7 @@ from agentmem.erasure import Erasure, ErasureListeners
 from agentmem.forgetting import Forgetting, SessionHooks, Sweeper
 from agentmem.errors import InvalidInputError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
+from agentmem.consolidate.statements import only_asks
 from agentmem.consolidate.store_parts import ConflictDemotion, local_consolidator
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.reads import Reads
@@ -98,7 +99,8 @@ class AgentMemory:
         self._recaller = Recaller(config=self.config, search=self._store.search, recall_state=self._kb.recall_state,
                                   hit_of=self._hit, demotion=ConflictDemotion(self._consolidator, self._store),
                                   has_profile=lambda user: self._store.has_kind(user, "profile"),
-                                  embed_query=self._store.embed_query)
+                                  embed_query=self._store.embed_query,
+                                  unmountable=None if self.config.mount_questions else self._only_asks)
         # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
         for forget_erased in (self._consolidator.forget_erased, head_cues.forget_erased,
                               recall_query.forget_erased, self._bank.forget_erased):  # queries: names, timestamps
@@ -400,7 +402,8 @@ class AgentMemory:
                          tags: Iterable[str] | None = None, filters: Mapping[str, Any] | None = None,
                          min_score: float | None = None, asking_session: str | None = None) -> list[Hit]:
         """``recall`` under the one mount policy (generate, sessions, the chat endpoint, the proxy, the LangGraph
-        node): no roles of ``MemoryConfig.unmounted_roles`` (the assistant's replies), no hit scoring below
+        node): no roles of ``MemoryConfig.unmounted_roles`` (the assistant's replies), no earlier question of the
+        user (``MemoryConfig.mount_questions``), no hit scoring below
         ``MemoryConfig.mount_min_score`` (or ``min_score`` if higher); ``asking_session`` picks the KB version.
 
         Example:
@@ -450,6 +453,10 @@ class AgentMemory:
         return self._recaller.recall(query, scope, k=check_k(k), min_score=check_score(min_score, "min_score"),
                                      asking_session=asking_session, for_mount=for_mount, below=below,
                                      contradicted=contradicted)
+
+    def _only_asks(self, s: Any) -> bool:
+        """A scored row's memory only asks (a user's earlier question): a mount leaves it out."""
+        return only_asks(self._sealer.open_text(s.row.id, "text", s.row.text))
 
     def _hit(self, s: Any) -> Hit:
         """A scored row as a :class:`Hit` (its texts opened)."""

@@ -41,6 +41,7 @@ from agentmem.config import MemoryConfig
 
 Scored = TypeVar("Scored")
 HitT = TypeVar("HitT")
+UNMOUNTABLE_ROOM = 5  # extra hits a mount looks at when it leaves some out (as the conflict check does)
 
 
 class Demotion(Protocol):
@@ -63,20 +64,23 @@ class Recaller(Generic[Scored, HitT]):
     ``recall_state(asking_session)`` gives the knowledge versions served to that session and the catalog's chain-cut
     stamp; ``hit_of`` turns a scored row into what recall returns; ``demotion`` is the conflict step (None: no
     consolidation to settle conflicts with); ``has_profile(user_id)`` says whether the user has a profile memory, and
-    ``embed_query`` is the query vector ``search`` takes as ``query_vector``. The scope recall is given is a dataclass
+    ``embed_query`` is the query vector ``search`` takes as ``query_vector``; ``unmountable(scored)`` is True for a
+    hit a mount leaves out whatever its score (the facade's: a user's earlier question). The scope recall is given is a dataclass
     (:class:`agentmem.entries.store.Scope`); the policy sets its ``kb_versions`` and ``exclude_roles``.
     """
 
     def __init__(self, *, config: MemoryConfig, search: Callable[..., list[Scored]],
                  recall_state: Callable[[str | None], tuple[Any, int]], hit_of: Callable[[Scored], HitT],
                  demotion: Demotion | None, has_profile: Callable[[str], bool] = lambda user_id: False,
-                 embed_query: Callable[[str], Any] | None = None) -> None:
+                 embed_query: Callable[[str], Any] | None = None,
+                 unmountable: Callable[[Scored], bool] | None = None) -> None:
         self.config = config
         self._search = search
         self._has_profile = has_profile  # one indexed read: a user without profile memories costs no second search
         self._embed_query = embed_query  # a mount with a profile embeds its query once for both searches
         self._recall_state = recall_state
         self._hit_of = hit_of
+        self._unmountable = unmountable
         consolidating = config.consolidation != "off"
         # conflicts are settled only where consolidation keeps versions apart (docs/lifecycle.md)
         self._demotion = demotion if consolidating and config.recall_conflict_demotion else None
@@ -100,7 +104,8 @@ class Recaller(Generic[Scored, HitT]):
         """The ``k`` best hits for ``query`` in ``scope`` (inputs already checked), best first.
 
         ``asking_session`` picks the knowledge version served; ``for_mount`` applies the mount policy (no roles of
-        ``MemoryConfig.unmounted_roles``, no hit below :meth:`mount_threshold`, the profile memories first:
+        ``MemoryConfig.unmounted_roles``, none ``unmountable``, no hit below :meth:`mount_threshold`, the profile
+        memories first:
         :meth:`profile`); ``below`` (a list) receives the
         ranked hits the threshold left out (at most ``k``); ``contradicted`` (a list), for a mount, the hits left out
         because a newer hit contradicts them.
@@ -112,6 +117,8 @@ class Recaller(Generic[Scored, HitT]):
             min_score = self.mount_threshold(min_score)
         demotion = self._demotion
         want = demotion.pool(k) if demotion is not None else k
+        if for_mount and self._unmountable is not None:
+            want = max(want, k + UNMOUNTABLE_ROOM)
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
         given: dict[str, Any] = {}  # the query vector, where two searches share it
@@ -135,6 +142,8 @@ class Recaller(Generic[Scored, HitT]):
                 would = [s for s in found if min_score is None or s.score >= min_score][:k]  # type: ignore[attr-defined]
                 contradicted += [self._hit_of(s) for s in would if id(s) not in kept]
             found = settled
+        if for_mount and self._unmountable is not None:
+            found = [s for s in found if not self._unmountable(s)]
         if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
             dropped = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
             found = [s for s in found if s.score >= min_score]  # type: ignore[attr-defined]

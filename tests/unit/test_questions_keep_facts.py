@@ -44,3 +44,19 @@ def test_an_llm_consolidator_cannot_retract_a_fact_for_a_question(tmp_path):
         mem.remember("Do I still live in Lyon?", user_id="u1")
         assert mem.wait_consolidation(30)
         assert mem.get(fact.id).status == "active" and mem.stats()["lifecycle"] == {"llm_add": 2}
+
+
+def test_a_mount_leaves_the_users_earlier_questions_out(mem_path):
+    """A user's earlier questions resemble the next one more than the fact does: recall ranks them first, a mount
+    (``k=2`` here) leaves them out and holds the fact, unless ``mount_questions=True``."""
+    for mount_questions in (False, True):
+        with AgentMemory(mem_path / str(mount_questions), mount_questions=mount_questions) as mem:
+            fact = mem.remember("I moved to Lyon last May.", user_id="u1", session_id="monday", role="user")
+            asked = [mem.remember(q, user_id="u1", session_id=f"s{i}", role="user").id
+                     for i, q in enumerate(["Where do I live?", "Which city do I live in now?"])]
+            assert set(asked) <= {h.id for h in mem.recall("Where do I live now?", user_id="u1", k=3)}
+            mounted = [h.id for h in mem.recall_for_mount("Where do I live now?", user_id="u1", k=2)]
+            if mount_questions:
+                assert set(mounted) == set(asked)
+            else:
+                assert mounted == [fact.id]
