@@ -23,12 +23,13 @@ def mem(tmp_path_factory) -> Iterator[AgentMemory]:
 def test_send_recalls_other_sessions_mounts_them_and_remembers_the_turn(mem):
     old = mem.remember("My dog is called Rex.", user_id="u1", session_id="old")
     chat = mem.session("s1", user_id="u1")
-    r = chat.send("What is my dog called?", k=3, max_new_tokens=4)
+    first = "What is my dog called? My cat is called Tom."
+    r = chat.send(first, k=3, max_new_tokens=4)
     assert old.id in r.mounted and r.timings["ttft"] > 0 and len(r.records) == len(mem.list(session_id="s1"))
     stored = mem.list(session_id="s1")
-    assert [e.role for e in stored][:1] == ["user"] and stored[0].text == "What is my dog called?"
-    again = "What is my dog called? I asked you before."
-    # recall alone would mount this session's first turn (it passes the mount threshold) ...
+    assert [e.role for e in stored][:1] == ["user"] and stored[0].text == first
+    again = "What is my cat called? I told you before."
+    # recall alone would mount this session's first turn (it states something and passes the mount threshold) ...
     assert {h.id for h in mem.mount_choice(again, user_id="u1", k=3).mounted} & {e.id for e in stored}
     r2 = chat.send(again, k=3, max_new_tokens=4)
     assert r2.reused_tokens > 0 and r2.rebuilt is None
