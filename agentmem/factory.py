@@ -337,5 +337,5 @@ for _scheme in ("embedded", "file"):
     register("session_store", _scheme, _session_files)
 
 __all__ = ["KEYS_FILE", "BuildContext", "StoreParts", "build", "build_api_keys", "build_blobs", "build_catalog",
-           "build_embedder", "build_session_manager", "build_session_store", "build_store_parts", "build_vectors", "query_encoder", "register",
-           "scheme_of", "schemes"]
+           "build_embedder", "build_session_manager", "build_session_store", "build_store_parts", "build_vectors",
+           "query_encoder", "register", "scheme_of", "schemes"]

@@ -103,12 +103,12 @@ class Forgetting:
             self._sessions.end(session, uid)
 
 
-__all__ = ["Forgetting", "SessionHooks"]
+__all__ = ["Forgetting", "SessionHooks", "Sweeper"]
 
 
 class Sweeper:
-    """Calls ``sweep`` every ``interval`` seconds on a daemon thread until :meth:`stop` (``MemoryConfig.sweep_interval``:
-    expired entries are erased even in a process that never calls ``sweep`` itself).
+    """Calls ``sweep`` every ``interval`` seconds on a daemon thread until :meth:`stop`
+    (``MemoryConfig.sweep_interval``: expired entries are erased even in a process that never calls ``sweep``).
 
     Example:
         >>> swept = threading.Event()

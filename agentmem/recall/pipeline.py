@@ -65,8 +65,9 @@ class Recaller(Generic[Scored, HitT]):
     stamp; ``hit_of`` turns a scored row into what recall returns; ``demotion`` is the conflict step (None: no
     consolidation to settle conflicts with); ``has_profile(user_id)`` says whether the user has a profile memory, and
     ``embed_query`` is the query vector ``search`` takes as ``query_vector``; ``unmountable(scored)`` is True for a
-    hit a mount leaves out whatever its score (the facade's: a user's earlier question). The scope recall is given is a dataclass
-    (:class:`agentmem.entries.store.Scope`); the policy sets its ``kb_versions`` and ``exclude_roles``.
+    hit a mount leaves out whatever its score (the facade's: a user's earlier question). The scope recall is given
+    is a dataclass (:class:`agentmem.entries.store.Scope`); the policy sets its ``kb_versions`` and
+    ``exclude_roles``.
     """
 
     def __init__(self, *, config: MemoryConfig, search: Callable[..., list[Scored]],
