@@ -34,12 +34,14 @@ import json
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ku_natural import NaturalCase, natural_cases  # noqa: E402
 from ku_scenarios import Scenario, distinct_pairs, restatements, scenarios  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -151,6 +153,32 @@ def asked_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
             "current_not_mounted": round(not_mounted / count, 3), "top1_not_new": round(not_top1 / count, 3)}
 
 
+def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict[str, float]]:
+    """Natural updates (``ku_natural.py``), each pair a new user's store; per group (``design``: the pairs a rule was
+    designed on, ``check``: the rest): share whose ``recall(k=1)`` is the newer statement (``top1_new``), whose
+    ``recall(k=5)`` ranks the newer above the older (``newer_first``; the older missing counts), whose mount
+    (``recall_for_mount(k=4)``) holds the newer (``new_mounted``) and holds the older without the newer
+    (``stale_alone_mounted``)."""
+    tally: dict[str, Counter] = {"design": Counter(), "check": Counter()}
+    for n, case in enumerate(cases):
+        user = f"natural-{n}"
+        for text, session in case.stream:
+            mem.remember(text, user_id=user, role="user", session_id=session)
+        mem.wait_consolidation(timeout=600)
+        ranked = [h.text for h in mem.recall(case.question, user_id=user, k=5)]
+        mounted = {h.text for h in mem.recall_for_mount(case.question, user_id=user, k=4)}
+        t = tally["design" if case.design else "check"]
+        t["pairs"] += 1
+        t["top1_new"] += ranked[:1] == [case.newer]
+        t["newer_first"] += case.newer in ranked and (case.older not in ranked
+                                                     or ranked.index(case.newer) < ranked.index(case.older))
+        t["new_mounted"] += case.newer in mounted
+        t["stale_alone_mounted"] += case.older in mounted and case.newer not in mounted
+    return {group: {"pairs": t["pairs"], **{key: round(t[key] / max(1, t["pairs"]), 3) for key in
+                                            ("top1_new", "newer_first", "new_mounted", "stale_alone_mounted")}}
+            for group, t in tally.items()}
+
+
 # ablations of recall's consolidation steps, through the public config (agentmem/entries/versions.py)
 ABLATIONS = {"without_recall_demotion": {"recall_conflict_demotion": False},
              "without_version_following": {"recall_follows_versions": False}}
@@ -233,6 +261,8 @@ def main() -> None:
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
     ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
     ap.add_argument("--asked-n", type=int, default=60, help="scenarios whose question is then asked and remembered")
+    ap.add_argument("--natural", action="store_true",
+                    help="also the hand-written natural updates (ku_natural.py), each pair a new user's store")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
     ap.add_argument("--ablate", action="store_true",
                     help="also run the local scenarios with each of recall's consolidation steps switched off")
@@ -274,6 +304,10 @@ def main() -> None:
             with AgentMemory(root / "ku-asked", consolidation="local") as mem:
                 result["asked"] = asked_effect(mem, items[: args.asked_n])
             print("asked", result["asked"], file=sys.stderr, flush=True)
+        if args.natural:
+            with AgentMemory(root / "ku-natural", consolidation="local") as mem:
+                result["natural"] = natural_effect(mem, natural_cases())
+            print("natural", result["natural"], file=sys.stderr, flush=True)
         if args.locomo:
             on = locomo_recall(args.locomo, "local", root / "locomo-local")
             off = locomo_recall(args.locomo, "off", root / "locomo-off")

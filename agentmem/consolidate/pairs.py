@@ -5,7 +5,10 @@ computed from the bundled sentence embedder's unit vectors of the bare texts and
 
 * ``cos``: cosine of A and B;
 * ``margin``: ``cos`` minus B's *background*, the median cosine of B to its (up to) 10 nearest older memories of the
-  speaker (1.0 when there are fewer than 3: nothing can stand out);
+  speaker; with fewer than 3 (a new user's first memories, a recall that found one or two of the speaker's) the
+  model's ``background_prior``, the median background of conversation memories measured on a dataset
+  (``research/background_prior.py``; 1.0, as before it was measured, where the weights file has none: nothing
+  can stand out, so a new user's first memories were never compared);
 * ``jaccard``: content-word overlap;
 * ``nearest``: 1 when A is B's nearest older memory;
 * ``a * b``: the element-wise product of the two vectors (which directions they agree on: the attribute, the frame),
@@ -50,9 +53,10 @@ def _jaccard(a: set[str], b: set[str]) -> float:
 
 
 def pair_features(new: np.ndarray, new_words: set[str], olds: Sequence[np.ndarray],
-                  old_words: Sequence[set[str]], *, min_background: int = MIN_BACKGROUND) -> np.ndarray:
+                  old_words: Sequence[set[str]], *, min_background: int = MIN_BACKGROUND,
+                  background_prior: float = 1.0) -> np.ndarray:
     """One feature row per older memory (see the module docstring); vectors are unit-normalised. The background
-    needs ``min_background`` memories (recall, which only has its few hits, asks for fewer).
+    needs ``min_background`` memories; with fewer it is ``background_prior``.
 
     Example:
         >>> v = np.eye(4, dtype=np.float32)
@@ -64,7 +68,7 @@ def pair_features(new: np.ndarray, new_words: set[str], olds: Sequence[np.ndarra
     old = np.asarray(olds, dtype=np.float32)
     cos = old @ new
     top = np.sort(cos)[::-1][:BACKGROUND_NEIGHBOURS]
-    background = _sorted_median(top) if len(top) >= min_background else 1.0
+    background = _sorted_median(top) if len(top) >= min_background else background_prior
     jaccards = np.array([_jaccard(w, new_words) for w in old_words])
     # the row [cos, margin, jaccard, nearest, a * b, b] written in place: the values (and dtype) np.hstack of the
     # parts gave, without stacking them first (recall scores ~10 such matrices per query)
@@ -95,13 +99,15 @@ def _sorted_median(top: np.ndarray) -> float:
 @dataclass(frozen=True)
 class PairModel:
     """Fitted weights: ``score = features @ weights + bias`` (a logit); ``supersede`` is the threshold at which an
-    older memory is superseded, ``conflict`` the lower one at which recall puts the newer of two hits first."""
+    older memory is superseded, ``conflict`` the lower one at which recall puts the newer of two hits first;
+    ``background_prior`` the background a speaker with fewer than 3 older memories is given."""
 
     weights: np.ndarray
     bias: float
     supersede: float
     conflict: float
     dim: int
+    background_prior: float = 1.0
 
     @staticmethod
     def bundled() -> PairModel | None:
@@ -112,7 +118,8 @@ class PairModel:
     def scores(self, new: np.ndarray, new_words: set[str], olds: Sequence[np.ndarray],
                old_words: Sequence[set[str]], *, min_background: int = MIN_BACKGROUND) -> np.ndarray:
         """The logit that ``new`` replaces each of ``olds`` (same speaker, older)."""
-        features = pair_features(new, new_words, olds, old_words, min_background=min_background)
+        features = pair_features(new, new_words, olds, old_words, min_background=min_background,
+                                 background_prior=self.background_prior)
         return features @ self.weights + self.bias
 
 
@@ -121,7 +128,7 @@ def _load(path: str) -> PairModel:
     data = json.loads(Path(path).read_text())
     weights = np.asarray(data["weights"], dtype=np.float32)
     return PairModel(weights, float(data["bias"]), float(data["supersede"]), float(data["conflict"]),
-                     int(data["dim"]))
+                     int(data["dim"]), float(data.get("background_prior", {}).get("value", 1.0)))
 
 
 __all__ = ["PairModel", "WEIGHTS", "pair_features"]

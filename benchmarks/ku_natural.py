@@ -1,0 +1,133 @@
+"""Natural knowledge updates: hand-written pairs of an older statement and the newer one that changes it, phrased as
+people tell an assistant (used by ``benchmarks/knowledge_update.py --natural``).
+
+The template scenarios of ``ku_scenarios.py`` restate an attribute in a frame ("I work as a {v}." / "My role is {v}
+now."); here the newer statement rarely repeats the older one's frame: a dose is *raised*, an appointment *moved*,
+a meeting *cancelled*, an allergy *ruled out*, a job *quit*. Each pair is one new user's store: a few unrelated
+memories, the older statement in a first session, the newer one in a later session, and a question whose answer is
+the newer one (it states the current value, or that the older no longer holds).
+
+``DESIGN`` are the eight pairs a rule may be designed on (they were looked at first, session 15); the rest were
+written before any change and are the check. Report both.
+
+Example:
+    >>> len(NATURAL) >= 40, all(len(p) == 3 for p in NATURAL), len(DESIGN)
+    (True, True, 8)
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+# (older statement, newer statement, question answered by the newer)
+DESIGN: list[tuple[str, str, str]] = [
+    ("I'm allergic to penicillin.",
+     "Good news: the allergy test was wrong, I'm not allergic to penicillin after all.",
+     "Am I allergic to any medication?"),
+    ("I love sushi and eat it every week.", "I stopped eating fish, I'm vegan now.", "What food do I eat?"),
+    ("My dentist appointment is on March 3.", "The dentist moved my appointment to March 10.",
+     "When is my dentist appointment?"),
+    ("I take 20 mg of lisinopril every morning.", "My doctor raised my lisinopril to 40 mg.",
+     "What dose of lisinopril do I take?"),
+    ("I work at Google as a designer.", "I quit Google last week.", "Where do I work?"),
+    ("My sister Anna lives in Berlin.", "Anna moved to Madrid in June.", "Where does my sister live?"),
+    ("I work as a paralegal.", "I got promoted, I'm a lawyer now.", "What is my job?"),
+    ("We're meeting Tom on Friday at 3pm.", "Tom cancelled Friday's meeting.", "When am I meeting Tom?"),
+]
+CHECK: list[tuple[str, str, str]] = [
+    ("My metformin dose is 500 mg twice a day.", "The doctor bumped my metformin up to 1000 mg.",
+     "How much metformin do I take?"),
+    ("I take my thyroid pill at 7am.", "I now take the thyroid pill at bedtime instead.",
+     "When do I take my thyroid pill?"),
+    ("My flight to Denver leaves on the 12th.", "The airline rebooked my Denver flight to the 14th.",
+     "When does my flight to Denver leave?"),
+    ("The book club meets on Tuesdays.", "Book club switched to Thursdays from next month.",
+     "When does the book club meet?"),
+    ("My landlord charges me 1,200 a month.", "Rent went up to 1,350 this year.", "How much is my rent?"),
+    ("I drive a blue Honda Civic.", "I sold the Civic and bought an electric Kia.", "What car do I drive?"),
+    ("My manager is Priya.", "Priya left the company, my new manager is Daniel.", "Who is my manager?"),
+    ("I'm training for the Boston marathon in April.", "I pulled out of the Boston marathon because of my knee.",
+     "Am I running the Boston marathon?"),
+    ("My son's soccer practice is at 5pm.", "Coach moved soccer practice to 6:30.",
+     "What time is my son's soccer practice?"),
+    ("I'm vegetarian.", "I started eating chicken again last month.", "Do I eat meat?"),
+    ("My wifi password is sunflower22.", "I changed the wifi password to maple-77.", "What is my wifi password?"),
+    ("I live on Elm Street.", "We finally moved out of Elm Street, we're on Harbor Road now.",
+     "What street do I live on?"),
+    ("My daughter goes to Lincoln Elementary.", "We transferred my daughter to Oakwood Academy.",
+     "Which school does my daughter attend?"),
+    ("I'm on the keto diet.", "I gave up keto, it wasn't working for me.", "What diet am I on?"),
+    ("The project deadline is November 30.", "The client pushed the project deadline to mid-January.",
+     "When is the project deadline?"),
+    ("My gym membership is at FitLife.", "I cancelled FitLife and joined the climbing gym downtown.",
+     "Which gym do I go to?"),
+    ("I'm learning the violin.", "I quit violin lessons, too expensive.", "Am I still learning an instrument?"),
+    ("My brother lives with me.", "My brother got his own apartment and moved out.", "Who lives with me?"),
+    ("I have a standing desk at work.", "They took away the standing desks at the office.",
+     "Do I have a standing desk?"),
+    ("Our anniversary dinner is booked at Luigi's.", "Luigi's closed, so we booked the anniversary dinner at Sora.",
+     "Where is our anniversary dinner?"),
+    ("I'm allergic to cats.", "Turns out it was dust, not cats; I'm fine around cats.", "Am I allergic to cats?"),
+    ("My therapist appointments are every Monday.", "My therapist only sees me every other Wednesday now.",
+     "When do I see my therapist?"),
+    ("I use a Pixel phone.", "Switched to an iPhone after the Pixel died.", "What phone do I use?"),
+    ("I'm saving for a house.", "We bought the house! No more saving for it.", "Am I saving for a house?"),
+    ("I drink four coffees a day.", "I cut coffee down to one cup in the morning.", "How much coffee do I drink?"),
+    ("My emergency contact is my mom.", "Please use my husband Raj as my emergency contact from now on.",
+     "Who is my emergency contact?"),
+    ("The wedding is in Napa in June.", "We moved the wedding to Lake Tahoe in September.",
+     "Where and when is the wedding?"),
+    ("I work from the office every day.", "My company went fully remote, I work from home now.",
+     "Where do I work from?"),
+    ("My blood pressure target is under 140.", "My cardiologist lowered my blood pressure target to 130.",
+     "What is my blood pressure target?"),
+    ("I play tennis on Saturday mornings.", "My tennis partner moved away, so no more Saturday tennis.",
+     "Do I play tennis on Saturdays?"),
+    ("I bank with Chase.", "I closed my Chase account and moved everything to a credit union.",
+     "Which bank do I use?"),
+    ("The team standup is at 9:30.", "Standup is at 10 starting this week.", "What time is the team standup?"),
+    ("My cat eats dry food only.", "The vet put my cat on a wet-food diet.", "What does my cat eat?"),
+    ("I'm renting a flat in Leeds.", "I've just signed for a flat in Manchester and left Leeds.",
+     "Where do I rent a flat?"),
+]
+NATURAL = DESIGN + CHECK
+FILLERS = [
+    "The weather was lovely this weekend.", "I watched a documentary about whales.", "I need to buy coffee filters.",
+    "I finished reading a thriller novel.", "The neighbours are renovating their kitchen.",
+    "I found a nice cafe near the station.", "I planted tomatoes on the balcony.", "My laptop battery is getting weak.",
+    "I tried a new recipe with lentils.", "I cleaned the garage on Sunday.", "The concert tickets sold out fast.",
+    "I forgot my umbrella at the office.",
+]
+
+
+@dataclass(frozen=True)
+class NaturalCase:
+    """One user's store: ``stream`` as (text, session id) in write order, the older and newer statement in it."""
+
+    older: str
+    newer: str
+    question: str
+    stream: tuple[tuple[str, str], ...]
+    design: bool
+
+
+def natural_cases(*, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
+    """Every pair as a store: ``fillers`` unrelated memories (half in the first session before the older statement,
+    the rest in a middle session), the older statement in session ``s1``, the newer in ``s3``.
+
+    >>> case = natural_cases(fillers=2)[0]
+    >>> [session for _, session in case.stream], case.design
+    (['s1', 's1', 's2', 's3'], True)
+    """
+    rng = random.Random(f"natural-{seed}")
+    out = []
+    for n, (older, newer, question) in enumerate(NATURAL):
+        chosen = rng.sample(FILLERS, fillers)
+        first, middle = chosen[: fillers // 2], chosen[fillers // 2 :]
+        stream = [(t, "s1") for t in first] + [(older, "s1")] + [(t, "s2") for t in middle] + [(newer, "s3")]
+        out.append(NaturalCase(older, newer, question, tuple(stream), n < len(DESIGN)))
+    return out
+
+
+__all__ = ["CHECK", "DESIGN", "NATURAL", "NaturalCase", "natural_cases"]
