@@ -16,7 +16,9 @@ date, ...) must both stay reachable (``lost`` = 0, ``merged`` = 0) and the newer
 (``restatements_merged``).
 
 Then what mounting assistant turns costs (``roles``), what asking about the fact costs (``asked``: the question
-is remembered as the user's turn, as the chat endpoint does, then asked again), LoCoMo recall@5/@10 with consolidation "local" vs "off"
+is remembered as the user's turn, as the chat endpoint does, then asked again), natural updates told as people tell
+them and held-out look-alikes, each pair a new user's store (``--natural [FILLERS ...]``, ``ku_natural.py``: with
+0 and 4 unrelated memories besides, ``natural.fillers_N``), LoCoMo recall@5/@10 with consolidation "local" vs "off"
 (``--locomo``; on the "local" store also with each of recall's consolidation steps switched off through
 ``MemoryConfig``: ``without_recall_demotion``, ``without_version_following``; ``--ablate`` does the same for the
 scenarios), and ``remember()`` p95 latency with vs without consolidation, measured side by side (alternating).
@@ -24,7 +26,8 @@ scenarios), and ``remember()`` p95 latency with vs without consolidation, measur
     python benchmarks/knowledge_update.py --half test --n 200 --locomo ../shared/data/locomo/locomo_dev5.json
 
 Last line: {"test": {"off": {...}, "local": {...}, "llm": {...}}, "distinct": {"off": {...}, "local": {...}},
-"roles": {...}, "asked": {...}, "locomo": {...}, "remember_p95_ms": {...}}
+"roles": {...}, "asked": {...}, "natural": {"fillers_0": {...}, "fillers_4": {...}}, "locomo": {...},
+"remember_p95_ms": {...}}
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ku_natural import NaturalCase, natural_cases  # noqa: E402
+from ku_natural import NaturalCase, alike_cases, natural_cases  # noqa: E402
 from ku_scenarios import Scenario, distinct_pairs, restatements, scenarios  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -154,12 +157,14 @@ def asked_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
 
 
 def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict[str, float]]:
-    """Natural updates (``ku_natural.py``), each pair a new user's store; per group (``design``: the pairs a rule was
-    designed on, ``check``: the rest): share whose ``recall(k=1)`` is the newer statement (``top1_new``), whose
-    ``recall(k=5)`` ranks the newer above the older (``newer_first``; the older missing counts), whose mount
-    (``recall_for_mount(k=4)``) holds the newer (``new_mounted``) and holds the older without the newer
-    (``stale_alone_mounted``)."""
-    tally: dict[str, Counter] = {"design": Counter(), "check": Counter()}
+    """Natural updates and look-alikes (``ku_natural.py``), each pair a new user's store; per group (``design``: the
+    pairs a rule was designed on, ``check``: the other updates, ``alike``: the newer is no update): share whose
+    ``recall(k=1)`` is the newer statement (``top1_new``), whose ``recall(k=5)`` ranks the newer above the older
+    (``newer_first``; the older missing counts), whose mount (``recall_for_mount(k=4)``) holds the newer
+    (``new_mounted``), the older without the newer (``stale_alone_mounted``) and the older (``old_mounted``: for
+    look-alikes, the user's own statement, which still answers), and whose older statement the write superseded
+    (``old_hidden``)."""
+    tally: dict[str, Counter] = {}
     for n, case in enumerate(cases):
         user = f"natural-{n}"
         for text, session in case.stream:
@@ -167,15 +172,18 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
         mem.wait_consolidation(timeout=600)
         ranked = [h.text for h in mem.recall(case.question, user_id=user, k=5)]
         mounted = {h.text for h in mem.recall_for_mount(case.question, user_id=user, k=4)}
-        t = tally["design" if case.design else "check"]
+        active = {r.text for r in mem.list(user_id=user) if r.status == "active"}
+        t = tally.setdefault(case.group, Counter())
         t["pairs"] += 1
         t["top1_new"] += ranked[:1] == [case.newer]
         t["newer_first"] += case.newer in ranked and (case.older not in ranked
                                                      or ranked.index(case.newer) < ranked.index(case.older))
         t["new_mounted"] += case.newer in mounted
         t["stale_alone_mounted"] += case.older in mounted and case.newer not in mounted
-    return {group: {"pairs": t["pairs"], **{key: round(t[key] / max(1, t["pairs"]), 3) for key in
-                                            ("top1_new", "newer_first", "new_mounted", "stale_alone_mounted")}}
+        t["old_mounted"] += case.older in mounted
+        t["old_hidden"] += case.older not in active
+    keys = ("top1_new", "newer_first", "new_mounted", "stale_alone_mounted", "old_mounted", "old_hidden")
+    return {group: {"pairs": t["pairs"], **{key: round(t[key] / t["pairs"], 3) for key in keys}}
             for group, t in tally.items()}
 
 
@@ -261,8 +269,10 @@ def main() -> None:
     ap.add_argument("--latency-n", type=int, default=200, help="remember() calls timed per mode")
     ap.add_argument("--roles-n", type=int, default=60, help="scenarios for the assistant-role measurement")
     ap.add_argument("--asked-n", type=int, default=60, help="scenarios whose question is then asked and remembered")
-    ap.add_argument("--natural", action="store_true",
-                    help="also the hand-written natural updates (ku_natural.py), each pair a new user's store")
+    ap.add_argument("--natural", type=int, nargs="*", default=None, metavar="FILLERS",
+                    help="also the hand-written natural updates and held-out look-alikes (ku_natural.py), each pair "
+                         "a new user's store with this many unrelated memories besides (several: one run each; "
+                         "none given: 0 and 4)")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
     ap.add_argument("--ablate", action="store_true",
                     help="also run the local scenarios with each of recall's consolidation steps switched off")
@@ -304,10 +314,11 @@ def main() -> None:
             with AgentMemory(root / "ku-asked", consolidation="local") as mem:
                 result["asked"] = asked_effect(mem, items[: args.asked_n])
             print("asked", result["asked"], file=sys.stderr, flush=True)
-        if args.natural:
-            with AgentMemory(root / "ku-natural", consolidation="local") as mem:
-                result["natural"] = natural_effect(mem, natural_cases())
-            print("natural", result["natural"], file=sys.stderr, flush=True)
+        for fillers in (args.natural or [0, 4]) if args.natural is not None else ():
+            with AgentMemory(root / f"ku-natural-{fillers}", consolidation="local") as mem:
+                cases = natural_cases(fillers=fillers) + alike_cases(fillers=fillers)
+                result.setdefault("natural", {})[f"fillers_{fillers}"] = natural_effect(mem, cases)
+            print(f"natural {fillers}", result["natural"][f"fillers_{fillers}"], file=sys.stderr, flush=True)
         if args.locomo:
             on = locomo_recall(args.locomo, "local", root / "locomo-local")
             off = locomo_recall(args.locomo, "off", root / "locomo-off")

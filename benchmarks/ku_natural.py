@@ -8,7 +8,9 @@ memories, the older statement in a first session, the newer one in a later sessi
 the newer one (it states the current value, or that the older no longer holds).
 
 ``DESIGN`` are the eight pairs a rule may be designed on (they were looked at first, session 15); the rest were
-written before any change and are the check. Report both.
+written before any change and are the check. Report both. What a rule must not do is checked on look-alikes of the
+held-out template half (``alike_cases``): a user's statement and, a session later, a statement that resembles it but
+is no update ("My phone is a Pixel 8." / "My daughter has a Galaxy S23."); the user's own statement still answers.
 
 Example:
     >>> len(NATURAL) >= 40, all(len(p) == 3 for p in NATURAL), len(DESIGN)
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
+from ku_scenarios import alike_pairs
 
 # (older statement, newer statement, question answered by the newer)
 DESIGN: list[tuple[str, str, str]] = [
@@ -103,13 +107,14 @@ FILLERS = [
 
 @dataclass(frozen=True)
 class NaturalCase:
-    """One user's store: ``stream`` as (text, session id) in write order, the older and newer statement in it."""
+    """One user's store: ``stream`` as (text, session id) in write order, the older and newer statement in it;
+    ``group`` is ``"design"``, ``"check"`` or ``"alike"`` (the newer is a look-alike: the older still answers)."""
 
     older: str
     newer: str
     question: str
     stream: tuple[tuple[str, str], ...]
-    design: bool
+    group: str
 
 
 def natural_cases(*, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
@@ -117,17 +122,33 @@ def natural_cases(*, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
     the rest in a middle session), the older statement in session ``s1``, the newer in ``s3``.
 
     >>> case = natural_cases(fillers=2)[0]
-    >>> [session for _, session in case.stream], case.design
-    (['s1', 's1', 's2', 's3'], True)
+    >>> [session for _, session in case.stream], case.group
+    (['s1', 's1', 's2', 's3'], 'design')
     """
     rng = random.Random(f"natural-{seed}")
-    out = []
-    for n, (older, newer, question) in enumerate(NATURAL):
-        chosen = rng.sample(FILLERS, fillers)
-        first, middle = chosen[: fillers // 2], chosen[fillers // 2 :]
-        stream = [(t, "s1") for t in first] + [(older, "s1")] + [(t, "s2") for t in middle] + [(newer, "s3")]
-        out.append(NaturalCase(older, newer, question, tuple(stream), n < len(DESIGN)))
-    return out
+    groups = ["design"] * len(DESIGN) + ["check"] * len(CHECK)
+    return [_case(older, newer, question, group, rng, fillers)
+            for (older, newer, question), group in zip(NATURAL, groups)]
 
 
-__all__ = ["CHECK", "DESIGN", "NATURAL", "NaturalCase", "natural_cases"]
+def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
+    """``n`` stores built like :func:`natural_cases` from the held-out template half's look-alikes: the user's own
+    statement in ``s1``, the look-alike in ``s3``.
+
+    >>> case = alike_cases(1)[0]
+    >>> case.group, case.stream[-1][0] == case.newer
+    ('alike', True)
+    """
+    rng = random.Random(f"natural-alike-{seed}")
+    return [_case(statement, alike, question, "alike", rng, fillers)
+            for statement, alike, question, _ in alike_pairs("test", n=n, seed=seed)]
+
+
+def _case(older: str, newer: str, question: str, group: str, rng: random.Random, fillers: int) -> NaturalCase:
+    chosen = rng.sample(FILLERS, fillers)
+    first, middle = chosen[: fillers // 2], chosen[fillers // 2 :]
+    stream = [(t, "s1") for t in first] + [(older, "s1")] + [(t, "s2") for t in middle] + [(newer, "s3")]
+    return NaturalCase(older, newer, question, tuple(stream), group)
+
+
+__all__ = ["CHECK", "DESIGN", "NATURAL", "NaturalCase", "alike_cases", "natural_cases"]

@@ -159,6 +159,26 @@ def _one(table: dict[str, tuple[list[str], list[str], list[str], list[str]]], rn
     return s
 
 
+def alike_pairs(half: str, *, n: int, seed: int = 0) -> list[tuple[str, str, str, str]]:
+    """``n`` (statement of an attribute, look-alike statement, question, the statement's value) of one template half:
+    the look-alike is not an update, so the statement still answers the question.
+
+    >>> statement, alike, question, value = alike_pairs("test", n=1)[0]
+    >>> value in statement and value not in alike
+    True
+    """
+    table = _TUNE if half == "tune" else _TEST
+    rng = random.Random(f"alike-{half}-{seed}")
+    out = []
+    for _ in range(n):
+        attribute = rng.choice(sorted(table))
+        statements, _, questions, values = table[attribute]
+        value, third = rng.sample(values, 2)
+        out.append((rng.choice(statements).format(v=value), rng.choice(_ALIKE[attribute]).format(v=third),
+                    rng.choice(questions), value))
+    return out
+
+
 # Distinct facts (issue #37): two statements that differ in one value are two memories. Each template keeps its frame
 # and swaps one value (a number, an amount with its unit, a date, a weekday, a name, a code); the question asks for
 # the current value. Restatements change only case, spacing and punctuation: those must merge.

@@ -88,7 +88,8 @@ class Recorder:
     def pool(self, k: int) -> int:
         return local.demotion_pool(k)
 
-    def demote(self, found: list[Any], query: str, *, drop_older: bool = False) -> list[Any]:
+    def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
+               floor: float | None = None) -> list[Any]:
         rows = [s.row for s in found[:local.CHECKED]]
         texts = [self._sealer.open_text(r.id, "text", r.text) for r in rows]
         keys = [local.speaker_key(r) for r in rows]

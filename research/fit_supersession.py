@@ -145,7 +145,10 @@ def main() -> None:
     negatives = np.vstack([x for x, _ in lc])
     w, b = fit_logistic(np.vstack([Xt, negatives]), np.r_[yt, np.zeros(len(negatives))])
     neg = negatives @ w + b
+    kept = json.loads(args.out.read_text()) if args.out.exists() else {}
     args.out.write_text(json.dumps({
+        # measured separately (research/background_prior.py), and the file's provenance, written by hand: kept
+        **{key: kept[key] for key in ("provenance", "background_prior") if key in kept},
         "about": "research/fit_supersession.py: logistic regression, tune scenarios + LoCoMo pairs (all 5 "
                  "conversations); supersede = highest LoCoMo pair score, conflict = its 0.9995 quantile",
         "dim": int(len(vec[texts[0]])), "bias": round(b, 6), "supersede": round(float(neg.max()), 6),

@@ -101,6 +101,7 @@ class Neighbour:
     tokens: tuple[str, ...] = ()  # its normalised statement (statements.statement_tokens): equal ones merge
     session_id: str | None = None  # its conversation session: a newer turn of the same session never supersedes it
     sentences: int = 1  # how many sentences it has: only a one-sentence memory can be superseded
+    asks: bool = False  # it only asks (statements.only_asks): it states no value, so no newer statement replaces it
 
 
 @dataclass
@@ -131,7 +132,8 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     questions ask about, were followed up in their own session; docs/lifecycle.md). Never a neighbour of more than
     one ``sentences``: a newer statement replaces one fact, not every fact of a longer memory. Never by a memory
     that only ``asks`` (:func:`~agentmem.consolidate.statements.only_asks`): "Do I still live in Lyon?" states no
-    value, so it replaces none (it may still merge with the same question asked before)."""
+    value, so it replaces none (it may still merge with the same question asked before); nor is such a memory
+    replaced: a statement answers a question, it does not make the user's having asked it stale."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -143,7 +145,7 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
         return Decision()
 
     def replaceable(n: Neighbour) -> bool:
-        return (session_id is None or n.session_id != session_id) and n.sentences <= 1
+        return (session_id is None or n.session_id != session_id) and n.sentences <= 1 and not n.asks
 
     if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
         # every neighbour is the pair's background (the model's margin feature), only another session's is replaced
@@ -247,7 +249,8 @@ class LocalConsolidator:
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
-                                                rows[j].session_id, sentence_count(texts[j])))
+                                                rows[j].session_id, sentence_count(texts[j]),
+                                                only_asks(texts[j])))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
                               pairs=self.pairs, tokens=tokens[i], session_id=row.session_id,
                               asks=only_asks(texts[i]))
@@ -271,7 +274,7 @@ class LocalConsolidator:
         texts = [self._text_of(r) for r in rows]
         cached = self._vectors_of(rows, texts)
         return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t),
-                          r.session_id, sentence_count(t)) for r, t, v in zip(rows, texts, cached)]
+                          r.session_id, sentence_count(t), only_asks(t)) for r, t, v in zip(rows, texts, cached)]
 
     def _vectors_of(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> list[np.ndarray]:
         """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""
@@ -289,10 +292,11 @@ class LocalConsolidator:
     def conflicts(self, rows: Sequence[EntryRecord], texts: Sequence[str], query: str = "") -> set[tuple[str, str]]:
         """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
         newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
-        on write) reaches its ``conflict`` threshold, or for an older row of several sentences its higher
-        ``supersede`` one; without the model, a text cosine of at least ``CONFLICT``; never an older row of the
-        newer's own session. Also, in any session, the newer restating the older with a value swapped
-        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter)."""
+        on write, else the model's prior) reaches its ``conflict`` threshold, or for an older row of several
+        sentences its higher ``supersede`` one; without the model, a text cosine of at least ``CONFLICT``; never an
+        older row of the newer's own session, nor one that only asks. Also, in any session, the newer restating
+        the older with a value swapped (:func:`swapped_values`; the rest of the older is restated too, so its
+        length does not matter)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
@@ -318,9 +322,9 @@ class LocalConsolidator:
                 # only a pair the model would supersede, were it one sentence (LoCoMo dev: both questions the lower
                 # threshold cost were such turns it flagged; research/notes/consolidation-crossdataset.md)
                 cuts = [self.pairs.conflict if sentences[a] <= 1 else self.pairs.supersede for a in same]
-                hit = [a for a, s, cut in zip(same, scores, cuts) if a in older and s >= cut]
+                hit = [a for a, s, cut in zip(same, scores, cuts) if a in older and s >= cut and not asks[a]]
             else:
-                hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT]
+                hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT and not asks[a]]
             out.update((rows[a].id, row.id) for a in hit)
         return out
 
@@ -367,11 +371,20 @@ def demotion_pool(k: int) -> int:
 
 
 def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: set[tuple[str, str]],
-                 drop: bool = False) -> list[T]:
+                 drop: bool = False, mounted: Callable[[T], bool] | None = None) -> list[T]:
     """Newer first: for every conflicting pair (``(older id, newer id)`` in ``conflicts``) where the older ranks
     above the newer, the newer moves to just before it; then each older item moves ``SETTLE`` places further down
-    (far enough to leave a top 3 from the first place). Other items keep their order. With ``drop`` (a mount: the
-    model would read both values) an older item whose newer one is among ``items`` is left out instead.
+    (far enough to leave a top 3 from the first place). Other items keep their order.
+
+    With ``drop`` (a mount: the model would read both values) an older item whose newer one is among ``items`` is
+    left out instead. ``mounted`` (a mount with a threshold: whether an item's score reaches it) also applies the
+    threshold, with one exception: a newer item under it that conflicts with an older one the mount takes is
+    mounted too, just before the older, rather than leaving the older out for a newer memory the mount would not
+    hold. "I work as a teacher." was left out of the mount for "What do I do for a living?" because of "My mother
+    was a data analyst." (a look-alike the pairwise model took for an update, scoring 0.18), so the mount held
+    neither; and a real update that scores low ("I quit Google last week." for "Where do I work?") now comes with
+    the fact it changes, instead of the mount holding no statement about work at all
+    (``benchmarks/knowledge_update.py --natural``).
 
     Moving the older only a few places (instead of behind every candidate, as before) is what keeps LoCoMo
     recall@10 at the level without consolidation: a topic-sharing turn the pairwise model takes for a conflict
@@ -381,11 +394,12 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
     ['new', 'x', 'y', 'old', 'z']
     >>> demote_older(["old", "x", "new"], ident=lambda r: r, conflicts={("old", "new")}, drop=True)
     ['x', 'new']
+    >>> demote_older(["old", "x", "new", "low"], ident=lambda r: r, conflicts={("old", "new")}, drop=True,
+    ...              mounted=lambda r: r not in ("new", "low"))   # the newer is under the threshold
+    ['new', 'old', 'x']
     """
     if drop:
-        present = {ident(i) for i in items}
-        contradicted = {older for older, newer in conflicts if newer in present}
-        return [i for i in items if ident(i) not in contradicted]
+        return _mount_settled(items, ident, conflicts, mounted or (lambda item: True))
     order = list(items)
     pos = {ident(i): n for n, i in enumerate(order)}
     # pairs in rank order (older, then newer): of several newer items in conflict with one older, the best ranked
@@ -399,6 +413,30 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
         n = order.index(item)
         order.insert(min(len(order) - 1, n + SETTLE), order.pop(n))
     return order
+
+
+def _mount_settled(items: Sequence[T], ident: Callable[[T], str], conflicts: set[tuple[str, str]],
+                   mounted: Callable[[T], bool]) -> list[T]:
+    """:func:`demote_older`'s ``drop``: what a mount takes, in order."""
+    taken = {ident(i) for i in items if mounted(i)}
+    contradicted = {older for older, newer in conflicts if newer in taken}
+    carried: dict[str, list[str]] = {}  # older id -> its newer ids under the threshold, mounted just before it
+    for older, newer in sorted(conflicts):
+        if newer not in taken and older in taken and older not in contradicted:
+            carried.setdefault(older, []).append(newer)
+    by_id = {ident(i): i for i in items}
+    out: list[T] = []
+    emitted: set[str] = set()
+    for item in items:
+        key = ident(item)
+        if key in taken and key not in contradicted:
+            for newer in carried.get(key, []):
+                if newer not in emitted:
+                    out.append(by_id[newer])
+                    emitted.add(newer)
+            out.append(item)
+            emitted.add(key)
+    return out
 
 
 @dataclass

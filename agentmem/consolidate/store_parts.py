@@ -58,11 +58,14 @@ class ConflictDemotion:
     def pool(self, k: int) -> int:
         return demotion_pool(k)
 
-    def demote(self, found: list[Any], query: str, *, drop_older: bool = False) -> list[Any]:
+    def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
+               floor: float | None = None) -> list[Any]:
+        """See :meth:`agentmem.recall.pipeline.Demotion.demote`."""
         head = found[:CHECKED]
         texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
         conflicts = self._consolidator.conflicts([s.row for s in head], texts, query)
-        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older)
+        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older,
+                            mounted=None if floor is None else lambda s: s.score >= floor)
 
 
 __all__ = ["ConflictDemotion", "local_consolidator"]

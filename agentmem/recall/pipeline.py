@@ -6,7 +6,8 @@ lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`
 
 * **demote**: of two recalled memories that conflict (the same speaker stating two values of one thing), the older
   ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``); a
-  mount leaves the older out, so the model never reads both values. It runs before the threshold: the conflict
+  mount leaves the older out, so the model never reads both values, unless the newer scores under the mount
+  threshold: then both are mounted, the newer first (else the mount would hold neither). It runs before the threshold: the conflict
   check weighs a pair against the speaker's other recalled hits (at least 3), which the threshold would remove;
 * **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
   :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted).
@@ -51,9 +52,12 @@ class Demotion(Protocol):
         """How many ranked hits the step looks at to return ``k`` (``k`` plus a look-ahead)."""
         ...
 
-    def demote(self, found: list[Any], query: str, *, drop_older: bool = False) -> list[Any]:
-        """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down (with
-        ``drop_older``, it is left out)."""
+    def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
+               floor: float | None = None) -> list[Any]:
+        """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down. With
+        ``drop_older`` (a mount) it is left out instead; with a ``floor`` too (the mount threshold) the result is what
+        the mount takes: the hits scoring at least ``floor``, an older one left out only for a newer one among them,
+        and a newer one under ``floor`` that contradicts an older one kept placed just before it."""
         ...
 
 
@@ -134,23 +138,36 @@ class Recaller(Generic[Scored, HitT]):
         if profile:
             standing = {s.row.id for s in profile}  # type: ignore[attr-defined]
             found = [s for s in found if s.row.id not in standing]  # type: ignore[attr-defined]
+        under: list[Scored] = []  # hits the threshold leaves out, once it has applied
+        thresholded = False
         if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
             # before the threshold: the conflict check weighs a pair against the speaker's other hits (at least 3),
             # which a threshold would remove, and a mount would then keep both values
-            settled = demotion.demote(found, query, drop_older=for_mount)
-            if contradicted is not None and len(settled) < len(found):  # those the mount would have held
+            floor = min_score if for_mount else None
+            settled = demotion.demote(found, query, drop_older=for_mount, floor=floor)
+            thresholded = floor is not None  # then the demotion applied the threshold (and kept carried hits)
+            if thresholded:
                 kept = {id(s) for s in settled}
-                would = [s for s in found if min_score is None or s.score >= min_score][:k]  # type: ignore[attr-defined]
-                contradicted += [self._hit_of(s) for s in would if id(s) not in kept]
+                under = [s for s in found if s.score < floor and id(s) not in kept]  # type: ignore[attr-defined]
+            if contradicted is not None:  # those the mount would have held
+                contradicted += [self._hit_of(s) for s in self._left_out(found, settled, min_score, k)]
             found = settled
         if for_mount and self._unmountable is not None:
             found = [s for s in found if not self._unmountable(s)]
-        if min_score is not None:  # the threshold is the search's last step: the hits below it are told apart here
-            dropped = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
+            under = [s for s in under if not self._unmountable(s)]
+        if min_score is not None and not thresholded:  # the threshold is the search's last step
+            under = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
             found = [s for s in found if s.score >= min_score]  # type: ignore[attr-defined]
-            if below is not None:
-                below += [self._hit_of(s) for s in dropped[:k]]
+        if below is not None:  # the hits below the threshold, told apart
+            below += [self._hit_of(s) for s in under[:k]]
         return [self._hit_of(s) for s in [*profile, *found[:k]]]
+
+    @staticmethod
+    def _left_out(found: list[Scored], settled: list[Scored], min_score: float | None, k: int) -> list[Scored]:
+        """The hits of the first ``k`` at or above ``min_score`` that the demotion left out (a mount's contradicted)."""
+        kept = {id(s) for s in settled}
+        would = [s for s in found if min_score is None or s.score >= min_score][:k]  # type: ignore[attr-defined]
+        return [s for s in would if id(s) not in kept]
 
     def takes_profile(self, scope: Any) -> bool:
         """Whether a mount in ``scope`` takes profile memories: they are on, the scope's kinds admit them, and the

@@ -133,11 +133,13 @@ def test_a_newer_statement_supersedes_the_older_one(mem: AgentMemory) -> None:
 
 
 def test_an_unresolved_conflict_ranks_the_newer_memory_first(mem: AgentMemory) -> None:
-    lyon = mem.remember("I live in Lyon.", user_id="u1")
-    mem.remember("The weather was lovely this weekend.", user_id="u1")
-    paris = mem.remember("Actually I moved to Paris last month.", user_id="u1")
+    # written without consolidation (as an import or a batch with consolidate=False does): nothing superseded, the
+    # conflict is settled at recall
+    lyon, _, paris = mem.remember_many([{"text": t, "user_id": "u1"} for t in (
+        "I live in Lyon.", "The weather was lovely this weekend.", "Actually I moved to Paris last month.")],
+        consolidate=False)
     hits = [h.id for h in mem.recall("where do I live?", user_id="u1", k=3)]
-    assert mem.get(lyon.id).status == "active"  # too few memories to supersede: the conflict is settled at recall
+    assert mem.get(lyon.id).status == "active"
     assert hits[0] == paris.id and hits.index(lyon.id) > hits.index(paris.id)
     assert [h.id for h in mem.recall("where do I live?", user_id="u1", k=1)] == [paris.id]
 

@@ -83,7 +83,9 @@ def test_recall_conflict_demotion_is_a_public_switch(tmp_path: Path) -> None:
     texts = ("I live in Lyon.", "The weather was lovely this weekend.", "Actually I moved to Paris last month.")
     for demote in (True, False):
         with AgentMemory(tmp_path / f"s{demote}", recall_conflict_demotion=demote) as mem:
-            lyon, _, paris = (mem.remember(t, user_id="u1").id for t in texts)
+            # without consolidation on write, so the conflict is left to recall
+            lyon, _, paris = (r.id for r in mem.remember_many([{"text": t, "user_id": "u1"} for t in texts],
+                                                              consolidate=False))
             raw = [s.row.id for s in mem._store.search("where do I live?", Scope("u1"), k=3)]
             hits = [h.id for h in mem.recall("where do I live?", user_id="u1", k=3)]
             assert raw.index(lyon) < raw.index(paris)  # the store ranks the old wording first
@@ -97,7 +99,8 @@ def test_turns_of_one_session_are_not_settled_as_conflicts_at_recall(tmp_path: P
     texts = ("I live in Lyon.", "The weather was lovely this weekend.", "Actually I moved to Paris last month.")
     for sessions in (("s1", "s1", "s1"), ("s1", "s1", "s2")):
         with AgentMemory(tmp_path / "-".join(sessions)) as mem:
-            lyon, _, paris = (mem.remember(t, user_id="u1", session_id=s).id for t, s in zip(texts, sessions))
+            lyon, _, paris = (r.id for r in mem.remember_many(
+                [{"text": t, "user_id": "u1", "session_id": s} for t, s in zip(texts, sessions)], consolidate=False))
             assert mem.get(lyon).status == "active"
             raw = [s.row.id for s in mem._store.search("where do I live?", Scope("u1"), k=3)]
             hits = [h.id for h in mem.recall("where do I live?", user_id="u1", k=3)]

@@ -32,6 +32,8 @@ def test_a_new_process_settles_conflicts_from_stored_vectors_without_embedding(t
         lyon = mem.remember("I live in Lyon.", user_id="u1")
         mem.remember("The weather was lovely this weekend.", user_id="u1")
         paris = mem.remember("Actually I moved to Paris last month.", user_id="u1")
+        assert paris.superseded_ids == (lyon.id,)
+        mem.restore(lyon.id)  # the supersession undone: both active, the conflict is left to recall
         stored = {r.id: r.text_vector for r in mem._store.catalog.get([lyon.id, paris.id])}
         assert all(v is not None and len(v) == 2 * 384 for v in stored.values())  # float16, MiniLM's 384 dims
     with AgentMemory(tmp_path / "s") as fresh:  # empty in-memory cache, as in another worker
@@ -47,6 +49,7 @@ def test_rows_without_a_stored_vector_are_embedded_as_before(tmp_path: Path) -> 
         lyon = mem.remember("I live in Lyon.", user_id="u1")
         mem.remember("The weather was lovely this weekend.", user_id="u1")
         paris = mem.remember("Actually I moved to Paris last month.", user_id="u1")
+        mem.restore(lyon.id)  # both active: the conflict is left to recall
     with sqlite3.connect(tmp_path / "s" / "catalog.db") as con:  # as a store written before schema 6
         con.execute("UPDATE entries SET text_vector = NULL")
     with AgentMemory(tmp_path / "s") as fresh:
