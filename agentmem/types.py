@@ -100,7 +100,9 @@ class Hit(MemoryRecord):
     order), so a later hit can score higher than an earlier one. ``scores`` keeps the parts: ``text_dense`` (the cosine the score reads: the
     memory's own text, without the time and speaker of its line), ``dense`` (the memory line's cosine, which the
     ranking reads), ``overlap`` (share of the query's content words), ``lexical`` (BM25, when the query's words matched), ``context`` (the turn's context-vector
-    cosine, when among the nearest) and ``rank`` (the ranking score the order follows).
+    cosine, when among the nearest), ``rank`` (the ranking score the order follows) and ``stands_for`` (for a memory
+    recalled in the place of an older version it superseded: that version's score; a mount holds it when that score
+    clears the threshold).
 
     >>> recital = mem.remember("My daughter's piano recital is on the 14th of May.", user_id="u1")
     >>> hits = mem.recall("When is my daughter's piano recital?", user_id="u1")

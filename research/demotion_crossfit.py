@@ -43,6 +43,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "benchmarks")]
@@ -89,7 +90,7 @@ class Recorder:
         return local.demotion_pool(k)
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               floor: float | None = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None) -> list[Any]:
         rows = [s.row for s in found[:local.CHECKED]]
         texts = [self._sealer.open_text(r.id, "text", r.text) for r in rows]
         keys = [local.speaker_key(r) for r in rows]

@@ -378,13 +378,12 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
 
     With ``drop`` (a mount: the model would read both values) an older item whose newer one is among ``items`` is
     left out instead. ``mounted`` (a mount with a threshold: whether an item's score reaches it) also applies the
-    threshold, with one exception: a newer item under it that conflicts with an older one the mount takes is
-    mounted too, just before the older, rather than leaving the older out for a newer memory the mount would not
-    hold. "I work as a teacher." was left out of the mount for "What do I do for a living?" because of "My mother
-    was a data analyst." (a look-alike the pairwise model took for an update, scoring 0.18), so the mount held
-    neither; and a real update that scores low ("I quit Google last week." for "Where do I work?") now comes with
-    the fact it changes, instead of the mount holding no statement about work at all
-    (``benchmarks/knowledge_update.py --natural``).
+    threshold, and a newer item under it takes the place of the older one it contradicts, whatever its own score,
+    as a superseded memory hands its place to the one that replaced it (:mod:`agentmem.entries.versions`): an
+    update is often worded unlike the question ("I quit Google last week." scores 0.10 for "Where do I work?",
+    "I got promoted, I'm a teacher now." 0.35), and before the mount then held no statement of the thing at all,
+    neither the older (contradicted) nor the newer (under the threshold) (``benchmarks/knowledge_update.py
+    --natural``).
 
     Moving the older only a few places (instead of behind every candidate, as before) is what keeps LoCoMo
     recall@10 at the level without consolidation: a topic-sharing turn the pairwise model takes for a conflict
@@ -396,7 +395,7 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
     ['x', 'new']
     >>> demote_older(["old", "x", "new", "low"], ident=lambda r: r, conflicts={("old", "new")}, drop=True,
     ...              mounted=lambda r: r not in ("new", "low"))   # the newer is under the threshold
-    ['new', 'old', 'x']
+    ['new', 'x']
     """
     if drop:
         return _mount_settled(items, ident, conflicts, mounted or (lambda item: True))
@@ -419,21 +418,23 @@ def _mount_settled(items: Sequence[T], ident: Callable[[T], str], conflicts: set
                    mounted: Callable[[T], bool]) -> list[T]:
     """:func:`demote_older`'s ``drop``: what a mount takes, in order."""
     taken = {ident(i) for i in items if mounted(i)}
-    contradicted = {older for older, newer in conflicts if newer in taken}
-    carried: dict[str, list[str]] = {}  # older id -> its newer ids under the threshold, mounted just before it
+    replaced = {older for older, newer in conflicts if newer in taken}  # by a newer memory the mount holds
+    # older id -> its newer ids under the threshold: they take its place (only where no mounted one replaces it)
+    heirs: dict[str, list[str]] = {}
     for older, newer in sorted(conflicts):
-        if newer not in taken and older in taken and older not in contradicted:
-            carried.setdefault(older, []).append(newer)
+        if older in taken and older not in replaced and newer not in taken:
+            heirs.setdefault(older, []).append(newer)
+    contradicted = replaced | set(heirs)
     by_id = {ident(i): i for i in items}
     out: list[T] = []
     emitted: set[str] = set()
     for item in items:
         key = ident(item)
-        if key in taken and key not in contradicted:
-            for newer in carried.get(key, []):
-                if newer not in emitted:
-                    out.append(by_id[newer])
-                    emitted.add(newer)
+        for newer in heirs.get(key, []):
+            if newer not in emitted and newer not in contradicted:
+                out.append(by_id[newer])
+                emitted.add(newer)
+        if key in taken and key not in contradicted and key not in emitted:
             out.append(item)
             emitted.add(key)
     return out

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agentmem.config import MemoryConfig
@@ -59,13 +60,12 @@ class ConflictDemotion:
         return demotion_pool(k)
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               floor: float | None = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None) -> list[Any]:
         """See :meth:`agentmem.recall.pipeline.Demotion.demote`."""
         head = found[:CHECKED]
         texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
         conflicts = self._consolidator.conflicts([s.row for s in head], texts, query)
-        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older,
-                            mounted=None if floor is None else lambda s: s.score >= floor)
+        return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older, mounted=mounted)
 
 
 __all__ = ["ConflictDemotion", "local_consolidator"]

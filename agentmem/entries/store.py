@@ -544,7 +544,8 @@ class EntryStore:
         its ``superseded_by`` chain, :mod:`agentmem.entries.versions`), which takes the candidate's place
         and rank score before the head is re-ranked and cut — one candidate search, each entry once at its best
         place; the successor must pass ``scope``, the superseded candidate ``scope`` with superseded entries
-        admitted. ``chain_stamp``: the catalog's chain-cut stamp, where the caller read it before this search
+        admitted; such a successor's ``scores["stands_for"]`` is the score of the superseded candidate whose place it
+        took (a mount holds it when that one clears the threshold). ``chain_stamp``: the catalog's chain-cut stamp, where the caller read it before this search
         (:meth:`agentmem.entries.kb_versions.KbVersions.recall_state`); None reads it when versions are followed.
 
         Example:
@@ -577,10 +578,11 @@ class EntryStore:
                 k: int, follow_versions: bool = False, chain_stamp: int | None = None,
                 head_k: int | None = None) -> list[ScoredRow]:
         admitted: list[tuple[EntryRecord, float]] = []
+        stands_for: dict[str, EntryRecord] = {}  # successor id -> the superseded candidate whose place it took
 
         def load(ranked: list[tuple[str, float]], depth: int) -> tuple[list[HeadEntry], list[tuple[str, float]]]:
             """The head's rows, admitted by scope (current versions when following them): agentmem.recall.head."""
-            admitted.extend(self._admitted(ranked, depth, scope, now, follow_versions, chain_stamp))
+            admitted.extend(self._admitted(ranked, depth, scope, now, follow_versions, chain_stamp, stands_for))
             return ([self._head_entry(row, s) for row, s in admitted[:depth]],
                     [(row.id, s) for row, s in admitted[depth:]])
 
@@ -610,6 +612,11 @@ class EntryStore:
             if own is not None:
                 parts["text_dense"] = own
             cosine = own if own is not None else parts.get("dense", 0.0)
+            older = stands_for.get(entry_id)
+            older_cosine = None if older is None else text_cosine(older.text_vector, vec)
+            if older_cosine is not None:  # the score of the superseded version whose place this hit took
+                older_words = word_overlap(asked, self.sealer.open_text(older.id, "text", older.text), older.speaker)
+                parts["stands_for"] = self.calibration(cosine=older_cosine, overlap=older_words)
             return self.calibration(cosine=cosine, overlap=parts["overlap"]), parts
 
         return [ScoredRow(by_id[entry_id], *scored(entry_id, score, cands.dense)) if entry_id in cands.dense
@@ -617,9 +624,11 @@ class EntryStore:
                 for entry_id, score in order]
 
     def _admitted(self, ranked: Sequence[tuple[str, float]], depth: int, scope: Scope, now: float,
-                  follow_versions: bool, chain_stamp: int | None) -> list[tuple[EntryRecord, float]]:
+                  follow_versions: bool, chain_stamp: int | None,
+                  stands_for: dict[str, EntryRecord] | None = None) -> list[tuple[EntryRecord, float]]:
         """The rows of ``ranked``'s best that ``scope`` admits (their current versions with ``follow_versions``),
-        best first, loaded page by page until ``depth`` are admitted."""
+        best first, loaded page by page until ``depth`` are admitted; ``stands_for`` receives, per successor
+        admitted in a superseded candidate's place, that candidate's row."""
         admitted: list[tuple[EntryRecord, float]] = []
         # superseded_by chains looked up ahead of the rows (pages()), so each page is loaded with its successors
         ends: dict[str, str] = {}
@@ -635,7 +644,7 @@ class EntryStore:
                         ends.pop(entry_id, None)
                     ends.update(self.chains.refresh(stale))
                     rows = self._rows_with_ends(stale, ends, rows)
-                admitted += self._current_versions(page, rows, ends, scope, now, admitted)
+                admitted += self._current_versions(page, rows, ends, scope, now, admitted, stands_for)
             else:
                 admitted += [(rows[i], s) for i, s in page if i in rows and scope.admits(rows[i], now)]
             if len(admitted) >= depth:
@@ -658,10 +667,10 @@ class EntryStore:
 
     @staticmethod
     def _current_versions(page: Sequence[tuple[str, float]], rows: dict[str, EntryRecord], ends: dict[str, str],
-                          scope: Scope, now: float,
-                          admitted: Sequence[tuple[EntryRecord, float]]) -> list[tuple[EntryRecord, float]]:
+                          scope: Scope, now: float, admitted: Sequence[tuple[EntryRecord, float]],
+                          stands_for: dict[str, EntryRecord] | None = None) -> list[tuple[EntryRecord, float]]:
         """The page's candidates as their current versions (``search(follow_versions=True)``), each entry once:
-        not again if it is already ``admitted`` from a better place."""
+        not again if it is already ``admitted`` from a better place (``stands_for``: see :meth:`_admitted`)."""
         wide = replace(scope, include_superseded=True)
         current = current_versions([rows[i] for i, _ in page if i in rows and wide.admits(rows[i], now)], ends, rows)
         seen = {row.id for row, _ in admitted}
@@ -672,6 +681,8 @@ class EntryStore:
                 continue
             seen.add(row.id)
             out.append((row, score))
+            if row.id != entry_id and stands_for is not None:
+                stands_for[row.id] = rows[entry_id]
         return out
 
     def _memory_line(self, row: EntryRecord) -> str:

@@ -6,8 +6,8 @@ lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`
 
 * **demote**: of two recalled memories that conflict (the same speaker stating two values of one thing), the older
   ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``); a
-  mount leaves the older out, so the model never reads both values, unless the newer scores under the mount
-  threshold: then both are mounted, the newer first (else the mount would hold neither). It runs before the threshold: the conflict
+  mount leaves the older out, so the model never reads both values, and a newer one under the mount threshold
+  takes the older's place (else the mount would hold neither). It runs before the threshold: the conflict
   check weighs a pair against the speaker's other recalled hits (at least 3), which the threshold would remove;
 * **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
   :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted).
@@ -53,11 +53,11 @@ class Demotion(Protocol):
         ...
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               floor: float | None = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None) -> list[Any]:
         """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down. With
-        ``drop_older`` (a mount) it is left out instead; with a ``floor`` too (the mount threshold) the result is what
-        the mount takes: the hits scoring at least ``floor``, an older one left out only for a newer one among them,
-        and a newer one under ``floor`` that contradicts an older one kept placed just before it."""
+        ``drop_older`` (a mount) it is left out instead; with ``mounted`` too (whether a hit clears the mount
+        threshold) the result is what the mount takes: the hits that clear it, an older one left out, and a newer
+        one that does not clear it in the place of the older one it contradicts."""
         ...
 
 
@@ -139,35 +139,47 @@ class Recaller(Generic[Scored, HitT]):
             standing = {s.row.id for s in profile}  # type: ignore[attr-defined]
             found = [s for s in found if s.row.id not in standing]  # type: ignore[attr-defined]
         under: list[Scored] = []  # hits the threshold leaves out, once it has applied
+        passes = self._passes(min_score, for_mount)
         thresholded = False
         if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
             # before the threshold: the conflict check weighs a pair against the speaker's other hits (at least 3),
             # which a threshold would remove, and a mount would then keep both values
-            floor = min_score if for_mount else None
-            settled = demotion.demote(found, query, drop_older=for_mount, floor=floor)
-            thresholded = floor is not None  # then the demotion applied the threshold (and kept carried hits)
+            mounted = passes if for_mount and min_score is not None else None
+            settled = demotion.demote(found, query, drop_older=for_mount, mounted=mounted)
+            thresholded = mounted is not None  # then the demotion applied the threshold (and placed the heirs)
             if thresholded:
                 kept = {id(s) for s in settled}
-                under = [s for s in found if s.score < floor and id(s) not in kept]  # type: ignore[attr-defined]
+                under = [s for s in found if not passes(s) and id(s) not in kept]
             if contradicted is not None:  # those the mount would have held
-                contradicted += [self._hit_of(s) for s in self._left_out(found, settled, min_score, k)]
+                contradicted += [self._hit_of(s) for s in self._left_out(found, settled, passes, k)]
             found = settled
         if for_mount and self._unmountable is not None:
             found = [s for s in found if not self._unmountable(s)]
             under = [s for s in under if not self._unmountable(s)]
         if min_score is not None and not thresholded:  # the threshold is the search's last step
-            under = [s for s in found if s.score < min_score]  # type: ignore[attr-defined]
-            found = [s for s in found if s.score >= min_score]  # type: ignore[attr-defined]
+            under = [s for s in found if not passes(s)]
+            found = [s for s in found if passes(s)]
         if below is not None:  # the hits below the threshold, told apart
             below += [self._hit_of(s) for s in under[:k]]
         return [self._hit_of(s) for s in [*profile, *found[:k]]]
 
     @staticmethod
-    def _left_out(found: list[Scored], settled: list[Scored], min_score: float | None, k: int) -> list[Scored]:
-        """The hits of the first ``k`` at or above ``min_score`` that the demotion left out (a mount's contradicted)."""
+    def _passes(min_score: float | None, for_mount: bool) -> Callable[[Any], bool]:
+        """Whether a scored hit clears ``min_score``; for a mount, a hit that took the place of a superseded memory
+        (recall follows versions) also clears it when that memory's score does (``scores["stands_for"]``): an update
+        is often worded unlike the question ("I got promoted, I'm a lawyer now." 0.30 for "What is my job?", where
+        "I work as a paralegal." scored 0.9), and the mount then held no statement of the thing at all."""
+        if min_score is None:
+            return lambda s: True
+        if not for_mount:
+            return lambda s: s.score >= min_score
+        return lambda s: s.score >= min_score or s.scores.get("stands_for", 0.0) >= min_score
+
+    @staticmethod
+    def _left_out(found: list[Scored], settled: list[Scored], passes: Callable[[Any], bool], k: int) -> list[Scored]:
+        """The hits of the first ``k`` that clear the threshold that the demotion left out (a mount's contradicted)."""
         kept = {id(s) for s in settled}
-        would = [s for s in found if min_score is None or s.score >= min_score][:k]  # type: ignore[attr-defined]
-        return [s for s in would if id(s) not in kept]
+        return [s for s in [s for s in found if passes(s)][:k] if id(s) not in kept]
 
     def takes_profile(self, scope: Any) -> bool:
         """Whether a mount in ``scope`` takes profile memories: they are on, the scope's kinds admit them, and the

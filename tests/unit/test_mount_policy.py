@@ -71,11 +71,11 @@ JOB = ["I'm employed as a chef.", "I finished reading a thriller novel.", "I stu
 
 
 @pytest.mark.parametrize("threshold", [0.3, 0.5])
-def test_a_mount_leaves_out_an_older_statement_only_for_a_newer_one_it_mounts(tmp_path, threshold):
+def test_a_mount_leaves_out_an_older_statement_a_newer_recalled_one_contradicts(tmp_path, threshold):
     # the write kept both jobs (the pair is below the supersede threshold), and recall's conflict check finds them
-    # against the speaker's other hits: recall ranks the chef behind the teacher. Where the teacher (~0.35) clears
-    # the mount threshold, a mount leaves the chef out (the model never reads both); where it does not (0.5), both
-    # are mounted, the teacher just before the chef: leaving the chef out too would mount no job at all
+    # against the speaker's other hits: recall ranks the chef behind the teacher, a mount leaves the chef out (the
+    # model never reads both). The teacher (~0.35) is mounted where it clears the threshold, and where it does not
+    # (0.5) it takes the chef's place: leaving the chef out without it would mount no job at all
     with AgentMemory(tmp_path / "m", kv_encoding="off", mount_min_score=threshold) as mem:
         ids = {t: mem.remember(t, user_id="u1", role="user").id for t in JOB}
         assert mem.get(ids[JOB[0]]).status == "active"
@@ -83,15 +83,11 @@ def test_a_mount_leaves_out_an_older_statement_only_for_a_newer_one_it_mounts(tm
         assert recalled.index(ids[JOB[-1]]) < recalled.index(ids[JOB[0]])
         choice = mem.mount_choice("What is my job?", user_id="u1", k=4)
         mounted = [h.id for h in choice.mounted]
+        assert ids[JOB[-1]] in mounted and ids[JOB[0]] not in mounted
+        assert [h.id for h in choice.contradicted] == [ids[JOB[0]]]
         assert ids[JOB[0]] not in [h.id for h in choice.below_threshold]
-        if threshold == 0.3:
-            assert ids[JOB[-1]] in mounted and ids[JOB[0]] not in mounted
-            assert [h.id for h in choice.contradicted] == [ids[JOB[0]]]
-        else:
-            teacher = next(h for h in choice.mounted if h.id == ids[JOB[-1]])
-            assert teacher.score < threshold  # mounted for the chef it changes, not for its own score
-            assert mounted.index(ids[JOB[-1]]) + 1 == mounted.index(ids[JOB[0]])
-            assert choice.contradicted == []
+        teacher = next(h for h in choice.mounted if h.id == ids[JOB[-1]])
+        assert (teacher.score >= threshold) is (threshold == 0.3)  # at 0.5: mounted for the chef it replaces
         assert mounted == [h.id for h in mem.recall_for_mount("What is my job?", user_id="u1", k=4)]
 
 

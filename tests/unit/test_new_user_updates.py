@@ -63,3 +63,19 @@ def test_fewer_older_memories_than_the_background_needs_take_the_prior():
     enough = [v[1]] * MIN_BACKGROUND  # a background of their own: the prior is not used
     margin = pair_features(v[0], {"a"}, enough, [{"b"}] * len(enough), background_prior=0.4)[:, 1]
     assert np.allclose(margin, 0.0)
+
+
+def test_an_update_worded_unlike_the_question_is_mounted_in_the_place_of_what_it_replaced(tmp_path):
+    # "I got promoted, I'm a lawyer now." scores ~0.30 for "What is my job?" on its own wording (under the 0.35
+    # threshold used here, so the test does not hang on the default's third decimal); it superseded "I work as a
+    # paralegal.", which the question finds (~0.46), and takes its place in the mount too
+    with AgentMemory(tmp_path / "m", kv_encoding="off", mount_min_score=0.35) as mem:
+        old = mem.remember("I work as a paralegal.", user_id="u1", session_id="monday", role="user")
+        new = mem.remember("I got promoted, I'm a lawyer now.", user_id="u1", session_id="friday", role="user")
+        assert new.event == "UPDATE" and mem.get(old.id).status == "superseded"
+        hit = mem.recall("What is my job?", user_id="u1", k=1)[0]
+        assert hit.id == new.id and hit.score < 0.35 <= hit.scores["stands_for"]
+        choice = mem.mount_choice("What is my job?", user_id="u1")
+        assert [h.id for h in choice.mounted] == [new.id] and choice.below_threshold == []
+        # a plain recall's min_score reads the hit's own score
+        assert mem.recall("What is my job?", user_id="u1", k=1, min_score=0.35) == []
