@@ -14,7 +14,7 @@ import demotion_crossfit as dc  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
 
-# too few older memories for a supersession on write (tests/unit/test_lifecycle_recall.py): recall settles the pair
+# the write supersedes Lyon; restored, the pair is left to recall (tests/unit/test_text_vectors.py)
 TEXTS = ["I live in Lyon.", "The weather was lovely this weekend.", "Actually I moved to Paris last month."]
 QUERY = "where do I live?"
 
@@ -22,7 +22,7 @@ QUERY = "where do I live?"
 def test_the_replay_of_a_recorded_pool_gives_recalls_order(tmp_path: Path) -> None:
     with AgentMemory(tmp_path / "s") as mem:
         ids = [mem.remember(t, user_id="u1").id for t in TEXTS]
-        assert mem.get(ids[0]).status == "active"
+        assert mem.restore(ids[0]).status == "active"
         shipped = [h.id for h in mem.recall(QUERY, user_id="u1", k=5)]
         recorder = dc.Recorder(mem)
         mem._recaller._demotion = recorder
