@@ -24,6 +24,7 @@ import inspect
 import json
 import logging
 import queue
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -33,6 +34,7 @@ from agentmem.chat_text import StopCut, cut_at_stop, format_tool_call, parse_too
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import invalid_tool_call
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables.config import ensure_config
 from pydantic import ConfigDict, Field
@@ -53,6 +55,7 @@ log = logging.getLogger("agentmem_langgraph")
 
 _ID_PARAMS = ("entry_ids", "ids", "memory_ids")  # what the core may call "mount exactly these entries"
 _NO_ENTRY_TAG = "agentmem-langgraph:none"
+_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')  # the tool name at the start of a call written as JSON
 
 
 class ChatAgentMem(BaseChatModel):
@@ -155,10 +158,21 @@ class ChatAgentMem(BaseChatModel):
         meta: dict[str, Any] = {META_KEY: info, "model_name": self.model_name}
         if mark is not None:
             meta[MARK_KEY] = mark
+        meta["finish_reason"] = info.pop("finish_reason", "stop")
         calls: list[dict[str, Any]] = []
+        invalid: list[Any] = []
         if tools:
             text, calls = parse_tool_calls(text)
-        return AIMessage(content=text, tool_calls=calls, response_metadata=meta, usage_metadata=usage)
+            if not calls and info.pop("call_required", False):
+                # decoding was held to a call, so the text is one that did not finish (max_new_tokens): LangChain's
+                # place for it is invalid_tool_calls, where an agent sees the error, not an answer in the content
+                invalid = [invalid_tool_call(name=_called_name(text), args=text, id=None,
+                                             error=f"the required tool call was cut short ({meta['finish_reason']}: "
+                                                   "raise max_new_tokens)")]
+                text = ""
+        info.pop("call_required", None)
+        return AIMessage(content=text, tool_calls=calls, invalid_tool_calls=invalid, response_metadata=meta,
+                         usage_metadata=usage)
 
     def _stream(
         self,
@@ -176,6 +190,8 @@ class ChatAgentMem(BaseChatModel):
                 content=whole.content, response_metadata=whole.response_metadata, usage_metadata=usage,
                 tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
                                    "type": "tool_call_chunk"} for i, c in enumerate(whole.tool_calls)],
+                # a call cut short as is: as a chunk, LangChain would parse its JSON as a partial call
+                invalid_tool_calls=whole.invalid_tool_calls,
                 chunk_position="last",
             ))
             return
@@ -296,6 +312,8 @@ class ChatAgentMem(BaseChatModel):
         if prompt_tokens:
             usage = {"input_tokens": int(prompt_tokens), "output_tokens": out_tokens,
                      "total_tokens": int(prompt_tokens) + out_tokens}
+        info["finish_reason"] = "length" if out_tokens >= max_new else "stop"  # popped into response_metadata
+        info["call_required"] = bool(forced)
         return str(out.text), info, usage, mark
 
     def _call(self, fn: Any, question: str, *, ids: list[str] | None, filters: Any, k: int, zero_k: bool = False,
@@ -400,6 +418,16 @@ def _read_tool_choice(tools: list[dict[str, Any]] | None,
         raise InvalidInputError(f"tool_choice must be 'auto', 'none', 'any', 'required' or a bound tool's name, "
                                 f"got {choice!r}")
     return tools, named
+
+
+def _called_name(text: str) -> str | None:
+    """The tool name a call cut short had written, if it got that far.
+
+    >>> _called_name('{"name": "get_weather", "arguments": {"ci'), _called_name('{"na')
+    ('get_weather', None)
+    """
+    found = _NAME.search(text)
+    return found.group(1) if found else None
 
 
 def _baseline_ttft(timings: Mapping[str, float]) -> float:

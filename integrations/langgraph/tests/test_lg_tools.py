@@ -190,3 +190,23 @@ def test_tool_choice_none_leaves_the_tools_out_and_a_wrong_name_is_refused(toolm
     assert out.usage_metadata["input_tokens"] < 300
     with pytest.raises(InvalidInputError, match="tool_choice"):
         llm.bind_tools([WEATHER_TOOL], tool_choice="get_time").invoke("What is the weather in Paris?")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_required_call_cut_short_comes_back_as_an_invalid_tool_call(toolmem, stream):
+    """A call that max_new_tokens cut off is not valid JSON: LangChain's ``invalid_tool_calls`` hold it, with the
+    reason, and the content is empty (an agent must not take the fragment for an answer)."""
+    mem, _ = toolmem
+    llm = ChatAgentMem(memory=mem, user_id="u1", max_new_tokens=6, use_session=False).bind_tools(
+        [WEATHER_TOOL], tool_choice="get_weather")
+    if stream:
+        msg = None
+        for chunk in llm.stream("What is the weather in Paris?"):
+            msg = chunk if msg is None else msg + chunk
+    else:
+        msg = llm.invoke("What is the weather in Paris?")
+    assert msg.tool_calls == [] and msg.content == ""
+    assert len(msg.invalid_tool_calls) == 1 and msg.invalid_tool_calls[0]["args"].startswith("{")
+    assert msg.response_metadata["finish_reason"] == "length"
+    if not stream:
+        assert "max_new_tokens" in msg.invalid_tool_calls[0]["error"]
