@@ -154,23 +154,30 @@ class ChatAgentMem(BaseChatModel):
         message = self._message(cut_at_stop(text, stop), info, usage, mark, tools=bool(kwargs.get("tools")))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _message(self, text: str, info: dict[str, Any], usage: Any, mark: Any, *, tools: bool) -> AIMessage:
-        meta: dict[str, Any] = {META_KEY: info, "model_name": self.model_name}
+    def _metadata(self, info: dict[str, Any], mark: Any) -> dict[str, Any]:
+        """The message's ``response_metadata``: agentmem's info, the model name, the stored-turn mark and the
+        ``finish_reason`` (taken out of the info, as ``call_required``, which only :meth:`_message` reads)."""
+        info.pop("call_required", None)
+        meta: dict[str, Any] = {"finish_reason": info.pop("finish_reason", "stop"), META_KEY: info,
+                                "model_name": self.model_name}
         if mark is not None:
             meta[MARK_KEY] = mark
-        meta["finish_reason"] = info.pop("finish_reason", "stop")
+        return meta
+
+    def _message(self, text: str, info: dict[str, Any], usage: Any, mark: Any, *, tools: bool) -> AIMessage:
+        required = info.pop("call_required", False)
+        meta = self._metadata(info, mark)
         calls: list[dict[str, Any]] = []
         invalid: list[Any] = []
         if tools:
             text, calls = parse_tool_calls(text)
-            if not calls and info.pop("call_required", False):
+            if not calls and required:
                 # decoding was held to a call, so the text is one that did not finish (max_new_tokens): LangChain's
                 # place for it is invalid_tool_calls, where an agent sees the error, not an answer in the content
                 invalid = [invalid_tool_call(name=_called_name(text), args=text, id=None,
                                              error=f"the required tool call was cut short ({meta['finish_reason']}: "
                                                    "raise max_new_tokens)")]
                 text = ""
-        info.pop("call_required", None)
         return AIMessage(content=text, tool_calls=calls, invalid_tool_calls=invalid, response_metadata=meta,
                          usage_metadata=usage)
 
@@ -219,9 +226,7 @@ class ChatAgentMem(BaseChatModel):
         if "error" in result:
             raise result["error"]
         _, info, usage, mark = result["out"]
-        meta: dict[str, Any] = {META_KEY: info, "model_name": self.model_name}
-        if mark is not None:
-            meta[MARK_KEY] = mark
+        meta = self._metadata(info, mark)
         last = ChatGenerationChunk(message=AIMessageChunk(
             content=cut.rest(), response_metadata=meta, usage_metadata=usage, chunk_position="last"))
         if run_manager is not None:
@@ -295,25 +300,7 @@ class ChatAgentMem(BaseChatModel):
                 baseline = self._call(self.memory.generate, question, mode="text", max_new_tokens=0, **common)
             out = self._call(self.memory.generate, question, mode=self.mode, max_new_tokens=max_new, **common, **extra)
             mark = None
-        info = {
-            "mounted": list(getattr(out, "mounted", []) or []),
-            "requested": ids,
-            "dropped": list(getattr(out, "dropped", []) or []),
-            "mode": getattr(out, "mode", self.mode),
-            "timings": dict(getattr(out, "timings", {}) or {}),
-            "reused_tokens": getattr(out, "reused_tokens", None),
-            "baseline_ttft": None if baseline is None else _baseline_ttft(baseline.timings),
-            "user_id": user,
-            "thread_id": thread,
-        }
-        prompt_tokens = getattr(out, "prompt_tokens", None)
-        out_tokens = len(getattr(out, "token_ids", []) or [])
-        usage = None
-        if prompt_tokens:
-            usage = {"input_tokens": int(prompt_tokens), "output_tokens": out_tokens,
-                     "total_tokens": int(prompt_tokens) + out_tokens}
-        info["finish_reason"] = "length" if out_tokens >= max_new else "stop"  # popped into response_metadata
-        info["call_required"] = bool(forced)
+        info, usage = _report(out, ids, baseline, user, thread, self.mode, max_new, forced=bool(forced))
         return str(out.text), info, usage, mark
 
     def _call(self, fn: Any, question: str, *, ids: list[str] | None, filters: Any, k: int, zero_k: bool = False,
@@ -418,6 +405,32 @@ def _read_tool_choice(tools: list[dict[str, Any]] | None,
         raise InvalidInputError(f"tool_choice must be 'auto', 'none', 'any', 'required' or a bound tool's name, "
                                 f"got {choice!r}")
     return tools, named
+
+
+def _report(out: Any, ids: Any, baseline: Any, user: Any, thread: Any, mode: str, max_new: int, *,
+            forced: bool) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """What an answer reports: agentmem's info (mounted, dropped, timings, ...; ``finish_reason`` and
+    ``call_required`` are taken out of it into the message) and LangChain's usage metadata."""
+    info = {
+        "mounted": list(getattr(out, "mounted", []) or []),
+        "requested": ids,
+        "dropped": list(getattr(out, "dropped", []) or []),
+        "mode": getattr(out, "mode", mode),
+        "timings": dict(getattr(out, "timings", {}) or {}),
+        "reused_tokens": getattr(out, "reused_tokens", None),
+        "baseline_ttft": None if baseline is None else _baseline_ttft(baseline.timings),
+        "user_id": user,
+        "thread_id": thread,
+    }
+    prompt_tokens = getattr(out, "prompt_tokens", None)
+    out_tokens = len(getattr(out, "token_ids", []) or [])
+    usage = None
+    if prompt_tokens:
+        usage = {"input_tokens": int(prompt_tokens), "output_tokens": out_tokens,
+                 "total_tokens": int(prompt_tokens) + out_tokens}
+    info["finish_reason"] = "length" if out_tokens >= max_new else "stop"
+    info["call_required"] = forced
+    return info, usage
 
 
 def _called_name(text: str) -> str | None:

@@ -210,3 +210,17 @@ def test_a_required_call_cut_short_comes_back_as_an_invalid_tool_call(toolmem, s
     assert msg.response_metadata["finish_reason"] == "length"
     if not stream:
         assert "max_new_tokens" in msg.invalid_tool_calls[0]["error"]
+
+
+def test_an_answer_says_why_it_ended(toolmem):
+    """``response_metadata["finish_reason"]``, as LangChain's chat models report it: "length" when max_new_tokens
+    cut the answer (this random model never stops on its own), on invoke and on the streamed last chunk."""
+    mem, _ = toolmem
+    llm = ChatAgentMem(memory=mem, user_id="u1", max_new_tokens=4, use_session=False)
+    whole = llm.invoke("Hello?")
+    streamed = None
+    for chunk in llm.stream("Hello?"):
+        streamed = chunk if streamed is None else streamed + chunk
+    for msg in (whole, streamed):
+        assert msg.response_metadata["finish_reason"] == "length"
+        assert "finish_reason" not in msg.response_metadata["agentmem"]
