@@ -187,6 +187,16 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
             for group, t in tally.items()}
 
 
+def natural_runs(root: Path, fillers: list[int]) -> dict[str, dict[str, dict[str, float]]]:
+    """:func:`natural_effect` on the natural updates and look-alikes, once per number of unrelated memories."""
+    out = {}
+    for n in fillers:
+        with AgentMemory(root / f"ku-natural-{n}", consolidation="local") as mem:
+            out[f"fillers_{n}"] = natural_effect(mem, natural_cases(fillers=n) + alike_cases(fillers=n))
+        print(f"natural {n}", out[f"fillers_{n}"], file=sys.stderr, flush=True)
+    return out
+
+
 # ablations of recall's consolidation steps, through the public config (agentmem/entries/versions.py)
 ABLATIONS = {"without_recall_demotion": {"recall_conflict_demotion": False},
              "without_version_following": {"recall_follows_versions": False}}
@@ -314,11 +324,8 @@ def main() -> None:
             with AgentMemory(root / "ku-asked", consolidation="local") as mem:
                 result["asked"] = asked_effect(mem, items[: args.asked_n])
             print("asked", result["asked"], file=sys.stderr, flush=True)
-        for fillers in (args.natural or [0, 4]) if args.natural is not None else ():
-            with AgentMemory(root / f"ku-natural-{fillers}", consolidation="local") as mem:
-                cases = natural_cases(fillers=fillers) + alike_cases(fillers=fillers)
-                result.setdefault("natural", {})[f"fillers_{fillers}"] = natural_effect(mem, cases)
-            print(f"natural {fillers}", result["natural"][f"fillers_{fillers}"], file=sys.stderr, flush=True)
+        if args.natural is not None:
+            result["natural"] = natural_runs(root, args.natural or [0, 4])
         if args.locomo:
             on = locomo_recall(args.locomo, "local", root / "locomo-local")
             off = locomo_recall(args.locomo, "off", root / "locomo-off")
