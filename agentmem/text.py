@@ -2,7 +2,8 @@
 query, :func:`agentmem.backends.sqlite.catalog.fts_query`; the local consolidation's word overlap,
 :mod:`agentmem.consolidate.local`; the head's question-word cues, :mod:`agentmem.recall.head_cues`; the topic
 detector of :mod:`agentmem.sessions.topic`) and the content words they leave. One set, so all agree on what a
-content word is.
+content word is. Likewise one sentence splitter (:func:`sentences`), for the consolidation's statement rules and
+the parts of a long document.
 
 Example:
     >>> sorted(w for w in "where did the dog go".split() if w not in STOPWORDS)
@@ -26,6 +27,18 @@ STOPWORDS: frozenset[str] = frozenset(
 )
 
 _WORD = re.compile(r"[a-z0-9]+")
+# between two sentences: whitespace after an end mark (. ! ? … and the full-width ！ ？ 。), the mark kept
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?\u2026\uff01\uff1f\u3002])\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """``text``'s sentences, each with its end mark (none for a blank text).
+
+    Example:
+        >>> sentences("Hey! How are you?  I moved to Lyon."), sentences("  ")
+        (['Hey!', 'How are you?', 'I moved to Lyon.'], [])
+    """
+    return [s.strip() for s in _SENTENCE_BREAK.split(text.strip()) if s.strip()]
 
 
 def content_words(text: str) -> set[str]:

@@ -34,6 +34,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
+from agentmem.text import sentences
+
 # a number with its sign and inner separators ("-5", "5.5", "4,821", "12:30", "2026-03-04"), a word, or any other
 # single non-space character (punctuation is dropped below, symbols are kept)
 _TOKEN = re.compile(r"(?<![\w.,:/-])[-+−]?\d+(?:[.,:/-]\d+)*|\w+|[^\w\s]")
@@ -43,8 +45,6 @@ MAX_CHANGED = 3  # a value swap replaces at most this many tokens ("5 mg" -> "10
 MIN_SHARED = 2  # ... and keeps at least this many tokens of the frame
 # a sentence ends at a run of . ! ? or … followed by more text ("5.5" and "v1.2" have no space after the point); an
 # abbreviation ("Dr. Smith") counts as an end too, which errs on the side of keeping a memory
-_SENTENCE_END = re.compile(r"[.!?\u2026]+\s+(?=\S)")
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?\u2026\uff01\uff1f\u3002])\s+")  # between sentences, their ends kept
 
 
 def _is_punctuation(token: str) -> bool:
@@ -93,8 +93,7 @@ def sentence_count(text: str) -> int:
     >>> sentence_count("Hey! How are you? I moved to Lyon."), sentence_count("I live in Lyon")
     (3, 1)
     """
-    text = text.strip()
-    return 1 + len(_SENTENCE_END.findall(text)) if text else 0
+    return len(sentences(text))
 
 
 def only_asks(text: str) -> bool:
@@ -104,9 +103,9 @@ def only_asks(text: str) -> bool:
     >>> only_asks("Hey! Where do I live now?"), only_asks("I live in Lyon."), only_asks("Thanks!")
     (True, False, False)
     """
-    sentences = [s.strip() for s in _SENTENCE_SPLIT.split(text.strip()) if s.strip()]
-    asks = [s.endswith(("?", "\uff1f")) for s in sentences]
-    return any(asks) and all(a or len(s.split()) <= 2 for a, s in zip(asks, sentences))
+    said = sentences(text)
+    asks = [s.endswith(("?", "\uff1f")) for s in said]
+    return any(asks) and all(a or len(s.split()) <= 2 for a, s in zip(asks, said))
 
 
 def changed_value(older: str, newer: str) -> bool:

@@ -21,11 +21,11 @@ import uuid
 from typing import Any
 
 from agentmem.errors import InvalidInputError
+from agentmem.text import sentences
 
 __all__ = ["document_parts", "split_document"]
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def split_document(text: str, max_words: int = 150) -> list[str]:
@@ -75,7 +75,7 @@ def _pieces(text: str, max_words: int) -> list[tuple[bool, str]]:
         if not paragraph:
             continue
         first = True
-        units = [paragraph] if len(paragraph.split()) <= max_words else _SENTENCE_END.split(paragraph)
+        units = [paragraph] if len(paragraph.split()) <= max_words else sentences(paragraph)
         for unit in units:
             words = unit.split()
             if len(words) <= max_words:  # kept as written (a list's line breaks included)
