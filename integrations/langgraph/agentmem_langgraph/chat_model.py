@@ -27,7 +27,7 @@ import queue
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentmem import InvalidInputError
 from agentmem.chat_text import StopCut, cut_at_stop, format_tool_call, parse_tool_calls, tool_call_schema
@@ -56,6 +56,18 @@ log = logging.getLogger("agentmem_langgraph")
 _ID_PARAMS = ("entry_ids", "ids", "memory_ids")  # what the core may call "mount exactly these entries"
 _NO_ENTRY_TAG = "agentmem-langgraph:none"
 _NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')  # the tool name at the start of a call written as JSON
+
+
+class _Answer(NamedTuple):
+    """One call of the memory: its text, agentmem's info (``response_metadata["agentmem"]``), LangChain's usage
+    metadata, the stored-turn mark, why it ended ("length" / "stop") and whether decoding was held to a tool call."""
+
+    text: str
+    info: dict[str, Any]
+    usage: dict[str, int] | None
+    mark: Any
+    finish_reason: str
+    call_required: bool
 
 
 class ChatAgentMem(BaseChatModel):
@@ -150,36 +162,35 @@ class ChatAgentMem(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        text, info, usage, mark = self._answer(messages, run_manager, kwargs)
-        message = self._message(cut_at_stop(text, stop), info, usage, mark, tools=bool(kwargs.get("tools")))
+        answer = self._answer(messages, run_manager, kwargs)
+        message = self._message(answer, cut_at_stop(answer.text, stop), tools=bool(kwargs.get("tools")))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _metadata(self, info: dict[str, Any], mark: Any) -> dict[str, Any]:
-        """The message's ``response_metadata``: agentmem's info, the model name, the stored-turn mark and the
-        ``finish_reason`` (taken out of the info, as ``call_required``, which only :meth:`_message` reads)."""
-        info.pop("call_required", None)
-        meta: dict[str, Any] = {"finish_reason": info.pop("finish_reason", "stop"), META_KEY: info,
+    def _metadata(self, answer: _Answer) -> dict[str, Any]:
+        """The message's ``response_metadata``: why the answer ended, agentmem's info, the model name and the
+        stored-turn mark."""
+        meta: dict[str, Any] = {"finish_reason": answer.finish_reason, META_KEY: answer.info,
                                 "model_name": self.model_name}
-        if mark is not None:
-            meta[MARK_KEY] = mark
+        if answer.mark is not None:
+            meta[MARK_KEY] = answer.mark
         return meta
 
-    def _message(self, text: str, info: dict[str, Any], usage: Any, mark: Any, *, tools: bool) -> AIMessage:
-        required = info.pop("call_required", False)
-        meta = self._metadata(info, mark)
+    def _message(self, answer: _Answer, text: str, *, tools: bool) -> AIMessage:
+        """The answer (its ``text`` cut at the stop strings) as an AIMessage, with its tool calls when ``tools``."""
+        meta = self._metadata(answer)
         calls: list[dict[str, Any]] = []
         invalid: list[Any] = []
         if tools:
             text, calls = parse_tool_calls(text)
-            if not calls and required:
+            if not calls and answer.call_required:
                 # decoding was held to a call, so the text is one that did not finish (max_new_tokens): LangChain's
                 # place for it is invalid_tool_calls, where an agent sees the error, not an answer in the content
                 invalid = [invalid_tool_call(name=_called_name(text), args=text, id=None,
-                                             error=f"the required tool call was cut short ({meta['finish_reason']}: "
+                                             error=f"the required tool call was cut short ({answer.finish_reason}: "
                                                    "raise max_new_tokens)")]
                 text = ""
         return AIMessage(content=text, tool_calls=calls, invalid_tool_calls=invalid, response_metadata=meta,
-                         usage_metadata=usage)
+                         usage_metadata=answer.usage)
 
     def _stream(
         self,
@@ -191,10 +202,10 @@ class ChatAgentMem(BaseChatModel):
         # The answer is decoded on a worker thread whose per-token text goes through a queue: each piece is
         # yielded here as soon as the decoder produced it, not after the whole answer.
         if kwargs.get("tools"):
-            text, info, usage, mark = self._answer(messages, run_manager, kwargs)
-            whole = self._message(cut_at_stop(text, stop), info, usage, mark, tools=True)
+            answer = self._answer(messages, run_manager, kwargs)
+            whole = self._message(answer, cut_at_stop(answer.text, stop), tools=True)
             yield ChatGenerationChunk(message=AIMessageChunk(
-                content=whole.content, response_metadata=whole.response_metadata, usage_metadata=usage,
+                content=whole.content, response_metadata=whole.response_metadata, usage_metadata=answer.usage,
                 tool_call_chunks=[{"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i,
                                    "type": "tool_call_chunk"} for i, c in enumerate(whole.tool_calls)],
                 # a call cut short as is: as a chunk, LangChain would parse its JSON as a partial call
@@ -225,10 +236,10 @@ class ChatAgentMem(BaseChatModel):
         worker.join()
         if "error" in result:
             raise result["error"]
-        _, info, usage, mark = result["out"]
-        meta = self._metadata(info, mark)
+        answer = result["out"]
         last = ChatGenerationChunk(message=AIMessageChunk(
-            content=cut.rest(), response_metadata=meta, usage_metadata=usage, chunk_position="last"))
+            content=cut.rest(), response_metadata=self._metadata(answer), usage_metadata=answer.usage,
+            chunk_position="last"))
         if run_manager is not None:
             run_manager.on_llm_new_token(str(last.message.content), chunk=last)
         yield last
@@ -245,7 +256,7 @@ class ChatAgentMem(BaseChatModel):
 
     # --- the call ----------------------------------------------------------------------------------
     def _answer(self, messages: Sequence[BaseMessage], run_manager: Any,
-                kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, int] | None, Any]:
+                kwargs: Mapping[str, Any]) -> _Answer:
         if self.memory is None:
             raise InvalidInputError("ChatAgentMem needs memory=AgentMemory(...)")
         user, thread = self._scope(run_manager, kwargs)
@@ -300,8 +311,8 @@ class ChatAgentMem(BaseChatModel):
                 baseline = self._call(self.memory.generate, question, mode="text", max_new_tokens=0, **common)
             out = self._call(self.memory.generate, question, mode=self.mode, max_new_tokens=max_new, **common, **extra)
             mark = None
-        info, usage = _report(out, ids, baseline, user, thread, self.mode, max_new, forced=bool(forced))
-        return str(out.text), info, usage, mark
+        info, usage, finish = _report(out, ids, baseline, user, thread, self.mode, max_new)
+        return _Answer(str(out.text), info, usage, mark, finish, bool(forced))
 
     def _call(self, fn: Any, question: str, *, ids: list[str] | None, filters: Any, k: int, zero_k: bool = False,
               **kw: Any) -> Any:
@@ -407,10 +418,10 @@ def _read_tool_choice(tools: list[dict[str, Any]] | None,
     return tools, named
 
 
-def _report(out: Any, ids: Any, baseline: Any, user: Any, thread: Any, mode: str, max_new: int, *,
-            forced: bool) -> tuple[dict[str, Any], dict[str, int] | None]:
-    """What an answer reports: agentmem's info (mounted, dropped, timings, ...; ``finish_reason`` and
-    ``call_required`` are taken out of it into the message) and LangChain's usage metadata."""
+def _report(out: Any, ids: Any, baseline: Any, user: Any, thread: Any, mode: str,
+            max_new: int) -> tuple[dict[str, Any], dict[str, int] | None, str]:
+    """What an answer reports: agentmem's info (mounted, dropped, timings, ...), LangChain's usage metadata and
+    why it ended ("length" when ``max_new`` tokens cut it, else "stop")."""
     info = {
         "mounted": list(getattr(out, "mounted", []) or []),
         "requested": ids,
@@ -428,9 +439,7 @@ def _report(out: Any, ids: Any, baseline: Any, user: Any, thread: Any, mode: str
     if prompt_tokens:
         usage = {"input_tokens": int(prompt_tokens), "output_tokens": out_tokens,
                  "total_tokens": int(prompt_tokens) + out_tokens}
-    info["finish_reason"] = "length" if out_tokens >= max_new else "stop"
-    info["call_required"] = forced
-    return info, usage
+    return info, usage, "length" if out_tokens >= max_new else "stop"
 
 
 def _called_name(text: str) -> str | None:
