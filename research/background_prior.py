@@ -43,7 +43,8 @@ from ku_scenarios import _ALIKE, _CHATTER, _TEST, _TUNE  # noqa: E402
 from locomo import turn_text  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
-from agentmem.consolidate.pairs import BACKGROUND_NEIGHBOURS, MIN_BACKGROUND, WEIGHTS, PairModel, pair_features  # noqa: E402
+from agentmem.consolidate.pairs import (BACKGROUND_NEIGHBOURS, MIN_BACKGROUND, WEIGHTS, PairModel,  # noqa: E402
+                                      pair_features)
 from agentmem.text import content_words  # noqa: E402
 
 

@@ -239,6 +239,8 @@ class LocalConsolidator:
         unit = self.text_vectors(texts)
         words = [content_words(t) for t in texts]
         tokens = [statement_tokens(t) for t in texts]
+        sentences = [sentence_count(t) for t in texts]  # once per text, not once per later text of the batch
+        asks = [only_asks(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
             if row.kind not in CONSOLIDATED_KINDS or row.indexed is False:  # unindexed: stored exactly as given
@@ -249,11 +251,9 @@ class LocalConsolidator:
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
-                                                rows[j].session_id, sentence_count(texts[j]),
-                                                only_asks(texts[j])))
+                                                rows[j].session_id, sentences[j], asks[j]))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
-                              pairs=self.pairs, tokens=tokens[i], session_id=row.session_id,
-                              asks=only_asks(texts[i]))
+                              pairs=self.pairs, tokens=tokens[i], session_id=row.session_id, asks=asks[i])
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)

@@ -43,8 +43,6 @@ _TOKEN = re.compile(r"(?<![\w.,:/-])[-+−]?\d+(?:[.,:/-]\d+)*|\w+|[^\w\s]")
 _VALUE_PUNCTUATION = frozenset("%#@&*/\\‰°")
 MAX_CHANGED = 3  # a value swap replaces at most this many tokens ("5 mg" -> "10 mg": 1; "May 3, 2026" -> ...: 3)
 MIN_SHARED = 2  # ... and keeps at least this many tokens of the frame
-# a sentence ends at a run of . ! ? or … followed by more text ("5.5" and "v1.2" have no space after the point); an
-# abbreviation ("Dr. Smith") counts as an end too, which errs on the side of keeping a memory
 
 
 def _is_punctuation(token: str) -> bool:
@@ -88,7 +86,9 @@ def changed_span(older: Sequence[str], newer: Sequence[str]) -> tuple[tuple[str,
 
 
 def sentence_count(text: str) -> int:
-    """How many sentences ``text`` has (0 for a blank text).
+    """How many sentences ``text`` has (0 for a blank text; :func:`agentmem.text.sentences`). "5.5" and "v1.2" have
+    no space after the point; an abbreviation ("Dr. Smith") counts as an end, which errs on the side of keeping a
+    memory (only a one-sentence memory can be superseded).
 
     >>> sentence_count("Hey! How are you? I moved to Lyon."), sentence_count("I live in Lyon")
     (3, 1)

@@ -545,8 +545,9 @@ class EntryStore:
         and rank score before the head is re-ranked and cut — one candidate search, each entry once at its best
         place; the successor must pass ``scope``, the superseded candidate ``scope`` with superseded entries
         admitted; such a successor's ``scores["stands_for"]`` is the score of the superseded candidate whose place it
-        took (a mount holds it when that one clears the threshold). ``chain_stamp``: the catalog's chain-cut stamp, where the caller read it before this search
-        (:meth:`agentmem.entries.kb_versions.KbVersions.recall_state`); None reads it when versions are followed.
+        took (a mount holds it when that one clears the threshold). ``chain_stamp``: the catalog's chain-cut stamp,
+        where the caller read it before this search (:meth:`agentmem.entries.kb_versions.KbVersions.recall_state`);
+        None reads it when versions are followed.
 
         Example:
             >>> paris = mem.remember("I moved to Paris in June.", user_id="u1")  # supersedes rec (Lyon)
