@@ -26,7 +26,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["format_tool_call", "parse_tool_calls", "render_tools", "tool_call_schema"]
+from agentmem.errors import InvalidInputError
+
+__all__ = ["choose_tools", "format_tool_call", "parse_tool_calls", "render_tools", "tool_call_schema"]
 
 _MARK = "\x00agentmem-system\x00"
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
@@ -146,3 +148,37 @@ def tool_call_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                                        "arguments": fn.get("parameters") or {"type": "object"}},
                       "required": ["name", "arguments"], "additionalProperties": False})
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def choose_tools(tools: Sequence[Mapping[str, Any]] | None,
+                 choice: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(tools offered, tools one of which must be called)`` for a ``tool_choice`` in the shapes OpenAI and
+    LangChain send: ``None`` / ``"auto"`` / ``False`` (the model decides), ``"none"`` (no tools offered),
+    ``"required"`` / ``"any"`` / ``True`` (a call of any tool), or one tool by name (``"get_weather"``,
+    ``{"type": "function", "function": {"name": ...}}``, ``{"name": ...}``). Raises
+    :class:`~agentmem.errors.InvalidInputError` naming the problem for a choice without tools or an unknown name.
+
+    Example:
+        >>> tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+        >>> [len(t) for t in choose_tools([tool], {"type": "function", "function": {"name": "get_weather"}})]
+        [1, 1]
+        >>> choose_tools([tool], "none"), [len(t) for t in choose_tools([tool], "auto")]
+        (([], []), [1, 0])
+    """
+    offered = [dict(t) for t in tools or []]
+    if choice is None or choice is False or choice == "auto":
+        return offered, []
+    if choice == "none":
+        return [], []
+    if not offered:
+        raise InvalidInputError(f"tool_choice {choice!r} needs tools")
+    if choice is True or choice in ("required", "any"):
+        return offered, offered
+    name = choice if isinstance(choice, str) else None
+    if isinstance(choice, Mapping):
+        name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else choice.get("name")
+    named = [t for t in offered if t["function"]["name"] == name]
+    if not named:
+        raise InvalidInputError(f"tool_choice must be 'auto', 'none', 'required', 'any' or one of the tools "
+                                f"({', '.join(t['function']['name'] for t in offered)}), got {name or choice!r}")
+    return offered, named

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
-from agentmem.chat_text import format_tool_call, tool_call_schema
+from agentmem.chat_text import choose_tools, format_tool_call, tool_call_schema
 from agentmem.validation import check_stop
 
 __all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "content_text", "last_user_text", "read_conversation"]
@@ -261,22 +261,7 @@ def _read_tools(body: ChatRequest) -> tuple[list[dict[str, Any]], list[dict[str,
         fn = t.get("function")
         if t.get("type") != "function" or not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
             raise InvalidInputError(f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ...}}}}")
-    choice = body.tool_choice
-    if choice is None or choice == "auto":
-        return tools, []
-    if choice == "none":
-        return [], []
-    if not tools:
-        raise InvalidInputError("tool_choice needs tools")
-    if choice == "required":
-        return tools, tools
-    if isinstance(choice, Mapping) and choice.get("type") == "function":
-        name = (choice.get("function") or {}).get("name")
-        named = [t for t in tools if t["function"]["name"] == name]
-        if not named:
-            raise InvalidInputError(f"tool_choice names {name!r}, which is not among the tools")
-        return tools, named
-    raise InvalidInputError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {choice!r}")
+    return choose_tools(tools, body.tool_choice)
 
 
 def _read_response_format(fmt: Mapping[str, Any] | None, with_tools: bool) -> dict[str, Any] | None:

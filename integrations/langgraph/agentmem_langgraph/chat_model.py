@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from agentmem import InvalidInputError
-from agentmem.chat_text import StopCut, cut_at_stop, format_tool_call, parse_tool_calls, tool_call_schema
+from agentmem.chat_text import StopCut, choose_tools, cut_at_stop, format_tool_call, parse_tool_calls, tool_call_schema
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, SystemMessage, ToolMessage
@@ -274,7 +274,7 @@ class ChatAgentMem(BaseChatModel):
         # no ids given: recall with the node's scope, keeping messages already in the conversation out
         filters = {"message_id": {"$nin": present}} if present else None
         max_new = int(kwargs.get("max_new_tokens", self.max_new_tokens))
-        tools, forced = _read_tool_choice(kwargs.get("tools") or None, kwargs.get("tool_choice"))
+        tools, forced = choose_tools(kwargs.get("tools"), kwargs.get("tool_choice"))
         extra = dict(on_text=kwargs.get("on_text"), logits_processor=self.logits_processor)
         if self.temperature is not None:  # 0 is greedy, as OpenAI's API reads it
             extra.update(do_sample=self.temperature > 0, temperature=self.temperature or None)
@@ -387,35 +387,6 @@ class ChatAgentMem(BaseChatModel):
         if parts:
             return "\n\n".join([*parts, body])
         return body
-
-
-def _read_tool_choice(tools: list[dict[str, Any]] | None,
-                      choice: Any) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
-    """``(tools offered, tools one of which must be called)`` for LangChain's ``tool_choice``: ``None`` / ``"auto"``
-    (the model decides), ``"none"`` (no tools), ``"any"`` / ``"required"`` / ``True`` (a call of any tool), or a
-    tool's name (``"get_weather"``, ``{"type": "function", "function": {"name": ...}}``, ``{"name": ...}``).
-
-    Example:
-        >>> tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-        >>> [len(t or []) for t in _read_tool_choice([tool], "get_weather")], _read_tool_choice([tool], "none")
-        ([1, 1], (None, []))
-    """
-    if choice is None or choice == "auto" or choice is False:
-        return tools, []
-    if choice == "none":
-        return None, []
-    if not tools:
-        raise InvalidInputError("tool_choice needs tools (bind_tools)")
-    if choice in ("any", "required") or choice is True:
-        return tools, tools
-    name = choice if isinstance(choice, str) else None
-    if isinstance(choice, Mapping):
-        name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else choice.get("name")
-    named = [t for t in tools if t["function"]["name"] == name]
-    if not named:
-        raise InvalidInputError(f"tool_choice must be 'auto', 'none', 'any', 'required' or a bound tool's name, "
-                                f"got {choice!r}")
-    return tools, named
 
 
 def _report(out: Any, ids: Any, baseline: Any, user: Any, thread: Any, mode: str,
