@@ -2,11 +2,14 @@
 warmup, fetch-model, mcp, keys.
 
 A thin layer over the public API (:class:`~agentmem.AgentMemory`, :mod:`agentmem.server`); the library never
-imports it. Every command takes ``--path`` (the store directory); output is JSON where a program may read it.
+imports it. Every command that opens a store takes ``--path`` (the store directory) and ``--config`` (or
+``$AGENTMEM_CONFIG``): a TOML or JSON file whose ``[memory]`` table holds :class:`~agentmem.MemoryConfig` fields (the
+backends' URLs, codecs, consolidation, mount threshold ...) and whose ``[server]`` table holds
+:class:`agentmem.server.ServerSettings` fields, so every command opens the store as the server does. Output is JSON where a program may read it.
 
 Example:
     $ agentmem keys add --path ./memdata --user u1
-    $ agentmem serve --path ./memdata --port 8765
+    $ agentmem serve --path ./memdata --port 8765 [--config agentmem.toml] [--set kv_encoding=eager]
     $ agentmem remember --path ./memdata --user u1 "I moved to Lyon."
     $ agentmem recall --path ./memdata --user u1 "where do I live?"
     $ agentmem export --path ./memdata --user u1 --out u1.jsonl
@@ -33,14 +36,77 @@ keys_app = typer.Typer(help="API keys of the server (stored hashed in the store)
 app.add_typer(keys_app, name="keys")
 
 PathOpt = typer.Option(..., "--path", "-p", help="Store directory (catalog.db, chroma/, kv/).")
+ConfigOpt = typer.Option(None, "--config", "-c", envvar="AGENTMEM_CONFIG",
+                         help="TOML or JSON file: [memory] holds MemoryConfig fields (backends, codecs, ...), "
+                         "[server] ServerSettings fields.")
 ModelOpt = typer.Option(None, "--model", help="Local Hugging Face model directory (default: embedded SmolLM2).")
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def _open(path: Path, model: Optional[str] = None) -> Any:
-    from agentmem import AgentMemory
+def _open(path: Path, model: Optional[str] = None, config: Optional[Path] = None,
+          overrides: Optional[dict[str, Any]] = None) -> Any:
+    """The store at ``path``, configured by the ``[memory]`` table of ``config`` and then ``overrides``."""
+    from agentmem import AgentMemory, MemoryConfig
 
-    return AgentMemory(path, model=model)
+    fields = {**_read_config(config).get("memory", {}), **(overrides or {})}
+    try:
+        memory_config = MemoryConfig(**fields)
+    except ValueError as exc:  # pydantic's ValidationError names the field and the problem
+        _fail(f"memory config{f' ({config})' if config else ''}: {exc}")
+    return AgentMemory(path, model=model, config=memory_config)
+
+
+def _read_config(file: Optional[Path]) -> dict[str, dict[str, Any]]:
+    """The ``memory`` and ``server`` tables of a TOML (``.toml``) or JSON file; ``{}`` without one."""
+    if file is None:
+        return {}
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        _fail(f"cannot read --config {file}: {exc.strerror or exc}")
+    try:
+        if file.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = _toml().loads(text)
+    except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
+        _fail(f"--config {file} is not valid {'JSON' if file.suffix.lower() == '.json' else 'TOML'}: {exc}")
+    unknown = sorted(set(data) - {"memory", "server"}) if isinstance(data, dict) else ["(not a table)"]
+    if unknown or not all(isinstance(v, dict) for v in data.values()):
+        _fail(f"--config {file}: only the tables [memory] and [server] are read, found {unknown or 'a non-table'}")
+    return data
+
+
+def _toml() -> Any:
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    return tomllib
+
+
+def _split_settings(items: list[str], server_fields: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``--set FIELD=VALUE`` items as (MemoryConfig fields, ServerSettings fields); the two have no name in common."""
+    from agentmem import MemoryConfig
+
+    pairs = [item.split("=", 1) for item in items]
+    if any(len(pair) != 2 for pair in pairs):
+        _fail("--set takes FIELD=VALUE")
+    unknown = [name for name, _ in pairs if name not in MemoryConfig.model_fields and name not in server_fields]
+    if unknown:
+        _fail(f"--set {unknown[0]}: not a setting of the server (agentmem.server.ServerSettings) or of the memory "
+              "(agentmem.MemoryConfig)")
+    memory = {name: _setting(value) for name, value in pairs if name in MemoryConfig.model_fields}
+    server = {name: value for name, value in pairs if name not in memory}
+    return memory, server
+
+
+def _setting(value: str) -> Any:
+    """A ``--set`` value: JSON where it parses (numbers, true / false, lists), else the string itself."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 def _server() -> Any:
@@ -62,7 +128,8 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 @app.command()
-def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
+def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = ModelOpt,
+          config: Optional[Path] = ConfigOpt,
           host: str = typer.Option("127.0.0.1", help="Address to bind."),
           port: int = typer.Option(8765, help="Port to bind."),
           no_auth: bool = typer.Option(False, "--no-auth", help="Serve without API keys (loopback only)."),
@@ -81,34 +148,44 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
           upstream_model: Optional[str] = typer.Option(None, "--upstream-model",
                                                        help="Model name sent upstream (default: the client's)."),
           log_level: str = typer.Option("warning", help="uvicorn log level."),
-          setting: list[str] = typer.Option([], "--set", help="Any other server setting as FIELD=VALUE, e.g. "
-                                            "--set max_concurrent_per_user=4 (see agentmem.server.ServerSettings).")
+          setting: list[str] = typer.Option([], "--set", help="Any other setting as FIELD=VALUE, of the server "
+                                            "(agentmem.server.ServerSettings, e.g. --set max_concurrent_per_user=4) "
+                                            "or of the memory (MemoryConfig, e.g. --set kv_encoding=eager); "
+                                            "over --config's.")
           ) -> None:
-    """Run the HTTP server: REST, OpenAI-compatible /v1/chat/completions, MCP at /mcp, /inspector, /metrics."""
+    """Run the HTTP server: REST, OpenAI-compatible /v1/chat/completions, MCP at /mcp, /inspector, /metrics.
+
+    Settings, later ones winning: --config's [server] and [memory] tables, then --set, then the options above that
+    are given on the command line."""
     server = _server()
     import uvicorn
 
     KeyStore, ServerSettings, create_app = server.KeyStore, server.ServerSettings, server.create_app
-    if no_auth and host not in _LOOPBACK:
-        _fail(f"--no-auth only binds to loopback (127.0.0.1), not {host!r}")
+    memory_set, server_set = _split_settings(setting, ServerSettings.model_fields)
+    options = {"auth": ("no_auth", not no_auth), "metrics_public": ("metrics_public", metrics_public),
+               "docs": ("docs", docs), "chat_mode": ("chat_mode", chat_mode),
+               "fidelity_share": ("fidelity_share", fidelity_share), "model_id": ("model_id", model_id),
+               "tracing": ("otel", otel), "upstream_url": ("upstream", upstream),
+               "upstream_model": ("upstream_model", upstream_model)}
+    given = {field: value for field, (param, value) in options.items()  # click's ParameterSource, by name
+             if getattr(ctx.get_parameter_source(param), "name", "DEFAULT") != "DEFAULT"}
+    try:
+        settings = ServerSettings(**{**_read_config(config).get("server", {}), **server_set, **given})
+    except ValueError as exc:  # pydantic's ValidationError names the field and the problem
+        _fail(f"server settings: {exc}")
+    if not settings.auth and host not in _LOOPBACK:
+        _fail(f"--no-auth (auth = false) only binds to loopback (127.0.0.1), not {host!r}")
+    if settings.metrics_public and host not in _LOOPBACK:
+        settings = settings.model_copy(update={"metrics_public": False})  # public metrics: loopback only
     keys = KeyStore(path)
-    if not no_auth and keys.count() == 0:
+    if settings.auth and keys.count() == 0:
         _fail(f"no API keys for {path}: create one with `agentmem keys add --path {path} --user USER`, "
               "or pass --no-auth (loopback only)")
-    extra = dict(item.split("=", 1) for item in setting if "=" in item)
-    if len(extra) != len(setting):
-        _fail("--set takes FIELD=VALUE")
-    try:
-        settings = ServerSettings(auth=not no_auth, metrics_public=metrics_public and host in _LOOPBACK, docs=docs,
-                                  chat_mode=chat_mode, fidelity_share=fidelity_share, model_id=model_id,
-                                  tracing=otel, upstream_url=upstream, upstream_model=upstream_model, **extra)
-    except ValueError as exc:  # pydantic's ValidationError names the field and the problem
-        _fail(f"--set: {exc}")
-    if otel:
+    if settings.tracing:
         from agentmem.server.tracing import console_provider_if_unset
 
         console_provider_if_unset()
-    mem = _open(path, model)
+    mem = _open(path, model, config, memory_set)
     try:
         typer.echo(f"agentmem serving {path} on http://{host}:{port}", err=True)
         # SIGTERM: requests in flight get drain_seconds to finish, then their tasks are cancelled, which cancels
@@ -120,7 +197,7 @@ def serve(path: Path = PathOpt, model: Optional[str] = ModelOpt,
 
 
 @app.command()
-def mcp(path: Path = PathOpt, model: Optional[str] = ModelOpt,
+def mcp(path: Path = PathOpt, config: Optional[Path] = ConfigOpt, model: Optional[str] = ModelOpt,
         user: Optional[list[str]] = typer.Option(None, "--user", help="Users the tools may touch (repeatable).")
         ) -> None:
     """Run the MCP server over stdio (tools remember, remember_document, recall, list, get, update, history,
@@ -128,7 +205,7 @@ def mcp(path: Path = PathOpt, model: Optional[str] = ModelOpt,
     _server()
     from agentmem.server.mcp import build_mcp
 
-    mem = _open(path, model)
+    mem = _open(path, model, config)
     try:
         build_mcp(mem, users=user or None).run("stdio")
     finally:
@@ -136,14 +213,15 @@ def mcp(path: Path = PathOpt, model: Optional[str] = ModelOpt,
 
 
 @app.command()
-def stats(path: Path = PathOpt) -> None:
+def stats(path: Path = PathOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Store counters (KV loads, fallbacks, sessions per tier) as JSON."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         _print({**mem.stats(), "sessions": mem.sessions.stats()})
 
 
 @app.command()
 def remember(text: str = typer.Argument(..., help="What to remember."), path: Path = PathOpt,
+             config: Optional[Path] = ConfigOpt,
              user: str = typer.Option(..., "--user", help="User id."),
              session: Optional[str] = typer.Option(None, help="Session (conversation) id."),
              kind: str = typer.Option("turn", help="turn, tool, knowledge or profile (mounted with every answer)."),
@@ -151,18 +229,19 @@ def remember(text: str = typer.Argument(..., help="What to remember."), path: Pa
              tag: Optional[list[str]] = typer.Option(None, help="A tag (repeatable)."),
              ttl: Optional[float] = typer.Option(None, help="Seconds until it expires.")) -> None:
     """Store one memory and print its record (JSON: id, text, memory_text, ...)."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         rec = mem.remember(text, user_id=user, session_id=session, kind=kind, speaker=speaker, tags=tag, ttl=ttl)
         _print({"id": rec.id, "user_id": rec.user_id, "session_id": rec.session_id, "kind": rec.kind,
                 "text": rec.text, "memory_text": rec.memory_text, "created_at": rec.created_at.isoformat()})
 
 
 @app.command("list")
-def list_(path: Path = PathOpt, user: str = typer.Option(..., "--user", help="User id."),
+def list_(path: Path = PathOpt, config: Optional[Path] = ConfigOpt,
+          user: str = typer.Option(..., "--user", help="User id."),
           session: Optional[str] = typer.Option(None, help="Only this session."),
           limit: int = typer.Option(50, help="At most this many entries.")) -> None:
     """A user's entries, oldest first (JSON lines: id, kind, session, tags, text)."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         for r in mem.list(user_id=user, session_id=session, limit=limit):
             typer.echo(json.dumps({"id": r.id, "kind": r.kind, "session_id": r.session_id, "tags": list(r.tags),
                                    "text": r.text}))
@@ -170,33 +249,35 @@ def list_(path: Path = PathOpt, user: str = typer.Option(..., "--user", help="Us
 
 @app.command()
 def recall(query: str = typer.Argument(..., help="What to look for."), path: Path = PathOpt,
+           config: Optional[Path] = ConfigOpt,
            user: str = typer.Option(..., "--user", help="User id."),
            k: int = typer.Option(5, "-k", help="How many memories.")) -> None:
     """The k memories of a user most relevant to QUERY (JSON lines: score, id, text)."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         for h in mem.recall(query, user_id=user, k=k):
             typer.echo(json.dumps({"score": round(h.score, 4), "id": h.id, "text": h.text}))
 
 
 @app.command()
-def forget(path: Path = PathOpt, entry_id: Optional[str] = typer.Option(None, "--id", help="One entry id."),
+def forget(path: Path = PathOpt, config: Optional[Path] = ConfigOpt,
+           entry_id: Optional[str] = typer.Option(None, "--id", help="One entry id."),
            user: Optional[str] = typer.Option(None, "--user", help="All of this user's entries."),
            session: Optional[str] = typer.Option(None, help="Only this session's entries."),
            tag: Optional[list[str]] = typer.Option(None, help="Only entries with these tags (repeatable).")) -> None:
     """Erase entries (rows, vectors, KV blobs): by --id, or all of --user [--session] [--tag]."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         n = mem.forget(entry_id) if entry_id else mem.forget(user_id=user, session_id=session, tags=tag)
         _print({"deleted": n})
 
 
 @app.command()
-def export(path: Path = PathOpt,
+def export(path: Path = PathOpt, config: Optional[Path] = ConfigOpt,
            user: list[str] = typer.Option(..., "--user", help="Export this user's entries (repeatable)."),
            out: Optional[Path] = typer.Option(None, "--out", "-o", help="File to write (default: stdout).")) -> None:
     """Write users' current entries as JSON Lines, each with its version history (see `import`)."""
     from agentmem.export_import import export_records
 
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         lines = export_records(mem, user)
         if out is None:
             for line in lines:
@@ -211,7 +292,7 @@ def export(path: Path = PathOpt,
 
 @app.command("import")
 def import_(file: Path = typer.Argument(..., help="A JSON Lines file written by `export` (- for stdin)."),
-            path: Path = PathOpt) -> None:
+            path: Path = PathOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Import exported entries all-or-nothing: every line is checked first, and a failure writes nothing."""
     from agentmem.export_import import import_records
 
@@ -219,21 +300,21 @@ def import_(file: Path = typer.Argument(..., help="A JSON Lines file written by 
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     except OSError as exc:
         _fail(f"cannot read {file}: {exc.strerror or exc}")
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         _print(import_records(mem, text.splitlines()))
 
 
 @app.command()
-def sweep(path: Path = PathOpt) -> None:
+def sweep(path: Path = PathOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Erase every expired entry now."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         _print({"expired": mem.sweep()})
 
 
 @app.command()
-def verify(path: Path = PathOpt) -> None:
+def verify(path: Path = PathOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Check the store's consistency (read-only); exits 1 if anything is missing or orphaned."""
-    with _open(path) as mem:
+    with _open(path, config=config) as mem:
         report = mem.verify()
     _print(report)
     if any(v for k, v in report.items() if k.startswith(("rows_missing", "orphan"))):
@@ -242,13 +323,13 @@ def verify(path: Path = PathOpt) -> None:
 
 @app.command()
 def warmup(path: Optional[Path] = typer.Option(None, "--path", "-p", help="Store directory (default: a temp one)."),
-           model: Optional[str] = ModelOpt) -> None:
+           model: Optional[str] = ModelOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Convert the model and export the query embedder now, ahead of the first request (cached on disk)."""
     import tempfile
     import time
 
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp, _open(path or Path(tmp), model) as mem:
+    with tempfile.TemporaryDirectory() as tmp, _open(path or Path(tmp), model, config) as mem:
         steps = mem.warmup()
         _print({"steps_s": {k: round(v, 2) for k, v in steps.items()}, "seconds": round(time.perf_counter() - t0, 2)})
 

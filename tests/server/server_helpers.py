@@ -36,11 +36,14 @@ def cli_env() -> dict[str, str]:
                                          env.get("PYTHONPATH", "")])
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", ANONYMIZED_TELEMETRY="False")
     env.pop("AGENTMEM_ENCRYPTION_KEY", None)
+    env.pop("AGENTMEM_CONFIG", None)
     return env
 
 
-def run_cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([agentmem_exe(), *args], capture_output=True, text=True, env=cli_env(), timeout=timeout)
+def run_cli(*args: str, timeout: float = 120, check: bool = True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([agentmem_exe(), *args], capture_output=True, text=True, env={**cli_env(), **(env or {})},
+                          timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"agentmem {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return proc
