@@ -1,7 +1,8 @@
 """The KV bank: joins the entry store (rows, blob files) to the KV engine (tensors, mounting).
 
 It owns the lazily loaded model and engine, decides when an entry's KV is encoded (``kv_encoding``:
-``eager`` on every write, ``lazy`` when the model is already loaded or at first mount, ``off`` never), turns
+``eager`` on every write, ``lazy`` when the model is already loaded or at first mount, ``background`` by a worker
+thread after the write returns once the model is loaded, else at first mount, ``off`` never), turns
 catalog rows into mountable memories, and repairs what cannot be mounted ("hot update"): a blob made by
 another model or corrupted on disk is re-encoded with the current model and stored again. Nothing here
 logs KV or memory text; only ids and reasons.
@@ -17,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import Counter
@@ -65,6 +67,8 @@ class KVBank:
         self.stats = BankStats()
         self._engine: Any = None
         self._lock = threading.Lock()
+        self._behind: _WriteBehind | None = None
+        self._behind_lock = threading.Lock()
 
     # --- the model, loaded on first need ----------------------------------------------------------
     @property
@@ -122,7 +126,26 @@ class KVBank:
             return requested
         if self.config.kv_encoding == "eager":
             return True
-        return self.config.kv_encoding == "lazy" and self.loaded
+        return self.config.kv_encoding == "lazy" and self.loaded  # "background": after the write (encode_later)
+
+    def encode_later(self, ids: Sequence[str]) -> None:
+        """With ``kv_encoding="background"``, queue written entries for the worker that encodes their KV after the
+        write returned (only once the model is loaded: before that, the first mount encodes them)."""
+        if self.config.kv_encoding != "background" or not ids or not self.loaded:
+            return
+        with self._behind_lock:
+            if self._behind is None:
+                self._behind = _WriteBehind(self)
+        self._behind.submit(list(ids))
+
+    def wait_encoded(self, timeout: float | None = 30.0) -> bool:
+        """Block until the background encoder has no queued entry (True), or ``timeout`` seconds passed."""
+        return True if self._behind is None else self._behind.wait(timeout)
+
+    def close(self) -> None:
+        """Stop the background encoder (entries still queued are encoded by their first mount)."""
+        if self._behind is not None:
+            self._behind.close()
 
     # --- encode ----------------------------------------------------------------------------------
     def encode_blobs(self, texts: Sequence[str]) -> list[tuple[bytes, dict[str, Any]]]:
@@ -239,6 +262,72 @@ class KVBank:
             return engine.from_bytes(blob)
 
         return load
+
+
+class _WriteBehind:
+    """The worker thread of ``kv_encoding="background"``: encodes queued entries in small batches while the model is
+    idle (no answer decoding, no prompt waiting: a chat that arrives meanwhile waits for one batch at most; under
+    steady chat load the first mount encodes them instead), and attaches the blobs only to entries that still exist
+    at the version read (``attach_blob``: a forgotten or updated entry gets none)."""
+
+    BATCH = 2
+    IDLE_POLL_S = 0.02
+
+    def __init__(self, bank: KVBank) -> None:
+        self.bank = bank
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._idle = threading.Condition()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agentmem-kv-write-behind", daemon=True)
+        self._thread.start()
+
+    def submit(self, ids: list[str]) -> None:
+        with self._idle:
+            self._pending += len(ids)
+        for entry_id in ids:
+            self._queue.put(entry_id)
+
+    def wait(self, timeout: float | None) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def close(self) -> None:
+        self._closing.set()
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < self.BATCH and not self._queue.empty():
+                batch.append(self._queue.get())
+            ids = [i for i in batch if i is not None]
+            try:
+                while ids and not self.bank.engine.idle and not self._closing.wait(self.IDLE_POLL_S):
+                    pass  # the model is answering someone: wait
+                if not self._closing.is_set():
+                    self._encode(ids)
+            except Exception:  # a failed encode leaves the entries to their first mount; the worker goes on
+                log.exception("background KV encoding of %d entries failed; they encode when first mounted", len(ids))
+            finally:
+                with self._idle:
+                    self._pending -= len(ids)
+                    self._idle.notify_all()
+            if len(ids) < len(batch):
+                return  # close() was called
+
+    def _encode(self, ids: list[str]) -> None:
+        store = self.bank.store
+        rows = self.bank.stale_rows(store.catalog.get(ids)) if ids else []
+        if not rows:
+            return
+        lines = [store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
+        for row, (blob, fields) in zip(rows, self.bank.encode_blobs(lines)):
+            if store.attach_blob(row.id, blob, expect_version=row.version, **fields):
+                self.bank.stats.counts["encoded_behind"] += 1
+            else:  # forgotten (or updated) while encoding: drop what encoding memoised of its text
+                self.bank.forget_erased()
 
 
 __all__ = ["BankMemory", "KVBank"]

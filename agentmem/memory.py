@@ -137,6 +137,7 @@ class AgentMemory:
             self._sweeper.stop()
         if self._sessions is not None:
             self._sessions.close()
+        self._bank.close()
         self._store.close()
 
     # --- write ---------------------------------------------------------------------------------

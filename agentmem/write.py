@@ -59,6 +59,8 @@ class BlobEncoder(Protocol):
 
     def encode_blobs(self, texts: Sequence[str]) -> list[tuple[bytes, dict[str, Any]]]: ...
 
+    def encode_later(self, ids: Sequence[str]) -> None: ...
+
 
 class Writer:
     """Entries in, records out: the store's one write path (see the module docstring).
@@ -290,12 +292,15 @@ class Writer:
                        vectors: Any, text_vectors: Any) -> None:
         """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing."""
         kept = [entries[i] for i in keep]
-        if kept and self.bank.should_encode(encode):
+        inline = bool(kept) and self.bank.should_encode(encode)
+        if inline:
             for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.line for e in kept])):
                 entry.attach_kv(blob, fields)
         if text_vectors is not None:
             self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)])
         self.store.add(kept, None if vectors is None else vectors[list(keep)])
+        if not inline and encode is None:  # kv_encoding "background": encoded after the write returns
+            self.bank.encode_later([e.row.id for e in kept])
 
     # --- versions ------------------------------------------------------------------------------
     def update(self, row: EntryRecord, *, text: str, tags: Iterable[str] | None, metadata: Mapping[str, Any] | None,
@@ -359,6 +364,8 @@ class Writer:
         embed = embedding_line(text, kind=row.kind, speaker=row.speaker, role=row.role)
         self.store.replace(row, fields, embed_text=embed if indexed else None, index_text=line if indexed else None,
                            tags=tag_list, blob=blob, kv_fields=kv_fields, events=events)
+        if blob is None and row.kind != "trained":
+            self.bank.encode_later([row.id])
         if row.session_id:  # the old text may sit in its conversation's working KV
             self._end_session_kv(row.session_id, row.user_id)
         return self.record(self.store.catalog.get([row.id])[0])

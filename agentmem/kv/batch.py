@@ -136,6 +136,12 @@ class FairRLock:
         """Whether the calling thread holds the lock."""
         return self._owner == threading.get_ident()
 
+    @property
+    def busy(self) -> bool:
+        """Whether any thread holds the lock or waits for it."""
+        with self._cond:
+            return self._owner is not None or bool(self._waiting)
+
     def __enter__(self) -> FairRLock:
         self.acquire()
         return self

@@ -210,6 +210,12 @@ class KVEngine:
         """Token ids that end a reply (read-only: a copy no caller can change under a running decode)."""
         return frozenset(self._eos)
 
+    @property
+    def idle(self) -> bool:
+        """Whether no answer, turn or encoding uses the model now (background work waits for this: it must not
+        delay a chat's first token)."""
+        return not (self._lock.busy or self._workspace_busy or self._turn_workspaces or self.decoder.active)
+
     def _require_kv(self) -> None:
         if self.kv_unsupported_reason is not None:
             raise UnsupportedModelError(self.kv_unsupported_reason)

@@ -116,6 +116,12 @@ class DecodeLanes:
             batch.step_tokens = value
 
     @property
+    def active(self) -> bool:
+        """Whether any lane has an answer decoding or a prompt in flight."""
+        with self._guard:
+            return any(self._decoding) or any(self._prompt_tokens)
+
+    @property
     def pending(self) -> int:
         """Prompts submitted whose logits are not back yet, over every lane."""
         return sum(batch.pending for batch in self.lanes)
