@@ -187,6 +187,9 @@ def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = Model
         console_provider_if_unset()
     mem = _open(path, model, config, memory_set)
     try:
+        if settings.warmup and settings.upstream_url is None:  # proxy mode answers upstream: no local model
+            typer.echo("agentmem: loading the model", err=True)
+            mem.warmup()
         typer.echo(f"agentmem serving {path} on http://{host}:{port}", err=True)
         # SIGTERM: requests in flight get drain_seconds to finish, then their tasks are cancelled, which cancels
         # their decodes (each stops before its next step), so the process exits in bounded time.

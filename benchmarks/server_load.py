@@ -24,6 +24,9 @@ Phases, all in one run:
    how many tokens it decoded, and the most pieces any cancelled decode produced after its hang-up was noticed
    (``/metrics``; at most 1 means it stopped within one step).
 
+6. **start** (``--phases start``, run first, on a server of its own): a fresh server on a new store as a user starts
+   one: seconds until it answers, 8 memory writes, then 3 chat completions one after another (``first_chat_ms``).
+
 ``--phases`` picks phases (default: memory chat ttft kill9, plus adversarial with ``--adversarial``).
 
     flock /tmp/agentmem-bench.lock python benchmarks/server_load.py --clients 16 --requests 400
@@ -273,6 +276,39 @@ def chat_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
     lat, err, wall = run_pool(args.clients, jobs, fn, make, budget_s=args.chat_seconds)
     return {**summary(lat.get("chat", []), err.get("chat", 0), wall), "planned": len(jobs),
             "not_run": err.get("not_run", 0), "tokens_each": args.chat_tokens}
+
+
+def _settings(args) -> tuple[str, ...]:
+    """``--set`` arguments for ``agentmem serve`` from this script's ``--set`` (server or memory settings)."""
+    return tuple(arg for item in args.set for arg in ("--set", item))
+
+
+def start_phase(args, tmp: Path, rng: random.Random) -> dict:
+    """A fresh server on a new store, as a user starts one: seconds until it answers ``/healthz``, the latencies of
+    8 memory writes and then of 3 chat completions one after another (the first pays what the start left to do)."""
+    from agentmem.server.auth import KeyStore
+
+    store = tmp / "start-store"
+    key = KeyStore(store).add(["start-u"])
+    srv = ServerProc(store, args.model, tmp / "start-server.log", extra=_settings(args))
+    t = time.perf_counter()
+    srv.start()
+    started = time.perf_counter() - t
+    writes, chats = [], []
+    with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {key}"}, timeout=600) as c:
+        for _ in range(8):
+            t = time.perf_counter()
+            c.post("/v1/memories", json={"text": sentence(rng, 14), "user_id": "start-u"}).raise_for_status()
+            writes.append(time.perf_counter() - t)
+        for _ in range(3):
+            t = time.perf_counter()
+            c.post("/v1/chat/completions", json={
+                "model": "agentmem", "user": "start-u", "max_tokens": args.chat_tokens, "agentmem": {"remember": False},
+                "messages": [{"role": "user", "content": sentence(rng, 6) + "?"}]}).raise_for_status()
+            chats.append(time.perf_counter() - t)
+    srv.stop()
+    return {"start_s": round(started, 2), "write_ms": [_ms(w) for w in writes], "chat_ms": [_ms(x) for x in chats],
+            "first_chat_ms": _ms(chats[0])}
 
 
 def ttft_phase(srv: ServerProc, key: str, args, rng: random.Random) -> dict:
@@ -530,13 +566,16 @@ def main() -> None:
     ap.add_argument("--ttft-rounds", type=int, default=5)
     ap.add_argument("--kill-after", type=int, default=150)
     ap.add_argument("--adversarial", action="store_true", help="Also run the adversarial phase (see the docs).")
-    ap.add_argument("--phases", nargs="*", choices=["memory", "chat", "ttft", "kill9", "adversarial"], default=None)
+    ap.add_argument("--phases", nargs="*", choices=["start", "memory", "chat", "ttft", "kill9", "adversarial"],
+                    default=None)
     ap.add_argument("--long-tokens", type=int, default=4000, help="max_tokens of the adversarial long request.")
     ap.add_argument("--hangup-s", type=float, default=5.0, help="When the adversarial client hangs up.")
     ap.add_argument("--adversarial-s", type=float, default=20.0, help="How long the other clients measure.")
     ap.add_argument("--adversarial-clients", type=int, default=None,
                     help="Clients measuring first-token latency beside the long request (default: --clients - 1).")
     ap.add_argument("--model", default=None, help="Local model directory (default: the embedded SmolLM2).")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="A setting passed to `agentmem serve --set` (repeatable), e.g. kv_encoding=background.")
     ap.add_argument("--out", type=Path, default=None, help="Also write the JSON result here.")
     ap.add_argument("--plot", type=Path, default=None, help="Also draw the result to this PNG.")
     ap.add_argument("--replot", type=Path, default=None, help="Only draw --plot from a saved --out JSON.")
@@ -549,6 +588,8 @@ def main() -> None:
     result: dict = {}
     load = LoadSampler()
     with tempfile.TemporaryDirectory() as tmp:
+        if "start" in phases:
+            result["start"] = start_phase(args, Path(tmp), rng)
         store = Path(tmp) / "store"
         from agentmem.server.auth import KeyStore
 
@@ -556,7 +597,7 @@ def main() -> None:
                                    "kill-u1", "kill-u2", "kill-u3", "adv-long"])
         # every chat client asks as the same user: that user's cap must admit them all
         srv = ServerProc(store, args.model, Path(tmp) / "server.log",
-                         extra=("--set", f"max_concurrent_per_user={args.clients}"))
+                         extra=("--set", f"max_concurrent_per_user={args.clients}", *_settings(args)))
         srv.start()
         queries: list = []
         if "memory" in phases:

@@ -72,6 +72,10 @@ class ServerSettings(BaseModel):
                                  "finish before their decodes are cancelled.")
     docs: bool = Field(default=False, description="Serve Swagger UI at /docs (behind the API keys). Its assets "
                        "load from a CDN, so it is off by default; /openapi.json is always served, with a key.")
+    warmup: bool = Field(default=True, description="`agentmem serve` loads the model and the embedder before it "
+                         "listens (not in proxy mode): the first chat does not pay it, and memories written from then "
+                         "on are stored with their KV (kv_encoding 'lazy'; 'background' encodes it after the write "
+                         "returns), not encoded by the first chat that mounts them.")
 
 
 @dataclass

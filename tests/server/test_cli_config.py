@@ -117,3 +117,20 @@ def test_the_server_docs_config_example_runs_as_written(tmp_path, tiny_model_dir
     hits = [json.loads(x) for x in run_cli(*recall[1:]).stdout.splitlines()]
     assert [h["text"] for h in hits][:1] == ["I moved to Lyon last May."]
     assert redis.Redis.from_url(fresh_redis_url).dbsize() > 0  # the KV blob went to Redis (kv_encoding=eager)
+
+
+@pytest.mark.parametrize("warmup", [True, False])
+def test_serve_loads_the_model_before_listening_so_writes_carry_their_kv(tmp_path, tiny_model_dir, warmup):
+    """With the model loaded at start, a memory written before any chat is stored with its KV (kv_encoding
+    'lazy'); with ``warmup=false`` it waits for the first chat that mounts it, as every write did before."""
+    path = tmp_path / "store"
+    key = run_cli("keys", "add", "--path", str(path), "--user", "u1").stdout.strip()
+    proc, url = start_server(path, tiny_model_dir, "--set", f"warmup={str(warmup).lower()}")
+    try:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+            saved = c.post("/v1/memories", json={"text": "My dog is called Rex.", "user_id": "u1"})
+            assert saved.status_code == 201
+            kv = saved.json()["kv"]
+            assert (kv is not None and kv["tokens"] > 0) if warmup else kv is None
+    finally:
+        stop_server(proc)
