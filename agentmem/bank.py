@@ -138,10 +138,6 @@ class KVBank:
                 self._behind = _WriteBehind(self)
         self._behind.submit(list(ids))
 
-    def wait_encoded(self, timeout: float | None = 30.0) -> bool:
-        """Block until the background encoder has no queued entry (True), or ``timeout`` seconds passed."""
-        return True if self._behind is None else self._behind.wait(timeout)
-
     def close(self) -> None:
         """Stop the background encoder (entries still queued are encoded by their first mount)."""
         if self._behind is not None:
@@ -276,21 +272,13 @@ class _WriteBehind:
     def __init__(self, bank: KVBank) -> None:
         self.bank = bank
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-        self._pending = 0
-        self._idle = threading.Condition()
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="agentmem-kv-write-behind", daemon=True)
         self._thread.start()
 
     def submit(self, ids: list[str]) -> None:
-        with self._idle:
-            self._pending += len(ids)
         for entry_id in ids:
             self._queue.put(entry_id)
-
-    def wait(self, timeout: float | None) -> bool:
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def close(self) -> None:
         self._closing.set()
@@ -310,10 +298,6 @@ class _WriteBehind:
                     self._encode(ids)
             except Exception:  # a failed encode leaves the entries to their first mount; the worker goes on
                 log.exception("background KV encoding of %d entries failed; they encode when first mounted", len(ids))
-            finally:
-                with self._idle:
-                    self._pending -= len(ids)
-                    self._idle.notify_all()
             if len(ids) < len(batch):
                 return  # close() was called
 

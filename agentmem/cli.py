@@ -5,7 +5,8 @@ A thin layer over the public API (:class:`~agentmem.AgentMemory`, :mod:`agentmem
 imports it. Every command that opens a store takes ``--path`` (the store directory) and ``--config`` (or
 ``$AGENTMEM_CONFIG``): a TOML or JSON file whose ``[memory]`` table holds :class:`~agentmem.MemoryConfig` fields (the
 backends' URLs, codecs, consolidation, mount threshold ...) and whose ``[server]`` table holds
-:class:`agentmem.server.ServerSettings` fields, so every command opens the store as the server does. Output is JSON where a program may read it.
+:class:`agentmem.server.ServerSettings` fields, so every command opens the store as the server does. Output is
+JSON where a program may read it.
 
 Example:
     $ agentmem keys add --path ./memdata --user u1

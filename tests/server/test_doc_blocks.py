@@ -77,7 +77,8 @@ def test_agents_devices_block(tmp_path, monkeypatch, tiny_model_dir):
 def test_agents_async_block(tmp_path, monkeypatch, capsys, tiny_model_dir):
     code = block("docs/agents.md", 1)
     monkeypatch.chdir(tmp_path)
-    code = code.replace('AsyncAgentMemory("./memdata")', f'AsyncAgentMemory("./memdata", model={str(tiny_model_dir)!r})')
+    tiny = f'AsyncAgentMemory("./memdata", model={str(tiny_model_dir)!r})'
+    code = code.replace('AsyncAgentMemory("./memdata")', tiny)
     scope: dict = {}
     exec("async def main():\n" + textwrap.indent(code, "    ") + "\n    return hits, out, reply\n", scope)
     hits, out, reply = asyncio.run(scope["main"]())
