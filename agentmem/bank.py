@@ -1,8 +1,8 @@
 """The KV bank: joins the entry store (rows, blob files) to the KV engine (tensors, mounting).
 
 It owns the lazily loaded model and engine, decides when an entry's KV is encoded (``kv_encoding``:
-``eager`` on every write, ``lazy`` when the model is already loaded or at first mount, ``background`` by a worker
-thread after the write returns once the model is loaded, else at first mount, ``off`` never), turns
+``eager`` on every write, ``lazy`` when the model is already loaded or at first mount, ``background`` like lazy
+while the model is idle and by a worker thread after the write returns while it is busy, ``off`` never), turns
 catalog rows into mountable memories, and repairs what cannot be mounted ("hot update"): a blob made by
 another model or corrupted on disk is re-encoded with the current model and stored again. Nothing here
 logs KV or memory text; only ids and reasons.
@@ -69,6 +69,7 @@ class KVBank:
         self._lock = threading.Lock()
         self._behind: _WriteBehind | None = None
         self._behind_lock = threading.Lock()
+        self._group = _GroupEncoder(lambda texts: self.engine.encode_many(texts))
 
     # --- the model, loaded on first need ----------------------------------------------------------
     @property
@@ -126,11 +127,14 @@ class KVBank:
             return requested
         if self.config.kv_encoding == "eager":
             return True
-        return self.config.kv_encoding == "lazy" and self.loaded  # "background": after the write (encode_later)
+        if self.config.kv_encoding == "background":  # inline while the model is idle, else after the write
+            return self.loaded and self.engine.idle
+        return self.config.kv_encoding == "lazy" and self.loaded
 
     def encode_later(self, ids: Sequence[str]) -> None:
-        """With ``kv_encoding="background"``, queue written entries for the worker that encodes their KV after the
-        write returned (only once the model is loaded: before that, the first mount encodes them)."""
+        """With ``kv_encoding="background"``, queue entries written while the model was busy for the worker that
+        encodes their KV after the write returned (only once the model is loaded: before that, the first mount
+        encodes them)."""
         if self.config.kv_encoding != "background" or not ids or not self.loaded:
             return
         with self._behind_lock:
@@ -149,7 +153,7 @@ class KVBank:
         engine = self.engine
         if not engine.supports_kv:
             return []
-        entries = engine.encode_many(list(texts))
+        entries = self._group.encode(list(texts))
         return [(engine.to_bytes(e), self._kv_fields(e.num_tokens)) for e in entries]
 
     def _kv_fields(self, tokens: int, codec: str | None = None) -> dict[str, Any]:
@@ -258,6 +262,75 @@ class KVBank:
             return engine.from_bytes(blob)
 
         return load
+
+
+@dataclass
+class _EncodeJob:
+    texts: list[str]
+    lead: bool = False
+    result: list[Any] | None = None
+    error: BaseException | None = None
+
+
+class _GroupEncoder:
+    """Memory lines of concurrent writers encoded in one batched forward (a group commit): a writer that finds the
+    encoder free leads; it encodes its own lines and every writer's queued behind it (up to ``MAX_TEXTS``), hands the
+    lead to the next writer waiting, and returns. Alone, a writer encodes at once, as before. 16 server clients
+    writing at once each waited for 15 single prefills under the model's lock (remember p50 2.8 s on 2 cores).
+    A batch that fails is encoded writer by writer, so an error reaches only the writer whose line caused it."""
+
+    MAX_TEXTS = 32
+
+    def __init__(self, encode_many: Any) -> None:
+        self._encode_many = encode_many
+        self._cond = threading.Condition()
+        self._queue: list[_EncodeJob] = []
+        self._busy = False
+
+    def encode(self, texts: list[str]) -> list[Any]:
+        job = _EncodeJob(texts)
+        with self._cond:
+            self._queue.append(job)
+            if not self._busy:
+                self._busy = job.lead = True
+            self._cond.wait_for(lambda: job.lead or job.result is not None or job.error is not None)
+        if job.result is None and job.error is None:
+            self._lead()
+        if job.error is not None:
+            raise job.error
+        return job.result or []
+
+    def _lead(self) -> None:
+        with self._cond:
+            batch, taken = [], 0
+            while self._queue and (not batch or taken + len(self._queue[0].texts) <= self.MAX_TEXTS):
+                batch.append(self._queue.pop(0))
+                taken += len(batch[-1].texts)
+        try:
+            self._encode_batch(batch)
+        finally:  # whatever happened, every writer of the batch is answered and the lead passed on
+            with self._cond:
+                for job in batch:
+                    job.lead = False
+                    if job.result is None and job.error is None:
+                        job.error = RuntimeError("KV encoding was interrupted")
+                if self._queue:
+                    self._queue[0].lead = True  # the next writer waiting encodes the next batch
+                else:
+                    self._busy = False
+                self._cond.notify_all()
+
+    def _encode_batch(self, batch: list[_EncodeJob]) -> None:
+        try:
+            entries = iter(self._encode_many([t for job in batch for t in job.texts]))
+            for job in batch:
+                job.result = [next(entries) for _ in job.texts]
+        except Exception:  # someone's line is refused (too long ...): each writer gets its own outcome
+            for job in batch:
+                try:
+                    job.result, job.error = self._encode_many(job.texts), None
+                except Exception as exc:
+                    job.result, job.error = None, exc
 
 
 class _WriteBehind:

@@ -85,9 +85,9 @@ class MemoryConfig(BaseModel):
     kv_encoding: Literal["lazy", "eager", "background", "off"] = Field(
         default="lazy",
         description="When an entry's KV is encoded: 'eager' on every write (loads the LLM), 'lazy' on writes once the "
-        "LLM is loaded and otherwise at first mount, 'background' by a worker thread after the write returns once the "
-        "LLM is loaded and the model idle (writes do not wait for the prefill; a chat right after a burst of writes "
-        "may still encode at mount) and otherwise at first mount, 'off' never (text mode only).",
+        "LLM is loaded and otherwise at first mount, 'background' as 'lazy' while the model is idle and, while it is "
+        "busy (answering, or encoding another write), by a worker thread once it is idle, after the write returned "
+        "(concurrent writes do not queue for the model; docs/server.md), 'off' never (text mode only).",
     )
     kv_codec: KvCodec = Field(
         default="k4v3hsl",

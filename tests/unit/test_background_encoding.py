@@ -1,6 +1,7 @@
-"""``kv_encoding="background"``: a write returns without waiting for its KV prefill; a worker encodes it once the
-model is loaded and idle, attaching it only to an entry that still exists at the version it read. The KV is the
-one an inline write stores, and what a mount loads."""
+"""``kv_encoding="background"``: a write made while the model is busy returns without waiting for its KV prefill; a
+worker encodes it once the model is idle, attaching it only to an entry that still exists at the version it read
+(a write while the model is idle is encoded inline, as with "lazy"). The KV is the one an inline write stores, and
+what a mount loads."""
 
 from __future__ import annotations
 
@@ -41,13 +42,21 @@ def test_a_write_returns_before_its_kv_which_follows_and_mounts_as_an_inline_one
         want_ids = [_stored_ids(inline, r.id) for r in eager]
     with AgentMemory(tmp_path / "behind", model=tiny_pair, kv_encoding="background") as mem:
         mem.load_model()
-        recs = [mem.remember(t, user_id="u") for t in texts]
+        with mem._bank.engine._lock:  # the model is busy answering someone: the writes do not wait for it
+            recs = [mem.remember(t, user_id="u") for t in texts]
         assert all(r.kv is None for r in recs)  # returned before the prefill
         assert [_kv_when_ready(mem, r.id).tokens for r in recs] == [r.kv.tokens for r in eager]
         assert [_stored_ids(mem, r.id) for r in recs] == want_ids
         assert mem.stats()["kv"]["encoded_behind"] == 2
         out = mem.generate("what is the boat called?", user_id="u", k=2, max_new_tokens=6)
         assert out.fallbacks == [] and out.token_ids == want.token_ids  # plain loads, the same greedy answer
+
+
+def test_a_write_while_the_model_is_idle_is_encoded_inline(tmp_path: Path, tiny_pair) -> None:
+    with AgentMemory(tmp_path / "s", model=tiny_pair, kv_encoding="background") as mem:
+        mem.load_model()
+        rec = mem.remember("the boat is called Saltire", user_id="u")
+        assert rec.kv is not None and mem.stats()["kv"].get("encoded_behind", 0) == 0
 
 
 def test_without_the_model_loaded_the_first_mount_encodes(tmp_path: Path, tiny_pair) -> None:
