@@ -291,9 +291,7 @@ class Answerer:
         with tqdm(total=len(todo), desc="encoding KV", unit="entry", disable=not progress) as bar:
             for i in range(0, len(todo), batch_size):
                 rows = todo[i : i + batch_size]
-                lines = [self.store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
-                for row, (blob, fields) in zip(rows, self.bank.encode_blobs(lines)):
-                    done += self.store.attach_blob(row.id, blob, **fields)
+                done += self.bank.attach_encoded(rows)
                 bar.update(len(rows))
         return done
 

@@ -156,6 +156,20 @@ class KVBank:
         entries = self._group.encode(list(texts))
         return [(engine.to_bytes(e), self._kv_fields(e.num_tokens)) for e in entries]
 
+    def attach_encoded(self, rows: Sequence[EntryRecord]) -> int:
+        """Encode the rows' memory lines and attach each blob to its entry if it still exists at the version read
+        (``attach_blob``: a forgotten or updated entry gets none, and what encoding memoised of its text is dropped);
+        how many were attached. Shared by :meth:`AgentMemory.encode_pending` and the write-behind worker."""
+        store = self.store
+        lines = [store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
+        attached = 0
+        for row, (blob, fields) in zip(rows, self.encode_blobs(lines)):
+            if store.attach_blob(row.id, blob, expect_version=row.version, **fields):
+                attached += 1
+            else:
+                self.forget_erased()
+        return attached
+
     def _kv_fields(self, tokens: int, codec: str | None = None) -> dict[str, Any]:
         codec = codec or self.config.kv_codec  # the catalog's kv_dtype column names the blob's codec
         # no kb_version here: it is the knowledge version an entry was written under (entries/kb_versions.py)
@@ -375,16 +389,9 @@ class _WriteBehind:
                 return  # close() was called
 
     def _encode(self, ids: list[str]) -> None:
-        store = self.bank.store
-        rows = self.bank.stale_rows(store.catalog.get(ids)) if ids else []
-        if not rows:
-            return
-        lines = [store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
-        for row, (blob, fields) in zip(rows, self.bank.encode_blobs(lines)):
-            if store.attach_blob(row.id, blob, expect_version=row.version, **fields):
-                self.bank.stats.counts["encoded_behind"] += 1
-            else:  # forgotten (or updated) while encoding: drop what encoding memoised of its text
-                self.bank.forget_erased()
+        rows = self.bank.stale_rows(self.bank.store.catalog.get(ids)) if ids else []
+        if rows:
+            self.bank.stats.counts["encoded_behind"] += self.bank.attach_encoded(rows)
 
 
 __all__ = ["BankMemory", "KVBank"]

@@ -5,9 +5,10 @@ Every chat adapter over agentmem needs these (the server's OpenAI-compatible end
 text (``tool_call_schema`` is the JSON schema decoding is held to when a call is required, ``choose_tools`` reads
 a request's ``tool_choice``), and a caller's ``stop`` strings end an answer wherever they first appear, even split
 across streamed pieces. The engine uses the same functions (``agentmem.kv.tools``, ``agentmem.kv.streaming``); this
-module is their public name, so adapters depend on the public API only. ``tool_result_text`` is the memory text of a tool's result with its call's arguments, as
-``remember_messages`` writes it; ``split_document`` cuts a long text (a fetched page) into the parts
-``remember_document`` stores, and ``document_parts`` numbers them as it does (``metadata["document"]``).
+module is their public name, so adapters depend on the public API only. ``tool_result_text`` is the memory text of a
+tool's result with its call's arguments, as ``remember_messages`` writes it; ``split_document`` cuts a long text (a
+fetched page) into the parts ``remember_document`` stores, and ``document_parts`` numbers them as it does
+(``metadata["document"]``).
 
 Example:
     >>> from agentmem.chat_text import cut_at_stop, format_tool_call, parse_tool_calls
