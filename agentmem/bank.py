@@ -153,7 +153,9 @@ class KVBank:
         engine = self.engine
         if not engine.supports_kv:
             return []
-        entries = self._group.encode(list(texts))
+        # a caller inside the model's lock (a mount) encodes itself: waiting for a group led by another thread,
+        # which needs that lock, would never end
+        entries = engine.encode_many(list(texts)) if engine.holds_lock else self._group.encode(list(texts))
         return [(engine.to_bytes(e), self._kv_fields(e.num_tokens)) for e in entries]
 
     def attach_encoded(self, rows: Sequence[EntryRecord]) -> int:
@@ -221,6 +223,7 @@ class KVBank:
         """
         out: list[BankMemory] = []
         skipped: list[tuple[str, str]] = []
+        fresh = self._encode_unencoded(rows, texts)
         for i, (row, text) in enumerate(zip(rows, texts)):
             if row.kind == "trained":
                 document = documents[i] if documents is not None else text
@@ -235,18 +238,47 @@ class KVBank:
                     skipped.append((row.id, reason))
                     continue
             memory = BankMemory(id=row.id, text=text, trained=row.kind == "trained", kv_tokens=row.kv_tokens)
-            memory.load_kv = self._loader(row, memory, strict)
+            memory.load_kv = self._loader(row, memory, strict, fresh.get(row.id))
             out.append(memory)
         return out, skipped
 
-    def _loader(self, row: EntryRecord, memory: BankMemory, strict: bool):
+    def _encode_unencoded(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> dict[str, tuple[bytes, bool]]:
+        """Encode, before the mount takes the model's lock, the recalled memories never encoded (written before the
+        model loaded, or queued for the background encoder): one batched forward through the group encoder, shared
+        with concurrent writers and mounts, instead of one prefill per memory inside the mount. Each blob is stored
+        if its entry is still at the version read. ``{entry id: (blob, stored)}``; empty when the model is not
+        loaded, cannot mount KV, or a line is refused (each memory's loader then encodes, or fails, on its own)."""
+        todo = [(row, text) for row, text in zip(rows, texts) if row.kind != "trained" and not row.kv_path]
+        if not todo or not self.loaded or not self.engine.supports_kv:
+            return {}
+        try:
+            encoded = self.encode_blobs([text for _, text in todo])
+        except Exception as exc:  # noqa: BLE001 - the loaders encode one by one and report their own error
+            log.info("batched encode of %d memories before a mount failed (%s); encoding each", len(todo), exc)
+            return {}
+        fresh: dict[str, tuple[bytes, bool]] = {}
+        for (row, _), (blob, fields) in zip(todo, encoded):
+            stored = self.store.attach_blob(row.id, blob, expect_version=row.version, **fields)
+            if not stored:
+                self.forget_erased()
+            fresh[row.id] = (blob, stored)
+        self.stats.counts["encoded_on_mount"] += len(fresh)  # encoded for a mount, as the loader counts
+        return fresh
+
+    def _loader(self, row: EntryRecord, memory: BankMemory, strict: bool, fresh: tuple[bytes, bool] | None = None):
         """``memory.load_kv``: the stored entry, or a fresh encoding stored in its place, with the reason recorded
-        in ``memory.load_fallback`` so the engine reports it in ``out.fallbacks`` (it was swallowed before)."""
+        in ``memory.load_fallback`` so the engine reports it in ``out.fallbacks`` (it was swallowed before).
+        ``fresh`` is ``(blob, stored)`` when :meth:`_encode_unencoded` encoded the memory before the mount."""
 
         def load() -> Any:
             engine = self.engine
             memory.load_fallback = None
             reason = "no stored KV yet"
+            if fresh is not None:
+                blob, stored = fresh
+                memory.load_fallback = f"{reason}: " + ("encoded from text and stored again" if stored else
+                                                         _NOT_STORED)
+                return engine.from_bytes(blob)
             if row.kv_path:
                 try:
                     entry = engine.from_bytes(self.store.map_blob(row))  # zero-copy unless encrypted
@@ -269,13 +301,15 @@ class KVBank:
             if self.store.attach_blob(row.id, blob, expect_version=row.version, **self._kv_fields(entry.num_tokens)):
                 memory.load_fallback = f"{reason}: encoded from text and stored again"
             else:
-                memory.load_fallback = (f"{reason}: encoded from text; not stored (the entry was forgotten or "
-                                        "updated meanwhile)")
+                memory.load_fallback = f"{reason}: {_NOT_STORED}"
             # mount what was stored (with a lossy codec, not the fresh full-precision KV), so this first mount
             # answers exactly as every later one that loads the blob
             return engine.from_bytes(blob)
 
         return load
+
+
+_NOT_STORED = "encoded from text; not stored (the entry was forgotten or updated meanwhile)"
 
 
 @dataclass

@@ -216,6 +216,17 @@ class KVEngine:
         delay a chat's first token)."""
         return not (self._lock.busy or self._workspace_busy or self._turn_workspaces or self.decoder.active)
 
+    @property
+    def holds_lock(self) -> bool:
+        """Whether the calling thread holds the model's lock (then it must not wait for work that needs the lock).
+
+        Example:
+            >>> from agentmem.kv.testing import tiny_causal_lm
+            >>> KVEngine(*tiny_causal_lm("llama")).holds_lock
+            False
+        """
+        return self._lock.held_by_me()
+
     def _require_kv(self) -> None:
         if self.kv_unsupported_reason is not None:
             raise UnsupportedModelError(self.kv_unsupported_reason)
