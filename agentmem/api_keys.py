@@ -23,7 +23,8 @@ from agentmem.ports.api_keys import ApiKeyRecord, ApiKeyRecords
 
 def open_api_keys(store_path: str | Path | None, *, url: str | None = None) -> ApiKeyRecords:
     """The API-key records of the store at ``store_path`` (``api_keys.db`` there, made private), or of the key
-    store ``url`` names instead: ``sqlite:///path/to/keys.db``, or ``memory`` (in-process, nothing kept).
+    store ``url`` names instead: ``sqlite:///path/to/keys.db``, ``postgresql://...`` (one set of keys for several
+    servers), or ``memory`` (in-process, nothing kept).
 
     Example:
         >>> open_api_keys(None, url="memory").get("no-such-key") is None

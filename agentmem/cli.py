@@ -178,7 +178,7 @@ def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = Model
         _fail(f"--no-auth (auth = false) only binds to loopback (127.0.0.1), not {host!r}")
     if settings.metrics_public and host not in _LOOPBACK:
         settings = settings.model_copy(update={"metrics_public": False})  # public metrics: loopback only
-    keys = KeyStore(path)
+    keys = KeyStore(path, url=settings.keys_url)
     if settings.auth and keys.count() == 0:
         _fail(f"no API keys for {path}: create one with `agentmem keys add --path {path} --user USER`, "
               "or pass --no-auth (loopback only)")
@@ -188,9 +188,8 @@ def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = Model
         console_provider_if_unset()
     mem = _open(path, model, config, memory_set)
     try:
-        if settings.warmup and settings.upstream_url is None:  # proxy mode answers upstream: no local model
+        if settings.warmup and settings.upstream_url is None:  # the app's lifespan loads it before uvicorn binds
             typer.echo("agentmem: loading the model", err=True)
-            mem.warmup()
         typer.echo(f"agentmem serving {path} on http://{host}:{port}", err=True)
         # SIGTERM: requests in flight get drain_seconds to finish, then their tasks are cancelled, which cancels
         # their decodes (each stops before its next step), so the process exits in bounded time.
@@ -359,8 +358,18 @@ def fetch_model(dry_run: bool = typer.Option(False, "--dry-run", help="Print the
               "dependencies (e.g. uv pip install --no-deps ...)", code)
 
 
+def _keys(path: Path, config: Optional[Path]) -> Any:
+    """The API keys of the store at ``path``, or where the ``[server]`` table's ``keys_url`` says."""
+    server = _server()
+    try:
+        settings = server.ServerSettings(**_read_config(config).get("server", {}))
+    except ValueError as exc:
+        _fail(f"server settings: {exc}")
+    return server.KeyStore(path, url=settings.keys_url)
+
+
 @keys_app.command("add")
-def keys_add(path: Path = PathOpt,
+def keys_add(path: Path = PathOpt, config: Optional[Path] = ConfigOpt,
              user: list[str] = typer.Option(..., "--user", help="A user id the key may touch (repeatable)."),
              label: Optional[str] = typer.Option(None, help="A note shown by `keys list`.")) -> None:
     """Create an API key for the given users and print it (only its hash is stored: copy it now)."""
@@ -368,14 +377,15 @@ def keys_add(path: Path = PathOpt,
 
     for u in user:  # before the key store is created: a refused id leaves no file behind
         check_id(u, "--user", required=True)
-    typer.echo(_server().KeyStore(path).add(user, label=label))
+    typer.echo(_keys(path, config).add(user, label=label))
 
 
 @keys_app.command("list")
-def keys_list(path: Path = PathOpt, all_: bool = typer.Option(False, "--all", help="Include revoked keys.")) -> None:
+def keys_list(path: Path = PathOpt, config: Optional[Path] = ConfigOpt,
+              all_: bool = typer.Option(False, "--all", help="Include revoked keys.")) -> None:
     """Key ids, their users, labels and dates in UTC (never the keys)."""
     _print([{**k, "created_at": _when(k["created_at"]), "revoked_at": _when(k["revoked_at"])}
-            for k in _server().KeyStore(path).list(include_revoked=all_)])
+            for k in _keys(path, config).list(include_revoked=all_)])
 
 
 def _when(epoch: Optional[float]) -> Optional[str]:
@@ -387,9 +397,9 @@ def _when(epoch: Optional[float]) -> Optional[str]:
 
 @keys_app.command("revoke")
 def keys_revoke(key_id: str = typer.Argument(..., help="The key id shown by `keys list`."),
-                path: Path = PathOpt) -> None:
+                path: Path = PathOpt, config: Optional[Path] = ConfigOpt) -> None:
     """Revoke a key now (requests with it get 401)."""
-    _print({"revoked": _server().KeyStore(path).revoke(key_id)})
+    _print({"revoked": _keys(path, config).revoke(key_id)})
 
 
 def main() -> None:

@@ -217,7 +217,8 @@ def query_encoder(embedder: Embedder) -> Callable[[str], np.ndarray]:
 
 def build_api_keys(store_path: str | Path | None, url: str | None = None) -> ApiKeyRecords:
     """A server's API-key records: ``api_keys.db`` in the store directory ``store_path`` (``url`` None, the
-    default), ``sqlite:///path/to/file.db``, or ``memory`` (in-process, nothing kept).
+    default), ``sqlite:///path/to/file.db``, ``postgresql://...`` (several servers share the keys), or ``memory``
+    (in-process, nothing kept).
 
     Example:
         >>> build_api_keys(None, "memory").records()
@@ -324,6 +325,7 @@ register("embedder", "embedded", _minilm)
 register("api_keys", "embedded", _sqlite_api_keys)
 register("api_keys", "sqlite", _sqlite_api_keys)
 register("api_keys", "memory", "agentmem.backends.memory_api_keys:build_api_keys")
+register("api_keys", "postgresql", "agentmem.backends.postgres:build_api_keys")  # shared by several servers
 register("catalog", "postgresql", "agentmem.backends.postgres:build_catalog")
 register("vectors", "pgvector", "agentmem.backends.pgvector:build_vectors")
 register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors")

@@ -32,6 +32,7 @@ from sqlalchemy import bindparam, create_engine, delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from agentmem.backends.sqlite.catalog import SqliteCatalog, chunks, add_rows, fts_query
+from agentmem.backends.sqlite.api_keys import SqlApiKeyRecords
 from agentmem.backends.sqlite.history import erase_lifecycle, history_rows
 from agentmem.backends.sqlite.rows import EntryRow, TagRow
 from agentmem.backends.sqlite.entry_records import record_of
@@ -297,11 +298,21 @@ def _has_table(conn: Any, table: str) -> bool:
     return bool(conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": table}).scalar())
 
 
-def build_catalog(url: str | None, ctx: Any) -> PostgresCatalog:
-    """Factory builder for ``postgresql://`` / ``postgresql+psycopg://`` catalog URLs."""
+def _psycopg_url(url: str | None) -> str:
     if url is not None and url.startswith(("postgresql://", "postgres://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    return PostgresCatalog(url or "")
+    return url or ""
 
 
-__all__ = ["PostgresCatalog", "build_catalog"]
+def build_catalog(url: str | None, ctx: Any) -> PostgresCatalog:
+    """Factory builder for ``postgresql://`` / ``postgresql+psycopg://`` catalog URLs."""
+    return PostgresCatalog(_psycopg_url(url))
+
+
+def build_api_keys(url: str | None, _ctx: Any) -> SqlApiKeyRecords:
+    """Factory builder for a ``postgresql://`` API-key store, which several servers share (the catalog's database
+    may be named: the ``api_keys`` table is the server's own, beside the catalog's tables)."""
+    return SqlApiKeyRecords(_psycopg_url(url), pool_pre_ping=True)
+
+
+__all__ = ["PostgresCatalog", "build_api_keys", "build_catalog"]

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import JSONResponse, Response
@@ -289,6 +290,9 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.warmup and settings.upstream_url is None:  # proxy mode answers upstream: no local model
+            # before the server listens (uvicorn binds after the lifespan starts): the first chat pays nothing
+            await anyio.to_thread.run_sync(mem.warmup)
         async with contextlib.AsyncExitStack() as stack:
             if mcp_server is not None:
                 await stack.enter_async_context(mcp_server.session_manager.run())

@@ -37,6 +37,9 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     auth: bool = Field(default=True, description="Require API keys; False only with --no-auth (loopback).")
+    keys_url: str | None = Field(default=None, description="Where the API keys are kept: None = api_keys.db in the "
+                                 "store directory; 'postgresql://...' for one set of keys shared by several servers "
+                                 "(the catalog's database may be named); 'sqlite:///path/keys.db'.")
     metrics_public: bool = Field(default=False, description="Serve /metrics without a key (loopback only).")
     model_id: str = "agentmem-smollm2-135m-instruct"
     chat_mode: Literal["kv", "text"] = Field(default="kv", description="Default mode of chat completions.")
@@ -72,8 +75,9 @@ class ServerSettings(BaseModel):
                                  "finish before their decodes are cancelled.")
     docs: bool = Field(default=False, description="Serve Swagger UI at /docs (behind the API keys). Its assets "
                        "load from a CDN, so it is off by default; /openapi.json is always served, with a key.")
-    warmup: bool = Field(default=True, description="`agentmem serve` loads the model and the embedder before it "
-                         "listens (not in proxy mode): the first chat does not pay it, and memories written from then "
+    warmup: bool = Field(default=True, description="The app loads the model and the embedder when it starts (its "
+                         "lifespan, which uvicorn runs before it listens; not in proxy mode): the first chat does not "
+                         "pay it, and memories written from then "
                          "on are stored with their KV (kv_encoding 'lazy'; 'background' encodes it after the write "
                          "returns), not encoded by the first chat that mounts them.")
 

@@ -1,5 +1,6 @@
 """One conformance suite for every API-key store (:class:`agentmem.ports.api_keys.ApiKeyRecords`): the embedded
-``api_keys.db`` and the in-process one (``url="memory"``), both opened as the server opens them
+``api_keys.db``, the in-process one (``url="memory"``) and PostgreSQL's (several servers sharing one set of keys),
+each opened as the server opens them
 (:func:`agentmem.api_keys.open_api_keys`), and the server's :class:`~agentmem.server.KeyStore` policy on each."""
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ from agentmem.api_keys import ApiKeyRecord, ApiKeyRecords, open_api_keys
 from agentmem.errors import InvalidInputError, NotFoundError
 from agentmem.server import KeyStore
 
-KINDS = {"sqlite": None, "memory": "memory"}  # kind -> the url open_api_keys takes (None: <store>/api_keys.db)
+KINDS = ["sqlite", "memory", "postgres"]
 
 
-@pytest.fixture(params=list(KINDS))
+def _url(kind: str, request: pytest.FixtureRequest) -> str | None:
+    """The url open_api_keys takes for ``kind`` (None: <store>/api_keys.db; PostgreSQL: a fresh database)."""
+    return {"sqlite": None, "memory": "memory"}.get(kind) or request.getfixturevalue("fresh_postgres_url")
+
+
+@pytest.fixture(params=KINDS)
 def records(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApiKeyRecords]:
-    opened = open_api_keys(tmp_path / "store", url=KINDS[request.param])
+    opened = open_api_keys(tmp_path / "store", url=_url(request.param, request))
     yield opened
     opened.close()
 
@@ -50,9 +56,9 @@ def test_revoke_stamps_once_keeps_the_record_and_names_an_unknown_key(records: A
         records.revoke("k9", at=13.0)
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_the_servers_key_policy_runs_on_each_store(kind: str, tmp_path: Path) -> None:
-    keys = KeyStore(tmp_path / "store", url=KINDS[kind])
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_servers_key_policy_runs_on_each_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    keys = KeyStore(tmp_path / "store", url=_url(kind, request))
     key = keys.add(["u2", "u1", "u1"], label="laptop")
     principal = keys.authenticate(key)
     assert principal is not None and principal.users == {"u1", "u2"} and principal.may("u1") and not principal.may("u3")

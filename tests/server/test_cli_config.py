@@ -134,3 +134,23 @@ def test_serve_loads_the_model_before_listening_so_writes_carry_their_kv(tmp_pat
             assert (kv is not None and kv["tokens"] > 0) if warmup else kv is None
     finally:
         stop_server(proc)
+
+
+@pytest.mark.parametrize("settings", [{}, {"warmup": False}, {"upstream_url": "http://127.0.0.1:9/v1"}],
+                         ids=["default", "warmup-off", "proxy"])
+def test_an_app_run_by_any_asgi_server_loads_the_model_when_it_starts(tmp_path, settings) -> None:
+    """``create_app`` under uvicorn (or gunicorn, or a test client) loads the model in its lifespan, before it listens,
+    as ``agentmem serve`` does; not with ``warmup=False``, nor in proxy mode (the answers come from upstream)."""
+    from fastapi.testclient import TestClient
+
+    from agentmem import AgentMemory
+    from agentmem.kv.testing import tiny_causal_lm
+    from agentmem.server import ServerSettings, create_app
+
+    with AgentMemory(tmp_path / "s", model=tiny_causal_lm("llama", seed=0)) as mem:
+        app = create_app(mem, keys=None, settings=ServerSettings(auth=False, **settings), mcp=False)
+        assert mem.stats()["model_loaded"] is False
+        with TestClient(app, base_url="http://127.0.0.1") as client:  # entering it runs the lifespan's start
+            assert mem.stats()["model_loaded"] is (settings == {})
+            kv = client.post("/v1/memories", json={"text": "My dog is called Rex.", "user_id": "u1"}).json()["kv"]
+            assert (kv is not None) is (settings == {})

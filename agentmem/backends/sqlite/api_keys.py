@@ -1,4 +1,5 @@
-"""The embedded API-key store: ``api_keys.db``, a SQLite file of its own beside the catalog (SQLAlchemy 2.0).
+"""The API-key stores: ``api_keys.db``, a SQLite file of its own beside the catalog (the embedded default), or a
+PostgreSQL database several servers share (SQLAlchemy 2.0, one table either way).
 
 A file of its own so the catalog stays the SDK's: a store used without the server has no key table, and erasing or
 exporting memories never touches keys. The table is the one the server has always written (``api_keys``: id, key
@@ -15,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import JSON, Float, String, create_engine, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -44,12 +46,12 @@ def _record(row: ApiKeyRow) -> ApiKeyRecord:
                         created_at=row.created_at, revoked_at=row.revoked_at)
 
 
-class SqliteApiKeyRecords:
-    """:class:`~agentmem.ports.api_keys.ApiKeyRecords` in one SQLite file (created with its table if missing)."""
+class SqlApiKeyRecords:
+    """:class:`~agentmem.ports.api_keys.ApiKeyRecords` in any SQLAlchemy database (the table created if missing):
+    a SQLite file (:class:`SqliteApiKeyRecords`), or PostgreSQL, where several servers share one set of keys."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
-        self._engine = create_engine(f"sqlite:///{self.path}", connect_args={"timeout": busy_timeout_s})
+    def __init__(self, url: str, **engine_options: Any) -> None:
+        self._engine = create_engine(url, **engine_options)
         _Base.metadata.create_all(self._engine)
 
     def insert(self, record: ApiKeyRecord) -> None:
@@ -81,4 +83,12 @@ class SqliteApiKeyRecords:
         self._engine.dispose()
 
 
-__all__ = ["ApiKeyRow", "SqliteApiKeyRecords"]
+class SqliteApiKeyRecords(SqlApiKeyRecords):
+    """The key records in one SQLite file (created with its table if missing)."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        super().__init__(f"sqlite:///{self.path}", connect_args={"timeout": busy_timeout_s})
+
+
+__all__ = ["ApiKeyRow", "SqlApiKeyRecords", "SqliteApiKeyRecords"]
