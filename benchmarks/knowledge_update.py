@@ -268,7 +268,7 @@ def plot(result: dict, half: str, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--half", choices=["tune", "test"], default="test", help="template half to report")
     ap.add_argument("--n", type=int, default=200, help="scenarios per mode")
@@ -288,53 +288,66 @@ def main() -> None:
                     help="also run the local scenarios with each of recall's consolidation steps switched off")
     ap.add_argument("--no-scenarios", action="store_true",
                     help="skip the off/local scenario runs (e.g. to run only the heavy parts under a lock)")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    items = scenarios(args.half, n=args.n, seed=1)
+
+def scenario_modes(root: Path, args: argparse.Namespace, items: list) -> dict[str, dict[str, float]]:
+    """The scenarios under each consolidation mode (and, with ``--ablate``, each local step switched off)."""
+    per_mode: dict[str, dict[str, float]] = {}
+    for mode in () if args.no_scenarios else ("off", "local"):
+        with AgentMemory(root / f"ku-{mode}", consolidation=mode) as mem:
+            per_mode[mode] = run_scenarios(mem, items, mode)
+        print(mode, per_mode[mode], file=sys.stderr, flush=True)
+    for name, switch in ABLATIONS.items() if args.ablate else ():
+        with AgentMemory(root / f"ku-local-{name}", consolidation="local", **switch) as mem:
+            per_mode[f"local_{name}"] = run_scenarios(mem, items, "local")
+        print(f"local {name}", per_mode[f"local_{name}"], file=sys.stderr, flush=True)
+    if args.llm_n:
+        with AgentMemory(root / "ku-llm", consolidation="llm") as mem:
+            per_mode["llm"] = run_scenarios(mem, items[: args.llm_n], "llm")
+            per_mode["llm"]["decisions"] = mem.stats()["lifecycle"]  # type: ignore[assignment]
+        print("llm", per_mode["llm"], file=sys.stderr, flush=True)
+    return per_mode
+
+
+def other_measurements(root: Path, args: argparse.Namespace, items: list) -> dict[str, object]:
+    """Distinct facts, roles, asked questions, the natural pairs, LoCoMo recall and remember() latency, as asked."""
     result: dict[str, object] = {}
+    if args.distinct_n:
+        distinct = {}
+        for mode in ("off", "local"):
+            with AgentMemory(root / f"distinct-{mode}", consolidation=mode) as mem:
+                distinct[mode] = distinct_facts(mem, args.distinct_n, mode)
+            print(f"distinct {mode}", distinct[mode], file=sys.stderr, flush=True)
+        result["distinct"] = distinct
+    if args.roles_n:
+        with AgentMemory(root / "ku-roles", consolidation="local") as mem:
+            result["roles"] = roles_effect(mem, items[: args.roles_n])
+        print("roles", result["roles"], file=sys.stderr, flush=True)
+    if args.asked_n:
+        with AgentMemory(root / "ku-asked", consolidation="local") as mem:
+            result["asked"] = asked_effect(mem, items[: args.asked_n])
+        print("asked", result["asked"], file=sys.stderr, flush=True)
+    if args.natural is not None:
+        result["natural"] = natural_runs(root, args.natural or [0, 4])
+    if args.locomo:
+        on = locomo_recall(args.locomo, "local", root / "locomo-local")
+        off = locomo_recall(args.locomo, "off", root / "locomo-off")
+        result["locomo"] = {"local": on, "off": off,
+                            "delta@5": round(on["recall@5"] - off["recall@5"], 4),
+                            "delta@10": round(on["recall@10"] - off["recall@10"], 4)}
+        print("locomo", result["locomo"], file=sys.stderr, flush=True)
+    if args.latency_n:
+        result["remember_p95_ms"] = remember_p95(root, args.latency_n)
+    return result
+
+
+def main() -> None:
+    args = parse_args()
+    items = scenarios(args.half, n=args.n, seed=1)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        per_mode: dict[str, dict[str, float]] = {}
-        for mode in () if args.no_scenarios else ("off", "local"):
-            with AgentMemory(root / f"ku-{mode}", consolidation=mode) as mem:
-                per_mode[mode] = run_scenarios(mem, items, mode)
-            print(mode, per_mode[mode], file=sys.stderr, flush=True)
-        for name, switch in ABLATIONS.items() if args.ablate else ():
-            with AgentMemory(root / f"ku-local-{name}", consolidation="local", **switch) as mem:
-                per_mode[f"local_{name}"] = run_scenarios(mem, items, "local")
-            print(f"local {name}", per_mode[f"local_{name}"], file=sys.stderr, flush=True)
-        if args.llm_n:
-            with AgentMemory(root / "ku-llm", consolidation="llm") as mem:
-                per_mode["llm"] = run_scenarios(mem, items[: args.llm_n], "llm")
-                per_mode["llm"]["decisions"] = mem.stats()["lifecycle"]  # type: ignore[assignment]
-            print("llm", per_mode["llm"], file=sys.stderr, flush=True)
-        result[args.half] = per_mode
-        if args.distinct_n:
-            distinct = {}
-            for mode in ("off", "local"):
-                with AgentMemory(root / f"distinct-{mode}", consolidation=mode) as mem:
-                    distinct[mode] = distinct_facts(mem, args.distinct_n, mode)
-                print(f"distinct {mode}", distinct[mode], file=sys.stderr, flush=True)
-            result["distinct"] = distinct
-        if args.roles_n:
-            with AgentMemory(root / "ku-roles", consolidation="local") as mem:
-                result["roles"] = roles_effect(mem, items[: args.roles_n])
-            print("roles", result["roles"], file=sys.stderr, flush=True)
-        if args.asked_n:
-            with AgentMemory(root / "ku-asked", consolidation="local") as mem:
-                result["asked"] = asked_effect(mem, items[: args.asked_n])
-            print("asked", result["asked"], file=sys.stderr, flush=True)
-        if args.natural is not None:
-            result["natural"] = natural_runs(root, args.natural or [0, 4])
-        if args.locomo:
-            on = locomo_recall(args.locomo, "local", root / "locomo-local")
-            off = locomo_recall(args.locomo, "off", root / "locomo-off")
-            result["locomo"] = {"local": on, "off": off,
-                                "delta@5": round(on["recall@5"] - off["recall@5"], 4),
-                                "delta@10": round(on["recall@10"] - off["recall@10"], 4)}
-            print("locomo", result["locomo"], file=sys.stderr, flush=True)
-        if args.latency_n:
-            result["remember_p95_ms"] = remember_p95(root, args.latency_n)
+        per_mode = scenario_modes(Path(tmp), args, items)
+        result: dict[str, object] = {args.half: per_mode, **other_measurements(Path(tmp), args, items)}
     if args.plot and per_mode:
         plot(result, args.half, args.plot)
     print(json.dumps(result), flush=True)
