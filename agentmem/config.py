@@ -222,6 +222,12 @@ class MemoryConfig(BaseModel):
     sweep_interval: float | None = Field(
         default=None, gt=0, description="Seconds between background sweeps of expired entries; None = no timer."
     )
+    erasure_replay_s: float | None = Field(
+        default=None, gt=0, description="Seconds between reads of the erasures other processes on this store "
+        "journalled (their in-memory copies of erased text dropped here too: caches, a server's request log, the "
+        "sessions' working KV); a store with a period also journals its own erasures (ids only, kept ten minutes). "
+        "None = every 1 s when catalog_url names a database other processes open (several servers on one "
+        "PostgreSQL), no journal for the embedded catalog; AgentMemory.replay_erasures() reads it at once.")
     busy_timeout_ms: int = Field(default=30_000, gt=0)
 
     # --- backends (see agentmem.factory; None = the embedded default under the store path) ------------

@@ -23,7 +23,7 @@ from agentmem.answer import Answerer
 from agentmem.bank import KVBank
 from agentmem.config import MemoryConfig
 from agentmem.erasure import Erasure, ErasureListeners
-from agentmem.forgetting import Forgetting, SessionHooks, Sweeper
+from agentmem.forgetting import ErasureJournal, Forgetting, SessionHooks, Sweeper
 from agentmem.errors import InvalidInputError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
 from agentmem.consolidate.statements import only_asks
@@ -105,10 +105,12 @@ class AgentMemory:
         for forget_erased in (self._consolidator.forget_erased, head_cues.forget_erased,
                               recall_query.forget_erased, self._bank.forget_erased):  # queries: names, timestamps
             self.on_erase(forget_erased)
+        replay_s = self.config.erasure_replay_s or (1.0 if self.config.catalog_url else None)
         self._forgetting = Forgetting(self._store, audit=self._audit, erasures=self._erasures, sessions=SessionHooks(
             end=lambda session, user: self._end_session_kv(session, user_id=user),
             end_user=lambda user: self.sessions.end_user(user) if self._has_sessions() else None,
-            sweep=lambda: self._sessions.sweep() if self._sessions is not None else None))  # session TTLs
+            sweep=lambda: self._sessions.sweep() if self._sessions is not None else None),  # session TTLs
+            journal=ErasureJournal(self._store.catalog) if replay_s else None)
         self._writer = Writer(store=self._store, bank=self._bank, config=self.config, consolidator=self._consolidator,
                               kb=self._kb, scanner=self._scanner,
                               submit_llm=lambda ids: self._llm_worker().submit(ids),
@@ -119,6 +121,7 @@ class AgentMemory:
         self._sessions_lock = threading.Lock()
         self._closed = False
         self._sweeper = Sweeper(self.sweep, self.config.sweep_interval) if self.config.sweep_interval else None
+        self._replayer = Sweeper(self.replay_erasures, replay_s, name="agentmem-erasures") if replay_s else None
 
     # --- context manager -------------------------------------------------------------------------
     def __enter__(self) -> AgentMemory:
@@ -133,8 +136,9 @@ class AgentMemory:
         self._closed = True
         if self._llm is not None:
             self._llm.close()
-        if self._sweeper is not None:
-            self._sweeper.stop()
+        for timer in (self._sweeper, self._replayer):
+            if timer is not None:
+                timer.stop()
         if self._sessions is not None:
             self._sessions.close()
         self._bank.close()
@@ -805,6 +809,19 @@ class AgentMemory:
         """Erase every expired entry everywhere (row, vector, blob); returns how many."""
         self._check_open()
         return self._forgetting.expired()
+
+    def replay_erasures(self) -> int:
+        """Apply the erasures other processes on this store (another server on the same PostgreSQL, the CLI's
+        ``forget``) journalled since the last call: this process drops its in-memory copies of the erased entries
+        (the :meth:`on_erase` listeners are told, the sessions holding them lose their working KV). Runs every
+        ``erasure_replay_s`` on its own for a shared catalog; returns how many erasures were applied.
+
+        Example:
+            >>> mem.replay_erasures()      # nothing erased by another process
+            0
+        """
+        self._check_open()
+        return self._forgetting.replay()
 
     def on_erase(self, listener: Callable[[Erasure], None]) -> Callable[[], None]:
         """Call ``listener(erasure)`` after every ``forget`` and ``sweep`` (ids only, never text); returns a function

@@ -187,6 +187,15 @@ class MemoryCatalog:
         with self._lock:
             return {k: self._info[k] for k in keys if k in self._info}
 
+    def info_items(self, prefix: str, *, after: str = "") -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted((k, v) for k, v in self._info.items() if k.startswith(prefix) and k > after)
+
+    def delete_infos(self, keys: Sequence[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._info.pop(key, None)
+
     # --- reads (committed entries only) ---------------------------------------------------------
     def _committed(self, entry_id: str) -> bool:
         row = self._rows.get(entry_id)

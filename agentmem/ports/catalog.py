@@ -227,6 +227,15 @@ class Catalog(Protocol):
         """The facts kept under ``keys``, in one read (keys without a value are left out)."""
         ...
 
+    def info_items(self, prefix: str, *, after: str = "") -> list[tuple[str, str]]:
+        """``(key, value)`` of the facts whose key starts with ``prefix`` and sorts after ``after``, in key order
+        (the erasure journal every process on a shared store reads: :class:`agentmem.forgetting.ErasureJournal`)."""
+        ...
+
+    def delete_infos(self, keys: Sequence[str]) -> None:
+        """Forget the facts kept under ``keys`` (keys without a value are ignored)."""
+        ...
+
     # --- reads (committed rows only) -------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Committed entries for ``ids`` in the order given; missing or uncommitted ids are skipped."""

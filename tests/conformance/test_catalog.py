@@ -238,6 +238,18 @@ def test_turn_neighbours_and_a_sessions_turns_around_a_time_are_committed_turns(
     assert edge("u", 2.0, after=False) == ["t1"] and edge("u", 2.0, after=True) == ["t3"]  # strictly before / after
 
 
+def test_info_items_lists_a_prefix_in_key_order_after_a_key_and_delete_infos_forgets(cat: Catalog) -> None:
+    for key in ("erasure:003", "erasure:001", "erasure:002", "erasurf:000", "kb:erasure:1", "erasure_%"):
+        cat.set_info(key, key.upper())
+    assert cat.info_items("erasure:") == [("erasure:001", "ERASURE:001"), ("erasure:002", "ERASURE:002"),
+                                          ("erasure:003", "ERASURE:003")]
+    assert [k for k, _ in cat.info_items("erasure:", after="erasure:001")] == ["erasure:002", "erasure:003"]
+    assert [k for k, _ in cat.info_items("erasure_")] == ["erasure_%"]  # LIKE's wildcards are plain characters
+    cat.delete_infos(["erasure:001", "erasure:003", "missing"])
+    cat.delete_infos([])
+    assert [k for k, _ in cat.info_items("erasure:")] == ["erasure:002"] and cat.infos(["kb:erasure:1"])
+
+
 def test_infos_reads_several_keys_and_a_scope_finds_where_chains_start(cat: Catalog) -> None:
     cat.set_info("a", "1")
     cat.set_info("b", "two")

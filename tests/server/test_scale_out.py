@@ -1,9 +1,12 @@
 """Several ``agentmem serve`` processes over one store: PostgreSQL + pgvector for the catalog and vectors, Redis for
 the KV blobs, and the API keys in PostgreSQL too (``[server] keys_url``), as a deployment behind a load balancer
 runs them. Each server has its own store directory (hosts share nothing on disk); what one writes, forgets or
-revokes, the other serves at once."""
+revokes, the other serves at once, and an erasure on one reaches the other's in-memory copies (its request log)
+through the erasure journal in the store."""
 
 from __future__ import annotations
+
+import time
 
 import httpx
 
@@ -34,10 +37,17 @@ def test_two_servers_share_the_store_and_one_set_of_keys(tmp_path, tiny_model_di
                 "model": "x", "user": "u1", "max_tokens": 2,
                 "messages": [{"role": "user", "content": "What is my boat called?"}]}).json()["agentmem"]
             assert [m["id"] for m in chat["mounted"]] == [memory_id] and chat["fallbacks"] == []  # A's KV, loaded
-            assert on_b.delete(f"/v1/memories/{memory_id}", params={"user_id": "u1"}).status_code in (200, 204)
-            left = [h["id"] for h in on_a.post("/v1/memories/recall", json=ask).json()["hits"]]
+            logged = f"/inspector/requests/{chat['request_id']}"
+            assert on_b.get(logged).status_code == 200  # B's request log holds the request that mounted it
+            assert on_a.delete(f"/v1/memories/{memory_id}", params={"user_id": "u1"}).status_code in (200, 204)
+            left = [h["id"] for h in on_b.post("/v1/memories/recall", json=ask).json()["hits"]]
             assert left and memory_id not in left  # the chat's own turns (remembered by B) are there, not the fact
-            assert on_a.get(f"/v1/memories/{memory_id}", params={"user_id": "u1"}).status_code == 404
+            assert on_b.get(f"/v1/memories/{memory_id}", params={"user_id": "u1"}).status_code == 404
+            # A journalled the erasure in the store; B replays it (every second) and drops its own copies
+            deadline = time.monotonic() + 10
+            while on_b.get(logged).status_code != 404 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert on_b.get(logged).status_code == 404
             key_id = key.split("_")[1]
             run_cli("keys", "revoke", key_id, "--path", str(host_b), "--config", str(config))
             assert on_a.post("/v1/memories/recall", json=ask).status_code == 401  # revoked on B's host, for both

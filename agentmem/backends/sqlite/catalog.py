@@ -275,6 +275,18 @@ class SqliteCatalog:
         with self.read_engine.connect() as conn:
             return dict(conn.execute(select(StoreInfo.key, StoreInfo.value).where(StoreInfo.key.in_(list(keys)))).all())
 
+    def info_items(self, prefix: str, *, after: str = "") -> list[tuple[str, str]]:
+        with self.read_engine.connect() as conn:
+            q = (select(StoreInfo.key, StoreInfo.value)
+                 .where(StoreInfo.key.startswith(prefix, autoescape=True), StoreInfo.key > after)
+                 .order_by(StoreInfo.key))
+            return [(k, v) for k, v in conn.execute(q).all()]
+
+    def delete_infos(self, keys: Sequence[str]) -> None:
+        if keys:
+            with self._write_lock, self._sessions.begin() as s:
+                s.execute(delete(StoreInfo).where(StoreInfo.key.in_(list(keys))))
+
     # --- reads ---------------------------------------------------------------------------------
     def get(self, ids: Sequence[str]) -> list[EntryRecord]:
         """Committed entries for ``ids``, in the order given (missing ids skipped), as plain records read with one
