@@ -168,6 +168,8 @@ class ErasureJournal:
         self._read_from = time.time()  # a process starts with empty caches: nothing earlier concerns it
 
     def record(self, erasure: Erasure, sessions: Sequence[tuple[str, str]]) -> None:
+        """Journal an erasure done by this process (``sessions``: the (user, session) pairs of its erased turns)
+        for the others, and prune what is older than ``KEEP_S``."""
         now = time.time()
         key = f"{self.PREFIX}{time.time_ns():020d}:{secrets.token_hex(6)}"
         with self._lock:
