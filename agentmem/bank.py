@@ -162,15 +162,20 @@ class KVBank:
         """Encode the rows' memory lines and attach each blob to its entry if it still exists at the version read
         (``attach_blob``: a forgotten or updated entry gets none, and what encoding memoised of its text is dropped);
         how many were attached. Shared by :meth:`AgentMemory.encode_pending` and the write-behind worker."""
-        store = self.store
-        lines = [store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
-        attached = 0
-        for row, (blob, fields) in zip(rows, self.encode_blobs(lines)):
-            if store.attach_blob(row.id, blob, expect_version=row.version, **fields):
-                attached += 1
-            else:
+        lines = [self.store.sealer.open_text(r.id, "memory_text", r.memory_text) for r in rows]
+        return sum(stored for _, stored in self._attach(rows, self.encode_blobs(lines)))
+
+    def _attach(self, rows: Sequence[EntryRecord], encoded: Sequence[tuple[bytes, dict[str, Any]]]
+                ) -> list[tuple[bytes, bool]]:
+        """Attach each encoded blob to its row's entry if it is still at the version read; ``(blob, stored)`` per
+        row. A forgotten or updated entry gets none, and what encoding memoised of its text is dropped."""
+        out = []
+        for row, (blob, fields) in zip(rows, encoded):
+            stored = self.store.attach_blob(row.id, blob, expect_version=row.version, **fields)
+            if not stored:
                 self.forget_erased()
-        return attached
+            out.append((blob, stored))
+        return out
 
     def _kv_fields(self, tokens: int, codec: str | None = None) -> dict[str, Any]:
         codec = codec or self.config.kv_codec  # the catalog's kv_dtype column names the blob's codec
@@ -256,12 +261,8 @@ class KVBank:
         except Exception as exc:  # noqa: BLE001 - the loaders encode one by one and report their own error
             log.info("batched encode of %d memories before a mount failed (%s); encoding each", len(todo), exc)
             return {}
-        fresh: dict[str, tuple[bytes, bool]] = {}
-        for (row, _), (blob, fields) in zip(todo, encoded):
-            stored = self.store.attach_blob(row.id, blob, expect_version=row.version, **fields)
-            if not stored:
-                self.forget_erased()
-            fresh[row.id] = (blob, stored)
+        rows = [row for row, _ in todo]
+        fresh = {row.id: done for row, done in zip(rows, self._attach(rows, encoded))}
         self.stats.counts["encoded_on_mount"] += len(fresh)  # encoded for a mount, as the loader counts
         return fresh
 
