@@ -33,7 +33,6 @@ import numpy as np
 
 from agentmem.config import MemoryConfig
 from agentmem.consolidate.local import LocalConsolidator, apply_decisions
-from agentmem.entries.text_vectors import pack_vector
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
 from agentmem.entries.documents import document_parts
@@ -297,7 +296,8 @@ class Writer:
             for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.line for e in kept])):
                 entry.attach_kv(blob, fields)
         if text_vectors is not None:
-            self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)])
+            texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in kept]
+            self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)], texts)
         self.store.add(kept, None if vectors is None else vectors[list(keep)])
         if not inline and encode is None:  # kv_encoding "background": encoded after the write returns
             self.bank.encode_later([e.row.id for e in kept])
@@ -348,7 +348,7 @@ class Writer:
         fields: dict[str, Any] = dict(
             text=seal(row.id, "text", text), memory_text=seal(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
-            text_vector=pack_vector(self.consolidator.text_vectors([text])[0]),  # the new text's (score, conflicts)
+            **self.consolidator.vector_fields(text),  # the new text's vectors (score, conflicts)
         )
         if meta is not None:
             fields["metadata_json"] = meta

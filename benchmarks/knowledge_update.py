@@ -187,13 +187,17 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
             for group, t in tally.items()}
 
 
-def natural_runs(root: Path, fillers: list[int]) -> dict[str, dict[str, dict[str, float]]]:
-    """:func:`natural_effect` on the natural updates and look-alikes, once per number of unrelated memories."""
+def natural_runs(root: Path, fillers: list[int], *, wrapped: bool = False) -> dict[str, dict[str, dict[str, float]]]:
+    """:func:`natural_effect` on the natural updates and look-alikes, once per number of unrelated memories; with
+    ``wrapped`` also once more each with the older statements said inside longer messages (``wrapped_fillers_N``)."""
     out = {}
-    for n in fillers:
-        with AgentMemory(root / f"ku-natural-{n}", consolidation="local") as mem:
-            out[f"fillers_{n}"] = natural_effect(mem, natural_cases(fillers=n) + alike_cases(fillers=n))
-        print(f"natural {n}", out[f"fillers_{n}"], file=sys.stderr, flush=True)
+    for wrap in (False, True) if wrapped else (False,):
+        for n in fillers:
+            name = f"{'wrapped_' if wrap else ''}fillers_{n}"
+            with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
+                cases = natural_cases(fillers=n, wrapped=wrap) + alike_cases(fillers=n, wrapped=wrap)
+                out[name] = natural_effect(mem, cases)
+            print(f"natural {name}", out[name], file=sys.stderr, flush=True)
     return out
 
 
@@ -283,6 +287,9 @@ def parse_args() -> argparse.Namespace:
                     help="also the hand-written natural updates and held-out look-alikes (ku_natural.py), each pair "
                          "a new user's store with this many unrelated memories besides (several: one run each; "
                          "none given: 0 and 4)")
+    ap.add_argument("--wrapped", action="store_true",
+                    help="with --natural: also each older statement said inside a longer chat message (a greeting, "
+                         "another sentence), as users write")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
     ap.add_argument("--ablate", action="store_true",
                     help="also run the local scenarios with each of recall's consolidation steps switched off")
@@ -329,7 +336,7 @@ def other_measurements(root: Path, args: argparse.Namespace, items: list) -> dic
             result["asked"] = asked_effect(mem, items[: args.asked_n])
         print("asked", result["asked"], file=sys.stderr, flush=True)
     if args.natural is not None:
-        result["natural"] = natural_runs(root, args.natural or [0, 4])
+        result["natural"] = natural_runs(root, args.natural or [0, 4], wrapped=args.wrapped)
     if args.locomo:
         on = locomo_recall(args.locomo, "local", root / "locomo-local")
         off = locomo_recall(args.locomo, "off", root / "locomo-off")

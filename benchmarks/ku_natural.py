@@ -12,6 +12,10 @@ written before any change and are the check. Report both. What a rule must not d
 held-out template half (``alike_cases``): a user's statement and, a session later, a statement that resembles it but
 is no update ("My phone is a Pixel 8." / "My daughter has a Galaxy S23."); the user's own statement still answers.
 
+People rarely tell a fact in a message of its own: ``wrapped=True`` says each older statement inside a chat message
+with a greeting and / or another sentence about something else ("Hi! I'm allergic to penicillin. I found a nice cafe
+near the station."), as a chat's user turn is stored (one memory per message).
+
 Example:
     >>> len(NATURAL) >= 40, all(len(p) == 3 for p in NATURAL), len(DESIGN)
     (True, True, 8)
@@ -96,6 +100,7 @@ CHECK: list[tuple[str, str, str]] = [
      "Where do I rent a flat?"),
 ]
 NATURAL = DESIGN + CHECK
+OPENERS = ["Hi!", "Hello again.", "Good morning!", "Hey there.", "Quick note for you."]
 FILLERS = [
     "The weather was lovely this weekend.", "I watched a documentary about whales.", "I need to buy coffee filters.",
     "I finished reading a thriller novel.", "The neighbours are renovating their kitchen.",
@@ -117,9 +122,10 @@ class NaturalCase:
     group: str
 
 
-def natural_cases(*, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
+def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool = False) -> list[NaturalCase]:
     """Every pair as a store: ``fillers`` unrelated memories (half in the first session before the older statement,
-    the rest in a middle session), the older statement in session ``s1``, the newer in ``s3``.
+    the rest in a middle session), the older statement in session ``s1`` (``wrapped``: inside a longer message,
+    :func:`wrap`), the newer in ``s3``.
 
     >>> case = natural_cases(fillers=2)[0]
     >>> [session for _, session in case.stream], case.group
@@ -127,11 +133,11 @@ def natural_cases(*, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
     """
     rng = random.Random(f"natural-{seed}")
     groups = ["design"] * len(DESIGN) + ["check"] * len(CHECK)
-    return [_case(older, newer, question, group, rng, fillers)
+    return [_case(older, newer, question, group, rng, fillers, wrapped)
             for (older, newer, question), group in zip(NATURAL, groups)]
 
 
-def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0) -> list[NaturalCase]:
+def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool = False) -> list[NaturalCase]:
     """``n`` stores built like :func:`natural_cases` from the held-out template half's look-alikes: the user's own
     statement in ``s1``, the look-alike in ``s3``.
 
@@ -140,15 +146,33 @@ def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0) -> list[Natural
     ('alike', True)
     """
     rng = random.Random(f"natural-alike-{seed}")
-    return [_case(statement, alike, question, "alike", rng, fillers)
+    return [_case(statement, alike, question, "alike", rng, fillers, wrapped)
             for statement, alike, question, _ in alike_pairs("test", n=n, seed=seed)]
 
 
-def _case(older: str, newer: str, question: str, group: str, rng: random.Random, fillers: int) -> NaturalCase:
+def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
+    """``statement`` inside a chat message: after a greeting, before a sentence about something else (one of
+    ``asides``), or both.
+
+    >>> wrap("I live in Lyon.", random.Random(1), ["I planted tomatoes."]).count(".") + 0 >= 1
+    True
+    """
+    form = rng.choice(("opener", "aside", "both"))
+    parts = [rng.choice(OPENERS)] if form in ("opener", "both") else []
+    parts.append(statement)
+    if form in ("aside", "both"):
+        parts.append(rng.choice(asides))
+    return " ".join(parts)
+
+
+def _case(older: str, newer: str, question: str, group: str, rng: random.Random, fillers: int,
+          wrapped: bool = False) -> NaturalCase:
     chosen = rng.sample(FILLERS, fillers)
+    if wrapped:
+        older = wrap(older, rng, [t for t in FILLERS if t not in chosen])
     first, middle = chosen[: fillers // 2], chosen[fillers // 2 :]
     stream = [(t, "s1") for t in first] + [(older, "s1")] + [(t, "s2") for t in middle] + [(newer, "s3")]
     return NaturalCase(older, newer, question, tuple(stream), group)
 
 
-__all__ = ["CHECK", "DESIGN", "NATURAL", "NaturalCase", "alike_cases", "natural_cases"]
+__all__ = ["CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "alike_cases", "natural_cases", "wrap"]

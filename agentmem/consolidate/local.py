@@ -26,7 +26,8 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
   the other candidates of the speaker as background, at least 3; never two turns of one conversation session; an
   older memory of several sentences only at the higher ``supersede`` threshold, as demoting it pushes the other
-  facts it states down the list), or
+  facts it states down the list, and weighed by the one sentence of it the newer replaces, when the query is about
+  that sentence: a fact told inside a longer message is diluted in the message's vector), or
   that restate one sentence with a value swapped (:func:`swapped_values`, in any session, unless the query names
   the older value and not the newer),
   the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
@@ -46,6 +47,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections import Counter, OrderedDict
@@ -57,9 +59,10 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import changed_span, only_asks, sentence_count, statement_tokens
+from agentmem.consolidate.statements import (changed_span, only_asks, sentence_count, stated_sentences,
+                                              statement_tokens)
 from agentmem.erasure import Erasure
-from agentmem.entries.text_vectors import pack_vector, unpack_vector
+from agentmem.entries.text_vectors import pack_vector, pack_vectors, unpack_vector, unpack_vectors
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
 from agentmem.text import content_words
 
@@ -187,6 +190,7 @@ class LocalConsolidator:
         self._query, self._rows, self._text_of, self._embed = query, rows, text_of, embed
         self.pairs = pairs
         self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self._sentence_cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()  # rows stored without them
         self._cache_size = cache_size
         self._lock = threading.Lock()
 
@@ -212,20 +216,51 @@ class LocalConsolidator:
         if not erasure.entry_ids:
             return
         with self._lock:
-            for key in [k for k in self._cache if k[0] in erasure.entry_ids]:
-                del self._cache[key]
+            for cache in (self._cache, self._sentence_cache):
+                for key in [k for k in cache if k[0] in erasure.entry_ids]:
+                    del cache[key]
 
     def cached(self) -> int:
-        """How many text vectors the cache holds."""
+        """How many rows' vectors the caches hold (text vectors, and sentence vectors of rows stored without them)."""
         with self._lock:
-            return len(self._cache)
+            return len(self._cache) + len(self._sentence_cache)
 
-    @staticmethod
-    def attach_vectors(rows: Sequence[EntryRecord], unit: np.ndarray) -> None:
-        """Store each row's unit text vector on the row itself (float16, written with it), so a recall's conflict
-        check in any process reads it instead of re-embedding the text (``update`` replaces it with the text)."""
-        for row, vec in zip(rows, unit):
+    def attach_vectors(self, rows: Sequence[EntryRecord], unit: np.ndarray, texts: Sequence[str]) -> None:
+        """Store each row's unit text vector on the row itself (float16, written with it), and for a text of
+        several sentences its stated sentences' vectors (one embedding call for the batch), so a recall's conflict
+        check in any process reads them instead of re-embedding the text (``update`` replaces both with the
+        text's). ``texts`` are the rows' plain texts."""
+        for row, vec, sentence_vecs in zip(rows, unit, self.sentence_vectors(texts)):
             row.text_vector = pack_vector(vec)
+            row.sentence_vectors = None if sentence_vecs is None else pack_vectors(sentence_vecs)
+
+    def vector_fields(self, text: str) -> dict[str, bytes | None]:
+        """The row fields holding ``text``'s vectors (:meth:`attach_vectors`), for a new version of an entry.
+
+        Example:
+            >>> c = LocalConsolidator(lambda *a: [], lambda ids: [], str, lambda t: np.ones((len(t), 2)))
+            >>> fields = c.vector_fields("Hi! I moved to Lyon. I love it here.")
+            >>> len(fields["text_vector"]), len(fields["sentence_vectors"])   # two stated sentences, 2 x float16
+            (4, 8)
+        """
+        unit = self.text_vectors([text])[0]
+        sentence_vecs = self.sentence_vectors([text])[0]
+        return {"text_vector": pack_vector(unit),
+                "sentence_vectors": None if sentence_vecs is None else pack_vectors(sentence_vecs)}
+
+    def sentence_vectors(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        """Per text of several sentences, the unit vectors of those that state something
+        (:func:`~agentmem.consolidate.statements.stated_sentences`; no rows where none does), in one embedding call;
+        None for a one-sentence text (its text vector stands for its one statement)."""
+        said = [stated_sentences(t) if sentence_count(t) > 1 else None for t in texts]
+        flat = [x for ss in said if ss for x in ss]
+        unit = self.text_vectors(flat) if flat else np.zeros((0, 0), dtype=np.float32)
+        out: list[np.ndarray | None] = []
+        at = 0
+        for ss in said:
+            out.append(None if ss is None else unit[at : at + len(ss)])
+            at += len(ss or ())
+        return out
 
     def text_vectors(self, texts: Sequence[str]) -> np.ndarray:
         vecs = np.asarray(self._embed(list(texts)), dtype=np.float32)
@@ -289,14 +324,16 @@ class LocalConsolidator:
             self.remember_vectors([rows[i] for i in missing], fresh)
         return cached  # type: ignore[return-value]
 
-    def conflicts(self, rows: Sequence[EntryRecord], texts: Sequence[str], query: str = "") -> set[tuple[str, str]]:
+    def conflicts(self, rows: Sequence[EntryRecord], texts: Sequence[str], query: str = "",
+                  query_vector: np.ndarray | None = None) -> set[tuple[str, str]]:
         """(older id, newer id) of recalled rows of one speaker that conflict: the pairwise model's score of the
         newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
         on write, else the model's prior) reaches its ``conflict`` threshold, or for an older row of several
-        sentences its higher ``supersede`` one; without the model, a text cosine of at least ``CONFLICT``; never an
-        older row of the newer's own session, nor one that only asks. Also, in any session, the newer restating
-        the older with a value swapped (:func:`swapped_values`; the rest of the older is restated too, so its
-        length does not matter)."""
+        sentences its higher ``supersede`` one, the row taken whole or by the one sentence of it that the query is
+        about (:meth:`_sentence_conflicts`; ``query_vector``: the query's unit vector, embedded here when None);
+        without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
+        nor one that only asks. Also, in any session, the newer restating the older with a value swapped
+        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
@@ -305,6 +342,17 @@ class LocalConsolidator:
         sentences = [sentence_count(t) for t in texts]
         asks = [only_asks(t) for t in texts]
         out = swapped_values(rows, texts, keys, query, asks=asks)
+        @functools.cache
+        def by_sentence() -> tuple[dict[int, list[set[str]]], dict[int, np.ndarray], dict[int, int | None]]:
+            """Of the rows of several sentences: each stated sentence's words and vector, and which of them is
+            nearest the query (None: no query); read (or embedded) once, and only when a pair needs them."""
+            at = [a for a in range(len(rows)) if sentences[a] > 1 and not asks[a]]
+            asked = query_vector if query_vector is not None else self.text_vectors([query])[0] if query else None
+            stated = self._stated_vectors(rows, texts, at)
+            nearest = {a: None if asked is None or not len(stated[a]) else int(np.argmax(stated[a] @ asked))
+                       for a in at}
+            return {a: [content_words(x) for x in stated_sentences(texts[a])] for a in at}, stated, nearest
+
         for b, row in enumerate(rows):
             if asks[b]:
                 continue  # a question states no value: it demotes nothing (the same rule as on write)
@@ -316,16 +364,77 @@ class LocalConsolidator:
                      and (row.session_id is None or rows[a].session_id != row.session_id)]
             if not older:
                 continue
-            if self.pairs is not None:
-                scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same])
-                # an older memory of several sentences states other facts, which demoting it pushes down the list:
-                # only a pair the model would supersede, were it one sentence (LoCoMo dev: both questions the lower
-                # threshold cost were such turns it flagged; research/notes/consolidation-crossdataset.md)
-                cuts = [self.pairs.conflict if sentences[a] <= 1 else self.pairs.supersede for a in same]
-                hit = [a for a, s, cut in zip(same, scores, cuts) if a in older and s >= cut and not asks[a]]
-            else:
-                hit = [a for a in older if float(vecs[a] @ vecs[b]) >= CONFLICT and not asks[a]]
+            if self.pairs is None:
+                out.update((rows[a].id, row.id) for a in older
+                           if float(vecs[a] @ vecs[b]) >= CONFLICT and not asks[a])
+                continue
+            scores = self.pairs.scores(vecs[b], words[b], [vecs[a] for a in same], [words[a] for a in same])
+            # an older memory of several sentences states other facts, which demoting it pushes down the list: as a
+            # whole, only a pair the model would supersede, were it one sentence (LoCoMo dev: both questions the
+            # lower threshold cost were such turns it flagged; research/notes/consolidation-crossdataset.md); taken
+            # whole or by the one sentence the newer replaces, when the query is about that sentence
+            hit = [a for a, s in zip(same, scores) if a in older and sentences[a] <= 1 and s >= self.pairs.conflict
+                   and not asks[a]]
+            multi = {a: float(s) for a, s in zip(same, scores) if a in older and sentences[a] > 1 and not asks[a]}
+            if multi:
+                hit += self._sentence_conflicts(b, multi, same, vecs, words, *by_sentence())
             out.update((rows[a].id, row.id) for a in hit)
+        return out
+
+    def _stated_vectors(self, rows: Sequence[EntryRecord], texts: Sequence[str],
+                        at: Sequence[int]) -> dict[int, np.ndarray]:
+        """For the rows at positions ``at`` (texts of several sentences), their stated sentences' unit vectors: from
+        the row (written with it), else the cache, else embedded (and cached: a row written before schema 10)."""
+        out: dict[int, np.ndarray] = {}
+        with self._lock:
+            for i in at:
+                blob = rows[i].sentence_vectors
+                if blob is not None and rows[i].text_vector:
+                    out[i] = unpack_vectors(blob, len(rows[i].text_vector) // 2)
+                elif (cached := self._sentence_cache.get((rows[i].id, rows[i].version or 1))) is not None:
+                    out[i] = cached
+        missing = [i for i in at if i not in out]
+        if missing:
+            for i, vecs in zip(missing, self.sentence_vectors([texts[i] for i in missing])):
+                out[i] = np.zeros((0, 0), dtype=np.float32) if vecs is None else vecs
+            with self._lock:
+                for i in missing:
+                    self._sentence_cache[(rows[i].id, rows[i].version or 1)] = out[i]
+                while len(self._sentence_cache) > self._cache_size:
+                    self._sentence_cache.popitem(last=False)
+        return out
+
+    def _sentence_conflicts(self, b: int, multi: dict[int, float], same: list[int], vecs: list[np.ndarray],
+                            words: list[set[str]], said: dict[int, list[set[str]]], stated: dict[int, np.ndarray],
+                            nearest: dict[int, int | None]) -> list[int]:
+        """Of the older rows ``multi`` (several sentences each, mapped to the newer row ``b``'s score against the
+        whole row), those ``b`` replaces, at the pairwise model's ``supersede`` threshold (the score at which a
+        one-sentence memory is superseded on write): taken whole, or by the one sentence of the row it scores
+        highest against (that sentence's vector and words in the row's place, the speaker's other hits as
+        background; ``said``: each stated sentence's words); either way only when that sentence is also the one
+        of the row nearest the query (``nearest``; None: any), so a message recalled for another of its facts is
+        not demoted for this one ("What is my name?" and "Hi! My name is Dana. I take 20 mg of lisinopril."
+        against "My doctor raised my lisinopril to 40 mg."). The whole message's vector dilutes the sentence:
+        taken whole, such pairs rarely reach ``supersede`` (``benchmarks/knowledge_update.py --natural
+        --wrapped``). The lower ``conflict`` threshold that a one-sentence memory gets would take look-alike
+        sentences too ("We drove to Lisbon last summer." against "Oh, I've been to Paris yesterday!" in a LoCoMo
+        turn the question about cities visited needs)."""
+        assert self.pairs is not None
+        out = [a for a, whole in multi.items() if not len(stated[a]) and whole >= self.pairs.supersede]
+        split = [a for a in multi if len(stated[a])]  # the others state nothing but greetings and questions: whole
+        if not split:
+            return out
+        old_cosines = np.asarray([vecs[x] for x in same], dtype=np.float32) @ vecs[b]
+        places = [same.index(a) for a in split for _ in said[a]]
+        scores = self.pairs.scores_in_place(vecs[b], words[b], old_cosines, places,
+                                            np.concatenate([stated[a] for a in split]),
+                                            [sentence for a in split for sentence in said[a]])
+        at = 0
+        for a in split:
+            mine, at = scores[at : at + len(said[a])], at + len(said[a])
+            best = int(np.argmax(mine))
+            if max(multi[a], float(mine[best])) >= self.pairs.supersede and nearest[a] in (None, best):
+                out.append(a)
         return out
 
 

@@ -122,6 +122,42 @@ class PairModel:
                                  background_prior=self.background_prior)
         return features @ self.weights + self.bias
 
+    def scores_in_place(self, new: np.ndarray, new_words: set[str], old_cosines: np.ndarray, places: Sequence[int],
+                        candidates: np.ndarray, candidate_words: Sequence[set[str]], *,
+                        min_background: int = MIN_BACKGROUND) -> np.ndarray:
+        """The logit that ``new`` replaces each of ``candidates`` (unit vectors, one per row) were it the older
+        memory at ``places[k]`` of the list whose cosines to ``new`` are ``old_cosines``, the others as they are:
+        what :meth:`scores` gives at that place with the candidate in it (recall scores each sentence of a longer
+        memory so), for every candidate at once and without building the other rows' features.
+
+        Example:
+            >>> model = PairModel.bundled()
+            >>> rng = np.random.default_rng(0)
+            >>> v = rng.normal(size=(6, 384)).astype(np.float32); v /= np.linalg.norm(v, axis=1, keepdims=True)
+            >>> olds, words = list(v[1:4]), [{"a"}, {"b"}, {"c"}]
+            >>> one_by_one = [model.scores(v[0], {"a"}, [olds[0], v[4], olds[2]], [words[0], {"d"}, words[2]])[1],
+            ...               model.scores(v[0], {"a"}, [olds[0], olds[1], v[5]], [words[0], words[1], {"e"}])[2]]
+            >>> in_place = model.scores_in_place(v[0], {"a"}, np.asarray(olds) @ v[0], [1, 2], v[4:], [{"d"}, {"e"}])
+            >>> bool(np.allclose(in_place, one_by_one, atol=1e-4))
+            True
+        """
+        d = len(new)
+        cand = np.asarray(candidates, dtype=np.float32)
+        cos = cand @ new
+        rows = np.arange(len(cand))
+        every = np.tile(np.asarray(old_cosines, dtype=np.float32), (len(cand), 1))
+        every[rows, places] = cos  # each candidate's list: the older cosines with its own in its place
+        top = -np.sort(-every, axis=1)[:, :BACKGROUND_NEIGHBOURS]
+        if top.shape[1] >= min_background:  # the median of each row's top, as _sorted_median takes it
+            half = top.shape[1] // 2
+            background = top[:, half] if top.shape[1] % 2 else (top[:, half - 1] + top[:, half]) / 2
+        else:
+            background = np.full(len(cand), self.background_prior, dtype=np.float32)
+        nearest = (np.argmax(every, axis=1) == np.asarray(places)).astype(np.float32)
+        jaccards = np.array([_jaccard(w, new_words) for w in candidate_words])
+        w = self.weights
+        return (w[0] * cos + w[1] * (cos - background) + w[2] * jaccards + w[3] * nearest
+                + PRODUCT_SCALE * (cand * new) @ w[4 : 4 + d] + NEW_SCALE * float(new @ w[4 + d :]) + self.bias)
 
 @lru_cache(maxsize=4)
 def _load(path: str) -> PairModel:

@@ -96,6 +96,16 @@ def sentence_count(text: str) -> int:
     return len(sentences(text))
 
 
+def stated_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` that state something: not a question, more than two words ("Hi!", "Thanks a lot."
+    state nothing a newer memory could change).
+
+    >>> stated_sentences("Hi! I'm Dana. I take 20 mg of lisinopril. Is that a lot?")
+    ['I take 20 mg of lisinopril.']
+    """
+    return [s for s in sentences(text) if not s.endswith(("?", "\uff1f")) and len(s.split()) > 2]
+
+
 def only_asks(text: str) -> bool:
     """True when ``text`` asks and states nothing: each of its sentences is a question (it ends with a question
     mark) or at most two words ("Hi!", "Thanks."), and one at least is a question.
@@ -114,4 +124,4 @@ def changed_value(older: str, newer: str) -> bool:
 
 
 __all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "sentence_count",
-           "statement_key", "statement_tokens"]
+           "stated_sentences", "statement_key", "statement_tokens"]

@@ -60,11 +60,11 @@ class ConflictDemotion:
         return demotion_pool(k)
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               mounted: Callable[[Any], bool] | None = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None) -> list[Any]:
         """See :meth:`agentmem.recall.pipeline.Demotion.demote`."""
         head = found[:CHECKED]
         texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
-        conflicts = self._consolidator.conflicts([s.row for s in head], texts, query)
+        conflicts = self._consolidator.conflicts([s.row for s in head], texts, query, query_vector=query_vector)
         return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older, mounted=mounted)
 
 

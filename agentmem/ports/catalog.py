@@ -90,6 +90,9 @@ class EntryRecord:
     last_seen_at: float | None = None
     indexed: bool = True  # False: stored but not embedded (LangGraph index=False)
     text_vector: bytes | None = None  # the plain text's unit vector (float16 bytes), None = not computed
+    # a text of several sentences: the unit vectors of those that state something (float16 bytes, b"" for none),
+    # None = one sentence, or not computed (agentmem.entries.text_vectors)
+    sentence_vectors: bytes | None = None
     tags: tuple[str, ...] = ()
 
 

@@ -53,11 +53,12 @@ class Demotion(Protocol):
         ...
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               mounted: Callable[[Any], bool] | None = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None) -> list[Any]:
         """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down. With
         ``drop_older`` (a mount) it is left out instead; with ``mounted`` too (whether a hit clears the mount
         threshold) the result is what the mount takes: the hits that clear it, an older one left out, and a newer
-        one that does not clear it in the place of the older one it contradicts."""
+        one that does not clear it in the place of the older one it contradicts. ``query_vector``: the query's
+        unit vector, where the search computed it (which sentence of a longer memory the query is about)."""
         ...
 
 
@@ -128,8 +129,10 @@ class Recaller(Generic[Scored, HitT]):
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
         given: dict[str, Any] = {}  # the query vector, where two searches share it
         profile: list[Scored] = []
+        if demotion is not None and self._embed_query is not None:  # the search's, and the conflict check reads it
+            given["query_vector"] = self._embed_query(query)
         if for_mount and self.takes_profile(search_scope):
-            if self._embed_query is not None:
+            if self._embed_query is not None and "query_vector" not in given:
                 given["query_vector"] = self._embed_query(query)
             profile = self.profile(query, search_scope, chain_stamp, **given)
             want += len(profile)  # the recalled k come besides them: one more look per profile memory mounted
@@ -145,7 +148,8 @@ class Recaller(Generic[Scored, HitT]):
             # before the threshold: the conflict check weighs a pair against the speaker's other hits (at least 3),
             # which a threshold would remove, and a mount would then keep both values
             mounted = passes if for_mount and min_score is not None else None
-            settled = demotion.demote(found, query, drop_older=for_mount, mounted=mounted)
+            settled = demotion.demote(found, query, drop_older=for_mount, mounted=mounted,
+                                      query_vector=given.get("query_vector"))
             thresholded = mounted is not None  # then the demotion applied the threshold (and placed the heirs)
             if thresholded:
                 kept = {id(s) for s in settled}
@@ -211,7 +215,7 @@ class Recaller(Generic[Scored, HitT]):
         found = self._search(query, replace(scope, kinds=("profile",)), k=want, follow_versions=False,
                              chain_stamp=chain_stamp, head_k=most, **given)
         if self._demotion is not None and len(found) > 1:  # a changed preference: the older one is left out
-            found = self._demotion.demote(found, query, drop_older=True)
+            found = self._demotion.demote(found, query, drop_older=True, query_vector=given.get("query_vector"))
         return found[:most]
 
 

@@ -168,7 +168,7 @@ def test_a_schema_3_store_gains_the_lifecycle_columns(tmp_path: Path) -> None:
     conn = sqlite3.connect(store / "catalog.db")
     conn.execute("DROP INDEX ix_entries_status")
     for column in ("version", "status", "superseded_by", "seen_count", "last_seen_at", "indexed",
-                   "text_vector"):  # schema 4's columns and a later one
+                   "text_vector", "sentence_vectors"):  # schema 4's columns and later ones
         conn.execute(f"ALTER TABLE entries DROP COLUMN {column}")
     conn.execute("DROP TABLE entry_history")
     conn.execute("UPDATE store_info SET value = '3' WHERE key = 'schema_version'")

@@ -49,7 +49,7 @@ def test_a_sqlite_store_at_schema_7_gets_the_index_and_places_turns_as_without_i
     _schema7(f"sqlite:///{path}")
     cat = SqliteCatalog(str(path))
     with cat.engine.connect() as conn:
-        assert schema_version(conn) == SCHEMA_VERSION == 9
+        assert schema_version(conn) == SCHEMA_VERSION >= 9
         plan = conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN SELECT p.id FROM entries p WHERE p.session_id = 's1' AND p.user_id = 'u' AND p.kind = 'turn' "
             "AND p.write_state IS NULL AND p.created_at < 3 ORDER BY p.created_at DESC LIMIT 2").all()

@@ -60,6 +60,9 @@ class EntryRow(Base):
     indexed: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored but not embedded (LangGraph index=False)
     # schema 6: the unit vector of the plain text (float16 bytes), set by consolidation at write; None = not computed
     text_vector: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
+    # schema 10: a text of several sentences, the unit vectors of its stated sentences (float16 bytes); None = not
+    # computed or one sentence (agentmem/entries/text_vectors.py)
+    sentence_vectors: Mapped[bytes | None] = mapped_column(LargeBinary, default=None)
 
     __table_args__ = (
         Index("ix_entries_session_created", "session_id", "created_at"),

@@ -148,6 +148,14 @@ def _text_vectors(conn: Connection) -> None:
     conn.execute(text(f"ALTER TABLE entries ADD COLUMN text_vector {blob}"))
 
 
+def _sentence_vectors(conn: Connection) -> None:
+    """The unit vectors of the stated sentences of an entry of several sentences (float16), written with the row, so
+    recall's conflict check can weigh a newer memory against the one sentence of an older message it contradicts
+    without embedding them on every recall (NULL: one sentence, or not computed yet: embedded when needed)."""
+    blob = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
+    conn.execute(text(f"ALTER TABLE entries ADD COLUMN sentence_vectors {blob}"))
+
+
 def _lexical_bounds(conn: Connection) -> None:
     """BM25 bounds for early termination (agentmem.backends.lexical_bounds). SQLite: a ``lexical_bounds`` table (per
     FTS5 table: shortest document, most tokens per prefix in one document), filled from every stored document.
@@ -212,6 +220,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               _turn_order),
     Migration(9, "the turn-order index keyed by (session, user, time): a turn's neighbours are its own user's",
               _turn_order_by_user),
+    Migration(10, "sentence vectors on rows (float16, for the conflict check of a memory of several sentences)",
+              _sentence_vectors),
 )
 SCHEMA_VERSION = latest_version(MIGRATIONS)
 
