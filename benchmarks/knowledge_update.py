@@ -187,15 +187,17 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
             for group, t in tally.items()}
 
 
-def natural_runs(root: Path, fillers: list[int], *, wrapped: bool = False) -> dict[str, dict[str, dict[str, float]]]:
+def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """:func:`natural_effect` on the natural updates and look-alikes, once per number of unrelated memories; with
-    ``wrapped`` also once more each with the older statements said inside longer messages (``wrapped_fillers_N``)."""
+    ``wrapped`` ("older" or "both") also once more each with the older statements (``wrapped_fillers_N``), and with
+    "both" once more with both statements (``wrapped_both_fillers_N``), said inside longer messages."""
     out = {}
-    for wrap in (False, True) if wrapped else (False,):
+    modes = {None: (None,), "older": (None, "older"), "both": (None, "older", "both")}[wrapped]
+    for mode in modes:
         for n in fillers:
-            name = f"{'wrapped_' if wrap else ''}fillers_{n}"
+            name = {None: "", "older": "wrapped_", "both": "wrapped_both_"}[mode] + f"fillers_{n}"
             with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
-                cases = natural_cases(fillers=n, wrapped=wrap) + alike_cases(fillers=n, wrapped=wrap)
+                cases = natural_cases(fillers=n, wrapped=mode or False) + alike_cases(fillers=n, wrapped=mode or False)
                 out[name] = natural_effect(mem, cases)
             print(f"natural {name}", out[name], file=sys.stderr, flush=True)
     return out
@@ -287,9 +289,9 @@ def parse_args() -> argparse.Namespace:
                     help="also the hand-written natural updates and held-out look-alikes (ku_natural.py), each pair "
                          "a new user's store with this many unrelated memories besides (several: one run each; "
                          "none given: 0 and 4)")
-    ap.add_argument("--wrapped", action="store_true",
+    ap.add_argument("--wrapped", nargs="?", const="older", choices=["older", "both"], default=None,
                     help="with --natural: also each older statement said inside a longer chat message (a greeting, "
-                         "another sentence), as users write")
+                         "another sentence), as users write; 'both': then the newer one too")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
     ap.add_argument("--ablate", action="store_true",
                     help="also run the local scenarios with each of recall's consolidation steps switched off")

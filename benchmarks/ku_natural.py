@@ -12,9 +12,10 @@ written before any change and are the check. Report both. What a rule must not d
 held-out template half (``alike_cases``): a user's statement and, a session later, a statement that resembles it but
 is no update ("My phone is a Pixel 8." / "My daughter has a Galaxy S23."); the user's own statement still answers.
 
-People rarely tell a fact in a message of its own: ``wrapped=True`` says each older statement inside a chat message
-with a greeting and / or another sentence about something else ("Hi! I'm allergic to penicillin. I found a nice cafe
-near the station."), as a chat's user turn is stored (one memory per message).
+People rarely tell a fact in a message of its own: ``wrapped="older"`` (or True) says each older statement inside a
+chat message with a greeting and / or another sentence about something else ("Hi! I'm allergic to penicillin. I found
+a nice cafe near the station."), as a chat's user turn is stored (one memory per message); ``wrapped="both"`` the
+newer statement too.
 
 Example:
     >>> len(NATURAL) >= 40, all(len(p) == 3 for p in NATURAL), len(DESIGN)
@@ -122,10 +123,10 @@ class NaturalCase:
     group: str
 
 
-def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool = False) -> list[NaturalCase]:
+def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False) -> list[NaturalCase]:
     """Every pair as a store: ``fillers`` unrelated memories (half in the first session before the older statement,
-    the rest in a middle session), the older statement in session ``s1`` (``wrapped``: inside a longer message,
-    :func:`wrap`), the newer in ``s3``.
+    the rest in a middle session), the older statement in session ``s1``, the newer in ``s3`` (``wrapped``: the
+    older, or ``"both"``, inside a longer message, :func:`wrap`).
 
     >>> case = natural_cases(fillers=2)[0]
     >>> [session for _, session in case.stream], case.group
@@ -137,7 +138,7 @@ def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool = False) -> 
             for (older, newer, question), group in zip(NATURAL, groups)]
 
 
-def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool = False) -> list[NaturalCase]:
+def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool | str = False) -> list[NaturalCase]:
     """``n`` stores built like :func:`natural_cases` from the held-out template half's look-alikes: the user's own
     statement in ``s1``, the look-alike in ``s3``.
 
@@ -166,10 +167,12 @@ def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
 
 
 def _case(older: str, newer: str, question: str, group: str, rng: random.Random, fillers: int,
-          wrapped: bool = False) -> NaturalCase:
+          wrapped: bool | str = False) -> NaturalCase:
     chosen = rng.sample(FILLERS, fillers)
     if wrapped:
         older = wrap(older, rng, [t for t in FILLERS if t not in chosen])
+    if wrapped == "both":
+        newer = wrap(newer, rng, [t for t in FILLERS if t not in chosen and t not in older])
     first, middle = chosen[: fillers // 2], chosen[fillers // 2 :]
     stream = [(t, "s1") for t in first] + [(older, "s1")] + [(t, "s2") for t in middle] + [(newer, "s3")]
     return NaturalCase(older, newer, question, tuple(stream), group)

@@ -3,7 +3,8 @@
 Fresh ingests differ from each other (near-tied hits order differently), so the end-to-end figures of two code
 versions mix the rule's effect with the ingests'. This script opens one store made by ``benchmarks/locomo.py
 --store DIR`` and ranks every question twice in the same process: with the shipped check and with the previous one
-(an older memory of several sentences taken whole, at the pairwise model's ``supersede``, whatever the query asks),
+(each memory of several sentences taken whole: an older one at the pairwise model's ``supersede`` whatever the
+query asks, a newer one never by its sentences),
 and prints both recall summaries, their mean recall time, and each question whose evidence count differs.
 
     python benchmarks/locomo.py --data ../shared/data/realtalk/realtalk_dev5.json --k 5 10 --store /tmp/rt
@@ -29,8 +30,8 @@ from agentmem.consolidate.local import LocalConsolidator  # noqa: E402
 
 
 def previous_check(self: LocalConsolidator, b: int, multi: dict[int, float], *args: object) -> list[int]:
-    """The check before session 18: a memory of several sentences conflicts when taken whole it reaches
-    ``supersede``."""
+    """The check before session 18: an older memory of several sentences conflicts when taken whole it reaches
+    ``supersede``; the newer memory is taken whole (its one-sentence pairs at ``conflict``, by the caller)."""
     assert self.pairs is not None
     return [a for a, whole in multi.items() if whole >= self.pairs.supersede]
 

@@ -27,7 +27,8 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   the other candidates of the speaker as background, at least 3; never two turns of one conversation session; an
   older memory of several sentences only at the higher ``supersede`` threshold, as demoting it pushes the other
   facts it states down the list, and weighed by the one sentence of it the newer replaces, when the query is about
-  that sentence: a fact told inside a longer message is diluted in the message's vector), or
+  that sentence: a fact told inside a longer message is diluted in the message's vector; a newer message of
+  several sentences by its sentence the query is about, at ``supersede`` too), or
   that restate one sentence with a value swapped (:func:`swapped_values`, in any session, unless the query names
   the older value and not the newer),
   the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
@@ -330,7 +331,8 @@ class LocalConsolidator:
         newer against the older (the other recalled rows of that speaker as background: at least 3 of them, as
         on write, else the model's prior) reaches its ``conflict`` threshold, or for an older row of several
         sentences its higher ``supersede`` one, the row taken whole or by the one sentence of it that the query is
-        about (:meth:`_sentence_conflicts`; ``query_vector``: the query's unit vector, embedded here when None);
+        about, and the same for a newer row of several sentences against any older one (:meth:`_sentence_conflicts`;
+        ``query_vector``: the query's unit vector, embedded here when None);
         without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
         nor one that only asks. Also, in any session, the newer restating the older with a value swapped
         (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter)."""
@@ -346,7 +348,7 @@ class LocalConsolidator:
         def by_sentence() -> tuple[dict[int, list[set[str]]], dict[int, np.ndarray], dict[int, int | None]]:
             """Of the rows of several sentences: each stated sentence's words and vector, and which of them is
             nearest the query (None: no query); read (or embedded) once, and only when a pair needs them."""
-            at = [a for a in range(len(rows)) if sentences[a] > 1 and not asks[a]]
+            at = [a for a in range(len(rows)) if sentences[a] > 1 and not asks[a]]  # newer and older ones
             asked = query_vector if query_vector is not None else self.text_vectors([query])[0] if query else None
             stated = self._stated_vectors(rows, texts, at)
             nearest = {a: None if asked is None or not len(stated[a]) else int(np.argmax(stated[a] @ asked))
@@ -376,8 +378,10 @@ class LocalConsolidator:
             hit = [a for a, s in zip(same, scores) if a in older and sentences[a] <= 1 and s >= self.pairs.conflict
                    and not asks[a]]
             multi = {a: float(s) for a, s in zip(same, scores) if a in older and sentences[a] > 1 and not asks[a]}
-            if multi:
-                hit += self._sentence_conflicts(b, multi, same, vecs, words, *by_sentence())
+            # a newer message of several sentences is weighed by each of its sentences too (at ``supersede``)
+            single = [a for a in older if sentences[a] <= 1 and not asks[a] and a not in hit] if sentences[b] > 1 else []
+            if multi or single:
+                hit += self._sentence_conflicts(b, multi, single, same, vecs, words, *by_sentence())
             out.update((rows[a].id, row.id) for a in hit)
         return out
 
@@ -404,37 +408,50 @@ class LocalConsolidator:
                     self._sentence_cache.popitem(last=False)
         return out
 
-    def _sentence_conflicts(self, b: int, multi: dict[int, float], same: list[int], vecs: list[np.ndarray],
-                            words: list[set[str]], said: dict[int, list[set[str]]], stated: dict[int, np.ndarray],
-                            nearest: dict[int, int | None]) -> list[int]:
-        """Of the older rows ``multi`` (several sentences each, mapped to the newer row ``b``'s score against the
-        whole row), those ``b`` replaces, at the pairwise model's ``supersede`` threshold (the score at which a
-        one-sentence memory is superseded on write): taken whole, or by the one sentence of the row it scores
-        highest against (that sentence's vector and words in the row's place, the speaker's other hits as
-        background; ``said``: each stated sentence's words); either way only when that sentence is also the one
-        of the row nearest the query (``nearest``; None: any), so a message recalled for another of its facts is
-        not demoted for this one ("What is my name?" and "Hi! My name is Dana. I take 20 mg of lisinopril."
-        against "My doctor raised my lisinopril to 40 mg."). The whole message's vector dilutes the sentence:
-        taken whole, such pairs rarely reach ``supersede`` (``benchmarks/knowledge_update.py --natural
-        --wrapped``). The lower ``conflict`` threshold that a one-sentence memory gets would take look-alike
-        sentences too ("We drove to Lisbon last summer." against "Oh, I've been to Paris yesterday!" in a LoCoMo
-        turn the question about cities visited needs)."""
+    def _sentence_conflicts(self, b: int, multi: dict[int, float], single: list[int], same: list[int],
+                            vecs: list[np.ndarray], words: list[set[str]], said: dict[int, list[set[str]]],
+                            stated: dict[int, np.ndarray], nearest: dict[int, int | None]) -> list[int]:
+        """The older rows the newer row ``b`` replaces when either side is a message of several sentences, at the
+        pairwise model's ``supersede`` threshold (the score at which a one-sentence memory is superseded on write).
+
+        ``multi``: older rows of several sentences, each mapped to ``b``'s score against it taken whole; ``single``:
+        one-sentence older rows ``b`` taken whole did not reach ``conflict`` against (given when ``b`` has several
+        sentences). Each pair is also scored sentence by sentence: ``b`` whole and its stated sentence nearest the
+        query (none other: a message's other sentences are not what is asked, and on LoCoMo dev every sentence of
+        it took more look-alikes) against every stated sentence of the older row (or the row whole when it has one
+        sentence), that
+        sentence's vector and words in the row's place, the speaker's other hits as background (``said``: each
+        stated sentence's words, ``stated`` their vectors). An older row of several sentences counts only when its
+        sentence in the best-scoring combination is also the one of the row nearest the query (``nearest``; None:
+        any), so a message recalled for another of its facts is not demoted for this one ("What is my name?" and
+        "Hi! My name is Dana. I take 20 mg of lisinopril." against "My doctor raised my lisinopril to 40 mg.").
+        A message's vector dilutes each of its sentences: taken whole, such pairs rarely reach ``supersede``
+        (``benchmarks/knowledge_update.py --natural --wrapped both``). The lower ``conflict`` threshold that two
+        one-sentence memories get would take look-alike sentences too ("We drove to Lisbon last summer." against
+        "Oh, I've been to Paris yesterday!" in a LoCoMo turn the question about cities visited needs)."""
         assert self.pairs is not None
-        out = [a for a, whole in multi.items() if not len(stated[a]) and whole >= self.pairs.supersede]
+        news = [(vecs[b], words[b])] + [(v, w) for n, (v, w) in enumerate(zip(stated.get(b, ()), said.get(b, ())))
+                                        if nearest.get(b) in (None, n)]  # the newer's sentence the query is about
         split = [a for a in multi if len(stated[a])]  # the others state nothing but greetings and questions: whole
-        if not split:
-            return out
-        old_cosines = np.asarray([vecs[x] for x in same], dtype=np.float32) @ vecs[b]
-        places = [same.index(a) for a in split for _ in said[a]]
-        scores = self.pairs.scores_in_place(vecs[b], words[b], old_cosines, places,
-                                            np.concatenate([stated[a] for a in split]),
-                                            [sentence for a in split for sentence in said[a]])
-        at = 0
-        for a in split:
-            mine, at = scores[at : at + len(said[a])], at + len(said[a])
-            best = int(np.argmax(mine))
-            if max(multi[a], float(mine[best])) >= self.pairs.supersede and nearest[a] in (None, best):
-                out.append(a)
+        old_matrix = np.asarray([vecs[x] for x in same], dtype=np.float32)
+        # (older row, its sentence or None for the row whole) per candidate, in the order scored
+        pieces = [(a, n) for a in split for n in range(len(stated[a]))]
+        best: dict[int, tuple[float, int | None]] = {}  # per older row: its best combination's score and sentence
+        for n_new, (new_vec, new_words) in enumerate(news):
+            mine = pieces + ([(a, None) for a in single] if n_new else [])  # b whole against them: done already
+            if not mine:
+                continue
+            candidates = np.stack([vecs[a] if n is None else stated[a][n] for a, n in mine])
+            scores = self.pairs.scores_in_place(new_vec, new_words, old_matrix @ new_vec,
+                                                [same.index(a) for a, _ in mine], candidates,
+                                                [words[a] if n is None else said[a][n] for a, n in mine])
+            for (a, n), score in zip(mine, scores):
+                if score > best.get(a, (-np.inf, None))[0]:
+                    best[a] = (float(score), n)
+        cut = self.pairs.supersede
+        out = [a for a, whole in multi.items() if a not in split and whole >= cut]  # nothing stated: the row whole
+        out += [a for a in single if best.get(a, (-np.inf, None))[0] >= cut]
+        out += [a for a in split if max(multi[a], best[a][0]) >= cut and nearest[a] in (None, best[a][1])]
         return out
 
 

@@ -28,7 +28,11 @@ ASKED = "What car do I drive?"
 # fact demoted it too, before the check read which sentence the query is about)
 PAIRS = [(OLDER, NEWER, ASKED),
          ("Hi! My name is Dana Whitfield. I take 20 mg of lisinopril every morning.",
-          "My doctor raised my lisinopril dose to 40 mg.", "How much lisinopril do I take?")]
+          "My doctor raised my lisinopril dose to 40 mg.", "How much lisinopril do I take?"),
+         # the newer one inside a longer message too: weighed by its sentence the question is about
+         ("Hi! My name is Dana Whitfield. The book club meets on Tuesdays.",
+          "Hello again. Book club switched to Thursdays from next month. I finished the novel already.",
+          "When does the book club meet?")]
 FILLERS = ["The weather was lovely this weekend.", "I watched a documentary about whales.",
            "I need to buy coffee filters.", "I planted tomatoes on the balcony."]
 
