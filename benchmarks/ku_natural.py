@@ -155,8 +155,8 @@ def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
     """``statement`` inside a chat message: after a greeting, before a sentence about something else (one of
     ``asides``), or both.
 
-    >>> wrap("I live in Lyon.", random.Random(1), ["I planted tomatoes."]).count(".") + 0 >= 1
-    True
+    >>> [wrap("I live in Lyon.", random.Random(seed), ["I planted tomatoes."]) for seed in (0, 2)]
+    ['I live in Lyon. I planted tomatoes.', 'Hi! I live in Lyon.']
     """
     form = rng.choice(("opener", "aside", "both"))
     parts = [rng.choice(OPENERS)] if form in ("opener", "both") else []
