@@ -197,6 +197,13 @@ class MemoryConfig(BaseModel):
         "questions resemble the next ones more than the facts that answer them do, so by default a mount leaves "
         "them out, as it does the assistant's replies; they stay stored and recalled.",
     )
+    recall_questions_last: bool = Field(
+        default=True,
+        description="Plain recall ranks a memory that only asks (a user's earlier question, as for mount_questions) "
+        "after the statements it found: it resembles the next question more than the fact that answers it does, "
+        "and it answers nothing (on LoCoMo and REALTALK dev no evidence turn only asks). False = the store's "
+        "ranking.",
+    )
     mount_min_score: float = Field(
         default=0.3, ge=0.0, le=1.0,
         description="Recalled memories scoring below this (Hit.score: how likely the memory answers the query, "

@@ -100,7 +100,8 @@ class AgentMemory:
                                   hit_of=self._hit, demotion=ConflictDemotion(self._consolidator, self._store),
                                   has_profile=lambda user: self._store.has_kind(user, "profile"),
                                   embed_query=self._store.embed_query,
-                                  unmountable=None if self.config.mount_questions else self._only_asks)
+                                  unmountable=None if self.config.mount_questions else self._only_asks,
+                                  asks=self._only_asks)
         # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
         for forget_erased in (self._consolidator.forget_erased, head_cues.forget_erased,
                               recall_query.forget_erased, self._bank.forget_erased):  # queries: names, timestamps
@@ -460,7 +461,7 @@ class AgentMemory:
                                      contradicted=contradicted)
 
     def _only_asks(self, s: Any) -> bool:
-        """A scored row's memory only asks (a user's earlier question): a mount leaves it out."""
+        """A scored row's memory only asks (a user's earlier question): a mount leaves it out, recall ranks it last."""
         return only_asks(self._sealer.open_text(s.row.id, "text", s.row.text))
 
     def _hit(self, s: Any) -> Hit:

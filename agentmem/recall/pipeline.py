@@ -70,7 +70,9 @@ class Recaller(Generic[Scored, HitT]):
     stamp; ``hit_of`` turns a scored row into what recall returns; ``demotion`` is the conflict step (None: no
     consolidation to settle conflicts with); ``has_profile(user_id)`` says whether the user has a profile memory, and
     ``embed_query`` is the query vector ``search`` takes as ``query_vector``; ``unmountable(scored)`` is True for a
-    hit a mount leaves out whatever its score (the facade's: a user's earlier question). The scope recall is given
+    hit a mount leaves out whatever its score (the facade's: a user's earlier question), ``asks(scored)`` True for a
+    hit that only asks, which plain recall ranks after the statements (``MemoryConfig.recall_questions_last``). The
+    scope recall is given
     is a dataclass (:class:`agentmem.entries.store.Scope`); the policy sets its ``kb_versions`` and
     ``exclude_roles``.
     """
@@ -79,7 +81,8 @@ class Recaller(Generic[Scored, HitT]):
                  recall_state: Callable[[str | None], tuple[Any, int]], hit_of: Callable[[Scored], HitT],
                  demotion: Demotion | None, has_profile: Callable[[str], bool] = lambda user_id: False,
                  embed_query: Callable[[str], Any] | None = None,
-                 unmountable: Callable[[Scored], bool] | None = None) -> None:
+                 unmountable: Callable[[Scored], bool] | None = None,
+                 asks: Callable[[Scored], bool] | None = None) -> None:
         self.config = config
         self._search = search
         self._has_profile = has_profile  # one indexed read: a user without profile memories costs no second search
@@ -87,6 +90,7 @@ class Recaller(Generic[Scored, HitT]):
         self._recall_state = recall_state
         self._hit_of = hit_of
         self._unmountable = unmountable
+        self._asks = asks if config.recall_questions_last else None
         consolidating = config.consolidation != "off"
         # conflicts are settled only where consolidation keeps versions apart (docs/lifecycle.md)
         self._demotion = demotion if consolidating and config.recall_conflict_demotion else None
@@ -123,8 +127,8 @@ class Recaller(Generic[Scored, HitT]):
             min_score = self.mount_threshold(min_score)
         demotion = self._demotion
         want = demotion.pool(k) if demotion is not None else k
-        if for_mount and self._unmountable is not None:
-            want = max(want, k + UNMOUNTABLE_ROOM)
+        if (for_mount and self._unmountable is not None) or (not for_mount and self._asks is not None):
+            want = max(want, k + UNMOUNTABLE_ROOM)  # room for the hits that fill the places of those left out / last
         # the head is ranked for the k asked (the look-ahead hits only feed the conflict check), so recall's order
         # is the one the learned head was fitted and measured on (research/notes/retrieval-lab-notes.md, session 15)
         given: dict[str, Any] = {}  # the query vector, where two searches share it
@@ -160,6 +164,9 @@ class Recaller(Generic[Scored, HitT]):
         if for_mount and self._unmountable is not None:
             found = [s for s in found if not self._unmountable(s)]
             under = [s for s in under if not self._unmountable(s)]
+        if not for_mount and self._asks is not None:  # a user's earlier question answers nothing: after the facts
+            asking = [self._asks(s) for s in found]
+            found = [s for s, a in zip(found, asking) if not a] + [s for s, a in zip(found, asking) if a]
         if min_score is not None and not thresholded:  # the threshold is the search's last step
             under = [s for s in found if not passes(s)]
             found = [s for s in found if passes(s)]

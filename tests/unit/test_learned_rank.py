@@ -68,11 +68,12 @@ def test_recall_can_switch_the_learned_order_off(tmp_path: Path) -> None:
              "Ann: where did you stay?", "Bob: in a mountain hut near the trail"]
     hand_set = tmp_path / "hand_set.json"  # a weights file holding only what it changes (MemoryConfig.ranking)
     hand_set.write_text(json.dumps({"retrieval": {"values": {"learned_head": False}}}))
-    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+    # the rankings themselves (recall_questions_last would put both questions last in either)
+    with AgentMemory(tmp_path / "m", kv_encoding="off", recall_questions_last=False) as mem:
         mem.remember_many([dict(text=t.split(": ", 1)[1], user_id="u1", session_id="s1", kind="turn",
                                 speaker=t.split(":")[0]) for t in texts])
         on = mem.recall("Where did Bob go last week?", user_id="u1", k=6)
-    with AgentMemory(tmp_path / "m", kv_encoding="off", ranking=str(hand_set)) as mem:
+    with AgentMemory(tmp_path / "m", kv_encoding="off", ranking=str(hand_set), recall_questions_last=False) as mem:
         off = mem.recall("Where did Bob go last week?", user_id="u1", k=6)
     assert {h.id for h in on} == {h.id for h in off}
     assert [h.scores["rank"] for h in on] == sorted((h.scores["rank"] for h in on), reverse=True)
