@@ -1,14 +1,17 @@
-"""Recall, one pipeline: candidates → fuse → head → calibrate → demote → threshold.
+"""Recall, one pipeline: candidates → fuse → head → calibrate → demote → questions last → threshold.
 
 The first four stages are the store's search (:meth:`agentmem.entries.store.EntryStore.search`: the dense and
 lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`.head`) and the calibrated score
-(:mod:`.calibration`)). :class:`Recaller` runs the search under the store's policy and adds the last two:
+(:mod:`.calibration`)). :class:`Recaller` runs the search under the store's policy and adds the last three:
 
 * **demote**: of two recalled memories that conflict (the same speaker stating two values of one thing), the older
   ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``); a
   mount leaves the older out, so the model never reads both values, and a newer one under the mount threshold
   takes the older's place (else the mount would hold neither). It runs before the threshold: the conflict
   check weighs a pair against the speaker's other recalled hits (at least 3), which the threshold would remove;
+* **questions last**: in plain recall, a memory that only asks (a user's earlier question, stored as their turn)
+  goes after the statements found (``MemoryConfig.recall_questions_last``): the same question asked again finds it
+  first, and it answers nothing; a mount leaves it out (``MemoryConfig.mount_questions``);
 * **threshold**: hits scoring below ``min_score`` are dropped (for a mount, below the mount threshold,
   :meth:`Recaller.mount_threshold`); the caller may ask for the dropped ones (why a memory was not mounted).
 
