@@ -20,7 +20,8 @@ TURNS[7] = "My sister Elise adopted a grey cat called Pepper last spring."
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory):
-    with AgentMemory(tmp_path_factory.mktemp("pool") / "s", kv_encoding="off", consolidation="off") as mem:
+    with AgentMemory(tmp_path_factory.mktemp("pool") / "s", kv_encoding="off", consolidation="off",
+                     recall_questions_last=False) as mem:  # recall looks no deeper than k: the pool asked is the pool
         records = mem.remember_many([{"text": t, "user_id": "locomo-c1", "kind": "turn"} for t in TURNS])
         yield mem, [r.id for r in records]
 

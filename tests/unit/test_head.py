@@ -56,7 +56,8 @@ def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AgentMemor
     conversations = [_conversation(c, rng) for c in ("a", "b")]
     # consolidation off: recall is then the store's search alone (no version following, no conflict demotion), the
     # ranking locomo.py's cross-validation scores
-    with AgentMemory(tmp_path_factory.mktemp("head") / "m", kv_encoding="off", consolidation="off") as mem:
+    with AgentMemory(tmp_path_factory.mktemp("head") / "m", kv_encoding="off", consolidation="off",
+                     recall_questions_last=False) as mem:  # the ranking's own order
         locomo.load_conversations(mem, conversations)
         questions = [locomo.Question(c, text, 1, set()) for c in ("a", "b") for text in _questions(rng)]
         rows = locomo_cv.gather_candidates(mem, questions, max(mem.config.candidate_pool, 40))  # as locomo.py --k 5 10

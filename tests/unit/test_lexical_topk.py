@@ -164,6 +164,7 @@ def test_a_postgres_store_at_schema_6_gets_its_bounds_on_open(fresh_postgres_url
         conn.execute(text("UPDATE store_info SET value = '6' WHERE \"key\" = 'schema_version'"))
         conn.execute(text("ALTER TABLE lexical_terms DROP COLUMN max_tf"))
         conn.execute(text("ALTER TABLE lexical_users DROP COLUMN min_len"))
+        conn.execute(text("ALTER TABLE entries DROP COLUMN sentence_vectors"))  # schema 10's, replayed on open
     cat.close()
     cat = PostgresCatalog(fresh_postgres_url)
     with cat.engine.connect() as conn:

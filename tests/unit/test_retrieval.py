@@ -262,7 +262,7 @@ def test_a_damaged_query_graph_or_the_graph_it_was_quantised_from_is_rebuilt(tmp
 
 
 def test_recall_spreads_to_the_reply_and_its_session(mem_path: Path) -> None:
-    with AgentMemory(mem_path) as mem:
+    with AgentMemory(mem_path, recall_questions_last=False) as mem:  # the store's order: the question is the opener
         turns = ["Did you ever get the kayak repaired?", "Yes, the shop on Quai Perrache fixed it for 40 euros.",
                  "Great, let's go out on Sunday then."]
         ids = [r.id for r in mem.remember_many([dict(text=t, user_id="u", session_id="s1", kind="turn",
@@ -276,7 +276,7 @@ def test_recall_spreads_to_the_reply_and_its_session(mem_path: Path) -> None:
 
 
 def test_context_cosines_score_a_turn_with_its_neighbours(mem_path: Path) -> None:
-    with AgentMemory(mem_path, consolidation="off") as mem:
+    with AgentMemory(mem_path, consolidation="off", recall_questions_last=False) as mem:  # the retrieval's own order
         turns = ["Which instrument did you finally pick up?", "The cello, I practise every evening now.",
                  "That sounds lovely."]
         ids = [r.id for r in mem.remember_many([dict(text=t, user_id="u", session_id="s1", kind="turn")
