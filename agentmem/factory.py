@@ -29,10 +29,11 @@ import numpy as np
 from agentmem.config import MemoryConfig
 from agentmem.errors import InvalidInputError
 from agentmem.ports import BlobStore, Catalog, Embedder, VectorIndex
+from agentmem.ports.admission import AdmissionCounters
 from agentmem.ports.api_keys import ApiKeyRecords
 from agentmem.ports.abilities import JoinsCatalogTransaction
 
-Port = Literal["catalog", "vectors", "blobs", "session_store", "embedder", "api_keys"]
+Port = Literal["catalog", "vectors", "blobs", "session_store", "embedder", "api_keys", "admission"]
 Builder = Callable[[str | None, "BuildContext"], Any]
 
 
@@ -112,7 +113,7 @@ def build(port: Port, url: str | None, ctx: BuildContext) -> Any:
         module, _, name = lazy.partition(":")
         builder = getattr(importlib.import_module(module), name)
     if builder is None:
-        field = {"vectors": "vector_url", "blobs": "blob_url"}.get(port, f"{port}_url")
+        field = {"vectors": "vector_url", "blobs": "blob_url", "admission": "limits_url"}.get(port, f"{port}_url")
         raise InvalidInputError(f"{field}: no backend for {url!r} (known schemes: {', '.join(schemes(port))})")
     return builder(url, ctx)
 
@@ -230,6 +231,17 @@ def build_api_keys(store_path: str | Path | None, url: str | None = None) -> Api
 
 
 # --- embedded defaults ------------------------------------------------------------------------------
+def build_admission(url: str | None = None) -> AdmissionCounters:
+    """A server's admission counters (its caps on chat requests in flight): in this process (``url`` None or
+    ``"memory"``), or in Redis (``redis://...``), shared by every server on it.
+
+    Example:
+        >>> type(build_admission()).__name__, type(build_admission("memory")).__name__
+        ('MemoryAdmissionCounters', 'MemoryAdmissionCounters')
+    """
+    return build("admission", url, BuildContext(root=Path("."), config=MemoryConfig()))
+
+
 KEYS_FILE = "api_keys.db"
 
 
@@ -332,7 +344,10 @@ register("vectors", "chroma+http", "agentmem.backends.chroma_http:build_vectors"
 register("catalog", "memory", "agentmem.backends.memory_catalog:build_catalog")  # in-process: tests, notebooks
 register("vectors", "memory", "agentmem.backends.in_memory:build_vectors")
 register("blobs", "memory", "agentmem.backends.in_memory:build_blobs")
+for _scheme in ("embedded", "memory"):
+    register("admission", _scheme, "agentmem.backends.memory_admission:build")
 for _scheme in ("redis", "rediss", "unix"):
+    register("admission", _scheme, "agentmem.backends.redis_admission:build")  # caps shared by several servers
     register("blobs", _scheme, "agentmem.backends.redis_blobs:build")
     register("session_store", _scheme, _redis_sessions)
 for _scheme in ("embedded", "file"):

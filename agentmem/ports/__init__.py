@@ -12,6 +12,7 @@ Example:
     True
 """
 
+from agentmem.ports.admission import AdmissionCounters, Claim, Refusal
 from agentmem.ports.blobs import BlobStore
 from agentmem.ports.catalog import Catalog
 from agentmem.ports.api_keys import ApiKeyRecord, ApiKeyRecords
@@ -19,5 +20,5 @@ from agentmem.ports.embedder import Embedder, QueryEmbedder
 from agentmem.ports.sessions import SessionTierStore
 from agentmem.ports.vectors import VectorIndex, query_each_space
 
-__all__ = ["ApiKeyRecord", "ApiKeyRecords", "BlobStore", "Catalog", "Embedder", "QueryEmbedder", "SessionTierStore",
-           "VectorIndex", "query_each_space"]
+__all__ = ["AdmissionCounters", "ApiKeyRecord", "ApiKeyRecords", "BlobStore", "Catalog", "Claim", "Embedder",
+           "QueryEmbedder", "Refusal", "SessionTierStore", "VectorIndex", "query_each_space"]

@@ -4,6 +4,11 @@
   ``max_tokens`` in flight; otherwise it gets **429** with ``Retry-After`` (a client backs off and retries; the
   OpenAI client does so by itself). A single request asking for more than ``max_tokens_limit`` gets **400**:
   waiting would not help it.
+* The counts live in admission counters (:mod:`agentmem.admission`): in this process by default, or in Redis
+  (``ServerSettings.limits_url``) where several servers behind a load balancer hold one user to one cap. A request's
+  share is a lease of ``limits_lease_s`` that a thread here renews while it runs, so the shares of a server that
+  died free themselves. Counters that cannot be reached answer **503** with ``Retry-After``: no request is
+  admitted uncounted.
 * Every admitted request carries a ``threading.Event``; setting it stops its decode before the next model step
   (the client hung up, or the server is shutting down: :meth:`Scheduler.cancel_all`).
 
@@ -16,12 +21,14 @@ Example:
     >>> with scheduler.admitted(key_id="k1", user="u1", max_tokens=64) as ticket:
     ...     ticket.cancel.is_set()    # what mem.generate(..., cancel=ticket.cancel) watches between decode steps
     False
+    >>> scheduler.close()
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections import Counter
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,8 +36,11 @@ from typing import Protocol
 
 from fastapi import HTTPException
 
+from agentmem.admission import AdmissionCounters, Claim, Refusal, open_admission_counters
+
 __all__ = ["AdmissionCaps", "Scheduler", "Ticket"]
 
+log = logging.getLogger(__name__)
 
 class AdmissionCaps(Protocol):
     """The caps a :class:`Scheduler` enforces (``agentmem.server.state.ServerSettings`` has them; declared here so
@@ -48,6 +58,7 @@ class AdmissionCaps(Protocol):
     max_concurrent_per_user: int
     max_tokens_in_flight_per_user: int
     retry_after_s: int
+    limits_lease_s: float
 
 
 @dataclass(eq=False)
@@ -58,20 +69,31 @@ class Ticket:
     user: str
     max_tokens: int
     cancel: threading.Event = field(default_factory=threading.Event)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)  # its shares' name in the admission counters
 
 
 class Scheduler:
-    """Counts requests and ``max_tokens`` in flight per API key and per user; refuses what is over a cap."""
+    """Counts requests and ``max_tokens`` in flight per API key and per user; refuses what is over a cap.
 
-    def __init__(self, settings: AdmissionCaps) -> None:
+    Args:
+        settings: the caps (``ServerSettings``).
+        counters: where the counts live (default: in this process; :func:`agentmem.admission.open_admission_counters`
+            builds the shared ones).
+    """
+
+    def __init__(self, settings: AdmissionCaps, counters: AdmissionCounters | None = None) -> None:
         self.settings = settings
+        self.counters = counters if counters is not None else open_admission_counters()
         self._lock = threading.Lock()
         self._tickets: set[Ticket] = set()
-        self._requests: Counter[str] = Counter()  # "key:<id>" / "user:<id>" -> requests in flight
-        self._tokens: Counter[str] = Counter()  # "user:<id>" -> max_tokens in flight
+        self._stop = threading.Event()
+        # renew the leases of the requests in flight three times a lease: a slow renewal does not lose one
+        self._renewer = threading.Thread(target=self._renew_loop, name="agentmem-admission", daemon=True)
+        self._renewer.start()
 
     def admit(self, *, key_id: str | None, user: str, max_tokens: int) -> Ticket:
-        """A ticket for a new request, or HTTPException 400 (max_tokens over the limit) / 429 (over a cap).
+        """A ticket for a new request, or HTTPException 400 (max_tokens over the limit) / 429 (over a cap) / 503
+        (the counters cannot be reached).
 
         Example:
             >>> from agentmem.server.state import ServerSettings
@@ -81,33 +103,38 @@ class Scheduler:
             Traceback (most recent call last):
             ...
             fastapi.exceptions.HTTPException: 429: ...
-            >>> scheduler.release(ticket)
+            >>> scheduler.release(ticket); scheduler.close()
         """
         s = self.settings
         if max_tokens > s.max_tokens_limit:
             raise HTTPException(400, f"max_tokens must be <= {s.max_tokens_limit} on this server (got {max_tokens})")
-        key, user_key = f"key:{key_id or '-'}", f"user:{user}"
+        ticket = Ticket(key=f"key:{key_id or '-'}", user=f"user:{user}", max_tokens=max_tokens)
+        claims = ([Claim(ticket.key, 1, s.max_concurrent_per_key)] if key_id is not None else []) + [
+            Claim(ticket.user, 1, s.max_concurrent_per_user),
+            Claim(f"tokens:{user}", max_tokens, s.max_tokens_in_flight_per_user)]
+        try:
+            refused = self.counters.acquire(ticket.id, claims, lease_s=s.limits_lease_s)
+        except Exception as exc:  # the shared counters are down: refuse rather than admit uncounted
+            log.warning("admission counters unreachable: %s", type(exc).__name__)
+            raise HTTPException(503, "the server cannot count requests in flight right now; retry later",
+                                headers={"Retry-After": str(s.retry_after_s)}) from exc
+        if refused is not None:
+            raise HTTPException(429, f"too many requests: {self._why(refused, user)}; retry later",
+                                headers={"Retry-After": str(s.retry_after_s)})
         with self._lock:
-            if key_id is not None and self._requests[key] >= s.max_concurrent_per_key:
-                self._refuse(f"this API key already has {self._requests[key]} chat requests in flight "
-                             f"(max_concurrent_per_key={s.max_concurrent_per_key})")
-            if self._requests[user_key] >= s.max_concurrent_per_user:
-                self._refuse(f"user {user!r} already has {self._requests[user_key]} chat requests in flight "
-                             f"(max_concurrent_per_user={s.max_concurrent_per_user})")
-            if self._tokens[user_key] + max_tokens > s.max_tokens_in_flight_per_user:
-                self._refuse(f"user {user!r} already has {self._tokens[user_key]} max_tokens in flight; "
-                             f"{max_tokens} more would pass max_tokens_in_flight_per_user="
-                             f"{s.max_tokens_in_flight_per_user}")
-            ticket = Ticket(key=key, user=user_key, max_tokens=max_tokens)
-            self._requests[key] += 1
-            self._requests[user_key] += 1
-            self._tokens[user_key] += max_tokens
             self._tickets.add(ticket)
-            return ticket
+        return ticket
 
-    def _refuse(self, message: str) -> None:
-        raise HTTPException(429, f"too many requests: {message}; retry later",
-                            headers={"Retry-After": str(self.settings.retry_after_s)})
+    def _why(self, refused: Refusal, user: str) -> str:
+        claim, s = refused.claim, self.settings
+        if claim.name.startswith("key:"):
+            return (f"this API key already has {refused.held} chat requests in flight "
+                    f"(max_concurrent_per_key={s.max_concurrent_per_key})")
+        if claim.name.startswith("user:"):
+            return (f"user {user!r} already has {refused.held} chat requests in flight "
+                    f"(max_concurrent_per_user={s.max_concurrent_per_user})")
+        return (f"user {user!r} already has {refused.held} max_tokens in flight; {claim.amount} more would pass "
+                f"max_tokens_in_flight_per_user={s.max_tokens_in_flight_per_user}")
 
     def release(self, ticket: Ticket) -> None:
         """The request is over (answered, failed or cancelled): its share of the caps is free again."""
@@ -115,13 +142,29 @@ class Scheduler:
             if ticket not in self._tickets:
                 return
             self._tickets.discard(ticket)
-            for name in (ticket.key, ticket.user):
-                self._requests[name] -= 1
-                if self._requests[name] <= 0:
-                    del self._requests[name]
-            self._tokens[ticket.user] -= ticket.max_tokens
-            if self._tokens[ticket.user] <= 0:
-                del self._tokens[ticket.user]
+        try:
+            self.counters.release(ticket.id)
+        except Exception as exc:  # its lease ends on its own once this server stops renewing it
+            log.warning("admission counters unreachable on release: %s", type(exc).__name__)
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.settings.limits_lease_s / 3):
+            with self._lock:
+                ids = [t.id for t in self._tickets]
+            try:
+                self.counters.renew(ids, lease_s=self.settings.limits_lease_s)
+            except Exception as exc:  # tried again at the next turn, well within the lease
+                log.warning("admission counters unreachable on renewal: %s", type(exc).__name__)
+
+    def close(self) -> None:
+        """Stop renewing leases, give back the shares of requests still in flight (cancelled: the server is
+        shutting down) and close the counters."""
+        self._stop.set()
+        with self._lock:
+            left = list(self._tickets)
+        for ticket in left:
+            self.release(ticket)
+        self.counters.close()
 
     @contextmanager
     def admitted(self, *, key_id: str | None, user: str, max_tokens: int) -> Iterator[Ticket]:

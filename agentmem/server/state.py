@@ -16,6 +16,7 @@ from typing import Any, Literal
 from fastapi import HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentmem.admission import open_admission_counters
 from agentmem.erasure import Erasure
 from agentmem.server.auth import ANY_USER, KeyStore, Principal
 from agentmem.server.metrics import ServerMetrics
@@ -60,6 +61,11 @@ class ServerSettings(BaseModel):
     max_tokens_limit: int = Field(default=4096, gt=0, description="Largest max_tokens one chat request may ask "
                                   "for (more: 400).")
     retry_after_s: int = Field(default=1, gt=0, description="Retry-After seconds sent with a 429.")
+    limits_url: str | None = Field(default=None, description="Where the caps above count requests in flight: None "
+                                   "= in this server; 'redis://host:port/db' = shared by every server on that "
+                                   "Redis (behind a load balancer, a user's cap holds across servers).")
+    limits_lease_s: float = Field(default=30.0, gt=0, description="A request's share of the caps is a lease this "
+                                  "server renews while it runs; a server that dies frees its shares after this.")
     upstream_url: str | None = Field(default=None, pattern=r"^https?://", description="Memory proxy mode: the "
                                      "base URL of an OpenAI-compatible API (e.g. http://127.0.0.1:8000/v1) that "
                                      "answers chat, with the caller's memories as a system message "
@@ -106,7 +112,7 @@ class ServerState:
         requests = RequestLog(settings.request_log)
         monitor = FidelityMonitor(mem, metrics, requests, share=settings.fidelity_share,
                                   tokens=settings.fidelity_tokens)
-        scheduler = Scheduler(settings)
+        scheduler = Scheduler(settings, open_admission_counters(settings.limits_url))
         metrics.chat_in_flight.set_function(lambda: scheduler.in_flight)  # read at scrape time: never stale
         state = cls(mem=mem, keys=keys, settings=settings, metrics=metrics, requests=requests, fidelity=monitor,
                     tracer=server_tracer(settings.tracing, tracer_provider), scheduler=scheduler,
@@ -121,10 +127,12 @@ class ServerState:
         self.fidelity.purge(erasure)
 
     def close(self) -> None:
-        """Stop listening for erasures and let queued fidelity scorings finish (app shutdown)."""
+        """Stop listening for erasures, let queued fidelity scorings finish, give back the caps' shares (app shutdown)."""
         self.stop_purging()
         self.fidelity.close()
         self.chat_pool.shutdown(wait=False)  # the requests in flight were cancelled; their threads end on their own
+        if self.scheduler is not None:
+            self.scheduler.close()  # their shares of shared caps go back now, not when their leases end
 
 
 def get_state(request: Request) -> ServerState:

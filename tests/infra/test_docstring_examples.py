@@ -107,8 +107,8 @@ SETUP: dict[str, Callable[[Path], AbstractContextManager[dict[str, Any]]]] = {
 # flushed Redis), in their globals under the fixture's name less "fresh_" (skipped with the reason where the server
 # cannot start here; a failure under CI)
 SERVERS: dict[str, str] = {
-    **dict.fromkeys(["agentmem.backends.redis_blobs", "agentmem.backends.redis_common",
-                     "agentmem.backends.redis_sessions"], "fresh_redis_url"),
+    **dict.fromkeys(["agentmem.backends.redis_admission", "agentmem.backends.redis_blobs",
+                     "agentmem.backends.redis_common", "agentmem.backends.redis_sessions"], "fresh_redis_url"),
     **dict.fromkeys(["agentmem.backends.postgres", "agentmem.backends.pgvector"], "fresh_postgres_url"),
     "agentmem.backends.chroma_http": "fresh_chroma_http_url",
 }

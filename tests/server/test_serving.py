@@ -63,6 +63,25 @@ def _long_question(url: str, key: str, user: str = "b", suffix: str = "") -> str
     pytest.skip("no prompt makes the random model answer at length")
 
 
+def _stream_long_answer(url: str, key: str, question: str, started: threading.Event,
+                        statuses: list[int]) -> threading.Thread:
+    """User a streams a ``LONG`` answer to ``question`` on a thread (not remembered): ``started`` is set at its
+    first piece of text, and its HTTP status is appended to ``statuses`` when the stream ends."""
+    def stream() -> None:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
+            body = {"model": "x", "user": "a", "max_tokens": LONG, "stream": True,
+                    "messages": [{"role": "user", "content": question}], "agentmem": {"remember": False}}
+            with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                for line in r.iter_lines():
+                    if '"content"' in line:
+                        started.set()
+                statuses.append(r.status_code)
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    return thread
+
+
 def _wait_for(predicate, timeout: float = 60.0, poll: float = 0.1) -> None:
     deadline = time.time() + timeout
     while not predicate():
@@ -186,22 +205,8 @@ def test_a_long_session_turn_does_not_hold_back_another_users_answer(capped):
 
 def test_caps_answer_429_with_retry_after_and_400_over_the_token_limit(capped):
     url, key = capped.url, capped.key
-    question = _long_question(url, key)
-    started = threading.Event()
-    done: list[int] = []
-
-    def long_stream() -> None:
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
-            body = {"model": "x", "user": "a", "max_tokens": LONG, "stream": True,
-                    "messages": [{"role": "user", "content": question}], "agentmem": {"remember": False}}
-            with c.stream("POST", "/v1/chat/completions", json=body) as r:
-                for line in r.iter_lines():
-                    if '"content"' in line:
-                        started.set()
-                done.append(r.status_code)
-
-    t = threading.Thread(target=long_stream)
-    t.start()
+    started, done = threading.Event(), []
+    t = _stream_long_answer(url, key, _long_question(url, key), started, done)
     assert started.wait(60)
     with pytest.raises(openai.RateLimitError) as exc:
         _client(url, key).chat.completions.create(model="x", user="a", max_tokens=2,
@@ -218,6 +223,40 @@ def test_caps_answer_429_with_retry_after_and_400_over_the_token_limit(capped):
         _client(url, key).chat.completions.create(model="x", user="b", max_tokens=451,
                                                   messages=[{"role": "user", "content": "hi"}])
     assert _metric(url, key, "agentmem_chat_rejected_total") >= 1
+
+
+def test_a_users_cap_holds_across_two_servers_sharing_their_limits(tmp_path, tiny_model_dir, fresh_redis_url):
+    """Two servers behind one load balancer (separate stores here; only the caps are shared, in Redis): while user a
+    streams a long answer from server A, a's next request to server B gets 429, another user's is answered, and once
+    A's answer is over B admits a again."""
+    settings = ("--set", "max_concurrent_per_user=1", "--set", f"limits_url={fresh_redis_url}",
+                "--fidelity-share", "0")
+    servers = []
+    for host in ("host-a", "host-b"):
+        key = run_cli("keys", "add", "--path", str(tmp_path / host), "--user", "a", "--user", "b").stdout.strip()
+        proc, url = start_server(tmp_path / host, tiny_model_dir, *settings)
+        servers.append((proc, url, key))
+    (_, url_a, key_a), (_, url_b, key_b) = servers
+    try:
+        started, done = threading.Event(), []
+        t = _stream_long_answer(url_a, key_a, _long_question(url_a, key_a, user="b"), started, done)
+        assert started.wait(60)
+        with pytest.raises(openai.RateLimitError) as exc:
+            _client(url_b, key_b).chat.completions.create(model="x", user="a", max_tokens=2,
+                                                          messages=[{"role": "user", "content": "me too"}])
+        assert not done  # refused while A's answer was still being decoded
+        assert "max_concurrent_per_user=1" in exc.value.message and exc.value.response.headers["retry-after"] == "1"
+        r = _client(url_b, key_b).chat.completions.create(model="x", user="b", max_tokens=2,
+                                                          messages=[{"role": "user", "content": "hi"}])
+        assert r.usage.completion_tokens >= 1  # another user is not held back
+        t.join(120)
+        r = _client(url_b, key_b).chat.completions.create(model="x", user="a", max_tokens=2,
+                                                          messages=[{"role": "user", "content": "me too"}])
+        assert r.usage.completion_tokens >= 1  # A gave a's share back when its answer ended
+    finally:
+        for proc, _, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=60)
 
 
 def test_sigterm_drains_in_bounded_time(tmp_path, tiny_model_dir):
