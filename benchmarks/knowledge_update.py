@@ -109,14 +109,20 @@ def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
     """What mounting assistant turns costs: each old statement gets an assistant reply restating it (and one stale
     restatement after the update, as a model that had not caught up would). Share of scenarios whose top 3 hold a
     stale statement in plain ``recall`` (assistant turns included) vs in ``recall_for_mount``, what generate and
-    sessions mount (``unmounted_roles=("assistant",)`` by default, and hits below ``mount_min_score`` left out)."""
-    with_assistant = without = 0
+    sessions mount (``unmounted_roles=("assistant",)`` by default, and hits below ``mount_min_score`` left out);
+    and, before the stale restatement is said, whose plain ``recall(k=1)`` is an assistant's echo of the old value
+    (``top1_assistant_echo_of_old``)."""
+    with_assistant = without = echo_first = 0
     for n, s in enumerate(items):
         user = f"roles-{n}"
         for text in s.memories:
             mem.remember(text, user_id=user, role="user")
             if text in s.old_texts:
                 mem.remember(f"Noted. {text}", user_id=user, role="assistant")
+        # before the stale restatement below: does plain recall put the user's update before the assistant's
+        # echoes of the old value?
+        top = mem.recall(s.question, user_id=user, k=1)
+        echo_first += bool(top) and top[0].role == "assistant" and s.old_value.lower() in top[0].text.lower()
         mem.remember(f"Sure. {s.old_texts[-1]}", user_id=user, role="assistant")
         for for_mount in (False, True):  # what generate()/sessions/the chat endpoint mount: recall_for_mount
             ask = mem.recall_for_mount if for_mount else mem.recall
@@ -128,7 +134,8 @@ def roles_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
             else:
                 with_assistant += stale
     return {"scenarios": len(items), "stale_top3_assistant_mounted": round(with_assistant / len(items), 3),
-            "stale_top3_assistant_not_mounted": round(without / len(items), 3)}
+            "stale_top3_assistant_not_mounted": round(without / len(items), 3),
+            "top1_assistant_echo_of_old": round(echo_first / len(items), 3)}
 
 
 def asked_effect(mem: AgentMemory, items: list[Scenario]) -> dict[str, float]:
@@ -163,12 +170,15 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
     (``newer_first``; the older missing counts), whose mount (``recall_for_mount(k=4)``) holds the newer
     (``new_mounted``), the older without the newer (``stale_alone_mounted``) and the older (``old_mounted``: for
     look-alikes, the user's own statement, which still answers), and whose older statement the write superseded
-    (``old_hidden``)."""
+    (``old_hidden``). Cases with an ``echo`` (the assistant's reply restating the older, written after it) also
+    count whose ``recall(k=5)`` ranks that echo above the newer (``echo_first``; the newer missing counts)."""
     tally: dict[str, Counter] = {}
     for n, case in enumerate(cases):
         user = f"natural-{n}"
         for text, session in case.stream:
             mem.remember(text, user_id=user, role="user", session_id=session)
+            if text == case.older and case.echo is not None:  # the assistant's reply, in the same session
+                mem.remember(case.echo, user_id=user, role="assistant", session_id=session)
         mem.wait_consolidation(timeout=600)
         ranked = [h.text for h in mem.recall(case.question, user_id=user, k=5)]
         mounted = {h.text for h in mem.recall_for_mount(case.question, user_id=user, k=4)}
@@ -182,23 +192,30 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
         t["stale_alone_mounted"] += case.older in mounted and case.newer not in mounted
         t["old_mounted"] += case.older in mounted
         t["old_hidden"] += case.older not in active
-    keys = ("top1_new", "newer_first", "new_mounted", "stale_alone_mounted", "old_mounted", "old_hidden")
+        if case.echo is not None:  # the assistant's echo of the older before the newer (the newer missing counts)
+            t["echo_first"] += case.echo in ranked and (case.newer not in ranked
+                                                       or ranked.index(case.echo) < ranked.index(case.newer))
+    keys = ("top1_new", "newer_first", "new_mounted", "stale_alone_mounted", "old_mounted", "old_hidden",
+            *(("echo_first",) if any(c.echo for c in cases) else ()))
     return {group: {"pairs": t["pairs"], **{key: round(t[key] / t["pairs"], 3) for key in keys}}
             for group, t in tally.items()}
 
 
-def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
+def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None,
+                 echoed: bool = False) -> dict[str, dict[str, dict[str, float]]]:
     """:func:`natural_effect` on the natural updates and look-alikes, once per number of unrelated memories; with
     ``wrapped`` ("older" or "both") also once more each with the older statements (``wrapped_fillers_N``), and with
-    "both" once more with both statements (``wrapped_both_fillers_N``), said inside longer messages."""
+    "both" once more with both statements (``wrapped_both_fillers_N``), said inside longer messages; with
+    ``echoed`` once more each with the assistant's echo of the older statement (``echoed_fillers_N``)."""
     out = {}
     modes = {None: (None,), "older": (None, "older"), "both": (None, "older", "both")}[wrapped]
-    for mode in modes:
+    runs = [(mode, False) for mode in modes] + ([(None, True)] if echoed else [])
+    for mode, echo in runs:
         for n in fillers:
-            name = {None: "", "older": "wrapped_", "both": "wrapped_both_"}[mode] + f"fillers_{n}"
+            name = ("echoed_" if echo else {None: "", "older": "wrapped_", "both": "wrapped_both_"}[mode]) + f"fillers_{n}"
             with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
-                cases = natural_cases(fillers=n, wrapped=mode or False) + alike_cases(fillers=n, wrapped=mode or False)
-                out[name] = natural_effect(mem, cases)
+                made = {"fillers": n, "wrapped": mode or False, "echoed": echo}
+                out[name] = natural_effect(mem, natural_cases(**made) + alike_cases(**made))
             print(f"natural {name}", out[name], file=sys.stderr, flush=True)
     return out
 
@@ -292,6 +309,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--wrapped", nargs="?", const="older", choices=["older", "both"], default=None,
                     help="with --natural: also each older statement said inside a longer chat message (a greeting, "
                          "another sentence), as users write; 'both': then the newer one too")
+    ap.add_argument("--echoed", action="store_true", help="with --natural: also each older statement followed by the "
+                    "assistant's reply restating it ('Got it: you take 20 mg ...'), as a chat stores both turns")
     ap.add_argument("--plot", type=Path, default=None, help="write a PNG of the results here")
     ap.add_argument("--ablate", action="store_true",
                     help="also run the local scenarios with each of recall's consolidation steps switched off")
@@ -338,7 +357,7 @@ def other_measurements(root: Path, args: argparse.Namespace, items: list) -> dic
             result["asked"] = asked_effect(mem, items[: args.asked_n])
         print("asked", result["asked"], file=sys.stderr, flush=True)
     if args.natural is not None:
-        result["natural"] = natural_runs(root, args.natural or [0, 4], wrapped=args.wrapped)
+        result["natural"] = natural_runs(root, args.natural or [0, 4], wrapped=args.wrapped, echoed=args.echoed)
     if args.locomo:
         on = locomo_recall(args.locomo, "local", root / "locomo-local")
         off = locomo_recall(args.locomo, "off", root / "locomo-off")

@@ -121,12 +121,15 @@ class NaturalCase:
     question: str
     stream: tuple[tuple[str, str], ...]
     group: str
+    echo: str | None = None  # the assistant's reply to the older statement, restating it (written right after it)
 
 
-def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False) -> list[NaturalCase]:
+def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+                  echoed: bool = False) -> list[NaturalCase]:
     """Every pair as a store: ``fillers`` unrelated memories (half in the first session before the older statement,
     the rest in a middle session), the older statement in session ``s1``, the newer in ``s3`` (``wrapped``: the
-    older, or ``"both"``, inside a longer message, :func:`wrap`).
+    older, or ``"both"``, inside a longer message, :func:`wrap`; ``echoed``: the assistant's reply restating the
+    older, :func:`echo`).
 
     >>> case = natural_cases(fillers=2)[0]
     >>> [session for _, session in case.stream], case.group
@@ -134,11 +137,12 @@ def natural_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = Fals
     """
     rng = random.Random(f"natural-{seed}")
     groups = ["design"] * len(DESIGN) + ["check"] * len(CHECK)
-    return [_case(older, newer, question, group, rng, fillers, wrapped)
+    return [_case(older, newer, question, group, rng, fillers, wrapped, echoed)
             for (older, newer, question), group in zip(NATURAL, groups)]
 
 
-def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool | str = False) -> list[NaturalCase]:
+def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+                echoed: bool = False) -> list[NaturalCase]:
     """``n`` stores built like :func:`natural_cases` from the held-out template half's look-alikes: the user's own
     statement in ``s1``, the look-alike in ``s3``.
 
@@ -147,7 +151,7 @@ def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool |
     ('alike', True)
     """
     rng = random.Random(f"natural-alike-{seed}")
-    return [_case(statement, alike, question, "alike", rng, fillers, wrapped)
+    return [_case(statement, alike, question, "alike", rng, fillers, wrapped, echoed)
             for statement, alike, question, _ in alike_pairs("test", n=n, seed=seed)]
 
 
@@ -166,8 +170,28 @@ def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
     return " ".join(parts)
 
 
+ACKS = ["Got it:", "Noted,", "Thanks for telling me:", "Okay,", "Understood:"]
+_SECOND_PERSON = {"i": "you", "i'm": "you're", "i've": "you've", "i'll": "you'll", "i'd": "you'd", "me": "you",
+                  "my": "your", "mine": "yours", "we": "you", "we're": "you're", "our": "your", "am": "are"}
+
+
+def echo(statement: str, rng: random.Random) -> str:
+    """An assistant's reply that restates ``statement`` back to the user: an acknowledgement, then the statement in
+    the second person (word by word, which is enough for these first-person facts).
+
+    >>> echo("I take 20 mg of lisinopril every morning.", random.Random(0))
+    'Okay, you take 20 mg of lisinopril every morning.'
+    >>> echo("My sister Anna lives in Berlin.", random.Random(1))
+    'Noted, your sister Anna lives in Berlin.'
+    """
+    words = [_SECOND_PERSON.get(w.lower(), w) for w in statement.split(" ")]
+    return f"{rng.choice(ACKS)} {' '.join(words)}"
+
+
 def _case(older: str, newer: str, question: str, group: str, rng: random.Random, fillers: int,
-          wrapped: bool | str = False) -> NaturalCase:
+          wrapped: bool | str = False, echoed: bool = False) -> NaturalCase:
+    # of the statement itself, not of its wrapping message; its own generator, so the rest of the case is unchanged
+    said = echo(older, random.Random(older)) if echoed else None
     chosen = rng.sample(FILLERS, fillers)
     if wrapped:
         older = wrap(older, rng, [t for t in FILLERS if t not in chosen])
@@ -175,7 +199,8 @@ def _case(older: str, newer: str, question: str, group: str, rng: random.Random,
         newer = wrap(newer, rng, [t for t in FILLERS if t not in chosen and t not in older])
     first, middle = chosen[: fillers // 2], chosen[fillers // 2 :]
     stream = [(t, "s1") for t in first] + [(older, "s1")] + [(t, "s2") for t in middle] + [(newer, "s3")]
-    return NaturalCase(older, newer, question, tuple(stream), group)
+    return NaturalCase(older, newer, question, tuple(stream), group, said)
 
 
-__all__ = ["CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "alike_cases", "natural_cases", "wrap"]
+__all__ = ["ACKS", "CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "alike_cases", "echo", "natural_cases",
+           "wrap"]

@@ -23,7 +23,8 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   bundled MiniLM (the weights belong to it) the older cosine rule applies: cosine ≥ ``SUPERSEDE`` and ``MARGIN``
   above the background.
 * **newer ranks first** — conflicts left unresolved are settled at recall (:func:`demote_older`): of two recalled
-  memories of the same speaker that the pairwise model scores at or above its lower ``conflict`` threshold (with
+  memories of the same speaker (or an assistant's older reply restating the user's fact and the user's newer
+  statement, :func:`echoes`) that the pairwise model scores at or above its lower ``conflict`` threshold (with
   the other candidates of the speaker as background, at least 3; never two turns of one conversation session; an
   older memory of several sentences only at the higher ``supersede`` threshold, as demoting it pushes the other
   facts it states down the list, and weighed by the one sentence of it the newer replaces, when the query is about
@@ -358,7 +359,7 @@ class LocalConsolidator:
         for b, row in enumerate(rows):
             if asks[b]:
                 continue  # a question states no value: it demotes nothing (the same rule as on write)
-            same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
+            same = [a for a in range(len(rows)) if a != b and (keys[a] == keys[b] or echoes(rows[a], row))]
             # not within one conversation session: a speaker's turns of one session elaborate on a topic (LoCoMo:
             # 3 of the 5 evidence turns this test demoted); a fact that changes does so between sessions, and
             # write-time supersession still acts within a session
@@ -453,6 +454,22 @@ class LocalConsolidator:
         out += [a for a in single if best.get(a, (-np.inf, None))[0] >= cut]
         out += [a for a in split if max(multi[a], best[a][0]) >= cut and nearest[a] in (None, best[a][1])]
         return out
+
+
+def echoes(older: EntryRecord, newer: EntryRecord) -> bool:
+    """Whether recall's conflict check weighs ``older``, a turn of the assistant, against ``newer``, a statement of
+    the user: an assistant's reply that restated what the user told it ("Got it, you take 20 mg of lisinopril.")
+    stands for the user's fact, so the user's newer statement of another value ranks before it, as before the
+    user's own older statement. Only that way round: the assistant's later word does not replace the user's (it
+    may restate a value that is no longer true, or relay a tool's result, which is the tool's to state).
+
+    Example:
+        >>> said = EntryRecord(id="a", user_id="u1", kind="turn", role="assistant", text="", memory_text="", created_at=1)
+        >>> update = EntryRecord(id="b", user_id="u1", kind="turn", role="user", text="", memory_text="", created_at=2)
+        >>> echoes(said, update), echoes(update, said)
+        (True, False)
+    """
+    return older.role == "assistant" and newer.role == "user" and older.kind == newer.kind
 
 
 def swapped_values(rows: Sequence[EntryRecord], texts: Sequence[str], keys: Sequence[tuple],
