@@ -41,6 +41,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("catalog_url", urls, ids=[u or "sqlite" for u in urls])
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for a module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``): tiny matmuls
+    gain nothing from a second thread, and on a shared 2-core box an OpenMP team waiting for a descheduled thread
+    makes them ~40x slower."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def catalog_url() -> str | None:
     """The catalog the ``mem`` fixture opens (None: the SQLite file beside the store); parametrised by ``catalogs``."""

@@ -12,15 +12,7 @@ from agentmem.train import _kv
 
 DOC = "[1 May 2023] Ann: My sister Mia runs a bakery in Bergen and I visit her every June.\n" * 2
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls gain nothing from a second thread, and on a shared 2-core box an OpenMP team waiting for a
-    # descheduled thread makes them ~40x slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny matmuls: see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

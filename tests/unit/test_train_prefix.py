@@ -14,15 +14,7 @@ DOC = ("[8 May 2023] Ann: I moved to Oslo in May 2021 and adopted a cat named Pi
        "[8 May 2023] Bob: Nice! I started pottery classes last week.\n") * 2
 OPTS = TrainOptions(samples=6, batch_size=3, question_tokens=6, answer_tokens=8, chunk_tokens=64, checkpoint_every=2)
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls gain nothing from a second thread, and on a shared 2-core box an OpenMP team waiting for a
-    # descheduled thread makes them ~40x slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny matmuls: see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -10,15 +10,7 @@ from agentmem.train import PromptLayout, distill_loss, selfstudy
 
 DOC = "[3 June 2023] Ann: We hiked Trolltunga on Saturday.\n[3 June 2023] Bob: I painted a sunset.\n"
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny matmuls gain nothing from a second thread, and on a shared 2-core box an OpenMP team waiting for a
-    # descheduled thread makes them ~40x slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny matmuls: see tests/conftest.py
 
 
 def test_teacher_logprobs_match_a_direct_forward_and_are_seeded():
