@@ -98,6 +98,7 @@ def test_the_server_docs_config_example_runs_as_written(tmp_path, tiny_model_dir
     commands = re.search(r"```bash\n(agentmem serve --path ./memdata --config agentmem.toml.*?)```", page,
                          flags=re.S).group(1).splitlines()
     toml = re.sub(r'catalog_url = "[^"]*"', f'catalog_url = "{fresh_postgres_url}"', toml)
+    toml = re.sub(r'limits_url = "[^"]*"', f'limits_url = "{fresh_redis_url}"', toml)
     (tmp_path / "agentmem.toml").write_text(re.sub(r'blob_url = "[^"]*"', f'blob_url = "{fresh_redis_url}"', toml))
     monkeypatch.chdir(tmp_path)  # the commands' relative paths
     serve = shlex.split(commands[0])
@@ -107,6 +108,8 @@ def test_the_server_docs_config_example_runs_as_written(tmp_path, tiny_model_dir
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
             c.post("/v1/memories", json={"text": "I moved to Lyon last May.", "user_id": "u1"}).raise_for_status()
+            c.post("/v1/chat/completions", json={"model": "x", "user": "u1", "max_tokens": 2, "messages": [
+                {"role": "user", "content": "Where do I live?"}]}).raise_for_status()  # counted in Redis, released
             over = c.post("/v1/chat/completions", json={"model": "x", "user": "u1", "max_tokens": 2048,
                                                         "messages": [{"role": "user", "content": "hi"}]})
             assert over.status_code == 400 and "max_tokens" in over.text  # [server] max_tokens_limit = 1024
