@@ -161,8 +161,8 @@ def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = Model
     server = _server()
     import uvicorn
 
-    KeyStore, ServerSettings, create_app = server.KeyStore, server.ServerSettings, server.create_app
-    memory_set, server_set = _split_settings(setting, ServerSettings.model_fields)
+    KeyStore, create_app = server.KeyStore, server.create_app
+    memory_set, server_set = _split_settings(setting, server.ServerSettings.model_fields)
     options = {"auth": ("no_auth", not no_auth), "metrics_public": ("metrics_public", metrics_public),
                "docs": ("docs", docs), "chat_mode": ("chat_mode", chat_mode),
                "fidelity_share": ("fidelity_share", fidelity_share), "model_id": ("model_id", model_id),
@@ -170,14 +170,8 @@ def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = Model
                "upstream_model": ("upstream_model", upstream_model)}
     given = {field: value for field, (param, value) in options.items()  # click's ParameterSource, by name
              if getattr(ctx.get_parameter_source(param), "name", "DEFAULT") != "DEFAULT"}
-    try:
-        settings = ServerSettings(**{**_read_config(config).get("server", {}), **server_set, **given})
-    except ValueError as exc:  # pydantic's ValidationError names the field and the problem
-        _fail(f"server settings: {exc}")
-    if not settings.auth and host not in _LOOPBACK:
-        _fail(f"--no-auth (auth = false) only binds to loopback (127.0.0.1), not {host!r}")
-    if settings.metrics_public and host not in _LOOPBACK:
-        settings = settings.model_copy(update={"metrics_public": False})  # public metrics: loopback only
+    settings = _serve_settings(server.ServerSettings, {**_read_config(config).get("server", {}), **server_set,
+                                                       **given}, host)
     keys = KeyStore(path, url=settings.keys_url)
     if settings.auth and keys.count() == 0:
         _fail(f"no API keys for {path}: create one with `agentmem keys add --path {path} --user USER`, "
@@ -197,6 +191,20 @@ def serve(ctx: typer.Context, path: Path = PathOpt, model: Optional[str] = Model
                     timeout_graceful_shutdown=math.ceil(settings.drain_seconds))
     finally:
         mem.close()
+
+
+def _serve_settings(settings_type: Any, fields: dict[str, Any], host: str) -> Any:
+    """``ServerSettings`` of ``fields`` for a server bound to ``host``: a bad field exits naming it; no auth is
+    refused off loopback, and public metrics are kept to loopback."""
+    try:
+        settings = settings_type(**fields)
+    except ValueError as exc:  # pydantic's ValidationError names the field and the problem
+        _fail(f"server settings: {exc}")
+    if not settings.auth and host not in _LOOPBACK:
+        _fail(f"--no-auth (auth = false) only binds to loopback (127.0.0.1), not {host!r}")
+    if settings.metrics_public and host not in _LOOPBACK:
+        settings = settings.model_copy(update={"metrics_public": False})  # public metrics: loopback only
+    return settings
 
 
 @app.command()
