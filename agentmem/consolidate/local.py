@@ -359,12 +359,11 @@ class LocalConsolidator:
         for b, row in enumerate(rows):
             if asks[b]:
                 continue  # a question states no value: it demotes nothing (the same rule as on write)
-            same = [a for a in range(len(rows)) if a != b and (keys[a] == keys[b] or echoes(rows[a], row))]
-            # not within one conversation session: a speaker's turns of one session elaborate on a topic (LoCoMo:
-            # 3 of the 5 evidence turns this test demoted); a fact that changes does so between sessions, and
-            # write-time supersession still acts within a session
-            older = [a for a in same if rows[a].created_at < row.created_at
-                     and (row.session_id is None or rows[a].session_id != row.session_id)]
+            same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
+            older = [a for a in same if _before(rows[a], row)]
+            # the assistant's replies that restated the user's fact: weighed as the user's own older statements are
+            said = [a for a in range(len(rows)) if echoes(rows[a], row) and _before(rows[a], row) and not asks[a]]
+            out.update((rows[a].id, row.id) for a in self._echo_conflicts(b, said, same, vecs, words, sentences))
             if not older:
                 continue
             if self.pairs is None:
@@ -384,6 +383,23 @@ class LocalConsolidator:
             if multi or single:
                 hit += self._sentence_conflicts(b, multi, single, same, vecs, words, *by_sentence())
             out.update((rows[a].id, row.id) for a in hit)
+        return out
+
+    def _echo_conflicts(self, b: int, said: list[int], same: list[int], vecs: list[np.ndarray],
+                        words: list[set[str]], sentences: list[int]) -> list[int]:
+        """Of ``said``, the assistant's older replies (:func:`echoes`), those the user's newer statement ``b``
+        replaces: each scored as if it were one of the user's own older statements, the user's other hits
+        (``same``) as its background and the pairs among those scored as without it, at the pairwise model's
+        ``conflict`` threshold (``supersede`` for a reply of several sentences, as for the user's own); without the
+        model, a text cosine of at least ``CONFLICT``."""
+        if self.pairs is None:
+            return [a for a in said if float(vecs[a] @ vecs[b]) >= CONFLICT]
+        olds, old_words = [vecs[x] for x in same], [words[x] for x in same]
+        out = []
+        for a in said:
+            score = self.pairs.scores(vecs[b], words[b], [*olds, vecs[a]], [*old_words, words[a]])[-1]
+            if score >= (self.pairs.conflict if sentences[a] <= 1 else self.pairs.supersede):
+                out.append(a)
         return out
 
     def _stated_vectors(self, rows: Sequence[EntryRecord], texts: Sequence[str],
@@ -454,6 +470,14 @@ class LocalConsolidator:
         out += [a for a in single if best.get(a, (-np.inf, None))[0] >= cut]
         out += [a for a in split if max(multi[a], best[a][0]) >= cut and nearest[a] in (None, best[a][1])]
         return out
+
+
+def _before(older: EntryRecord, newer: EntryRecord) -> bool:
+    """Whether recall's conflict check may put ``newer`` before ``older``: said earlier, and not within one
+    conversation session (a speaker's turns of one session elaborate on a topic, LoCoMo: 3 of the 5 evidence turns the
+    check demoted; a fact that changes does so between sessions, and write-time supersession still acts within one).
+    """
+    return older.created_at < newer.created_at and (newer.session_id is None or older.session_id != newer.session_id)
 
 
 def echoes(older: EntryRecord, newer: EntryRecord) -> bool:
