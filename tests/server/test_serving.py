@@ -66,16 +66,20 @@ def _long_question(url: str, key: str, user: str = "b", suffix: str = "") -> str
 def _stream_long_answer(url: str, key: str, question: str, started: threading.Event,
                         statuses: list[int]) -> threading.Thread:
     """User a streams a ``LONG`` answer to ``question`` on a thread (not remembered): ``started`` is set at its
-    first piece of text, and its HTTP status is appended to ``statuses`` when the stream ends."""
+    first piece of text, and its HTTP status is appended to ``statuses`` when the stream ends (-1: the connection
+    broke)."""
     def stream() -> None:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
             body = {"model": "x", "user": "a", "max_tokens": LONG, "stream": True,
                     "messages": [{"role": "user", "content": question}], "agentmem": {"remember": False}}
-            with c.stream("POST", "/v1/chat/completions", json=body) as r:
-                for line in r.iter_lines():
-                    if '"content"' in line:
-                        started.set()
-                statuses.append(r.status_code)
+            try:
+                with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                    for line in r.iter_lines():
+                        if '"content"' in line:
+                            started.set()
+                    statuses.append(r.status_code)
+            except httpx.HTTPError:  # the server went away mid-answer (killed)
+                statuses.append(-1)
 
     thread = threading.Thread(target=stream)
     thread.start()
@@ -228,9 +232,11 @@ def test_caps_answer_429_with_retry_after_and_400_over_the_token_limit(capped):
 def test_a_users_cap_holds_across_two_servers_sharing_their_limits(tmp_path, tiny_model_dir, fresh_redis_url):
     """Two servers behind one load balancer (separate stores here; only the caps are shared, in Redis): while user a
     streams a long answer from server A, a's next request to server B gets 429, another user's is answered, and once
-    A's answer is over B admits a again."""
+    A's answer is over B admits a again. When A is killed mid-answer (no release), B refuses a until A's lease on the
+    share ends, then admits a."""
+    lease_s = 2.0
     settings = ("--set", "max_concurrent_per_user=1", "--set", f"limits_url={fresh_redis_url}",
-                "--fidelity-share", "0")
+                "--set", f"limits_lease_s={lease_s}", "--fidelity-share", "0")
     servers = []
     for host in ("host-a", "host-b"):
         key = run_cli("keys", "add", "--path", str(tmp_path / host), "--user", "a", "--user", "b").stdout.strip()
@@ -238,8 +244,9 @@ def test_a_users_cap_holds_across_two_servers_sharing_their_limits(tmp_path, tin
         servers.append((proc, url, key))
     (_, url_a, key_a), (_, url_b, key_b) = servers
     try:
+        question = _long_question(url_a, key_a, user="b")
         started, done = threading.Event(), []
-        t = _stream_long_answer(url_a, key_a, _long_question(url_a, key_a, user="b"), started, done)
+        t = _stream_long_answer(url_a, key_a, question, started, done)
         assert started.wait(60)
         with pytest.raises(openai.RateLimitError) as exc:
             _client(url_b, key_b).chat.completions.create(model="x", user="a", max_tokens=2,
@@ -253,6 +260,19 @@ def test_a_users_cap_holds_across_two_servers_sharing_their_limits(tmp_path, tin
         r = _client(url_b, key_b).chat.completions.create(model="x", user="a", max_tokens=2,
                                                           messages=[{"role": "user", "content": "me too"}])
         assert r.usage.completion_tokens >= 1  # A gave a's share back when its answer ended
+        started, done = threading.Event(), []
+        t = _stream_long_answer(url_a, key_a, question, started, done)
+        assert started.wait(60)
+        servers[0][0].kill()  # A dies mid-answer: it neither releases nor renews a's share
+        servers[0][0].wait(10)
+        with pytest.raises(openai.RateLimitError):  # the share outlives A for at most its lease
+            _client(url_b, key_b).chat.completions.create(model="x", user="a", max_tokens=2,
+                                                          messages=[{"role": "user", "content": "me too"}])
+        time.sleep(lease_s + 0.5)
+        r = _client(url_b, key_b).chat.completions.create(model="x", user="a", max_tokens=2,
+                                                          messages=[{"role": "user", "content": "me too"}])
+        assert r.usage.completion_tokens >= 1  # the dead server's share ended with its lease
+        t.join(60)
     finally:
         for proc, _, _ in servers:
             proc.terminate()
