@@ -3,7 +3,8 @@ through (in this process, or in Redis shared by several servers).
 
 The server uses agentmem's public API only (``.importlinter``), never the ports, backends or factory; this module is
 the smallest surface that lets it open the counters the factory builds: one function, and the port's types. The
-caps themselves (which counters, what a refusal answers) are the server's (:class:`agentmem.server.scheduler.Scheduler`).
+caps themselves (which counters, what a refusal answers) are the server's
+(:class:`agentmem.server.scheduler.Scheduler`).
 
 Example:
     >>> counters = open_admission_counters()                       # in this process

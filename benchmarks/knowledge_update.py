@@ -209,10 +209,11 @@ def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None,
     ``echoed`` once more each with the assistant's echo of the older statement (``echoed_fillers_N``)."""
     out = {}
     modes = {None: (None,), "older": (None, "older"), "both": (None, "older", "both")}[wrapped]
-    runs = [(mode, False) for mode in modes] + ([(None, True)] if echoed else [])
-    for mode, echo in runs:
+    prefixes = {None: "", "older": "wrapped_", "both": "wrapped_both_"}
+    runs = [(mode, False, prefixes[mode]) for mode in modes] + ([(None, True, "echoed_")] if echoed else [])
+    for mode, echo, prefix in runs:
         for n in fillers:
-            name = ("echoed_" if echo else {None: "", "older": "wrapped_", "both": "wrapped_both_"}[mode]) + f"fillers_{n}"
+            name = f"{prefix}fillers_{n}"
             with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
                 made = {"fillers": n, "wrapped": mode or False, "echoed": echo}
                 out[name] = natural_effect(mem, natural_cases(**made) + alike_cases(**made))

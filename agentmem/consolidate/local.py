@@ -488,7 +488,8 @@ def echoes(older: EntryRecord, newer: EntryRecord) -> bool:
     may restate a value that is no longer true, or relay a tool's result, which is the tool's to state).
 
     Example:
-        >>> said = EntryRecord(id="a", user_id="u1", kind="turn", role="assistant", text="", memory_text="", created_at=1)
+        >>> said = EntryRecord(id="a", user_id="u1", kind="turn", role="assistant", text="", memory_text="",
+        ...                    created_at=1)
         >>> update = EntryRecord(id="b", user_id="u1", kind="turn", role="user", text="", memory_text="", created_at=2)
         >>> echoes(said, update), echoes(update, said)
         (True, False)

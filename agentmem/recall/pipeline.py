@@ -5,8 +5,8 @@ lexical candidates, their fusion (:mod:`.retrieval`), the re-ranked head (:mod:`
 (:mod:`.calibration`)). :class:`Recaller` runs the search under the store's policy and adds the last three:
 
 * **demote**: of two recalled memories that conflict (the same speaker stating two values of one thing, or an
-  assistant's reply that restated the user's fact and the user's newer statement), the older ranks behind the newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``); a
-  mount leaves the older out, so the model never reads both values, and a newer one under the mount threshold
+  assistant's reply that restated the user's fact and the user's newer statement), the older ranks behind the
+  newer (:class:`Demotion`; the consolidation's check, ``agentmem.consolidate.store_parts``); a mount leaves the older out, so the model never reads both values, and a newer one under the mount threshold
   takes the older's place (else the mount would hold neither). It runs before the threshold: the conflict
   check weighs a pair against the speaker's other recalled hits (at least 3), which the threshold would remove;
 * **questions last**: in plain recall, a memory that only asks (a user's earlier question, stored as their turn)

@@ -42,6 +42,7 @@ __all__ = ["AdmissionCaps", "Scheduler", "Ticket"]
 
 log = logging.getLogger(__name__)
 
+
 class AdmissionCaps(Protocol):
     """The caps a :class:`Scheduler` enforces (``agentmem.server.state.ServerSettings`` has them; declared here so
     the scheduler does not import the state module that builds it).
@@ -63,13 +64,11 @@ class AdmissionCaps(Protocol):
 
 @dataclass(eq=False)
 class Ticket:
-    """One admitted request: who it counts against, and the event that cancels its decode."""
+    """One admitted request: the event that cancels its decode, and the id its shares of the caps are held under
+    in the admission counters."""
 
-    key: str
-    user: str
-    max_tokens: int
     cancel: threading.Event = field(default_factory=threading.Event)
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)  # its shares' name in the admission counters
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 class Scheduler:
@@ -108,9 +107,9 @@ class Scheduler:
         s = self.settings
         if max_tokens > s.max_tokens_limit:
             raise HTTPException(400, f"max_tokens must be <= {s.max_tokens_limit} on this server (got {max_tokens})")
-        ticket = Ticket(key=f"key:{key_id or '-'}", user=f"user:{user}", max_tokens=max_tokens)
-        claims = ([Claim(ticket.key, 1, s.max_concurrent_per_key)] if key_id is not None else []) + [
-            Claim(ticket.user, 1, s.max_concurrent_per_user),
+        ticket = Ticket()
+        claims = ([Claim(f"key:{key_id}", 1, s.max_concurrent_per_key)] if key_id is not None else []) + [
+            Claim(f"user:{user}", 1, s.max_concurrent_per_user),
             Claim(f"tokens:{user}", max_tokens, s.max_tokens_in_flight_per_user)]
         try:
             refused = self.counters.acquire(ticket.id, claims, lease_s=s.limits_lease_s)

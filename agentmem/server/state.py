@@ -127,7 +127,8 @@ class ServerState:
         self.fidelity.purge(erasure)
 
     def close(self) -> None:
-        """Stop listening for erasures, let queued fidelity scorings finish, give back the caps' shares (app shutdown)."""
+        """Stop listening for erasures, let queued fidelity scorings finish, give back the caps' shares (app
+        shutdown)."""
         self.stop_purging()
         self.fidelity.close()
         self.chat_pool.shutdown(wait=False)  # the requests in flight were cancelled; their threads end on their own

@@ -123,7 +123,8 @@ def test_a_users_cap_holds_across_servers_and_frees_on_release(two_servers) -> N
     third = b.admit(key_id="k1", user="u2", max_tokens=10)  # another user of the key
     with pytest.raises(HTTPException, match="this API key already has 3 chat requests in flight"):
         a.admit(key_id="k1", user="u3", max_tokens=10)
-    with pytest.raises(HTTPException, match="has 10 max_tokens in flight; 95 more would pass max_tokens_in_flight_per_user=100"):
+    with pytest.raises(HTTPException,
+                       match="has 10 max_tokens in flight; 95 more would pass max_tokens_in_flight_per_user=100"):
         a.admit(key_id=None, user="u2", max_tokens=95)
     a.release(first)
     assert b.admit(key_id=None, user="u1", max_tokens=10) is not None  # the share A gave back is B's to take
