@@ -23,11 +23,11 @@ Example:
     >>> import chromadb
     >>> client, cosine = chromadb.PersistentClient(path="erase"), {"hnsw": {"space": "cosine"}}
     >>> col = client.create_collection("u-1", configuration=cosine, embedding_function=None)
-    >>> col.add(ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=["the door code is 4711", "hi"])
+    >>> col.add(ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=["the door code is swordfish", "hi"])
     >>> col.delete(ids=["a"])  # only marked deleted: its vector and text stay in Chroma's files
     {'deleted': 1}
     >>> col = erase_collection_residue(client, "u-1", Path("erase"), cosine)  # rebuilt from its live vectors
-    >>> col.get()["ids"], b"4711" in Path("erase/chroma.sqlite3").read_bytes()
+    >>> col.get()["ids"], b"swordfish" in Path("erase/chroma.sqlite3").read_bytes()
     (['b'], False)
 """
 
@@ -165,11 +165,11 @@ def scrub_chroma_sqlite(chroma_dir: Path) -> None:
         >>> import chromadb
         >>> client = chromadb.PersistentClient(path="scrub")
         >>> client.create_collection("u-1", embedding_function=None).add(
-        ...     ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=["the door code is 4711"] * 2)
+        ...     ids=["a", "b"], embeddings=[[1.0, 0.0], [0.0, 1.0]], documents=["the door code is swordfish"] * 2)
         >>> client.delete_collection("u-1"); db = Path("scrub/chroma.sqlite3")
-        >>> b"4711" in db.read_bytes()  # the deleted rows' pages are free, not wiped
+        >>> b"swordfish" in db.read_bytes()  # the deleted rows' pages are free, not wiped
         True
-        >>> scrub_chroma_sqlite(Path("scrub")); b"4711" in db.read_bytes()
+        >>> scrub_chroma_sqlite(Path("scrub")); b"swordfish" in db.read_bytes()
         False
     """
     db = chroma_dir / "chroma.sqlite3"
