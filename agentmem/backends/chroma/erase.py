@@ -223,5 +223,5 @@ def _get(client: Any, name: str) -> Any | None:
         return None
 
 
-__all__ = ["REBUILD_SUFFIX", "erase_collection_residue", "has_rebuilds", "recover_rebuilds", "scrub_chroma_sqlite", "scrub_freed_memory",
-           "segment_dirs"]
+__all__ = ["REBUILD_SUFFIX", "erase_collection_residue", "has_rebuilds", "recover_rebuilds", "scrub_chroma_sqlite",
+           "scrub_freed_memory", "segment_dirs"]
