@@ -315,11 +315,22 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
     app.include_router(inspector.router)
     app.mount("/inspector/static", inspector.static_files(), name="inspector-static")
 
+    _schema_routes(app, settings)
+    _probe_routes(app, state, settings)
+
+    if mcp_app is not None:
+        from agentmem.server.mcp import McpAuth
+
+        app.mount("/mcp", McpAuth(mcp_app, state))
+    return app
+
+
+def _probe_routes(app: FastAPI, state: ServerState, settings: ServerSettings) -> None:
+    """``/healthz`` (a liveness probe, public) and ``/metrics`` (Prometheus text, behind the keys)."""
+
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
-
-    _schema_routes(app, settings)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
@@ -330,12 +341,6 @@ def create_app(mem: Any, *, keys: KeyStore | None, settings: ServerSettings | No
         if not operator:
             operator = not caller(request).visible_users()
         return Response(state.metrics.render(store_wide=operator), media_type="text/plain; version=0.0.4")
-
-    if mcp_app is not None:
-        from agentmem.server.mcp import McpAuth
-
-        app.mount("/mcp", McpAuth(mcp_app, state))
-    return app
 
 
 def _schema_routes(app: FastAPI, settings: ServerSettings) -> None:
