@@ -26,7 +26,6 @@ from agentmem.erasure import Erasure, ErasureListeners
 from agentmem.forgetting import ErasureJournal, Forgetting, SessionHooks, Sweeper
 from agentmem.errors import InvalidInputError
 from agentmem.entries.store import EntryStore, NewEntry, Scope
-from agentmem.consolidate.statements import only_asks
 from agentmem.consolidate.store_parts import ConflictDemotion, local_consolidator
 from agentmem.entries.kb_versions import KbVersions
 from agentmem.reads import Reads
@@ -34,7 +33,6 @@ from agentmem.recall import head_cues
 from agentmem.recall import query as recall_query
 from agentmem.recall.pipeline import Recaller
 from agentmem.entries.filters import compile_filters
-from agentmem.entries.records import to_hit
 from agentmem.security import AuditLog, SecretScanner, install_log_filter
 from agentmem.security.store_key import open_cipher
 from agentmem.validation import (
@@ -86,7 +84,6 @@ class AgentMemory:
         self._erasures = ErasureListeners()
         self._store = EntryStore(self.path, self.config, cipher=self._cipher, catalog=catalog, vectors=vectors,
                                  blobs=blobs, embedder=embedder)
-        self._sealer = self._store.sealer  # the one sealer of entry texts, blobs (and sessions, same cipher)
         self._bank = KVBank(self._store, self.config, model_spec=model)
         self._answer = Answerer(store=self._store, bank=self._bank, config=self.config, path=self.path,
                                 cipher=self._cipher, scanner=self._scanner, recall=self._recall,
@@ -97,11 +94,11 @@ class AgentMemory:
         self._consolidator = local_consolidator(self._store, self.config,
                                                 bundled_pairs=embedder is None and self.config.embedding_model is None)
         self._recaller = Recaller(config=self.config, search=self._store.search, recall_state=self._kb.recall_state,
-                                  hit_of=self._hit, demotion=ConflictDemotion(self._consolidator, self._store),
+                                  hit_of=self._reads.hit, demotion=ConflictDemotion(self._consolidator, self._store),
                                   has_profile=lambda user: self._store.has_kind(user, "profile"),
                                   embed_query=self._store.embed_query,
-                                  unmountable=None if self.config.mount_questions else self._only_asks,
-                                  asks=self._only_asks)
+                                  unmountable=None if self.config.mount_questions else self._reads.only_asks,
+                                  asks=self._reads.only_asks)
         # in-process copies keyed by memory text or holding its vectors leave with the entries (agentmem.erasure)
         for forget_erased in (self._consolidator.forget_erased, head_cues.forget_erased,
                               recall_query.forget_erased, self._bank.forget_erased):  # queries: names, timestamps
@@ -460,15 +457,6 @@ class AgentMemory:
                                      asking_session=asking_session, for_mount=for_mount, below=below,
                                      contradicted=contradicted)
 
-    def _only_asks(self, s: Any) -> bool:
-        """A scored row's memory only asks (a user's earlier question): a mount leaves it out, recall ranks it last."""
-        return only_asks(self._sealer.open_text(s.row.id, "text", s.row.text))
-
-    def _hit(self, s: Any) -> Hit:
-        """A scored row as a :class:`Hit` (its texts opened)."""
-        return to_hit(s.row, s.score, s.scores, text=self._sealer.open_text(s.row.id, "text", s.row.text),
-                      memory_text=self._sealer.open_text(s.row.id, "memory_text", s.row.memory_text))
-
     def get(self, entry_id: str, *, user_id: str | None = None) -> MemoryRecord:
         """The entry with that id; raises :class:`NotFoundError` if it does not exist or has expired.
 
@@ -573,12 +561,10 @@ class AgentMemory:
     def _llm_worker(self) -> ConsolidationWorker:
         with self._sessions_lock:
             if self._llm is None:
-                from agentmem.consolidate.llm import ConsolidationWorker, StoreActions, local_chat
+                from agentmem.consolidate.llm import local_chat, store_worker
 
                 chat = self._consolidation_model or local_chat(lambda: self._bank.engine)
-                actions = StoreActions(self._store, open_text=lambda r: self._sealer.open_text(r.id, "text", r.text),
-                                       seal=lambda i, t: self._sealer.seal_text(i, "history", t), clock=self._writer.clock)
-                self._llm = ConsolidationWorker(chat, actions.context, actions.apply)
+                self._llm = store_worker(self._store, chat, clock=self._writer.clock)
             return self._llm
 
     # --- answering with mounted memories (agentmem/answer.py) -----------------------------------

@@ -1,5 +1,6 @@
 """Reads of stored entries for the facade: one live entry (never an expired one, nor another user's when the owner
-is given), its history with the texts opened, and the vectors the index holds for a user's entries.
+is given), its history with the texts opened, the vectors the index holds for a user's entries, and a recalled
+row as the :class:`~agentmem.types.Hit` recall returns.
 
 Example:
     >>> reads = Reads(store)          # store: an AgentMemory's EntryStore, rec: one of u1's entries
@@ -13,8 +14,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentmem.consolidate.statements import only_asks
+from agentmem.entries.records import to_hit
 from agentmem.errors import NotFoundError
-from agentmem.types import MemoryVersion, utc_from_epoch
+from agentmem.types import Hit, MemoryVersion, utc_from_epoch
 
 if TYPE_CHECKING:
     from agentmem.entries.store import EntryStore
@@ -67,6 +70,17 @@ class Reads:
             ((384,), {})
         """
         return self._vectors.get(user_id, entry_ids)
+
+    def hit(self, scored: Any) -> Hit:
+        """A row recall scored (:class:`~agentmem.recall.pipeline.Scored`) as a :class:`Hit`, its texts opened."""
+        row = scored.row
+        return to_hit(row, scored.score, scored.scores, text=self._sealer.open_text(row.id, "text", row.text),
+                      memory_text=self._sealer.open_text(row.id, "memory_text", row.memory_text))
+
+    def only_asks(self, scored: Any) -> bool:
+        """Whether a scored row's memory only asks (a user's earlier question): a mount leaves it out, recall ranks
+        it last."""
+        return only_asks(self._sealer.open_text(scored.row.id, "text", scored.row.text))
 
 
 __all__ = ["Reads"]

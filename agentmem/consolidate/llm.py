@@ -306,4 +306,14 @@ class StoreActions:
         return decision.event.lower()
 
 
-__all__ = ["ChoiceProcessor", "ConsolidationWorker", "StoreActions", "LlmDecision", "ask", "choices", "build_messages", "local_chat", "parse_decision"]
+def store_worker(store: Any, chat: Any, *, clock: Callable[[], float]) -> ConsolidationWorker:
+    """A worker deciding ``store``'s queued memories with ``chat``: rows' texts opened and history texts sealed by
+    the store's own sealer, events stamped by ``clock`` (the facade's strictly increasing clock)."""
+    sealer = store.sealer
+    actions = StoreActions(store, open_text=lambda r: sealer.open_text(r.id, "text", r.text),
+                           seal=lambda i, t: sealer.seal_text(i, "history", t), clock=clock)
+    return ConsolidationWorker(chat, actions.context, actions.apply)
+
+
+__all__ = ["ChoiceProcessor", "ConsolidationWorker", "StoreActions", "LlmDecision", "ask", "choices", "build_messages",
+           "local_chat", "parse_decision", "store_worker"]
