@@ -37,7 +37,7 @@ from agentmem.entries.kb_versions import KbVersions
 from agentmem.entries.lifecycle import HistoryEvent
 from agentmem.entries.documents import document_parts
 from agentmem.entries.messages import transcript_memories
-from agentmem.entries.records import embedding_line, memory_line, to_record
+from agentmem.entries.records import embedding_line, memory_line, own_text, to_record
 from agentmem.entries.store import EntryStore, NewEntry
 from agentmem.errors import InvalidInputError
 from agentmem.security import SecretScanner
@@ -209,7 +209,7 @@ class Writer:
         elif entries and mode == "local":
             vectors = self.store.embedder.encode([e.embed_text for e in entries],
                                                  batch_size=self.config.embedding_batch_size)
-            texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
+            texts = self._own_texts(entries)
             decisions, text_vectors = self.consolidator.plan([e.row for e in entries], texts, vectors, time.time())
         elif entries:  # every row keeps its text's vector: Hit.score reads it (agentmem.entries.text_vectors)
             vectors, text_vectors = self._unconsolidated_vectors(entries)
@@ -279,13 +279,19 @@ class Writer:
         re-embedded by every conflict check that looks at it: 2,000 such entries, recall p50 262 ms instead of
         23 ms). A text that is its own memory line (no head) is embedded once."""
         lines = [e.embed_text for e in entries]
-        texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in entries]
+        texts = self._own_texts(entries)
         unique = list(dict.fromkeys(lines + texts))
         at = {t: i for i, t in enumerate(unique)}
         embedded = np.asarray(self.store.embedder.encode(unique, batch_size=self.config.embedding_batch_size),
                               dtype=np.float32)
         unit = embedded / np.maximum(np.linalg.norm(embedded, axis=1, keepdims=True), 1e-12)
         return embedded[[at[t] for t in lines]], unit[[at[t] for t in texts]]
+
+    def _own_texts(self, entries: Sequence[NewEntry]) -> list[str]:
+        """The texts whose vectors the rows keep for their score and conflict checks (a tool result's with its
+        tool's name: :func:`~agentmem.entries.records.own_text`)."""
+        return [own_text(self.sealer.open_text(e.row.id, "text", e.row.text), kind=e.row.kind,
+                         speaker=e.row.speaker)[0] for e in entries]
 
     def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
                        vectors: Any, text_vectors: Any) -> None:
@@ -296,7 +302,7 @@ class Writer:
             for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.line for e in kept])):
                 entry.attach_kv(blob, fields)
         if text_vectors is not None:
-            texts = [self.sealer.open_text(e.row.id, "text", e.row.text) for e in kept]
+            texts = self._own_texts(kept)
             self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)], texts)
         self.store.add(kept, None if vectors is None else vectors[list(keep)])
         if not inline and encode is None:  # kv_encoding "background": encoded after the write returns
@@ -348,7 +354,8 @@ class Writer:
         fields: dict[str, Any] = dict(
             text=seal(row.id, "text", text), memory_text=seal(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
-            **self.consolidator.vector_fields(text),  # the new text's vectors (score, conflicts)
+            # the new text's vectors (score, conflicts)
+            **self.consolidator.vector_fields(own_text(text, kind=row.kind, speaker=row.speaker)[0]),
         )
         if meta is not None:
             fields["metadata_json"] = meta

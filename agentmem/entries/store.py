@@ -40,6 +40,7 @@ from agentmem.entries.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
+from agentmem.entries.records import own_text
 from agentmem.entries.text_vectors import text_cosine
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.recall.calibration import stems, word_overlap
@@ -608,7 +609,7 @@ class EntryStore:
             if entry_id in cands.turn_context:
                 parts["context"] = cands.turn_context[entry_id]  # cosine of the turn's context vector
             row = by_id[entry_id]
-            parts["overlap"] = word_overlap(asked, self.sealer.open_text(row.id, "text", row.text), row.speaker)
+            parts["overlap"] = self._overlap(asked, row)
             own = text_cosine(row.text_vector, vec)  # the text alone: no time or speaker from the line
             if own is not None:
                 parts["text_dense"] = own
@@ -616,13 +617,18 @@ class EntryStore:
             older = stands_for.get(entry_id)
             older_cosine = None if older is None else text_cosine(older.text_vector, vec)
             if older_cosine is not None:  # the score of the superseded version whose place this hit took
-                older_words = word_overlap(asked, self.sealer.open_text(older.id, "text", older.text), older.speaker)
-                parts["stands_for"] = self.calibration(cosine=older_cosine, overlap=older_words)
+                parts["stands_for"] = self.calibration(cosine=older_cosine, overlap=self._overlap(asked, older))
             return self.calibration(cosine=cosine, overlap=parts["overlap"]), parts
 
         return [ScoredRow(by_id[entry_id], *scored(entry_id, score, cands.dense)) if entry_id in cands.dense
                 else ScoredRow(by_id[entry_id], settle=lambda _, i=entry_id, s=score: scored(i, s, cosine()))
                 for entry_id, score in order]
+
+    def _overlap(self, asked: frozenset[str], row: EntryRecord) -> float:
+        """The share of the query's words that ``row``'s own text holds (:func:`~agentmem.entries.records.own_text`:
+        a speaker's name left out of the query, a tool's name read with its result)."""
+        text, leave_out = own_text(self.sealer.open_text(row.id, "text", row.text), kind=row.kind, speaker=row.speaker)
+        return word_overlap(asked, text, leave_out)
 
     def _admitted(self, ranked: Sequence[tuple[str, float]], depth: int, scope: Scope, now: float,
                   follow_versions: bool, chain_stamp: int | None,

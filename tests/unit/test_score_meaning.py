@@ -122,3 +122,41 @@ def test_the_default_mounts_a_constraint_the_request_does_not_restate_and_0_5_wo
                 assert (memory in mounted) is mounts, (question, mounted)
                 assert "My dog is called Rex." not in mounted
             assert mem.recall_for_mount("What is the capital of Peru?", user_id="u", k=4) == []
+
+
+def _tool_turn(n: int, name: str, arguments: str, result: str) -> list[dict]:
+    call = {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [{"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": result}]
+
+
+def test_a_tool_result_from_a_transcript_scores_by_its_tools_name(tmp_path: Path) -> None:
+    # an agent's transcript keeps the tool's name on the call, not in the result: "called with {...}, returned:
+    # ..." alone says nothing of flights, and scored 0.19 for "How much was the flight?" while the weather result
+    # scored 0.34 and was the one mounted (before own_text read the name)
+    with AgentMemory(tmp_path / "t", kv_encoding="off") as mem:
+        weather = mem.remember_messages(_tool_turn(1, "get_weather", '{"city": "Oslo"}', "rain, 9 C, wind 20 km/h"),
+                                        user_id="u")[0]
+        flight = mem.remember_messages(_tool_turn(2, "search_flights", '{"from": "OSL", "to": "LIS"}',
+                                                  "TP751 departs 10:40, arrives 14:05, 189 EUR"), user_id="u")[0]
+        assert (flight.kind, flight.speaker) == ("tool", "search_flights")
+        assert flight.text == 'called with {"from": "OSL", "to": "LIS"}, returned: TP751 departs 10:40, arrives ' \
+                              '14:05, 189 EUR'  # the stored text is unchanged: only what the score reads
+        for question in ("How much was the flight?", "When does my flight to Lisbon leave?"):
+            assert _score(mem, question, flight.id) >= 0.5, question
+            assert [h.id for h in mem.recall_for_mount(question, user_id="u", k=4)] == [flight.id], question
+        assert _score(mem, "What was the weather in Oslo?", weather.id) >= 0.5
+        assert mem.recall_for_mount("What is the capital of Peru?", user_id="u", k=4) == []
+        # a new version of the result is read the same way
+        mem.update(flight.id, text='called with {"from": "OSL", "to": "LIS"}, returned: TP751 departs 11:05')
+        assert _score(mem, "When does my flight to Lisbon leave?", flight.id) >= 0.5
+
+
+def test_a_speakers_name_is_not_what_a_turn_is_about(tmp_path: Path) -> None:
+    # the other side of own_text: a person's name is who spoke, so a question naming them does not make every one
+    # of their turns an answer
+    with AgentMemory(tmp_path / "p", kv_encoding="off") as mem:
+        rec = mem.remember("I painted a sunset over the lake.", user_id="u", speaker="Caroline")
+        other = mem.remember("We had pasta for dinner.", user_id="u", speaker="Caroline")
+        assert _score(mem, "What did Caroline paint?", rec.id) >= 0.5
+        assert _score(mem, "What did Caroline paint?", other.id) <= 0.3
