@@ -136,7 +136,8 @@ def measure(seeds: int, size: int, how: str = "messages", items_of: str = "fit")
                     mounted.append(own in {h.id for h in mem.recall_for_mount(question, user_id="u")})
     return {"questions": len(first), "related>=0.5": round(statistics.fmean(s >= 0.5 for s in related), 4),
             "unrelated<=0.3": round(statistics.fmean(s <= 0.3 for s in unrelated), 4),
-            "related_mean": round(statistics.fmean(related), 4), "unrelated_mean": round(statistics.fmean(unrelated), 4),
+            "related_mean": round(statistics.fmean(related), 4),
+            "unrelated_mean": round(statistics.fmean(unrelated), 4),
             "own_first": round(statistics.fmean(first), 4), "own_mounted": round(statistics.fmean(mounted), 4),
             "config": {"seeds": seeds, "size": size, "stored_as": how, "items": items_of}}
 

@@ -59,7 +59,7 @@ def own_text(text: str, *, kind: str, speaker: str | None) -> tuple[str, str | N
     return text, speaker
 
 
-_NAME_WORDS = re.compile(r"[^\W_]+")  # a tool's name in words: get_weather -> get weather, calendar.list -> calendar list
+_NAME_WORDS = re.compile(r"[^\W_]+")  # a tool's name in words: get_weather -> get weather, calendar.list -> ...
 
 
 def to_record(row: EntryRecord, *, text: str | None = None, memory_text: str | None = None) -> MemoryRecord:

@@ -266,7 +266,8 @@ class EntryStore:
                 return  # row and vector committed together: nothing is in flight
             staged: list[str] = []
             try:
-                staged = [self.blobs.stage(e.row.id, self._seal(e.row.id, e.blob)) for e in entries if e.blob is not None]
+                staged = [self.blobs.stage(e.row.id, self._seal(e.row.id, e.blob)) for e in entries
+                          if e.blob is not None]
                 if add_in is None and vector_args is not None:
                     self.vectors.add(*vector_args)
                     if ctx_args:
