@@ -31,10 +31,11 @@ speaker (or role), older than N: its nearest neighbours in the vector index plus
   that sentence: a fact told inside a longer message is diluted in the message's vector; a newer message of
   several sentences by its sentence the query is about, at ``supersede`` too), or
   that restate one sentence with a value swapped (:func:`swapped_values`, in any session, unless the query names
-  the older value and not the newer),
+  the older value and not the newer), or two results of one tool call (:mod:`agentmem.consolidate.tool_calls`:
+  tool results are judged by that alone),
   the newer moves before the older and the older ``SETTLE`` places further down; only the first ``CHECKED`` hits
-  are checked, whatever ``k`` (a pair from deeper down pulled a restatement over the evidence). Before that, a superseded entry
-  the query finds hands its place to the entry that replaced it
+  are checked, whatever ``k`` (a pair from deeper down pulled a restatement over the evidence). Before that, a
+  superseded entry the query finds hands its place to the entry that replaced it
   (:func:`agentmem.entries.versions.follow_versions`).
 
 Before issue #37 a cosine of at least 0.92 with a content-word overlap of at least 0.6 merged N into the older
@@ -63,6 +64,7 @@ from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import (changed_span, only_asks, sentence_count, stated_sentences,
                                               statement_tokens)
+from agentmem.consolidate.tool_calls import one_document, repeated_calls
 from agentmem.erasure import Erasure
 from agentmem.entries.text_vectors import pack_vector, pack_vectors, unpack_vector, unpack_vectors
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
@@ -271,7 +273,8 @@ class LocalConsolidator:
     def plan(self, rows: Sequence[EntryRecord], texts: Sequence[str], vectors: np.ndarray,
              now: float) -> tuple[list[Decision], np.ndarray]:
         """One decision per new row (aligned with ``rows``) and the rows' text vectors (give the kept ones to
-        :meth:`attach_vectors`, so they are written with the rows); ``texts`` are their plain texts, ``vectors`` their memory-line vectors."""
+        :meth:`attach_vectors`, so they are written with the rows); ``texts`` are their plain texts, ``vectors``
+        their memory-line vectors."""
         lines = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         unit = self.text_vectors(texts)
         words = [content_words(t) for t in texts]
@@ -336,7 +339,8 @@ class LocalConsolidator:
         ``query_vector``: the query's unit vector, embedded here when None);
         without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
         nor one that only asks. Also, in any session, the newer restating the older with a value swapped
-        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter)."""
+        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter), and a
+        tool's newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
@@ -344,7 +348,11 @@ class LocalConsolidator:
         keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
         sentences = [sentence_count(t) for t in texts]
         asks = [only_asks(t) for t in texts]
-        out = swapped_values(rows, texts, keys, query, asks=asks)
+        # statements only: tool results and trained entries are data, replaced only by a newer result of the
+        # same call (a model of statements hid one account's balance behind another's)
+        stated = {r.id for r in rows if r.kind in CONSOLIDATED_KINDS}
+        out = {(a, b) for a, b in swapped_values(rows, texts, keys, query, asks=asks) if a in stated and b in stated}
+        out |= repeated_calls(rows, texts)
         @functools.cache
         def by_sentence() -> tuple[dict[int, list[set[str]]], dict[int, np.ndarray], dict[int, int | None]]:
             """Of the rows of several sentences: each stated sentence's words and vector, and which of them is
@@ -357,7 +365,7 @@ class LocalConsolidator:
             return {a: [content_words(x) for x in stated_sentences(texts[a])] for a in at}, stated, nearest
 
         for b, row in enumerate(rows):
-            if asks[b]:
+            if asks[b] or row.id not in stated:
                 continue  # a question states no value: it demotes nothing (the same rule as on write)
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
             older = [a for a in same if _before(rows[a], row)]
@@ -379,11 +387,13 @@ class LocalConsolidator:
                    and not asks[a]]
             multi = {a: float(s) for a, s in zip(same, scores) if a in older and sentences[a] > 1 and not asks[a]}
             # a newer message of several sentences is weighed by each of its sentences too (at ``supersede``)
-            single = [a for a in older if sentences[a] <= 1 and not asks[a] and a not in hit] if sentences[b] > 1 else []
+            single = ([a for a in older if sentences[a] <= 1 and not asks[a] and a not in hit]
+                      if sentences[b] > 1 else [])
             if multi or single:
                 hit += self._sentence_conflicts(b, multi, single, same, vecs, words, *by_sentence())
             out.update((rows[a].id, row.id) for a in hit)
-        return out
+        by_id = {r.id: r for r in rows}
+        return {(a, b) for a, b in out if not one_document(by_id[a], by_id[b])}  # one text's parts stand together
 
     def _echo_conflicts(self, b: int, said: list[int], same: list[int], vecs: list[np.ndarray],
                         words: list[set[str]], sentences: list[int]) -> list[int]:

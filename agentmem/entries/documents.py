@@ -23,7 +23,7 @@ from typing import Any
 from agentmem.errors import InvalidInputError
 from agentmem.text import sentences
 
-__all__ = ["document_parts", "split_document"]
+__all__ = ["document_of", "document_parts", "split_document"]
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
 
@@ -65,6 +65,18 @@ def document_parts(text: str, max_words: int, *, title: str | None = None,
     document_id = document_id or str(uuid.uuid4())
     return [(part, {"id": document_id, "part": n, "parts": len(parts), "title": title})
             for n, part in enumerate(parts, start=1)]
+
+
+def document_of(metadata: dict[str, Any] | None) -> str | None:
+    """The id of the document a memory is a part of (its ``metadata["document"]``, :func:`document_parts`), or None.
+
+    Example:
+        >>> document_of({"document": {"id": "d", "part": 2}}), document_of({"document": "my notes"}), document_of(None)
+        ('d', None, None)
+    """
+    document = (metadata or {}).get("document")
+    found = document.get("id") if isinstance(document, dict) else None  # a caller's own "document" value: none
+    return str(found) if found is not None else None
 
 
 def _pieces(text: str, max_words: int) -> list[tuple[bool, str]]:

@@ -28,7 +28,7 @@ from agentmem.entries.documents import document_parts
 from agentmem.errors import InvalidInputError
 from agentmem.validation import check_messages
 
-__all__ = ["MessageMemory", "tool_result_text", "transcript_memories"]
+__all__ = ["MessageMemory", "tool_call_of", "tool_result_text", "transcript_memories"]
 
 _LANGCHAIN_ROLES = {"human": "user", "ai": "assistant"}
 
@@ -89,6 +89,33 @@ def tool_result_text(result: str, args: Any = None) -> str:
     if args:
         return f"called with {json.dumps(args, ensure_ascii=False, sort_keys=True)}, returned: {result}"
     return f"returned: {result}"
+
+
+def tool_call_of(text: str) -> str | None:
+    """The call a tool result's text (:func:`tool_result_text`) says it answered: its arguments as stored (sorted
+    JSON); None for a text not in that shape (a tool memory written freely) and for ``returned: ...`` alone, whose
+    call is not known (no arguments, or a result stored apart from its call: two such results may answer different
+    calls).
+
+    Example:
+        >>> tool_call_of('called with {"city": "Oslo"}, returned: rain')
+        '{"city": "Oslo"}'
+        >>> tool_call_of("returned: 12:04"), tool_call_of("It rained in Oslo.")
+        (None, None)
+    """
+    if not text.startswith(_CALLED):
+        return None
+    try:
+        args, end = _JSON.raw_decode(text, len(_CALLED))
+    except ValueError:
+        return None
+    if not text.startswith(", returned: ", end):
+        return None
+    return json.dumps(args, ensure_ascii=False, sort_keys=True)
+
+
+_CALLED = "called with "
+_JSON = json.JSONDecoder()
 
 
 def transcript_memories(messages: Any) -> list[MessageMemory]:
