@@ -291,7 +291,7 @@ class Writer:
         """The texts whose vectors the rows keep for their score and conflict checks (a tool result's with its
         tool's name: :func:`~agentmem.entries.records.own_text`)."""
         return [own_text(self.sealer.open_text(e.row.id, "text", e.row.text), kind=e.row.kind,
-                         speaker=e.row.speaker)[0] for e in entries]
+                         speaker=e.row.speaker) for e in entries]
 
     def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
                        vectors: Any, text_vectors: Any) -> None:
@@ -355,7 +355,7 @@ class Writer:
             text=seal(row.id, "text", text), memory_text=seal(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
             # the new text's vectors (score, conflicts)
-            **self.consolidator.vector_fields(own_text(text, kind=row.kind, speaker=row.speaker)[0]),
+            **self.consolidator.vector_fields(own_text(text, kind=row.kind, speaker=row.speaker)),
         )
         if meta is not None:
             fields["metadata_json"] = meta

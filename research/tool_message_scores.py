@@ -6,7 +6,8 @@ the tool (``get_weather(city="Oslo") -> {...}``). An agent's transcript keeps th
 result, so this asks the same questions of the same results stored as tool messages, in stores of ``--size``
 results over ``--seeds`` shuffles, and reports what ``Hit.score`` promises (related >= 0.5, unrelated <= 0.3), the
 share of questions whose own result ranks first and the share whose own result a mount takes
-(``recall_for_mount``, the default threshold). Last line JSON.
+(``recall_for_mount``, the default threshold), and how unrelated questions sharing a verb with the tools' names
+("How do I get to the airport?" beside ``get_weather``) score. Last line JSON.
 
     python research/tool_message_scores.py --seeds 3 --size 8
 """
@@ -80,6 +81,14 @@ HELD_OUT = [
      "When does my subscription renew?"),
 ]
 
+# Unrelated questions that share a verb with tools' names (get_, search_, check_, ...): a tool's name must not make
+# its result an answer to any question using the verb
+VERB_QUESTIONS = ["How do I get to the airport from here?", "Can you search for a good pizza place nearby?",
+                  "Check whether I locked the front door.", "Make a list of birthday gift ideas for my sister.",
+                  "Where can I find a cheap pharmacy?", "Look up the meaning of serendipity.",
+                  "Read me a poem about the sea.", "Recommend a good book about history.", "Ping me when you are done.",
+                  "I have a query about my gym membership."]
+
 _CALL = re.compile(r"^(?P<name>[\w.]+)\((?P<args>.*)\) -> (?P<result>.*)$", re.S)
 _ARG = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^,]+)')
 
@@ -120,7 +129,7 @@ def stored(mem: AgentMemory, n: int, line: str, how: str) -> str:
 
 
 def measure(seeds: int, size: int, how: str = "messages", items_of: str = "fit") -> dict:
-    related, unrelated, first, mounted = [], [], [], []
+    related, unrelated, first, mounted, verbs, verbs_mounted = [], [], [], [], [], []
     for seed in range(seeds):
         items = list(TOOLS if items_of == "fit" else HELD_OUT)
         random.Random(seed).shuffle(items)
@@ -134,11 +143,17 @@ def measure(seeds: int, size: int, how: str = "messages", items_of: str = "fit")
                     unrelated += [h.score for h in hits if h.id != own]
                     first.append(hits[0].id == own)
                     mounted.append(own in {h.id for h in mem.recall_for_mount(question, user_id="u")})
+                for question in VERB_QUESTIONS:
+                    verbs += [h.score for h in mem.recall(question, user_id="u", k=size)]
+                    verbs_mounted.append(len(mem.recall_for_mount(question, user_id="u")))
     return {"questions": len(first), "related>=0.5": round(statistics.fmean(s >= 0.5 for s in related), 4),
             "unrelated<=0.3": round(statistics.fmean(s <= 0.3 for s in unrelated), 4),
             "related_mean": round(statistics.fmean(related), 4),
             "unrelated_mean": round(statistics.fmean(unrelated), 4),
             "own_first": round(statistics.fmean(first), 4), "own_mounted": round(statistics.fmean(mounted), 4),
+            "verb_questions<=0.3": round(statistics.fmean(s <= 0.3 for s in verbs), 4),
+            "verb_questions_max": round(max(verbs), 4),
+            "verb_questions_mounted_per_question": round(statistics.fmean(verbs_mounted), 4),
             "config": {"seeds": seeds, "size": size, "stored_as": how, "items": items_of}}
 
 

@@ -37,26 +37,39 @@ def embedding_line(text: str, *, kind: str, speaker: str | None, role: str | Non
     return memory_line(text, kind=kind, speaker=speaker, role=role, occurred_at=None)
 
 
-def own_text(text: str, *, kind: str, speaker: str | None) -> tuple[str, str | None]:
-    """What ``Hit.score`` reads of a memory (:mod:`agentmem.recall.calibration`): the text whose vector the row
-    keeps and whose words meet the query's, and the name to leave out of the query.
+def own_text(text: str, *, kind: str, speaker: str | None) -> str:
+    """The text whose vector a row keeps for ``Hit.score`` (:mod:`agentmem.recall.calibration`): the memory's own
+    text, without who said it or when; a tool result's with its tool's name in front, in words.
 
-    A person's name says who spoke: left out of both (every turn of a speaker would match it). A tool's name says
-    what its result is about ("search_flights"), and an agent's transcript keeps it on the call, not in the
-    result: a tool result is read with the name in front, in words. Read without it, tool results stored from a
-    transcript scored >= 0.5 for the questions they answer 0.71 of the time, against 0.83 for the same outputs
-    stored as one line naming the tool; read with it, 0.83 (research/tool_message_scores.py, on tool outputs
-    written after the score's fit; research/notes/scores.md).
+    A person's name says who spoke. A tool's name says what its result is about ("search_flights"), and an agent's
+    transcript keeps it on the call, not in the result. Read without it, tool results stored from a transcript
+    scored >= 0.5 for the questions they answer 0.71 of the time, against 0.83 for the same outputs stored as one
+    line naming the tool; read with it, 0.83 (research/tool_message_scores.py, on tool outputs written after the
+    score's fit; research/notes/scores.md). Only the vector reads the name: the word overlap reads the result's own
+    words (:func:`overlap_leaves_out`), since a verb of the name ("get_") would make "How do I get to the airport?"
+    overlap every ``get_*`` result.
 
     Example:
         >>> own_text('called with {"to": "LIS"}, returned: TP751 at 10:40', kind="tool", speaker="search_flights")
-        ('search flights: called with {"to": "LIS"}, returned: TP751 at 10:40', None)
+        'search flights: called with {"to": "LIS"}, returned: TP751 at 10:40'
         >>> own_text("I moved to Lyon.", kind="turn", speaker="Ana")
-        ('I moved to Lyon.', 'Ana')
+        'I moved to Lyon.'
     """
     if kind == "tool" and speaker:
-        return f"{' '.join(_NAME_WORDS.findall(speaker))}: {text}", None
-    return text, speaker
+        return f"{' '.join(_NAME_WORDS.findall(speaker))}: {text}"
+    return text
+
+
+def overlap_leaves_out(kind: str, speaker: str | None) -> str | None:
+    """The name the score's word overlap leaves out of the query: a person's (every turn of a speaker would match
+    it; what they said is what answers); not a tool's, which its result does not say (left out, "weather" left
+    "What's the weather in Oslo?" for ``get_weather``'s result to match on "Oslo" alone).
+
+    Example:
+        >>> overlap_leaves_out("turn", "Caroline"), overlap_leaves_out("tool", "get_weather")
+        ('Caroline', None)
+    """
+    return None if kind == "tool" else speaker
 
 
 _NAME_WORDS = re.compile(r"[^\W_]+")  # a tool's name in words: get_weather -> get weather, calendar.list -> ...

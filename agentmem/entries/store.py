@@ -40,7 +40,7 @@ from agentmem.entries.versions import CHAIN, current_versions, pages
 from agentmem.recall.rerank import HeadEntry
 from agentmem.recall.context import context_cosines, neighbours
 from agentmem.entries.context_vectors import ContextVectors
-from agentmem.entries.records import own_text
+from agentmem.entries.records import overlap_leaves_out
 from agentmem.entries.text_vectors import text_cosine
 from agentmem.ports.vectors import CONTEXT_SPACE
 from agentmem.recall.calibration import stems, word_overlap
@@ -626,10 +626,10 @@ class EntryStore:
                 for entry_id, score in order]
 
     def _overlap(self, asked: frozenset[str], row: EntryRecord) -> float:
-        """The share of the query's words that ``row``'s own text holds (:func:`~agentmem.entries.records.own_text`:
-        a speaker's name left out of the query, a tool's name read with its result)."""
-        text, leave_out = own_text(self.sealer.open_text(row.id, "text", row.text), kind=row.kind, speaker=row.speaker)
-        return word_overlap(asked, text, leave_out)
+        """The share of the query's words that ``row``'s text holds, a speaker's name left out of the query
+        (:func:`~agentmem.entries.records.overlap_leaves_out`)."""
+        text = self.sealer.open_text(row.id, "text", row.text)
+        return word_overlap(asked, text, overlap_leaves_out(row.kind, row.speaker))
 
     def _admitted(self, ranked: Sequence[tuple[str, float]], depth: int, scope: Scope, now: float,
                   follow_versions: bool, chain_stamp: int | None,
