@@ -64,7 +64,8 @@ from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import (changed_span, only_asks, sentence_count, stated_sentences,
                                               statement_tokens)
-from agentmem.consolidate.tool_calls import one_document, repeated_calls
+from agentmem.consolidate.tool_calls import REPLACED, one_document, replaced_results, repeated_calls
+from agentmem.entries.messages import tool_call_of
 from agentmem.erasure import Erasure
 from agentmem.entries.text_vectors import pack_vector, pack_vectors, unpack_vector, unpack_vectors
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
@@ -283,6 +284,9 @@ class LocalConsolidator:
         asks = [only_asks(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
+            if row.kind == "tool" and row.indexed is not False:  # data: replaced only by the same call's result
+                decisions.append(self._repeated_call(row, lines[i], rows[:i], now))
+                continue
             if row.kind not in CONSOLIDATED_KINDS or row.indexed is False:  # unindexed: stored exactly as given
                 decisions.append(Decision())
                 continue
@@ -301,6 +305,22 @@ class LocalConsolidator:
                     decision.merge_into = earlier.merge_into
             decisions.append(decision)
         return decisions, unit
+
+    def _repeated_call(self, row: EntryRecord, line: np.ndarray, batch: Sequence[EntryRecord],
+                       now: float) -> Decision:
+        """A tool result supersedes the earlier results of the same call (:mod:`agentmem.consolidate.tool_calls`):
+        those among its nearest stored tool results and the earlier rows of its batch."""
+        text = self._text_of(row)
+        if not row.speaker or tool_call_of(text) is None:
+            return Decision()
+        try:
+            found = list(dict(self._query(line, row.user_id, 2 * NEIGHBOURS, row.kind)))
+        except Exception:  # an index another process is rewriting: store this result as is (never fail the write)
+            log.warning("consolidation skipped for entry %s: the vector index could not be queried", row.id)
+            found = []
+        stored = [r for r in self._rows(found) if r.status == ACTIVE and (r.expires_at is None or r.expires_at > now)]
+        earlier = [(r, self._text_of(r)) for r in [*stored, *batch] if r.kind == "tool"]
+        return Decision(supersedes=[(i, REPLACED) for i in replaced_results(row, text, earlier)])
 
     def _stored_neighbours(self, row: EntryRecord, line: np.ndarray, unit: np.ndarray, now: float) -> list[Neighbour]:
         try:

@@ -1,12 +1,16 @@
 """The same tool call made again: its newer result is what the call returns now.
 
-A tool result is data, never merged or superseded on write (:data:`agentmem.consolidate.local.CONSOLIDATED_KINDS`).
-But an agent that asks again (an order's status, an appointment, the weather in one city) stores the same call
-with a newer result, and a mount holding both gives the model yesterday's "processing" beside today's "shipped".
-So recall's conflict check puts a result behind a newer result of the same tool called with the same arguments
-(:func:`agentmem.entries.messages.tool_call_of`): plain recall ranks it after that one, a mount leaves it out
-(``MountChoice.contradicted``). No model and no threshold: the call is the same or it is not. Parts of one long
-result (``metadata["document"]``) never demote each other.
+A tool result is data, never merged with another memory nor judged by the check of statements (a model of what
+people say, :data:`agentmem.consolidate.local.CONSOLIDATED_KINDS`). But an agent that asks again (an order's status,
+an appointment, the weather in one city) stores the same call with a newer result, and a mount holding both gives
+the model yesterday's "processing" beside today's "shipped". So a tool's result replaces the earlier results of the
+same tool called with the same arguments (:func:`agentmem.entries.messages.tool_call_of`): on write, with the local
+consolidation, they are superseded (:func:`replaced_results`: ``event="UPDATE"``, their history kept,
+``restore`` undoes it), and recall's conflict check puts any that are still active behind the newer
+(:func:`repeated_calls`: results stored as given, ``remember_many(consolidate=False)``, or before this rule), so a
+mount leaves them out. With ``consolidation="off"`` neither runs: results are stored and recalled as given. No model
+and no threshold: the call is the same or it is not. Parts of one long result (``metadata["document"]``) never
+replace each other.
 
 Example:
     >>> rows = [EntryRecord(id=i, user_id="u", kind="tool", speaker="order_status", text="", memory_text="",
@@ -50,6 +54,35 @@ def repeated_calls(rows: Sequence[EntryRecord], texts: Sequence[str]) -> set[tup
     return out
 
 
+REPLACED = "the same call returned a newer result"
+
+
+def replaced_results(row: EntryRecord, text: str, earlier: Sequence[tuple[EntryRecord, str]]) -> list[str]:
+    """The ids of the ``earlier`` results (active rows of the same user, with their plain texts) that ``row``'s
+    result replaces on write: the same tool called with the same arguments, written before it, not a part of the
+    same text. A long result's first part stands for it: its other parts replace nothing (the first did).
+
+    Example:
+        >>> tool = lambda i, t: EntryRecord(id=i, user_id="u", kind="tool", speaker="order_status", text="",
+        ...                                 memory_text="", created_at=t)
+        >>> said = 'called with {"id": 7}, returned: '
+        >>> replaced_results(tool("new", 3.0), said + "shipped", [(tool("old", 1.0), said + "processing"),
+        ...                  (tool("other", 2.0), 'called with {"id": 8}, returned: processing')])
+        ['old']
+    """
+    call = tool_call_of(text) if row.kind == "tool" and row.speaker else None
+    if call is None or _part_number(row) not in (None, 1):
+        return []
+    return [r.id for r, t in earlier if r.id != row.id and r.kind == "tool" and r.speaker == row.speaker
+            and r.user_id == row.user_id and r.created_at < row.created_at and not one_document(r, row)
+            and tool_call_of(t) == call]
+
+
+def _part_number(row: EntryRecord) -> object:
+    document = (row.metadata_json or {}).get("document")
+    return document.get("part") if isinstance(document, dict) and document_of(row.metadata_json) else None
+
+
 def one_document(a: EntryRecord, b: EntryRecord) -> bool:
     """Whether two rows are parts of one text stored in parts (a document, a long message or tool result): the
     parts of one text never replace each other.
@@ -64,4 +97,4 @@ def one_document(a: EntryRecord, b: EntryRecord) -> bool:
     return of is not None and of == document_of(b.metadata_json)
 
 
-__all__ = ["one_document", "repeated_calls"]
+__all__ = ["REPLACED", "one_document", "replaced_results", "repeated_calls"]
