@@ -12,13 +12,16 @@ import openai
 from server_helpers import run_cli, start_server, stop_server
 
 CLIENTS = 10  # over asyncio's default executor (min(32, CPUs + 4) threads: 6 on a 2-core machine)
+# long enough that no answer ends while the others' first tokens arrive: the tiny model decodes 300 tokens in ~0.2 s,
+# and under CI load the ten first tokens once spread over 0.33 s (a false failure with 300)
+MAX_TOKENS = 1000
 
 
 def test_more_streamed_answers_than_worker_threads_all_start_before_any_ends(tmp_path, tiny_model_dir):
     path = tmp_path / "store"
     key = run_cli("keys", "add", "--path", str(path), "--user", "u").stdout.strip()
     proc, url = start_server(path, tiny_model_dir, "--set", f"max_concurrent_per_user={CLIENTS}",
-                             "--fidelity-share", "0")
+                             "--set", f"max_tokens_in_flight_per_user={CLIENTS * MAX_TOKENS}", "--fidelity-share", "0")
     try:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
         client.chat.completions.create(model="x", user="u", max_tokens=1, messages=[
@@ -32,7 +35,7 @@ def test_more_streamed_answers_than_worker_threads_all_start_before_any_ends(tmp
             try:
                 n = 0
                 for chunk in client.chat.completions.create(
-                        model="x", user="u", max_tokens=300, stream=True,
+                        model="x", user="u", max_tokens=MAX_TOKENS, stream=True,
                         messages=[{"role": "user", "content": f"Tell me a long story, number {i}."}],
                         extra_body={"agentmem": {"remember": False}}):
                     if chunk.choices and chunk.choices[0].delta.content:
