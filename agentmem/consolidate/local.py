@@ -64,8 +64,7 @@ from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import (changed_span, only_asks, sentence_count, stated_sentences,
                                               statement_tokens)
-from agentmem.consolidate.tool_calls import REPLACED, one_document, replaced_results, repeated_calls
-from agentmem.entries.messages import tool_call_of
+from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
 from agentmem.erasure import Erasure
 from agentmem.entries.text_vectors import pack_vector, pack_vectors, unpack_vector, unpack_vectors
 from agentmem.entries.lifecycle import ACTIVE, HistoryEvent, Lifecycle
@@ -311,7 +310,7 @@ class LocalConsolidator:
         """A tool result supersedes the earlier results of the same call (:mod:`agentmem.consolidate.tool_calls`):
         those among its nearest stored tool results and the earlier rows of its batch."""
         text = self._text_of(row)
-        if not row.speaker or tool_call_of(text) is None:
+        if call_of(row, text) is None:
             return Decision()
         try:
             found = list(dict(self._query(line, row.user_id, 2 * NEIGHBOURS, row.kind)))
@@ -319,7 +318,8 @@ class LocalConsolidator:
             log.warning("consolidation skipped for entry %s: the vector index could not be queried", row.id)
             found = []
         stored = [r for r in self._rows(found) if r.status == ACTIVE and (r.expires_at is None or r.expires_at > now)]
-        earlier = [(r, self._text_of(r)) for r in [*stored, *batch] if r.kind == "tool"]
+        # only the same tool's results can be the same call: no other row's text is opened
+        earlier = [(r, self._text_of(r)) for r in [*stored, *batch] if r.kind == "tool" and r.speaker == row.speaker]
         return Decision(supersedes=[(i, REPLACED) for i in replaced_results(row, text, earlier)])
 
     def _stored_neighbours(self, row: EntryRecord, line: np.ndarray, unit: np.ndarray, now: float) -> list[Neighbour]:

@@ -40,17 +40,11 @@ def repeated_calls(rows: Sequence[EntryRecord], texts: Sequence[str]) -> set[tup
         ...                       'called with {"city": "Rome"}, returned: sun'])  # another call: both stand
         set()
     """
-    calls: dict[tuple[str, str, str], list[int]] = {}
-    for i, (row, text) in enumerate(zip(rows, texts)):
-        call = tool_call_of(text) if row.kind == "tool" and row.speaker else None
-        if call is not None:
-            calls.setdefault((row.user_id, row.speaker or "", call), []).append(i)
     out: set[tuple[str, str]] = set()
-    for same in calls.values():
-        for a in same:
-            for b in same:
-                if rows[a].created_at < rows[b].created_at and not one_document(rows[a], rows[b]):
-                    out.add((rows[a].id, rows[b].id))
+    for newer, text in zip(rows, texts):
+        call = call_of(newer, text)
+        if call is not None:
+            out.update((older.id, newer.id) for older, said in zip(rows, texts) if _replaces(newer, call, older, said))
     return out
 
 
@@ -70,12 +64,31 @@ def replaced_results(row: EntryRecord, text: str, earlier: Sequence[tuple[EntryR
         ...                  (tool("other", 2.0), 'called with {"id": 8}, returned: processing')])
         ['old']
     """
-    call = tool_call_of(text) if row.kind == "tool" and row.speaker else None
+    call = call_of(row, text)
     if call is None or _part_number(row) not in (None, 1):
         return []
-    return [r.id for r, t in earlier if r.id != row.id and r.kind == "tool" and r.speaker == row.speaker
-            and r.user_id == row.user_id and r.created_at < row.created_at and not one_document(r, row)
-            and tool_call_of(t) == call]
+    return [older.id for older, said in earlier if _replaces(row, call, older, said)]
+
+
+def call_of(row: EntryRecord, text: str) -> str | None:
+    """The call a tool result named by its tool answered (:func:`~agentmem.entries.messages.tool_call_of` of its
+    plain ``text``); None for any other row.
+
+    Example:
+        >>> result = EntryRecord(id="r", user_id="u", kind="tool", speaker="get_weather", text="", memory_text="",
+        ...                      created_at=1.0)
+        >>> call_of(result, 'called with {"city": "Oslo"}, returned: rain')
+        '{"city": "Oslo"}'
+    """
+    return tool_call_of(text) if row.kind == "tool" and row.speaker else None
+
+
+def _replaces(newer: EntryRecord, call: str, older: EntryRecord, older_text: str) -> bool:
+    """Whether ``newer``, a result of ``call``, replaces ``older``: the same user's result of the same tool and call,
+    written before it, not a part of the same text."""
+    return (older.id != newer.id and older.kind == "tool" and older.speaker == newer.speaker
+            and older.user_id == newer.user_id and older.created_at < newer.created_at
+            and not one_document(older, newer) and tool_call_of(older_text) == call)
 
 
 def _part_number(row: EntryRecord) -> object:
@@ -97,4 +110,4 @@ def one_document(a: EntryRecord, b: EntryRecord) -> bool:
     return of is not None and of == document_of(b.metadata_json)
 
 
-__all__ = ["REPLACED", "one_document", "replaced_results", "repeated_calls"]
+__all__ = ["REPLACED", "call_of", "one_document", "replaced_results", "repeated_calls"]
