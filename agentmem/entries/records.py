@@ -62,8 +62,8 @@ def own_text(text: str, *, kind: str, speaker: str | None) -> str:
 
 def overlap_leaves_out(kind: str, speaker: str | None) -> str | None:
     """The name the score's word overlap leaves out of the query: a person's (every turn of a speaker would match
-    it; what they said is what answers); not a tool's, which its result does not say (left out, "weather" left
-    "What's the weather in Oslo?" for ``get_weather``'s result to match on "Oslo" alone).
+    it; what they said is what answers); not a tool's, which its result does not say (leaving ``get_weather`` out
+    took "weather" from "What's the weather in Oslo?", so its result matched on "Oslo" alone).
 
     Example:
         >>> overlap_leaves_out("turn", "Caroline"), overlap_leaves_out("tool", "get_weather")
