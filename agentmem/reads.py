@@ -71,11 +71,13 @@ class Reads:
         """
         return self._vectors.get(user_id, entry_ids)
 
-    def hit(self, scored: Any) -> Hit:
-        """A row recall scored (:class:`~agentmem.recall.pipeline.Scored`) as a :class:`Hit`, its texts opened."""
+    def hit(self, scored: Any, *, contradicted_by: str | None = None) -> Hit:
+        """A row recall scored (:class:`~agentmem.recall.pipeline.Scored`) as a :class:`Hit`, its texts opened;
+        ``contradicted_by``: the newer recalled memory that contradicts it, if any."""
         row = scored.row
         return to_hit(row, scored.score, scored.scores, text=self._sealer.open_text(row.id, "text", row.text),
-                      memory_text=self._sealer.open_text(row.id, "memory_text", row.memory_text))
+                      memory_text=self._sealer.open_text(row.id, "memory_text", row.memory_text),
+                      contradicted_by=contradicted_by)
 
     def only_asks(self, scored: Any) -> bool:
         """Whether a scored row's memory only asks (a user's earlier question): a mount leaves it out, recall ranks

@@ -102,7 +102,11 @@ class Hit(MemoryRecord):
     ranking reads), ``overlap`` (share of the query's content words), ``lexical`` (BM25, when the query's words matched), ``context`` (the turn's context-vector
     cosine, when among the nearest), ``rank`` (the ranking score the order follows) and ``stands_for`` (for a memory
     recalled in the place of an older version it superseded: that version's score; a mount holds it when that score
-    clears the threshold).
+    clears the threshold). ``contradicted_by`` is the id of a newer recalled memory that states another value of the
+    same thing ("My doctor changed my dose to 40 mg." for "I take 20 mg."): recall's conflict
+    check ranks this one behind it but keeps it, and its score (how well it matches the query) stays as high, so a
+    caller that filters by ``min_score`` can also drop what a newer memory contradicts (a mount leaves it out:
+    :attr:`MountChoice.contradicted`). None where no recalled memory contradicts it (and with consolidation off).
 
     >>> recital = mem.remember("My daughter's piano recital is on the 14th of May.", user_id="u1")
     >>> hits = mem.recall("When is my daughter's piano recital?", user_id="u1")
@@ -112,6 +116,7 @@ class Hit(MemoryRecord):
 
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
+    contradicted_by: str | None = None
 
 
 @dataclass(frozen=True)

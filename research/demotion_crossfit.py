@@ -90,7 +90,8 @@ class Recorder:
         return local.demotion_pool(k)
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None,
+               newer_of: dict[str, str] | None = None) -> list[Any]:
         rows = [s.row for s in found[:local.CHECKED]]
         texts = [self._sealer.open_text(r.id, "text", r.text) for r in rows]
         keys = [local.speaker_key(r) for r in rows]

@@ -60,11 +60,16 @@ class ConflictDemotion:
         return demotion_pool(k)
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None,
+               newer_of: dict[str, str] | None = None) -> list[Any]:
         """See :meth:`agentmem.recall.pipeline.Demotion.demote`."""
         head = found[:CHECKED]
         texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
         conflicts = self._consolidator.conflicts([s.row for s in head], texts, query, query_vector=query_vector)
+        if newer_of is not None:
+            rank = {s.row.id: n for n, s in enumerate(found)}
+            for older, newer in sorted(conflicts, key=lambda pair: rank.get(pair[1], len(rank)), reverse=True):
+                newer_of[older] = newer  # the best-ranked newer one last, so it is the one kept
         return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older, mounted=mounted)
 
 

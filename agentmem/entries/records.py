@@ -80,8 +80,8 @@ def to_record(row: EntryRecord, *, text: str | None = None, memory_text: str | N
 
 
 def to_hit(row: EntryRecord, score: float, scores: dict[str, float], *, text: str | None = None,
-           memory_text: str | None = None) -> Hit:
-    return Hit(**_record_fields(row, text, memory_text), score=score, scores=scores)
+           memory_text: str | None = None, contradicted_by: str | None = None) -> Hit:
+    return Hit(**_record_fields(row, text, memory_text), score=score, scores=scores, contradicted_by=contradicted_by)
 
 
 def _record_fields(row: EntryRecord, text: str | None, memory_text: str | None) -> dict[str, Any]:

@@ -56,12 +56,15 @@ class Demotion(Protocol):
         ...
 
     def demote(self, found: list[Any], query: str, *, drop_older: bool = False,
-               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None) -> list[Any]:
+               mounted: Callable[[Any], bool] | None = None, query_vector: Any = None,
+               newer_of: dict[str, str] | None = None) -> list[Any]:
         """``found`` (scored rows, best first) reordered: an older hit a newer one contradicts moves down. With
         ``drop_older`` (a mount) it is left out instead; with ``mounted`` too (whether a hit clears the mount
         threshold) the result is what the mount takes: the hits that clear it, an older one left out, and a newer
         one that does not clear it in the place of the older one it contradicts. ``query_vector``: the query's
-        unit vector, where the search computed it (which sentence of a longer memory the query is about)."""
+        unit vector, where the search computed it (which sentence of a longer memory the query is about).
+        ``newer_of`` (a dict) receives each contradicted hit's id -> the id of the best-ranked newer hit of
+        ``found`` that contradicts it."""
         ...
 
 
@@ -149,6 +152,7 @@ class Recaller(Generic[Scored, HitT]):
             standing = {s.row.id for s in profile}  # type: ignore[attr-defined]
             found = [s for s in found if s.row.id not in standing]  # type: ignore[attr-defined]
         under: list[Scored] = []  # hits the threshold leaves out, once it has applied
+        newer_of: dict[str, str] = {}  # a contradicted hit's id -> the newer hit's that contradicts it
         passes = self._passes(min_score, for_mount)
         thresholded = False
         if demotion is not None and len(found) > 1:  # unresolved conflicts: the older memory behind the newer
@@ -156,13 +160,13 @@ class Recaller(Generic[Scored, HitT]):
             # which a threshold would remove, and a mount would then keep both values
             mounted = passes if for_mount and min_score is not None else None
             settled = demotion.demote(found, query, drop_older=for_mount, mounted=mounted,
-                                      query_vector=given.get("query_vector"))
+                                      query_vector=given.get("query_vector"), newer_of=newer_of)
             thresholded = mounted is not None  # then the demotion applied the threshold (and placed the heirs)
             if thresholded:
                 kept = {id(s) for s in settled}
                 under = [s for s in found if not passes(s) and id(s) not in kept]
             if contradicted is not None:  # those the mount would have held
-                contradicted += [self._hit_of(s) for s in self._left_out(found, settled, passes, k)]
+                contradicted += [self._marked(s, newer_of) for s in self._left_out(found, settled, passes, k)]
             found = settled
         if for_mount and self._unmountable is not None:
             found = [s for s in found if not self._unmountable(s)]
@@ -174,8 +178,13 @@ class Recaller(Generic[Scored, HitT]):
             under = [s for s in found if not passes(s)]
             found = [s for s in found if passes(s)]
         if below is not None:  # the hits below the threshold, told apart
-            below += [self._hit_of(s) for s in under[:k]]
-        return [self._hit_of(s) for s in [*profile, *found[:k]]]
+            below += [self._marked(s, newer_of) for s in under[:k]]
+        return [self._marked(s, newer_of) for s in [*profile, *found[:k]]]
+
+    def _marked(self, scored: Scored, newer_of: dict[str, str]) -> HitT:
+        """The hit of ``scored``, with the newer recalled hit that contradicts it (``Hit.contradicted_by``)."""
+        newer = newer_of.get(scored.row.id) if newer_of else None  # type: ignore[attr-defined]
+        return self._hit_of(scored) if newer is None else self._hit_of(scored, contradicted_by=newer)
 
     @staticmethod
     def _passes(min_score: float | None, for_mount: bool) -> Callable[[Any], bool]:

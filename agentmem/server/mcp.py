@@ -71,7 +71,7 @@ class _Access:
 
 def _hit(h: Any) -> dict[str, Any]:
     return {"id": h.id, "text": h.text, "score": round(float(h.score), 6), "session_id": h.session_id,
-            "kind": h.kind, "tags": list(h.tags), "occurred_at": h.occurred_at}
+            "kind": h.kind, "tags": list(h.tags), "occurred_at": h.occurred_at, "contradicted_by": h.contradicted_by}
 
 
 def _tool(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

@@ -197,6 +197,6 @@ def mount_drops(choice: Any) -> list[dict[str, Any]]:
 
     return [drop(h, f"scored {h.score:.3g}, below the mount threshold {choice.threshold:.3g}")
             for h in choice.below_threshold] + [
-        drop(h, "an older statement a newer recalled memory of the same speaker contradicts")
+        drop(h, f"an older statement a newer recalled memory contradicts ({h.contradicted_by})")
         for h in choice.contradicted]
 

@@ -196,7 +196,7 @@ def test_an_older_statement_a_newer_memory_contradicts_is_reported_as_dropped_no
     assert ids[-1] in [m["id"] for m in ext["mounted"]]
     assert ids[0] not in [m["id"] for m in ext["mounted"]]
     assert [d["reason"] for d in ext["dropped"] if d["id"] == ids[0]] == [
-        "an older statement a newer recalled memory of the same speaker contradicts"]
+        f"an older statement a newer recalled memory contradicts ({ids[-1]})"]
 
 
 def test_memories_below_the_mount_threshold_are_reported_as_dropped_with_why(server):

@@ -97,6 +97,33 @@ def test_without_consolidation_nothing_is_contradicted(tmp_path):
             mem.remember(t, user_id="u1", role="user")
         choice = mem.mount_choice("What is my job?", user_id="u1", k=6)
         assert choice.contradicted == [] and {"I'm employed as a chef.", JOB[-1]} <= {h.text for h in choice.mounted}
+        assert all(h.contradicted_by is None for h in mem.recall("What is my job?", user_id="u1", k=6))
+
+
+DOSE = [("user", "Hi, I'm Alice. I take 20 mg of lisinopril every morning."),
+        ("assistant", "Thanks Alice, noted: 20 mg lisinopril each morning."),
+        ("user", "I'm vegetarian and allergic to peanuts.")]
+
+
+def test_recall_names_the_newer_memory_that_contradicts_a_hit(tmp_path):
+    # the write keeps the older turn (it states two things: the name and the dose), recall ranks it behind the new
+    # dose but returns it at its own score, so a caller filtering by min_score alone would read both doses as
+    # answers; contradicted_by tells them apart (and a mount, which leaves it out, says the same)
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        old = [mem.remember(t, user_id="u1", role=r, session_id="s1") for r, t in DOSE]
+        new = mem.remember("My doctor changed my lisinopril dose to 40 mg.", user_id="u1", role="user",
+                           session_id="s2")
+        assert new.event == "ADD" and mem.get(old[0].id).status == "active"
+        hits = mem.recall("What dose of lisinopril do I take?", user_id="u1", k=5, min_score=0.5)
+        by_id = {h.id: h for h in hits}
+        assert hits[0].id == new.id and hits[0].contradicted_by is None
+        assert old[0].id in by_id and by_id[old[0].id].score >= 0.5  # still a match for the question
+        assert by_id[old[0].id].contradicted_by == new.id and by_id[old[1].id].contradicted_by == new.id
+        assert [h.id for h in hits if h.contradicted_by is None] == [new.id]
+        assert by_id.get(old[2].id) is None or by_id[old[2].id].contradicted_by is None
+        choice = mem.mount_choice("What dose of lisinopril do I take?", user_id="u1")
+        assert [(h.id, h.contradicted_by) for h in choice.contradicted] == [(old[0].id, new.id)]
+        assert [h.id for h in choice.mounted] == [new.id]
 
 
 def test_a_memory_longer_than_the_mount_budget_does_not_keep_the_others_out(tmp_path):
