@@ -355,7 +355,7 @@ class Writer:
             text=seal(row.id, "text", text), memory_text=seal(row.id, "memory_text", line),
             occurred_at=occurred, version=version, status="active", superseded_by=None, indexed=indexed,
             # the new text's vectors (score, conflicts)
-            **self.consolidator.vector_fields(own_text(text, kind=row.kind, speaker=row.speaker)),
+            **self.consolidator.vector_fields(own_text(text, kind=row.kind, speaker=row.speaker), kind=row.kind),
         )
         if meta is not None:
             fields["metadata_json"] = meta

@@ -233,30 +233,35 @@ class LocalConsolidator:
         """Store each row's unit text vector on the row itself (float16, written with it), and for a text of
         several sentences its stated sentences' vectors (one embedding call for the batch), so a recall's conflict
         check in any process reads them instead of re-embedding the text (``update`` replaces both with the
-        text's). ``texts`` are the rows' plain texts."""
-        for row, vec, sentence_vecs in zip(rows, unit, self.sentence_vectors(texts)):
+        text's). ``texts`` are the rows' plain texts. Tool results and trained entries get no sentence vectors: the
+        check of statements never reads them (:data:`CONSOLIDATED_KINDS`)."""
+        judged = [t if r.kind in CONSOLIDATED_KINDS else None for r, t in zip(rows, texts)]
+        for row, vec, sentence_vecs in zip(rows, unit, self.sentence_vectors(judged)):
             row.text_vector = pack_vector(vec)
             row.sentence_vectors = None if sentence_vecs is None else pack_vectors(sentence_vecs)
 
-    def vector_fields(self, text: str) -> dict[str, bytes | None]:
-        """The row fields holding ``text``'s vectors (:meth:`attach_vectors`), for a new version of an entry.
+    def vector_fields(self, text: str, kind: str = "turn") -> dict[str, bytes | None]:
+        """The row fields holding ``text``'s vectors (:meth:`attach_vectors`), for a new version of an entry of
+        ``kind``.
 
         Example:
             >>> c = LocalConsolidator(lambda *a: [], lambda ids: [], str, lambda t: np.ones((len(t), 2)))
             >>> fields = c.vector_fields("Hi! I moved to Lyon. I love it here.")
             >>> len(fields["text_vector"]), len(fields["sentence_vectors"])   # two stated sentences, 2 x float16
             (4, 8)
+            >>> c.vector_fields("Hi! I moved to Lyon. I love it here.", kind="tool")["sentence_vectors"] is None
+            True
         """
         unit = self.text_vectors([text])[0]
-        sentence_vecs = self.sentence_vectors([text])[0]
+        sentence_vecs = self.sentence_vectors([text if kind in CONSOLIDATED_KINDS else None])[0]
         return {"text_vector": pack_vector(unit),
                 "sentence_vectors": None if sentence_vecs is None else pack_vectors(sentence_vecs)}
 
-    def sentence_vectors(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+    def sentence_vectors(self, texts: Sequence[str | None]) -> list[np.ndarray | None]:
         """Per text of several sentences, the unit vectors of those that state something
         (:func:`~agentmem.consolidate.statements.stated_sentences`; no rows where none does), in one embedding call;
-        None for a one-sentence text (its text vector stands for its one statement)."""
-        said = [stated_sentences(t) if sentence_count(t) > 1 else None for t in texts]
+        None for a one-sentence text (its text vector stands for its one statement) and for a None text."""
+        said = [stated_sentences(t) if t is not None and sentence_count(t) > 1 else None for t in texts]
         flat = [x for ss in said if ss for x in ss]
         unit = self.text_vectors(flat) if flat else np.zeros((0, 0), dtype=np.float32)
         out: list[np.ndarray | None] = []
@@ -377,12 +382,13 @@ class LocalConsolidator:
         def by_sentence() -> tuple[dict[int, list[set[str]]], dict[int, np.ndarray], dict[int, int | None]]:
             """Of the rows of several sentences: each stated sentence's words and vector, and which of them is
             nearest the query (None: no query); read (or embedded) once, and only when a pair needs them."""
-            at = [a for a in range(len(rows)) if sentences[a] > 1 and not asks[a]]  # newer and older ones
+            at = [a for a in range(len(rows))  # newer and older ones (statements: no tool result's sentences)
+                  if sentences[a] > 1 and not asks[a] and rows[a].id in stated]
             asked = query_vector if query_vector is not None else self.text_vectors([query])[0] if query else None
-            stated = self._stated_vectors(rows, texts, at)
-            nearest = {a: None if asked is None or not len(stated[a]) else int(np.argmax(stated[a] @ asked))
-                       for a in at}
-            return {a: [content_words(x) for x in stated_sentences(texts[a])] for a in at}, stated, nearest
+            sentence_vecs = self._stated_vectors(rows, texts, at)
+            nearest = {a: None if asked is None or not len(sentence_vecs[a]) else
+                       int(np.argmax(sentence_vecs[a] @ asked)) for a in at}
+            return {a: [content_words(x) for x in stated_sentences(texts[a])] for a in at}, sentence_vecs, nearest
 
         for b, row in enumerate(rows):
             if asks[b] or row.id not in stated:
