@@ -299,8 +299,8 @@ class AgentMemory:
     def update(
         self,
         entry_id: str,
-        *,
         text: str,
+        *,
         tags: Iterable[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
         ttl: float | timedelta | None = None,
@@ -319,7 +319,7 @@ class AgentMemory:
         as in :meth:`get`), and nothing is written.
 
         Example:
-            >>> mem.update(rec.id, text="I moved to Paris.").version
+            >>> mem.update(rec.id, "I moved to Paris.").version     # mem0's update(memory_id, data) shape
             2
             >>> [v.op for v in mem.history(rec.id)]
             ['add', 'update']
