@@ -212,10 +212,11 @@ class Writer:
             texts = self._own_texts(entries)
             decisions, text_vectors = self.consolidator.plan([e.row for e in entries], texts, vectors, time.time())
         elif entries:  # every row keeps its text's vector: Hit.score reads it (agentmem.entries.text_vectors)
-            vectors, text_vectors = self._unconsolidated_vectors(entries)
+            texts = self._own_texts(entries)
+            vectors, text_vectors = self._unconsolidated_vectors(entries, texts)
         keep = [i for i in range(len(entries)) if decisions is None or decisions[i].merge_into is None]
-        self._store_entries(entries, keep, encode, vectors, text_vectors)
-        if decisions is None or texts is None:
+        self._store_entries(entries, keep, encode, vectors, text_vectors, texts)
+        if decisions is None:
             if mode == "llm" and keep:
                 self._submit_llm([entries[i].row.id for i in keep])
             return [replace(self.record(e.row), event="ADD") for e in entries]
@@ -225,7 +226,7 @@ class Writer:
             open_text=lambda r: self.sealer.open_text(r.id, "text", r.text), now=self.clock())
         self.stats.update(applied.counts)
         if applied.unmerged:  # the entry a restatement matched was erased meanwhile: store the write after all
-            self._store_entries(entries, applied.unmerged, encode, vectors, text_vectors)
+            self._store_entries(entries, applied.unmerged, encode, vectors, text_vectors, texts)
         merged = {r.id: r for r in self.store.catalog.get([d.merge_into for d in decisions if d.merge_into])}
         records = []
         for n, (e, d) in enumerate(zip(entries, decisions)):
@@ -273,13 +274,13 @@ class Writer:
             raise InvalidInputError("vectors must be finite and non-zero")
         return array / norms
 
-    def _unconsolidated_vectors(self, entries: Sequence[NewEntry]) -> tuple[np.ndarray, np.ndarray]:
+    def _unconsolidated_vectors(self, entries: Sequence[NewEntry],
+                                texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Index (memory-line) vectors and text vectors of entries written without consolidation, in one embedding
         call: ``Hit.score`` and recall's conflict check read the text's vector from the row (a row without one is
         re-embedded by every conflict check that looks at it: 2,000 such entries, recall p50 262 ms instead of
-        23 ms). A text that is its own memory line (no head) is embedded once."""
+        23 ms). A text that is its own memory line (no head) is embedded once. ``texts``: :meth:`_own_texts`."""
         lines = [e.embed_text for e in entries]
-        texts = self._own_texts(entries)
         unique = list(dict.fromkeys(lines + texts))
         at = {t: i for i, t in enumerate(unique)}
         embedded = np.asarray(self.store.embedder.encode(unique, batch_size=self.config.embedding_batch_size),
@@ -294,16 +295,17 @@ class Writer:
                          speaker=e.row.speaker) for e in entries]
 
     def _store_entries(self, entries: Sequence[NewEntry], keep: Sequence[int], encode: bool | None,
-                       vectors: Any, text_vectors: Any) -> None:
-        """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing."""
+                       vectors: Any, text_vectors: Any, texts: Sequence[str] | None = None) -> None:
+        """Encode (when the policy says so) and write ``entries[i]`` for ``i`` in ``keep``, all-or-nothing;
+        ``texts``: the entries' :meth:`_own_texts`, where the caller opened them already."""
         kept = [entries[i] for i in keep]
         inline = bool(kept) and self.bank.should_encode(encode)
         if inline:
             for entry, (blob, fields) in zip(kept, self.bank.encode_blobs([e.line for e in kept])):
                 entry.attach_kv(blob, fields)
         if text_vectors is not None:
-            texts = self._own_texts(kept)
-            self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)], texts)
+            own = self._own_texts(kept) if texts is None else [texts[i] for i in keep]
+            self.consolidator.attach_vectors([e.row for e in kept], text_vectors[list(keep)], own)
         self.store.add(kept, None if vectors is None else vectors[list(keep)])
         if not inline and encode is None:  # kv_encoding "background": encoded after the write returns
             self.bank.encode_later([e.row.id for e in kept])
