@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ K = 10
 DATA = {"locomo": Path("/work/shared/data/locomo/locomo_dev5.json"),
         "realtalk": Path("/work/shared/data/realtalk/realtalk_dev5.json")}
 SOURCES = ("locomo", "realtalk", "small")
+Annotate = Callable[[AgentMemory, str, list[Any], list[dict[str, Any]]], list[dict[str, Any]]]
 
 
 def swap_names(question: str, names: dict[str, str]) -> str:
@@ -84,8 +86,9 @@ def hit_sample(h: Any, label: int, q: int, source: str, rank: int, question: str
             "overlap": h.scores["overlap"]}
 
 
-def dev_samples(name: str, store: Path) -> list[dict[str, Any]]:
-    """The samples of one dev set (see the module docstring): label 1 evidence, 0 unrelated, -1 own non-evidence."""
+def dev_samples(name: str, store: Path, annotate: Annotate | None = None) -> list[dict[str, Any]]:
+    """The samples of one dev set (see the module docstring): label 1 evidence, 0 unrelated, -1 own non-evidence.
+    ``annotate(mem, query, hits, samples)`` may add fields to each recall's samples (a research variant's inputs)."""
     conversations = json.loads(DATA[name].read_text())
     made_by = json.loads((store / "locomo-ids.json").read_text())
     ids = made_by["ids"]
@@ -96,18 +99,20 @@ def dev_samples(name: str, store: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     with AgentMemory(store, kv_encoding="off", consolidation=made_by.get("consolidation", "local")) as mem:
         for qi, q in enumerate(questions):
-            for rank, h in enumerate(mem.recall(q.text, user_id=f"locomo-{q.conv}", k=K)):
-                out.append(hit_sample(h, 1 if h.id in q.gold else -1, qi, name, rank, q.text))
             other = foreign_of[q.conv]
             asked = swap_names(q.text, name_map(by_id[q.conv], by_id[other]))
-            for rank, h in enumerate(mem.recall(asked, user_id=f"locomo-{other}", k=K)):
-                out.append(hit_sample(h, 0, qi, name, rank, asked))
+            for text, user, own in ((q.text, f"locomo-{q.conv}", True), (asked, f"locomo-{other}", False)):
+                hits = mem.recall(text, user_id=user, k=K)
+                made = [hit_sample(h, (1 if h.id in q.gold else -1) if own else 0, qi, name, rank, text)
+                        for rank, h in enumerate(hits)]
+                out += annotate(mem, text, hits, made) if annotate is not None else made
             out[-1]["gold"] = len(q.gold)  # how many evidence turns the question has (for recall@10)
     return out
 
 
-def small_samples(seeds: int = 3, size: int = 8) -> list[dict[str, Any]]:
-    """The small stores' samples, over ``seeds`` shuffles of the items into stores of ``size``."""
+def small_samples(seeds: int = 3, size: int = 8, annotate: Annotate | None = None) -> list[dict[str, Any]]:
+    """The small stores' samples, over ``seeds`` shuffles of the items into stores of ``size`` (``annotate``: as
+    :func:`dev_samples`')."""
     out: list[dict[str, Any]] = []
     qi = 0
     for seed in range(seeds):
@@ -115,8 +120,10 @@ def small_samples(seeds: int = 3, size: int = 8) -> list[dict[str, Any]]:
             with tempfile.TemporaryDirectory() as tmp, AgentMemory(tmp, kv_encoding="off") as mem:
                 recs = mem.remember_many([dict(text=i.text, user_id="u", kind=i.store_kind) for i in store])
                 for item, rec in zip(store, recs):
-                    for rank, h in enumerate(mem.recall(item.question, user_id="u", k=K)):
-                        out.append(hit_sample(h, int(h.id == rec.id), qi, "small", rank, item.question))
+                    hits = mem.recall(item.question, user_id="u", k=K)
+                    made = [hit_sample(h, int(h.id == rec.id), qi, "small", rank, item.question)
+                            for rank, h in enumerate(hits)]
+                    out += annotate(mem, item.question, hits, made) if annotate is not None else made
                     out[-1]["gold"] = 1
                     qi += 1
     return out

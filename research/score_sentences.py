@@ -28,13 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "research"), str(ROOT / "benchmarks")]
 import fit_scores  # noqa: E402
-import locomo  # noqa: E402
-from score_stores import small_stores  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
 from agentmem.entries.text_vectors import unpack_vectors  # noqa: E402
@@ -76,45 +73,6 @@ def with_sentences(mem: AgentMemory, question: str, hits: list[Any], made: list[
         sentences = unpack_vectors(blob, vec.shape[-1]) if blob else np.zeros((0, vec.shape[-1]))
         s["sentence"] = float((sentences @ vec).max()) if len(sentences) else None
     return made
-
-
-def dev_samples(name: str, store: Path) -> list[dict[str, Any]]:
-    """fit_scores.dev_samples (same questions, same labels), each hit with its ``sentence``."""
-    conversations = json.loads(fit_scores.DATA[name].read_text())
-    made_by = json.loads((store / "locomo-ids.json").read_text())
-    by_id = {str(c["conversation_id"]): c for c in conversations}
-    convs = sorted(by_id)
-    foreign_of = {c: convs[(i + 1) % len(convs)] for i, c in enumerate(convs)}
-    out: list[dict[str, Any]] = []
-    with AgentMemory(store, kv_encoding="off", consolidation=made_by.get("consolidation", "local")) as mem:
-        for qi, q in enumerate(tqdm(locomo.questions_of(conversations, made_by["ids"]), desc=name, unit="q")):
-            other = foreign_of[q.conv]
-            asked = fit_scores.swap_names(q.text, fit_scores.name_map(by_id[q.conv], by_id[other]))
-            for text, user, own in ((q.text, f"locomo-{q.conv}", True), (asked, f"locomo-{other}", False)):
-                hits = mem.recall(text, user_id=user, k=K)
-                out += with_sentences(mem, text, hits, [
-                    fit_scores.hit_sample(h, (1 if h.id in q.gold else -1) if own else 0, qi, name, rank, text)
-                    for rank, h in enumerate(hits)])
-            out[-1]["gold"] = len(q.gold)
-    return out
-
-
-def small_samples(seeds: int = 3, size: int = 8) -> list[dict[str, Any]]:
-    """fit_scores.small_samples, each hit with its ``sentence``."""
-    out: list[dict[str, Any]] = []
-    qi = 0
-    for seed in range(seeds):
-        for store in small_stores(seed=seed, size=size):
-            with tempfile.TemporaryDirectory() as tmp, AgentMemory(tmp, kv_encoding="off") as mem:
-                recs = mem.remember_many([dict(text=i.text, user_id="u", kind=i.store_kind) for i in store])
-                for item, rec in zip(store, recs):
-                    hits = mem.recall(item.question, user_id="u", k=K)
-                    out += with_sentences(mem, item.question, hits, [
-                        fit_scores.hit_sample(h, int(h.id == rec.id), qi, "small", rank, item.question)
-                        for rank, h in enumerate(hits)])
-                    out[-1]["gold"] = 1
-                    qi += 1
-    return out
 
 
 def compound_samples() -> list[dict[str, Any]]:
@@ -196,8 +154,9 @@ def main() -> int:
     if args.samples is not None and args.samples.exists():
         samples = json.loads(args.samples.read_text())
     else:
-        samples = (dev_samples("locomo", args.locomo_store) + dev_samples("realtalk", args.realtalk_store)
-                   + small_samples())
+        samples = (fit_scores.dev_samples("locomo", args.locomo_store, annotate=with_sentences)
+                   + fit_scores.dev_samples("realtalk", args.realtalk_store, annotate=with_sentences)
+                   + fit_scores.small_samples(annotate=with_sentences))
         if args.samples is not None:
             args.samples.write_text(json.dumps(samples))
     compound = compound_samples()
