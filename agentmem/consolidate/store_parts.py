@@ -66,10 +66,10 @@ class ConflictDemotion:
         head = found[:CHECKED]
         texts = [self._sealer.open_text(s.row.id, "text", s.row.text) for s in head]
         conflicts = self._consolidator.conflicts([s.row for s in head], texts, query, query_vector=query_vector)
-        if newer_of is not None:
+        if newer_of is not None:  # each older hit's best-ranked newer one (pairs in the newer's rank order)
             rank = {s.row.id: n for n, s in enumerate(found)}
-            for older, newer in sorted(conflicts, key=lambda pair: rank.get(pair[1], len(rank)), reverse=True):
-                newer_of[older] = newer  # the best-ranked newer one last, so it is the one kept
+            for older, newer in sorted(conflicts, key=lambda pair: rank.get(pair[1], len(rank))):
+                newer_of.setdefault(older, newer)
         return demote_older(found, ident=lambda s: s.row.id, conflicts=conflicts, drop=drop_older, mounted=mounted)
 
 
