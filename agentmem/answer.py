@@ -33,6 +33,7 @@ from agentmem.validation import (
     check_entry_ids,
     check_generation,
     check_id,
+    check_logit_bias,
     check_metadata,
     check_stop,
     check_text,
@@ -78,7 +79,8 @@ class Answerer:
                  logits_processor: Callable[[Any, Any], Any] | None,
                  cancel: threading.Event | None = None, stop: Sequence[str] | None = None,
                  json_schema: Mapping[str, Any] | None = None,
-                 repetition_penalty: float | None = None) -> GenerationResult:
+                 repetition_penalty: float | None = None,
+                 logit_bias: Mapping[int | str, float] | None = None) -> GenerationResult:
         """Recall (or take ``entry_ids``), mount and answer: :meth:`agentmem.AgentMemory.generate`.
 
         Example:
@@ -91,7 +93,7 @@ class Answerer:
         """
         t0 = time.perf_counter()
         check_text(question, "question")
-        stop = check_stop(stop)
+        stop, bias = check_stop(stop), check_logit_bias(logit_bias)
         check_generation(max_new_tokens=max_new_tokens, budget_tokens=budget_tokens, temperature=temperature,
                          top_p=top_p, seed=seed, do_sample=do_sample, k=k, repetition_penalty=repetition_penalty)
         from agentmem.kv.runner import Sampling  # here: importing agentmem does not load the KV engine
@@ -115,7 +117,7 @@ class Answerer:
         else:
             memories, skipped = self.bank.memories(rows, [h.memory_text for h in hits], strict=strict,
                                                     documents=[h.text for h in hits])
-        processor, (on_text, flush) = self._processor(logits_processor, json_schema, stop), _stop_cut(stop, on_text)
+        processor, (on_text, flush) = self._processor(logits_processor, bias, json_schema, stop), _stop_cut(stop, on_text)
         out = self.bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=sampling.do_sample, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
@@ -127,13 +129,15 @@ class Answerer:
         out.fallbacks.extend(skipped)  # stale trained entries: not mounted, with the reason
         return out
 
-    def _processor(self, given: Callable[[Any, Any], Any] | None, json_schema: Mapping[str, Any] | None,
-                   stop: Sequence[str]) -> Callable[[Any, Any], Any] | None:
-        """The caller's logits processor, then the JSON schema's, then the stop strings' (None if none)."""
-        from agentmem.kv.constrain import chain, json_schema_processor, stop_processor
+    def _processor(self, given: Callable[[Any, Any], Any] | None, bias: Mapping[int, float],
+                   json_schema: Mapping[str, Any] | None, stop: Sequence[str]) -> Callable[[Any, Any], Any] | None:
+        """The caller's logits processor, then the logit bias, then the JSON schema's (which must have the last word
+        on what is allowed), then the stop strings' (None if none)."""
+        from agentmem.kv.constrain import bias_processor, chain, json_schema_processor, stop_processor
 
         tokenizer = self.bank.engine.tokenizer
-        return chain(given, json_schema_processor(tokenizer, json_schema) if json_schema is not None else None,
+        return chain(given, bias_processor(bias, len(tokenizer)) if bias else None,
+                     json_schema_processor(tokenizer, json_schema) if json_schema is not None else None,
                      stop_processor(tokenizer, stop) if stop else None)
 
     def train(self, document: str, *, user_id: str, session_id: str | None, tags: Iterable[str] | None,

@@ -593,12 +593,14 @@ class AgentMemory:
         stop: Sequence[str] | None = None,
         json_schema: Mapping[str, Any] | None = None,
         repetition_penalty: float | None = None,
+        logit_bias: Mapping[int | str, float] | None = None,
     ) -> GenerationResult:
         """Recall the ``k`` most relevant memories of ``user_id``, mount them, and answer ``question``.
 
         ``logits_processor`` (transformers' ``(ids, scores) -> scores``) constrains decoding, e.g. to a grammar.
         ``json_schema`` holds the answer to that JSON schema (constrained decoding, :mod:`agentmem.kv.constrain`);
-        ``stop`` ends the answer at the first of these strings (left out of ``out.text`` and of ``on_text``).
+        ``stop`` ends the answer at the first of these strings (left out of ``out.text`` and of ``on_text``);
+        ``logit_bias`` ({token id: -100..100}, OpenAI's) is added to those tokens' logits (-100 in effect bans one).
         Sampling settings left None (``do_sample``, ``temperature``, ``top_p``, ``repetition_penalty``) are the
         model's own (its ``generation_config``; the embedded SmolLM2's: agentmem/kv/model.py).
 
@@ -625,7 +627,7 @@ class AgentMemory:
             tags=tags, kinds=kinds, filters=filters, budget_tokens=budget_tokens, strict=strict, do_sample=do_sample,
             temperature=temperature, top_p=top_p, seed=seed, entry_ids=entry_ids, on_text=on_text,
             logits_processor=logits_processor, cancel=cancel, stop=stop, json_schema=json_schema,
-            repetition_penalty=repetition_penalty)
+            repetition_penalty=repetition_penalty, logit_bias=logit_bias)
 
     def train(
         self,

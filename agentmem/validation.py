@@ -38,6 +38,7 @@ MAX_TTL_SECONDS = 100 * 366 * 86_400
 """A ttl above ~100 years is refused: expiry times must stay representable as datetimes (year <= 9999)."""
 MAX_LIST_LIMIT = 2**62  # SQLite integers are 64-bit signed
 MAX_NEW_TOKENS = 1_000_000
+MAX_LOGIT_BIAS = 1024  # token ids one request may bias: a bound on the per-step work, ample for banning words
 ROLES = ("user", "assistant", "system", "tool")
 """Roles an entry may carry; the role is stored as given, so only these fixed words are accepted."""
 
@@ -304,6 +305,30 @@ def check_stop(stop: Any) -> list[str]:
     return list(stop)
 
 
+def check_logit_bias(bias: Any) -> dict[int, float]:
+    """OpenAI's ``logit_bias``: None, or a mapping of token ids (ints, or their decimal strings as JSON sends
+    them) to numbers in [-100, 100]. Whether each id is in the model's vocabulary is checked where the model is
+    known (:func:`agentmem.kv.constrain.bias_processor`).
+
+    Example:
+        >>> check_logit_bias({"2": -100, 7: 5.5})
+        {2: -100.0, 7: 5.5}
+    """
+    if bias is None:
+        return {}
+    if not isinstance(bias, Mapping) or len(bias) > MAX_LOGIT_BIAS:
+        raise InvalidInputError(f"logit_bias must map up to {MAX_LOGIT_BIAS} token ids to numbers, got {_short(bias)}")
+    out: dict[int, float] = {}
+    for token, value in bias.items():
+        if isinstance(token, bool) or not (isinstance(token, int) or (isinstance(token, str) and token.isdigit())):
+            raise InvalidInputError(f"logit_bias keys must be token ids (non-negative integers), got {_short(token)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise InvalidInputError(f"logit_bias values must be numbers in [-100, 100], got {_short(value)} "
+                                    f"for token {token}")
+        out[int(token)] = float(value)
+    return out
+
+
 def check_score(value: Any, what: str = "min_score") -> float | None:
     """A score threshold: None, or a number in [0, 1] (recall scores are calibrated probabilities).
 
@@ -493,6 +518,6 @@ def _short(value: Any) -> str:
 __all__ = [
     "MAX_ID_CHARS", "MAX_TEXT_CHARS", "MAX_TTL_SECONDS", "REMEMBER_FIELDS", "ROLES",
     "check_answer_room", "check_content_parts", "check_messages", "check_entry_id", "check_entry_ids", "check_generation", "check_id", "check_k", "check_kind", "check_kinds",
-    "check_limit_offset", "check_metadata", "check_remember_item", "check_role", "check_score", "check_session_id", "check_speaker", "check_stop", "check_tags",
+    "check_limit_offset", "check_logit_bias", "check_metadata", "check_remember_item", "check_role", "check_score", "check_session_id", "check_speaker", "check_stop", "check_tags",
     "check_text", "check_timestamp", "check_ttl", "format_timestamp",
 ]

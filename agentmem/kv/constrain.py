@@ -1,6 +1,6 @@
-"""Logits processors that hold the local model's answer to a JSON schema, or end it at a stop string.
+"""Logits processors that hold the local model's answer to a JSON schema, end it at a stop string, or bias tokens.
 
-Both follow the engine's convention (transformers' ``(ids, scores) -> scores``, ``ids`` the answer so far):
+All follow the engine's convention (transformers' ``(ids, scores) -> scores``, ``ids`` the answer so far):
 
 * :func:`json_schema_processor` allows, at each step, only the tokens that keep the answer a prefix of a JSON
   value valid under the schema, and the end-of-sequence token only once the value is complete. It is built on
@@ -8,6 +8,7 @@ Both follow the engine's convention (transformers' ``(ids, scores) -> scores``, 
   lm-format-enforcer on SmolLM2-135M on CPU (docs/server.md says why it was chosen).
 * :func:`stop_processor` forces the end-of-sequence token as soon as the answer contains a stop string, so
   decoding ends there instead of running to ``max_new_tokens`` (the caller still cuts the string off the text).
+* :func:`bias_processor` adds OpenAI's ``logit_bias`` to the logits (-100 in effect bans a token).
 
 Example:
     >>> from agentmem.kv.engine import KVEngine
@@ -31,7 +32,7 @@ import torch
 
 from agentmem.errors import InvalidInputError
 
-__all__ = ["chain", "json_schema_processor", "stop_processor"]
+__all__ = ["bias_processor", "chain", "json_schema_processor", "stop_processor"]
 
 Processor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -113,6 +114,30 @@ def stop_processor(tokenizer: Any, stops: Sequence[str]) -> Processor:
         forced = torch.full_like(scores, float("-inf"))
         forced[..., eos] = 0.0
         return forced
+
+    return process
+
+
+def bias_processor(bias: Mapping[int, float], vocab_size: int) -> Processor:
+    """A processor adding ``bias[token]`` to each named token's logit (OpenAI's ``logit_bias``, values checked by
+    :func:`agentmem.validation.check_logit_bias`): -100 in effect bans the token, +100 in effect makes it the only
+    choice. A token id outside the model's vocabulary (``vocab_size`` ids) is refused here, before decoding.
+
+    Example:
+        >>> process = bias_processor({1: -100.0, 2: 3.0}, vocab_size=4)
+        >>> process(torch.tensor([[0]]), torch.zeros(1, 4))
+        tensor([[   0., -100.,    3.,    0.]])
+    """
+    outside = sorted(t for t in bias if not 0 <= t < vocab_size)
+    if outside:
+        raise InvalidInputError(f"logit_bias names token ids the model does not have: {outside[:5]} (its vocabulary "
+                                f"is 0..{vocab_size - 1})")
+    tokens, values = torch.tensor(list(bias), dtype=torch.long), torch.tensor(list(bias.values()))
+
+    def process(ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.clone()
+        scores[..., tokens.to(scores.device)] += values.to(scores.device, scores.dtype)
+        return scores
 
     return process
 

@@ -36,14 +36,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentmem.errors import InvalidInputError
 from agentmem.chat_text import choose_tools, format_tool_call, tool_call_schema
-from agentmem.validation import check_stop
+from agentmem.validation import check_logit_bias, check_stop
 
 __all__ = ["AgentMemOptions", "ChatRequest", "Conversation", "content_text", "last_user_text", "read_conversation"]
 
 # OpenAI fields accepted only at the value that changes nothing (clients such as LangChain send some of them)
 _NEUTRAL: dict[str, tuple[Any, ...]] = {
     "logprobs": (None, False), "top_logprobs": (None, 0), "frequency_penalty": (None, 0, 0.0),
-    "presence_penalty": (None, 0, 0.0), "logit_bias": (None, {}), "store": (None, False), "metadata": (None, {}),
+    "presence_penalty": (None, 0, 0.0), "store": (None, False), "metadata": (None, {}),
     "service_tier": (None, "auto", "default"), "modalities": (None, ["text"]), "prediction": (None,),
     "parallel_tool_calls": (None, True, False),  # calls are returned as the model writes them, one or several
 }
@@ -74,6 +74,7 @@ class ChatRequest(BaseModel):
     user: str | None = None
     n: int = Field(default=1, ge=1, le=1)
     stop: str | list[str] | None = None
+    logit_bias: dict[str, float] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
@@ -94,6 +95,7 @@ class Conversation:
     forced_tools: list[dict[str, Any]] = field(default_factory=list)  # a call to one of these is required
     schema: dict[str, Any] | None = None  # the JSON schema the answer must follow (response_format)
     stop: list[str] = field(default_factory=list)
+    logit_bias: dict[int, float] = field(default_factory=dict)  # {token id: bias}, added to the logits
 
     def prompt(self, tools_prompt: str = "") -> str:
         """The text put in the user slot after the mounted memories: instructions, tools, earlier turns, last.
@@ -251,6 +253,7 @@ def read_conversation(body: ChatRequest) -> Conversation:
         last=_tool_result(last_m, last_text, names) if last_m["role"] == "tool" else last_text, query=query,
         ends_with_user=last_m["role"] == "user", tools=tools, forced_tools=forced,
         schema=_read_response_format(body.response_format, bool(tools)), stop=_read_stop(body.stop),
+        logit_bias=check_logit_bias(body.logit_bias),
     )
 
 

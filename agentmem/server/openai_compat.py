@@ -4,8 +4,8 @@
 * Whose memories: the ``X-AgentMem-User`` header, else the request's ``user`` field, else the API key's only user.
 * The whole request is read (agentmem/server/chat_request.py): system messages, earlier turns, tool results,
   ``tools`` / ``tool_choice`` (answers parsed into ``tool_calls``), ``response_format`` (constrained decoding),
-  ``stop``, ``seed``; a field agentmem does not support is a 400 naming it. Memories are recalled for the last
-  user message under the one mount policy (``AgentMemory.recall_for_mount``); that message and the answer are
+  ``stop``, ``seed``, ``logit_bias``; a field agentmem does not support is a 400 naming it. Memories are recalled
+  for the last user message under the one mount policy (``AgentMemory.recall_for_mount``); that message and the answer are
   remembered as turns of the user.
 * ``X-AgentMem-Session: <id>`` makes the request a turn of that session: its working KV is reused across
   requests (the client may then send only the new message).
@@ -73,6 +73,7 @@ class _Chat:
         self.mode = body.agentmem.mode or state.settings.chat_mode
         self.k = body.agentmem.k or state.settings.chat_k
         self.max_tokens = body.max_completion_tokens or body.max_tokens or state.settings.max_tokens
+        self.token_limit = self.max_tokens
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.cancelled = False
@@ -111,6 +112,7 @@ class _Chat:
         mount_s = timings.get("load", 0.0) + timings.get("mount", 0.0)
         metrics.observe_chat(self.mode, timings["ttft"], mount_s, len(out.mounted), list(out.fallbacks))
         self.text, self.completion_tokens, self.prompt_tokens = text, len(out.token_ids), out.prompt_tokens
+        self.token_limit = min(self.max_tokens, out.max_new_tokens)  # the model's context may leave less room
         ext = self._report(hits, out, list(out.spans), timings)
         ext["reused_tokens"] = getattr(out, "reused_tokens", 0)  # session KV reused (0 outside a session)
         ext["cancelled"] = self.cancelled
@@ -173,7 +175,8 @@ class _Chat:
         prompt = self.convo.prompt(mem.tool_prompt(tools) if tools else "")
         return mem.generate(prompt, user_id=self.user, entry_ids=ids, mode=self.mode, max_new_tokens=self.max_tokens,
                             on_text=None if tools else on_text, json_schema=self.convo.constraint(),
-                            stop=self.convo.stop or None, cancel=cancel, **sample)
+                            stop=self.convo.stop or None, logit_bias=self.convo.logit_bias or None, cancel=cancel,
+                            **sample)
 
     def _remember_turns(self, answer: str) -> list[Any]:
         """What this exchange adds to the conversation, as memories of the user, in one write: the question and the
@@ -213,7 +216,8 @@ class _Chat:
     def finish_reason(self) -> str:
         if self.tool_calls:
             return "tool_calls"
-        return "length" if self.completion_tokens >= self.max_tokens else "stop"
+        # cut at max_tokens or at the end of the model's context: "length", as OpenAI says for both
+        return "length" if self.completion_tokens >= self.token_limit else "stop"
 
     def message(self) -> dict[str, Any]:
         """The answer as an OpenAI assistant message (``tool_calls`` when the model called tools)."""
@@ -248,7 +252,8 @@ def _check_session_request(convo: Conversation) -> None:
     if convo.instructions:
         raise InvalidInputError("messages with role system are not supported with X-AgentMem-Session (the "
                                 "session's prompt is fixed); send them without the session header")
-    for name, given in (("tools", convo.tools), ("response_format", convo.schema is not None), ("stop", convo.stop)):
+    for name, given in (("tools", convo.tools), ("response_format", convo.schema is not None), ("stop", convo.stop),
+                        ("logit_bias", convo.logit_bias)):
         if given:
             raise InvalidInputError(f"{name} is not supported with X-AgentMem-Session; send the request without "
                                     "the session header")

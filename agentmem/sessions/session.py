@@ -140,6 +140,7 @@ class TurnResult:
     fallbacks: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)  # (start, end) cache positions of each mounted memory
+    max_new_tokens: int = 0  # the reply's length limit after clamping to the room left in the model's context
 
 
 def _check_send(text: str, mode: str, k: int, entry_ids: Sequence[str] | None) -> list[str] | None:
@@ -313,6 +314,7 @@ class Session:
             reused_tokens=0 if rebuilt else out.kv_tokens, prefilled_tokens=out.prefilled,
             prompt_tokens=prompt_tokens, timings=tm, mode=mode, restored_from=restored_from, rebuilt=rebuilt,
             evicted_turns=evicted, records=records, fallbacks=out.fallbacks, notes=notes, spans=plan.spans,
+            max_new_tokens=plan.max_new_tokens,
         )
 
     # -- helpers (caller holds the session lock) --------------------------------------------------------

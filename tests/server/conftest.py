@@ -25,6 +25,20 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def wide_model_dir(tmp_path_factory) -> Path:
+    """The tiny model reading 4,096 positions instead of 512 (RoPE: positions are computed, not learned): room for
+    the tool instructions (~700 of its byte tokens) or answers of a thousand tokens."""
+    from agentmem.kv.testing import tiny_causal_lm
+
+    path = tmp_path_factory.mktemp("tiny-wide")
+    model, tok = tiny_causal_lm("llama", seed=0)
+    model.config.max_position_embeddings = 4096
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def server(tmp_path_factory, tiny_model_dir) -> Iterator[Server]:
     path = tmp_path_factory.mktemp("served") / "store"
     key_u1 = run_cli("keys", "add", "--path", str(path), "--user", "u1", "--user", "u3").stdout.strip()

@@ -7,6 +7,7 @@ import time
 import httpx
 import openai
 import pytest
+from server_helpers import run_cli
 
 
 def _client(server, key):
@@ -101,6 +102,25 @@ def test_session_header_reuses_session_kv(server, seeded):
                                             messages=[{"role": "user", "content": "Who am I?"}])
     assert first.model_extra["agentmem"]["session_id"] == "oa-s1"
     assert second.model_extra["agentmem"]["reused_tokens"] > 0
+
+
+def test_an_answer_cut_by_the_models_context_finishes_with_length(server):
+    """The served model reads 512 positions: a 1,000-token answer (its end-of-sequence token banned) stops at the
+    context's end, and OpenAI calls that ``length``, as for ``max_tokens``; in a session too (where logit_bias is
+    refused, but this greedy answer has no end-of-sequence token before the context's end either)."""
+    from agentmem.kv.testing import tiny_tokenizer
+
+    # a user with no memories: with memories to mount, asking for more tokens than the context holds is a 400
+    key = run_cli("keys", "add", "--path", str(server.path), "--user", "u-long").stdout.strip()
+    client, no_end = _client(server, key), {str(tiny_tokenizer().eos_token_id): -100}
+    question = [{"role": "user", "content": "Tell me a very long story."}]
+    r = client.chat.completions.create(model="x", user="u-long", max_tokens=1000, messages=question, logit_bias=no_end,
+                                       extra_body={"agentmem": {"remember": False}})
+    assert 0 < r.usage.completion_tokens < 1000 and r.choices[0].finish_reason == "length"
+    turn = client.chat.completions.create(model="x", user="u-long", max_tokens=1000, messages=question,
+                                          extra_headers={"X-AgentMem-Session": "oa-long"},
+                                          extra_body={"agentmem": {"remember": False}})
+    assert turn.usage.completion_tokens < 1000 and turn.choices[0].finish_reason == "length"  # (greedy: no EOS)
 
 
 def test_text_mode_per_request_and_metrics(server, seeded):

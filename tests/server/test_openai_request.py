@@ -1,6 +1,6 @@
 """The whole OpenAI chat request is honoured or refused (issue #39), driven by the official ``openai`` client against
 the running server: system messages and earlier turns reach the prompt, ``tools`` come back as ``tool_calls``,
-``response_format`` answers parse and validate, ``stop`` / ``seed`` work, unsupported fields are 400s naming them,
+``response_format`` answers parse and validate, ``stop`` / ``seed`` / ``logit_bias`` work, unsupported fields are 400s naming them,
 and assistant replies are never mounted."""
 
 from __future__ import annotations
@@ -24,19 +24,12 @@ ANSWER_SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "ma
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, wide_model_dir):
     """A server whose tiny model reads 4,096 positions: the tool instructions alone are ~700 of its byte tokens,
     more than the shared fixture's 512-position model holds."""
-    from agentmem.kv.testing import tiny_causal_lm
-
-    model_dir = tmp_path_factory.mktemp("tiny-wide")
-    model, tok = tiny_causal_lm("llama", seed=0)
-    model.config.max_position_embeddings = 4096  # RoPE: positions are computed, not learned
-    model.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
     path = tmp_path_factory.mktemp("served-wide") / "store"
     key = run_cli("keys", "add", "--path", str(path), "--user", "u1").stdout.strip()
-    proc, url = start_server(path, model_dir, "--model-id", "tiny-llama")
+    proc, url = start_server(path, wide_model_dir, "--model-id", "tiny-llama")
     yield Server(url=url, path=path, key_u1=key, key_u2=key, proc=proc)
     stop_server(proc)
 
@@ -155,11 +148,29 @@ def test_stop_ends_the_answer_and_seed_repeats_a_sampled_one(server):
     assert sampled[0] == sampled[1]
 
 
+def test_logit_bias_forces_or_bans_tokens(server):
+    from agentmem.kv.testing import tiny_tokenizer  # the served model's tokenizer (one token per byte)
+
+    tokenizer, client = tiny_tokenizer(), _client(server)
+    question = [{"role": "user", "content": "Tell me a story."}]
+    (x,) = tokenizer.encode("x", add_special_tokens=False)
+    forced = _ask(client, question, max_tokens=6, logit_bias={str(x): 100})
+    assert forced.choices[0].message.content == "xxxxxx"
+    printable = [chr(c) for c in range(32, 127)]  # stray bytes do not round-trip through the text: check these
+    plain = _ask(client, question, max_tokens=12).choices[0].message.content
+    assert any(c in printable for c in plain), plain
+    ban = {str(t): -100 for c in printable for t in tokenizer.encode(c, add_special_tokens=False)}
+    other = _ask(client, question, max_tokens=12, logit_bias=ban).choices[0].message.content
+    assert other and not any(c in printable for c in other), other
+
+
 @pytest.mark.parametrize("extra, field", [
     ({"logprobs": True}, "logprobs"), ({"frequency_penalty": 0.5}, "frequency_penalty"),
     ({"n": 2}, "n"), ({"audio": {"voice": "alloy"}}, "audio"),
     ({"response_format": {"type": "xml"}}, "response_format"), ({"tool_choice": "required"}, "tool_choice"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"logit_bias": {"5": 101}}, "logit_bias"), ({"logit_bias": {"999999": -100}}, "logit_bias"),
+    ({"logit_bias": {"x": 1}}, "logit_bias"),
 ])
 def test_unsupported_fields_are_400s_naming_them(server, extra, field):
     with pytest.raises(openai.BadRequestError) as err:
@@ -172,6 +183,10 @@ def test_a_session_refuses_what_it_cannot_keep(server):
         _client(server).chat.completions.create(
             model="x", user="u1", max_tokens=2, extra_headers={"X-AgentMem-Session": "oa-sys"},
             messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="logit_bias"):
+        _client(server).chat.completions.create(
+            model="x", user="u1", max_tokens=2, extra_headers={"X-AgentMem-Session": "oa-bias"},
+            messages=[{"role": "user", "content": "hi"}], logit_bias={"5": -100})
 
 
 def test_assistant_replies_are_recalled_but_never_mounted(server):

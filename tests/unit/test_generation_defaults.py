@@ -3,6 +3,8 @@ apply to ``generate`` / ``Session.send`` unless the call says otherwise."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agentmem import AgentMemory
@@ -37,3 +39,20 @@ def test_generate_and_send_use_the_models_repetition_penalty(tiny, mem_path):
                                                    remember=False).token_ids
     assert penalised != plain and asked == plain  # the model's setting applies; the call's own wins
     assert len(set(penalised)) > len(set(plain)) and len(set(turn)) > len(set(plain))
+
+
+def test_logit_bias_bans_or_forces_tokens_and_bad_bias_is_refused_before_anything_runs(tiny, mem_path):
+    from agentmem import InvalidInputError
+
+    model, tok = tiny
+    with AgentMemory(mem_path, model=(model, tok)) as mem:
+        plain = mem.generate("Tell me a long story.", user_id="u1", k=1, max_new_tokens=16).token_ids
+        banned = mem.generate("Tell me a long story.", user_id="u1", k=1, max_new_tokens=16,
+                              logit_bias={t: -100 for t in set(plain)}).token_ids
+        forced = mem.generate("Tell me a long story.", user_id="u1", k=1, max_new_tokens=4,
+                              logit_bias={"87": 100}).token_ids  # JSON's string keys are token ids too
+        assert banned and not set(banned) & set(plain) and forced == [87] * 4
+        for bad, named in (({len(tok): -1}, "does not have"), ({5: 100.5}, "[-100, 100]"),
+                           ({"five": 1}, "token ids"), ([5], "logit_bias")):
+            with pytest.raises(InvalidInputError, match=re.escape(named)):
+                mem.generate("Hi.", user_id="u1", max_new_tokens=2, logit_bias=bad)
