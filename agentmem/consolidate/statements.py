@@ -34,7 +34,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from agentmem.text import sentences
+from agentmem.text import content_words, sentences
 
 # a number with its sign and inner separators ("-5", "5.5", "4,821", "12:30", "2026-03-04"), a word, or any other
 # single non-space character (punctuation is dropped below, symbols are kept)
@@ -66,12 +66,17 @@ def statement_key(text: str) -> str:
 
 def changed_span(older: Sequence[str], newer: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """Where ``newer``'s tokens restate ``older``'s with a value swapped: the one replaced run of tokens (older's,
-    newer's), when it is the only difference, at most ``MAX_CHANGED`` tokens on each side, and at least
-    ``MIN_SHARED`` tokens of the frame are shared; else None (the same statement, a mere insertion, or another one).
+    newer's), when it is the only difference, at most ``MAX_CHANGED`` tokens on each side, at least ``MIN_SHARED``
+    tokens of the frame are shared, and the frame names what the value is of (a content word of two letters or
+    more: "pin", "live", "meeting"); else None (the same statement, a mere insertion, or another one). A frame of
+    function words only ("I'm ...") names nothing: "I'm allergic to penicillin." / "I'm vegan since 2019." are two
+    facts, and taking them for one value swapped left the allergy out of the mount for "Do I have any allergies?".
 
     >>> changed_span(("my", "pin", "is", "4821"), ("my", "pin", "is", "4822"))
     (('4821',), ('4822',))
     >>> changed_span(("that", "s", "great"), ("that", "s", "so", "great")) is None
+    True
+    >>> changed_span(("i", "m", "allergic", "to", "penicillin"), ("i", "m", "vegan", "since", "2019")) is None
     True
     """
     if tuple(older) == tuple(newer) or len(set(older) ^ set(newer)) > 2 * MAX_CHANGED:
@@ -82,6 +87,9 @@ def changed_span(older: Sequence[str], newer: Sequence[str]) -> tuple[tuple[str,
     _, i1, i2, j1, j2 = ops[0]
     if max(i2 - i1, j2 - j1) > MAX_CHANGED or len(older) - (i2 - i1) < MIN_SHARED:
         return None
+    frame = " ".join((*older[:i1], *older[i2:]))
+    if not any(len(word) > 1 for word in content_words(frame)):
+        return None  # the frame names nothing the value could be of
     return tuple(older[i1:i2]), tuple(newer[j1:j2])
 
 

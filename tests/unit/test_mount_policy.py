@@ -126,6 +126,23 @@ def test_recall_names_the_newer_memory_that_contradicts_a_hit(tmp_path):
         assert [h.id for h in choice.mounted] == [new.id]
 
 
+def test_two_facts_of_the_same_shape_are_not_a_changed_value(tmp_path):
+    # "I'm allergic to penicillin." / "I'm vegan since 2019.": the same two words, then another fact; taken for one
+    # value swapped, the allergy was left out of the mount for "Do I have any allergies?" and the diet mounted in
+    # its place. A real swap names what changed ("my PIN is ...") and still replaces the older.
+    facts = ["I'm allergic to penicillin.", "I play tennis every Sunday.", "I drive a blue Toyota Corolla.",
+             "I'm vegan since 2019."]
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        allergy, *_ = [mem.remember(t, user_id="u1", role="user") for t in facts]
+        assert [h.id for h in mem.recall_for_mount("Do I have any allergies?", user_id="u1")] == [allergy.id]
+        hits = mem.recall("Do I have any allergies?", user_id="u1", k=4)
+        assert hits[0].id == allergy.id and all(h.contradicted_by is None for h in hits)
+        old = mem.remember("My bank PIN is 4821.", user_id="u1", role="user")
+        new = mem.remember("My bank PIN is 7730.", user_id="u1", role="user")
+        assert [h.id for h in mem.recall_for_mount("What is my bank PIN?", user_id="u1")] == [new.id]
+        assert new.superseded_ids == (old.id,)  # (the write already settles this one)
+
+
 def test_a_memory_longer_than_the_mount_budget_does_not_keep_the_others_out(tmp_path):
     """A long tool result ranked first is dropped for the budget; the short memories after it are still mounted."""
     from agentmem.kv.testing import tiny_causal_lm
