@@ -62,7 +62,7 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import (changed_span, only_asks, sentence_count, stated_sentences,
+from agentmem.consolidate.statements import (changed_span, only_asks, says_it_adds, sentence_count, stated_sentences,
                                               statement_tokens)
 from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
 from agentmem.erasure import Erasure
@@ -128,7 +128,7 @@ class Decision:
 def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
            neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
            pairs: PairModel | None = None, tokens: tuple[str, ...] | None = None,
-           session_id: str | None = None, asks: bool = False) -> Decision:
+           session_id: str | None = None, asks: bool = False, adds: bool = False) -> Decision:
     """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
 
     Only the same statement merges: a neighbour whose ``tokens`` equal the new text's ``tokens`` (None: nothing
@@ -140,7 +140,9 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     one ``sentences``: a newer statement replaces one fact, not every fact of a longer memory. Never by a memory
     that only ``asks`` (:func:`~agentmem.consolidate.statements.only_asks`): "Do I still live in Lyon?" states no
     value, so it replaces none (it may still merge with the same question asked before); nor is such a memory
-    replaced: a statement answers a question, it does not make the user's having asked it stale."""
+    replaced: a statement answers a question, it does not make the user's having asked it stale. Nor by a memory
+    that ``adds`` (:func:`~agentmem.consolidate.statements.says_it_adds`): "I also speak German." is a second
+    language, not a changed one."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -148,7 +150,7 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     if same is not None:
         return Decision(merge_into=same.id, merge_reason="the same statement again (equal after normalising case, "
                                                          "spacing and punctuation)")
-    if asks:
+    if asks or adds:
         return Decision()
 
     def replaceable(n: Neighbour) -> bool:
@@ -286,6 +288,7 @@ class LocalConsolidator:
         tokens = [statement_tokens(t) for t in texts]
         sentences = [sentence_count(t) for t in texts]  # once per text, not once per later text of the batch
         asks = [only_asks(t) for t in texts]
+        adds = [says_it_adds(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
             if row.kind == "tool" and row.indexed is not False:  # data: replaced only by the same call's result
@@ -301,7 +304,8 @@ class LocalConsolidator:
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
                                                 rows[j].session_id, sentences[j], asks[j]))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
-                              pairs=self.pairs, tokens=tokens[i], session_id=row.session_id, asks=asks[i])
+                              pairs=self.pairs, tokens=tokens[i], session_id=row.session_id, asks=asks[i],
+                              adds=adds[i])
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -363,7 +367,7 @@ class LocalConsolidator:
         about, and the same for a newer row of several sentences against any older one (:meth:`_sentence_conflicts`;
         ``query_vector``: the query's unit vector, embedded here when None);
         without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
-        nor one that only asks. Also, in any session, the newer restating the older with a value swapped
+        nor one that only asks, nor by a newer one that asks or says it adds ("I also speak German."). Also, in any session, the newer restating the older with a value swapped
         (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter), and a
         tool's newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
         if len(rows) < 2:
@@ -373,10 +377,12 @@ class LocalConsolidator:
         keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
         sentences = [sentence_count(t) for t in texts]
         asks = [only_asks(t) for t in texts]
+        # a newer memory that asks, or says it adds ("I also speak German."), replaces no older one
+        quiet = [a or says_it_adds(t) for a, t in zip(asks, texts)]
         # statements only: tool results and trained entries are data, replaced only by a newer result of the
         # same call (a model of statements hid one account's balance behind another's)
         stated = {r.id for r in rows if r.kind in CONSOLIDATED_KINDS}
-        out = {(a, b) for a, b in swapped_values(rows, texts, keys, query, asks=asks) if a in stated and b in stated}
+        out = {(a, b) for a, b in swapped_values(rows, texts, keys, query, asks=quiet) if a in stated and b in stated}
         out |= repeated_calls(rows, texts)
         @functools.cache
         def by_sentence() -> tuple[dict[int, list[set[str]]], dict[int, np.ndarray], dict[int, int | None]]:
@@ -391,8 +397,8 @@ class LocalConsolidator:
             return {a: [content_words(x) for x in stated_sentences(texts[a])] for a in at}, sentence_vecs, nearest
 
         for b, row in enumerate(rows):
-            if asks[b] or row.id not in stated:
-                continue  # a question states no value: it demotes nothing (the same rule as on write)
+            if quiet[b] or row.id not in stated:
+                continue  # a question states no value, an addition changes none: it demotes nothing (as on write)
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
             older = [a for a in same if _before(rows[a], row)]
             # the assistant's replies that restated the user's fact: weighed as the user's own older statements are
@@ -538,7 +544,8 @@ def swapped_values(rows: Sequence[EntryRecord], texts: Sequence[str], keys: Sequ
     """(older id, newer id) of rows of one speaker where the newer restates the older with a value swapped ("I
     take 5 mg ..." / "I take 10 mg ..."): the newer is the current value, whatever the session. Not when ``query``
     names the older value and not the newer ("is my PIN still 4821?" asks about that one), nor when the newer only
-    asks (``asks[b]``, :func:`~agentmem.consolidate.statements.only_asks`; None: none does).
+    asks or says it adds (``asks[b]``: :func:`~agentmem.consolidate.statements.only_asks`,
+    :func:`~agentmem.consolidate.statements.says_it_adds`; None: none does).
 
     >>> rows = [EntryRecord(id=i, user_id="u", kind="turn", text="", memory_text="", created_at=t)
     ...         for i, t in (("a", 1.0), ("b", 2.0))]

@@ -9,6 +9,7 @@
   words. Such a pair is two memories (never merged); recall puts the newer first when both are found.
 * :func:`sentence_count` — how many sentences a text has: only a one-sentence memory can be superseded (a newer
   statement replaces one fact; hiding a longer memory would hide the others it states).
+* :func:`says_it_adds` — the text says it adds to what was said ("I also speak German."): it replaces no fact.
 * :func:`only_asks` — the text asks and states nothing ("Where do I live?", "Hey! Is it still 5 mg?"): it replaces
   no fact, so it supersedes and demotes nothing (a user who asks about a fact would otherwise retract it).
 
@@ -126,10 +127,29 @@ def only_asks(text: str) -> bool:
     return any(asks) and all(a or len(s.split()) <= 2 for a, s in zip(asks, said))
 
 
+# words that say a statement adds to what was said ("I also speak German.", "..., peanuts as well."): "too" and "as well"
+# only at the end of a clause ("too expensive" is a degree, not an addition)
+_ADDS = re.compile(r"\b(?:also|in addition)\b|\b(?:too|as well)\s*(?:[.!,;:)]|$)", re.IGNORECASE)
+
+
+def says_it_adds(text: str) -> bool:
+    """True when ``text`` says it adds to what was said ("also", "in addition", a clause ending in "too" / "as
+    well"): "I also speak German." after "I speak French." is a second language, not a changed one, so it replaces
+    nothing. (Before, the pairwise model superseded the French on write: the two statements are alike, and every
+    change it was fitted on reads alike too.)
+
+    >>> says_it_adds("I also speak German."), says_it_adds("I'm allergic to peanuts as well.")
+    (True, True)
+    >>> says_it_adds("I quit violin lessons, too expensive."), says_it_adds("I speak German now.")
+    (False, False)
+    """
+    return _ADDS.search(text) is not None
+
+
 def changed_value(older: str, newer: str) -> bool:
     """True when ``newer`` restates ``older`` with a value swapped (:func:`changed_span` of their tokens)."""
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "sentence_count",
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "says_it_adds", "sentence_count",
            "stated_sentences", "statement_key", "statement_tokens"]

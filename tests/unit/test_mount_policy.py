@@ -143,6 +143,23 @@ def test_two_facts_of_the_same_shape_are_not_a_changed_value(tmp_path):
         assert new.superseded_ids == (old.id,)  # (the write already settles this one)
 
 
+@pytest.mark.parametrize("older, newer, question", [
+    ("I speak French.", "I also speak German.", "Which languages do I speak?"),
+    ("I have a sister called Anna.", "I also have a sister called Mia.", "What are my sisters called?"),
+])
+def test_a_statement_that_says_it_adds_replaces_nothing(tmp_path, older, newer, question):
+    # before, the write superseded the French and Anna ("also" or not, the pairs read alike, as every change the
+    # pairwise model was fitted on does), so recall and a mount held only the newer
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        for t in ["I drive a blue Toyota Corolla.", "I planted tomatoes on the balcony.", "The weather was lovely."]:
+            mem.remember(t, user_id="u1", role="user")
+        first = mem.remember(older, user_id="u1", role="user", session_id="s1")
+        second = mem.remember(newer, user_id="u1", role="user", session_id="s2")
+        assert second.event == "ADD" and mem.get(first.id).status == "active"
+        assert {h.id for h in mem.recall_for_mount(question, user_id="u1")} == {first.id, second.id}
+        assert all(h.contradicted_by is None for h in mem.recall(question, user_id="u1", k=3))
+
+
 def test_a_memory_longer_than_the_mount_budget_does_not_keep_the_others_out(tmp_path):
     """A long tool result ranked first is dropped for the budget; the short memories after it are still mounted."""
     from agentmem.kv.testing import tiny_causal_lm
