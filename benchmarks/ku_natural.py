@@ -11,6 +11,8 @@ the newer one (it states the current value, or that the older no longer holds).
 written before any change and are the check. Report both. What a rule must not do is checked on look-alikes of the
 held-out template half (``alike_cases``): a user's statement and, a session later, a statement that resembles it but
 is no update ("My phone is a Pixel 8." / "My daughter has a Galaxy S23."); the user's own statement still answers.
+Nor is a second value of an attribute that holds several (``added_cases``: "I speak French." / "I also speak
+German."), said with "also" / "too" / "as well" or without.
 
 People rarely tell a fact in a message of its own: ``wrapped="older"`` (or True) says each older statement inside a
 chat message with a greeting and / or another sentence about something else ("Hi! I'm allergic to penicillin. I found
@@ -155,6 +157,44 @@ def alike_cases(n: int = 40, *, fillers: int = 4, seed: int = 0, wrapped: bool |
             for statement, alike, question, _ in alike_pairs("test", n=n, seed=seed)]
 
 
+# a second value of an attribute that holds several (languages, allergies, siblings, pets): no update, the older still
+# answers. Each as the user would say it (marked: "also", "too", "as well") and bare. The first three were looked at
+# when statements.says_it_adds was written (round 3 session 22); the other nine were written after, as the check.
+ADDED = [
+    ("I speak French.", "I also speak German.", "I speak German.", "Which languages do I speak?"),
+    ("I'm allergic to penicillin.", "I'm allergic to peanuts too.", "I'm allergic to peanuts.",
+     "What am I allergic to?"),
+    ("I have a sister called Anna.", "I also have a sister called Mia.", "I have a sister called Mia.",
+     "What are my sisters called?"),
+    ("I collect stamps.", "I also collect old coins.", "I collect old coins.", "What do I collect?"),
+    ("I play the guitar.", "I play the piano as well.", "I play the piano.", "Which instruments do I play?"),
+    ("We have a dog called Rex.", "We also have a cat called Tom.", "We have a cat called Tom.", "What pets do we have?"),
+    ("I play tennis on Sundays.", "I also play chess on Sundays.", "I play chess on Sundays.",
+     "What do I do on Sundays?"),
+    ("My son Leo plays football.", "My son Leo also does judo.", "My son Leo does judo.", "What sports does Leo do?"),
+    ("I take vitamin D every morning.", "I take magnesium in the evening too.", "I take magnesium in the evening.",
+     "Which supplements do I take?"),
+    ("I've been to Japan.", "I've also been to Peru.", "I've been to Peru.", "Which countries have I visited?"),
+    ("I volunteer at the food bank.", "I also volunteer at the animal shelter.", "I volunteer at the animal shelter.",
+     "Where do I volunteer?"),
+    ("I read mystery novels.", "I read science fiction as well.", "I read science fiction.", "What books do I read?"),
+]
+
+
+def added_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+                echoed: bool = False) -> list[NaturalCase]:
+    """Stores built like :func:`natural_cases` from :data:`ADDED`: the first value in ``s1``, a second one in ``s3``,
+    said with a word that marks it as added (group ``"added"``) and without (``"added_bare"``).
+
+    >>> cases = added_cases(fillers=0)
+    >>> [c.group for c in cases[:2]], cases[0].newer
+    (['added', 'added_bare'], 'I also speak German.')
+    """
+    rng = random.Random(f"natural-added-{seed}")
+    return [_case(first, second, question, group, rng, fillers, wrapped, echoed)
+            for first, marked, bare, question in ADDED for group, second in (("added", marked), ("added_bare", bare))]
+
+
 def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
     """``statement`` inside a chat message: after a greeting, before a sentence about something else (one of
     ``asides``), or both.
@@ -202,5 +242,5 @@ def _case(older: str, newer: str, question: str, group: str, rng: random.Random,
     return NaturalCase(older, newer, question, tuple(stream), group, said)
 
 
-__all__ = ["ACKS", "CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "alike_cases", "echo", "natural_cases",
-           "wrap"]
+__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "added_cases", "alike_cases", "echo",
+           "natural_cases", "wrap"]
