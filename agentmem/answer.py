@@ -117,7 +117,8 @@ class Answerer:
         else:
             memories, skipped = self.bank.memories(rows, [h.memory_text for h in hits], strict=strict,
                                                     documents=[h.text for h in hits])
-        processor, (on_text, flush) = self._processor(logits_processor, bias, json_schema, stop), _stop_cut(stop, on_text)
+        processor = self._processor(logits_processor, bias, json_schema, stop)
+        on_text, flush = _stop_cut(stop, on_text)
         out = self.bank.engine.generate(
             question, memories, mode=mode, max_new_tokens=max_new_tokens, budget_tokens=budget_tokens,
             do_sample=sampling.do_sample, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,

@@ -320,7 +320,10 @@ def check_logit_bias(bias: Any) -> dict[int, float]:
         raise InvalidInputError(f"logit_bias must map up to {MAX_LOGIT_BIAS} token ids to numbers, got {_short(bias)}")
     out: dict[int, float] = {}
     for token, value in bias.items():
-        if isinstance(token, bool) or not (isinstance(token, int) or (isinstance(token, str) and token.isdigit())):
+        # a key JSON sent is ASCII digits, at most 18 of them (every vocabulary is far smaller): int() would refuse
+        # "²" and a 5,000-digit string with a ValueError, not a typed error
+        if isinstance(token, bool) or not (isinstance(token, int) or (
+                isinstance(token, str) and token.isascii() and token.isdigit() and len(token) <= 18)):
             raise InvalidInputError(f"logit_bias keys must be token ids (non-negative integers), got {_short(token)}")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
             raise InvalidInputError(f"logit_bias values must be numbers in [-100, 100], got {_short(value)} "
@@ -518,6 +521,7 @@ def _short(value: Any) -> str:
 __all__ = [
     "MAX_ID_CHARS", "MAX_TEXT_CHARS", "MAX_TTL_SECONDS", "REMEMBER_FIELDS", "ROLES",
     "check_answer_room", "check_content_parts", "check_messages", "check_entry_id", "check_entry_ids", "check_generation", "check_id", "check_k", "check_kind", "check_kinds",
-    "check_limit_offset", "check_logit_bias", "check_metadata", "check_remember_item", "check_role", "check_score", "check_session_id", "check_speaker", "check_stop", "check_tags",
+    "check_limit_offset", "check_logit_bias", "check_metadata", "check_remember_item", "check_role", "check_score",
+    "check_session_id", "check_speaker", "check_stop", "check_tags",
     "check_text", "check_timestamp", "check_ttl", "format_timestamp",
 ]

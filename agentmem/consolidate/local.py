@@ -62,8 +62,8 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import (changed_span, only_asks, says_it_adds, sentence_count, stated_sentences,
-                                              statement_tokens)
+from agentmem.consolidate.statements import (changed_span, only_asks, says_it_adds, sentence_count,
+                                              stated_sentences, statement_tokens)
 from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
 from agentmem.erasure import Erasure
 from agentmem.entries.text_vectors import pack_vector, pack_vectors, unpack_vector, unpack_vectors
@@ -367,9 +367,10 @@ class LocalConsolidator:
         about, and the same for a newer row of several sentences against any older one (:meth:`_sentence_conflicts`;
         ``query_vector``: the query's unit vector, embedded here when None);
         without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
-        nor one that only asks, nor by a newer one that asks or says it adds ("I also speak German."). Also, in any session, the newer restating the older with a value swapped
-        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter), and a
-        tool's newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
+        nor one that only asks, nor by a newer one that asks or says it adds ("I also speak German."). Also, in any
+        session, the newer restating the older with a value swapped (:func:`swapped_values`; the rest of the older
+        is restated too, so its length does not matter), and a tool's newer result of the same call
+        (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)

@@ -127,8 +127,8 @@ def only_asks(text: str) -> bool:
     return any(asks) and all(a or len(s.split()) <= 2 for a, s in zip(asks, said))
 
 
-# words that say a statement adds to what was said ("I also speak German.", "..., peanuts as well."): "too" and "as well"
-# only at the end of a clause ("too expensive" is a degree, not an addition)
+# words that say a statement adds to what was said ("I also speak German.", "..., peanuts as well."): "too" and
+# "as well" only at the end of a clause ("too expensive" is a degree, not an addition)
 _ADDS = re.compile(r"\b(?:also|in addition)\b|\b(?:too|as well)\s*(?:[.!,;:)]|$)", re.IGNORECASE)
 
 
@@ -151,5 +151,5 @@ def changed_value(older: str, newer: str) -> bool:
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "says_it_adds", "sentence_count",
-           "stated_sentences", "statement_key", "statement_tokens"]
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "says_it_adds",
+           "sentence_count", "stated_sentences", "statement_key", "statement_tokens"]

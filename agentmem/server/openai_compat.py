@@ -5,8 +5,8 @@
 * The whole request is read (agentmem/server/chat_request.py): system messages, earlier turns, tool results,
   ``tools`` / ``tool_choice`` (answers parsed into ``tool_calls``), ``response_format`` (constrained decoding),
   ``stop``, ``seed``, ``logit_bias``; a field agentmem does not support is a 400 naming it. Memories are recalled
-  for the last user message under the one mount policy (``AgentMemory.recall_for_mount``); that message and the answer are
-  remembered as turns of the user.
+  for the last user message under the one mount policy (``AgentMemory.recall_for_mount``); that message and the
+  answer are remembered as turns of the user.
 * ``X-AgentMem-Session: <id>`` makes the request a turn of that session: its working KV is reused across
   requests (the client may then send only the new message).
 * Extension field ``agentmem`` on the response (and on the last stream chunk): ``request_id``, ``user``,

@@ -53,6 +53,7 @@ def test_logit_bias_bans_or_forces_tokens_and_bad_bias_is_refused_before_anythin
                               logit_bias={"87": 100}).token_ids  # JSON's string keys are token ids too
         assert banned and not set(banned) & set(plain) and forced == [87] * 4
         for bad, named in (({len(tok): -1}, "does not have"), ({5: 100.5}, "[-100, 100]"),
-                           ({"five": 1}, "token ids"), ([5], "logit_bias")):
+                           ({"five": 1}, "token ids"), ({"²": 1}, "token ids"),
+                           ({"9" * 5000: 1}, "token ids"), ([5], "logit_bias")):
             with pytest.raises(InvalidInputError, match=re.escape(named)):
                 mem.generate("Hi.", user_id="u1", max_new_tokens=2, logit_bias=bad)
