@@ -195,6 +195,49 @@ def added_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
             for first, marked, bare, question in ADDED for group, second in (("added", marked), ("added_bare", bare))]
 
 
+# the user's statement and one of a relative's about the same kind of thing (no update of either): written after
+# subjects.py's rule (round 3 session 23) and run once, as its check. Each pair both ways round: the user's first,
+# asked about the user (group "others"), and the relative's first, asked about the relative ("others_asked").
+OTHERS = [
+    ("I'm a vegetarian.", "My dad is a huge meat eater.", "What diet do I follow?", "What does my dad eat?"),
+    ("I live in Lisbon.", "My sister lives in Porto.", "Where do I live?", "Where does my sister live?"),
+    ("I'm 34 years old.", "My brother turned 40 last week.", "How old am I?", "How old is my brother?"),
+    ("I work night shifts at the hospital.", "My wife works regular office hours.", "What hours do I work?",
+     "What hours does my wife work?"),
+    ("I'm allergic to shellfish.", "My son is allergic to peanuts.", "What am I allergic to?",
+     "What is my son allergic to?"),
+    ("My favourite band is Radiohead.", "My girlfriend's favourite band is Coldplay.", "What is my favourite band?",
+     "What is my girlfriend's favourite band?"),
+    ("I drive a Volkswagen Golf.", "My neighbour drives a Tesla.", "What car do I drive?",
+     "What car does my neighbour drive?"),
+    ("I go running every morning.", "My husband goes cycling every morning.", "What do I do every morning?",
+     "What does my husband do every morning?"),
+    ("I studied history at university.", "My daughter studies medicine.", "What did I study?",
+     "What does my daughter study?"),
+    ("I speak Portuguese at home.", "My grandmother only speaks Italian.", "Which language do I speak at home?",
+     "Which language does my grandmother speak?"),
+    ("I support Arsenal.", "My best friend supports Chelsea.", "Which football team do I support?",
+     "Which team does my best friend support?"),
+    ("I'm saving up for a trip to Japan.", "My cousin is saving for a car.", "What am I saving for?",
+     "What is my cousin saving for?"),
+]
+
+
+def others_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+                 echoed: bool = False) -> list[NaturalCase]:
+    """Stores built like :func:`natural_cases` from :data:`OTHERS`: the user's statement in ``s1`` and the
+    relative's in ``s3``, asked about the user (group ``"others"``), and the other way round, asked about the
+    relative (``"others_asked"``); in both the older still answers.
+
+    >>> [(c.group, c.older) for c in others_cases(fillers=0)[:2]]
+    [('others', "I'm a vegetarian."), ('others_asked', 'My dad is a huge meat eater.')]
+    """
+    rng = random.Random(f"natural-others-{seed}")
+    return [case for mine, theirs, about_me, about_them in OTHERS
+            for case in (_case(mine, theirs, about_me, "others", rng, fillers, wrapped, echoed),
+                         _case(theirs, mine, about_them, "others_asked", rng, fillers, wrapped, echoed))]
+
+
 def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
     """``statement`` inside a chat message: after a greeting, before a sentence about something else (one of
     ``asides``), or both.
@@ -243,4 +286,4 @@ def _case(older: str, newer: str, question: str, group: str, rng: random.Random,
 
 
 __all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "added_cases", "alike_cases", "echo",
-           "natural_cases", "wrap"]
+           "natural_cases", "others_cases", "wrap"]

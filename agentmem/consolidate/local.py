@@ -64,6 +64,7 @@ from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
 from agentmem.consolidate.statements import (changed_span, only_asks, says_it_adds, sentence_count,
                                               stated_sentences, statement_tokens)
+from agentmem.consolidate.subjects import differ, subject_of
 from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
 from agentmem.erasure import Erasure
 from agentmem.entries.text_vectors import pack_vector, pack_vectors, unpack_vector, unpack_vectors
@@ -109,6 +110,7 @@ class Neighbour:
     session_id: str | None = None  # its conversation session: a newer turn of the same session never supersedes it
     sentences: int = 1  # how many sentences it has: only a one-sentence memory can be superseded
     asks: bool = False  # it only asks (statements.only_asks): it states no value, so no newer statement replaces it
+    subject: str | None = None  # whom it is about (subjects.subject_of): another person's statement replaces none
 
 
 @dataclass
@@ -128,7 +130,8 @@ class Decision:
 def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
            neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
            pairs: PairModel | None = None, tokens: tuple[str, ...] | None = None,
-           session_id: str | None = None, asks: bool = False, adds: bool = False) -> Decision:
+           session_id: str | None = None, asks: bool = False, adds: bool = False,
+           subject: str | None = None) -> Decision:
     """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
 
     Only the same statement merges: a neighbour whose ``tokens`` equal the new text's ``tokens`` (None: nothing
@@ -142,7 +145,8 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     value, so it replaces none (it may still merge with the same question asked before); nor is such a memory
     replaced: a statement answers a question, it does not make the user's having asked it stale. Nor by a memory
     that ``adds`` (:func:`~agentmem.consolidate.statements.says_it_adds`): "I also speak German." is a second
-    language, not a changed one."""
+    language, not a changed one. Nor a neighbour about someone else (its ``subject`` and the new memory's differ,
+    :func:`~agentmem.consolidate.subjects.subject_of`): "My mother was a data analyst." is not the user's job."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -154,7 +158,8 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
         return Decision()
 
     def replaceable(n: Neighbour) -> bool:
-        return (session_id is None or n.session_id != session_id) and n.sentences <= 1 and not n.asks
+        return ((session_id is None or n.session_id != session_id) and n.sentences <= 1 and not n.asks
+                and not differ(n.subject, subject))
 
     if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
         # every neighbour is the pair's background (the model's margin feature), only another session's is replaced
@@ -289,6 +294,7 @@ class LocalConsolidator:
         sentences = [sentence_count(t) for t in texts]  # once per text, not once per later text of the batch
         asks = [only_asks(t) for t in texts]
         adds = [says_it_adds(t) for t in texts]
+        subjects = [subject_of(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
             if row.kind == "tool" and row.indexed is not False:  # data: replaced only by the same call's result
@@ -302,10 +308,10 @@ class LocalConsolidator:
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
-                                                rows[j].session_id, sentences[j], asks[j]))
+                                                rows[j].session_id, sentences[j], asks[j], subjects[j]))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
                               pairs=self.pairs, tokens=tokens[i], session_id=row.session_id, asks=asks[i],
-                              adds=adds[i])
+                              adds=adds[i], subject=subjects[i])
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -343,7 +349,8 @@ class LocalConsolidator:
         texts = [self._text_of(r) for r in rows]
         cached = self._vectors_of(rows, texts)
         return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t),
-                          r.session_id, sentence_count(t), only_asks(t)) for r, t, v in zip(rows, texts, cached)]
+                          r.session_id, sentence_count(t), only_asks(t), subject_of(t))
+                for r, t, v in zip(rows, texts, cached)]
 
     def _vectors_of(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> list[np.ndarray]:
         """Unit text vectors of stored rows: from the cache, embedding (and caching) the misses."""
@@ -367,7 +374,9 @@ class LocalConsolidator:
         about, and the same for a newer row of several sentences against any older one (:meth:`_sentence_conflicts`;
         ``query_vector``: the query's unit vector, embedded here when None);
         without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
-        nor one that only asks, nor by a newer one that asks or says it adds ("I also speak German."). Also, in any
+        nor one that only asks, nor by a newer one that asks or says it adds ("I also speak German."), nor one
+        about someone else (:func:`~agentmem.consolidate.subjects.subject_of`: "My mother was a data analyst."
+        against "I work as a teacher."). Also, in any
         session, the newer restating the older with a value swapped (:func:`swapped_values`; the rest of the older
         is restated too, so its length does not matter), and a tool's newer result of the same call
         (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
@@ -380,6 +389,7 @@ class LocalConsolidator:
         asks = [only_asks(t) for t in texts]
         # a newer memory that asks, or says it adds ("I also speak German."), replaces no older one
         quiet = [a or says_it_adds(t) for a, t in zip(asks, texts)]
+        subjects = [subject_of(t) for t in texts]  # another person's statement changes none of the speaker's
         # statements only: tool results and trained entries are data, replaced only by a newer result of the
         # same call (a model of statements hid one account's balance behind another's)
         stated = {r.id for r in rows if r.kind in CONSOLIDATED_KINDS}
@@ -401,7 +411,7 @@ class LocalConsolidator:
             if quiet[b] or row.id not in stated:
                 continue  # a question states no value, an addition changes none: it demotes nothing (as on write)
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
-            older = [a for a in same if _before(rows[a], row)]
+            older = [a for a in same if _before(rows[a], row) and not differ(subjects[a], subjects[b])]
             # the assistant's replies that restated the user's fact: weighed as the user's own older statements are
             said = [a for a in range(len(rows)) if echoes(rows[a], row) and _before(rows[a], row) and not asks[a]]
             out.update((rows[a].id, row.id) for a in self._echo_conflicts(b, said, same, vecs, words, sentences))

@@ -160,6 +160,52 @@ def test_a_statement_that_says_it_adds_replaces_nothing(tmp_path, older, newer, 
         assert all(h.contradicted_by is None for h in mem.recall(question, user_id="u1", k=3))
 
 
+FILLERS = ["I drive a blue Toyota Corolla.", "I planted tomatoes on the balcony.", "The weather was lovely.",
+           "I need to buy coffee filters."]
+
+
+@pytest.mark.parametrize("older, newer, question", [
+    ("I work as a teacher.", "My mother was a data analyst.", "What do I do for a living?"),
+    ("My mother was an architect.", "I work as a nurse.", "What was my mother's job?"),
+    ("I commute by tram.", "My partner commutes by ferry.", "How do I commute?"),
+    ("My brother works as a lawyer.", "I work as an electrician.", "What does my brother do?"),
+])
+def test_a_statement_about_someone_else_replaces_nothing_of_the_speaker(tmp_path, older, newer, question):
+    # before, a relative's statement of the same kind read as an update to the pairwise model: the write hid the
+    # user's own statement, or recall demoted it and a mount left it out for the relative's
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        for t in FILLERS:
+            mem.remember(t, user_id="u1", role="user")
+        first = mem.remember(older, user_id="u1", role="user", session_id="s1")
+        second = mem.remember(newer, user_id="u1", role="user", session_id="s2")
+        assert second.event == "ADD" and mem.get(first.id).status == "active"
+        assert first.id in {h.id for h in mem.recall_for_mount(question, user_id="u1")}
+        assert [h.contradicted_by for h in mem.recall(question, user_id="u1", k=5) if h.id == first.id] == [None]
+
+
+def test_a_question_about_the_user_is_answered_by_the_user_s_statement_first(tmp_path):
+    # the relative's statement shares more words with the question ("favorite food"); before, it also read as the
+    # newer value of the user's favorite food and was put first
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        for t in FILLERS:
+            mem.remember(t, user_id="u1", role="user")
+        mine = mem.remember("Nothing beats ramen for me.", user_id="u1", role="user", session_id="s1")
+        mem.remember("My husband's favorite food is lasagna.", user_id="u1", role="user", session_id="s2")
+        assert mem.recall("What is my favorite food?", user_id="u1", k=3)[0].id == mine.id
+        assert mem.recall("What is my husband's favorite food?", user_id="u1", k=3)[0].text.startswith("My husband")
+
+
+def test_a_relative_s_own_update_still_replaces_theirs(tmp_path):
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        for t in FILLERS:
+            mem.remember(t, user_id="u1", role="user")
+        first = mem.remember("My sister lives in Berlin.", user_id="u1", role="user", session_id="s1")
+        second = mem.remember("My sister moved to Madrid.", user_id="u1", role="user", session_id="s2")
+        hits = mem.recall("Where does my sister live?", user_id="u1", k=3)
+        assert hits[0].id == second.id
+        assert first.id not in {h.id for h in mem.recall_for_mount("Where does my sister live?", user_id="u1")}
+
+
 def test_a_memory_longer_than_the_mount_budget_does_not_keep_the_others_out(tmp_path):
     """A long tool result ranked first is dropped for the budget; the short memories after it are still mounted."""
     from agentmem.kv.testing import tiny_causal_lm
