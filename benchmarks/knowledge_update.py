@@ -44,7 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ku_natural import NaturalCase, added_cases, alike_cases, natural_cases, others_cases  # noqa: E402
+from ku_natural import (NaturalCase, added_cases, alike_cases, natural_cases, others_cases,  # noqa: E402
+                        possible_cases)
 from ku_scenarios import Scenario, distinct_pairs, restatements, scenarios  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -167,7 +168,8 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
     """Natural updates and look-alikes (``ku_natural.py``), each pair a new user's store; per group (``design``: the
     pairs a rule was designed on, ``check``: the other updates, ``alike``: the newer is no update, ``added`` /
     ``added_bare``: the newer is a second value, said as added or not, so both answer; ``others`` /
-    ``others_asked``: the user's and a relative's statement of the same kind, asked about the older's subject):
+    ``others_asked``: the user's and a relative's statement of the same kind, asked about the older's subject;
+    ``possible``: the newer is a plan or possibility, nothing changed yet):
     share whose ``recall(k=1)`` is the newer statement (``top1_new``), whose ``recall(k=5)`` ranks the newer above
     the older (``newer_first``; the older missing counts), whose mount (``recall_for_mount(k=4)``) holds the newer
     (``new_mounted``), the older without the newer (``stale_alone_mounted``) and the older (``old_mounted``: for
@@ -218,7 +220,8 @@ def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None,
             name = f"{prefix}fillers_{n}"
             with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
                 made = {"fillers": n, "wrapped": mode or False, "echoed": echo}
-                cases = natural_cases(**made) + alike_cases(**made) + added_cases(**made) + others_cases(**made)
+                cases = (natural_cases(**made) + alike_cases(**made) + added_cases(**made) + others_cases(**made)
+                         + possible_cases(**made))
                 out[name] = natural_effect(mem, cases)
             print(f"natural {name}", out[name], file=sys.stderr, flush=True)
     return out

@@ -238,6 +238,40 @@ def others_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False
                          _case(theirs, mine, about_them, "others_asked", rng, fillers, wrapped, echoed))]
 
 
+# a fact and, a session later, a plan, wish or possibility about it (nothing has changed yet, the older still
+# answers): written after statements.speaks_of_a_possibility (round 3 session 23) and run once, as its check
+POSSIBLE = [
+    ("I work at Siemens.", "I'm considering an offer from Bosch.", "Where do I work?"),
+    ("My rent is 900 euros a month.", "The landlord might raise the rent to 1,000 euros.", "How much is my rent?"),
+    ("I have a Samsung TV.", "I'd like to get an LG OLED at some point.", "What TV do I have?"),
+    ("I go to bed at 11pm.", "Maybe I should start going to bed at 10.", "When do I go to bed?"),
+    ("My daughter's school is Riverside Primary.", "We're thinking of moving her to Hillcrest.",
+     "Which school does my daughter go to?"),
+    ("I take the bus to work.", "I want to start cycling to work in spring.", "How do I get to work?"),
+    ("The team meeting is on Mondays at 9.", "The manager may move the team meeting to Tuesdays.",
+     "When is the team meeting?"),
+    ("I'm a member of FitLife gym.", "I'm planning to switch to the climbing gym.", "Which gym am I a member of?"),
+    ("I drink two coffees a day.", "I hope to cut down to one coffee a day.", "How much coffee do I drink?"),
+    ("I play bass in a band.", "Someday I'd love to play guitar in a band.", "What do I play in the band?"),
+    ("My insulin dose is 10 units at night.", "My doctor might increase my insulin to 12 units.",
+     "What is my insulin dose?"),
+    ("We rent a flat in Leeds.", "We plan to buy a house in York next year.", "Where do we live?"),
+]
+
+
+def possible_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+                   echoed: bool = False) -> list[NaturalCase]:
+    """Stores built like :func:`natural_cases` from :data:`POSSIBLE` (group ``"possible"``): the fact in ``s1``, the
+    plan or possibility in ``s3``; the older still answers.
+
+    >>> possible_cases(fillers=0)[0].newer
+    "I'm considering an offer from Bosch."
+    """
+    rng = random.Random(f"natural-possible-{seed}")
+    return [_case(fact, maybe, question, "possible", rng, fillers, wrapped, echoed)
+            for fact, maybe, question in POSSIBLE]
+
+
 def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
     """``statement`` inside a chat message: after a greeting, before a sentence about something else (one of
     ``asides``), or both.
@@ -285,5 +319,5 @@ def _case(older: str, newer: str, question: str, group: str, rng: random.Random,
     return NaturalCase(older, newer, question, tuple(stream), group, said)
 
 
-__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OPENERS", "NaturalCase", "added_cases", "alike_cases", "echo",
-           "natural_cases", "others_cases", "wrap"]
+__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OPENERS", "POSSIBLE", "NaturalCase", "added_cases",
+           "alike_cases", "echo", "natural_cases", "others_cases", "possible_cases", "wrap"]

@@ -62,7 +62,7 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import (changed_span, only_asks, says_it_adds, sentence_count,
+from agentmem.consolidate.statements import (changed_span, only_asks, replaces_no_fact, sentence_count,
                                               stated_sentences, statement_tokens)
 from agentmem.consolidate.subjects import differ, subject_of
 from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
@@ -144,9 +144,10 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     that only ``asks`` (:func:`~agentmem.consolidate.statements.only_asks`): "Do I still live in Lyon?" states no
     value, so it replaces none (it may still merge with the same question asked before); nor is such a memory
     replaced: a statement answers a question, it does not make the user's having asked it stale. Nor by a memory
-    that ``adds`` (:func:`~agentmem.consolidate.statements.says_it_adds`): "I also speak German." is a second
-    language, not a changed one. Nor a neighbour about someone else (its ``subject`` and the new memory's differ,
-    :func:`~agentmem.consolidate.subjects.subject_of`): "My mother was a data analyst." is not the user's job."""
+    that ``adds`` (:func:`~agentmem.consolidate.statements.replaces_no_fact`): "I also speak German." is a second
+    language, not a changed one, and "I'm thinking about moving to Berlin." changes nothing yet. Nor a neighbour
+    about someone else (its ``subject`` and the new memory's differ, :func:`~agentmem.consolidate.subjects.subject_of`):
+    "My mother was a data analyst." is not the user's job."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -293,7 +294,7 @@ class LocalConsolidator:
         tokens = [statement_tokens(t) for t in texts]
         sentences = [sentence_count(t) for t in texts]  # once per text, not once per later text of the batch
         asks = [only_asks(t) for t in texts]
-        adds = [says_it_adds(t) for t in texts]
+        adds = [replaces_no_fact(t) for t in texts]  # says it adds, or speaks of a possibility
         subjects = [subject_of(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
@@ -374,12 +375,12 @@ class LocalConsolidator:
         about, and the same for a newer row of several sentences against any older one (:meth:`_sentence_conflicts`;
         ``query_vector``: the query's unit vector, embedded here when None);
         without the model, a text cosine of at least ``CONFLICT``; never an older row of the newer's own session,
-        nor one that only asks, nor by a newer one that asks or says it adds ("I also speak German."), nor one
-        about someone else (:func:`~agentmem.consolidate.subjects.subject_of`: "My mother was a data analyst."
-        against "I work as a teacher."). Also, in any
-        session, the newer restating the older with a value swapped (:func:`swapped_values`; the rest of the older
-        is restated too, so its length does not matter), and a tool's newer result of the same call
-        (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
+        nor one that only asks, nor by a newer one that asks, says it adds ("I also speak German.") or speaks of a
+        possibility ("I'm thinking about moving to Berlin."), nor one about someone else
+        (:func:`~agentmem.consolidate.subjects.subject_of`: "My mother was a data analyst." against "I work as a
+        teacher."). Also, in any session, the newer restating the older with a value swapped
+        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter), and a tool's
+        newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
@@ -387,8 +388,9 @@ class LocalConsolidator:
         keys = [speaker_key(r) for r in rows]  # once per row, not once per pair
         sentences = [sentence_count(t) for t in texts]
         asks = [only_asks(t) for t in texts]
-        # a newer memory that asks, or says it adds ("I also speak German."), replaces no older one
-        quiet = [a or says_it_adds(t) for a, t in zip(asks, texts)]
+        # a newer memory that asks, says it adds ("I also speak German.") or speaks of a possibility ("I might move
+        # to Berlin.") replaces no older one
+        quiet = [a or replaces_no_fact(t) for a, t in zip(asks, texts)]
         subjects = [subject_of(t) for t in texts]  # another person's statement changes none of the speaker's
         # statements only: tool results and trained entries are data, replaced only by a newer result of the
         # same call (a model of statements hid one account's balance behind another's)
@@ -555,8 +557,8 @@ def swapped_values(rows: Sequence[EntryRecord], texts: Sequence[str], keys: Sequ
     """(older id, newer id) of rows of one speaker where the newer restates the older with a value swapped ("I
     take 5 mg ..." / "I take 10 mg ..."): the newer is the current value, whatever the session. Not when ``query``
     names the older value and not the newer ("is my PIN still 4821?" asks about that one), nor when the newer only
-    asks or says it adds (``asks[b]``: :func:`~agentmem.consolidate.statements.only_asks`,
-    :func:`~agentmem.consolidate.statements.says_it_adds`; None: none does).
+    asks, says it adds or speaks of a possibility (``asks[b]``: :func:`~agentmem.consolidate.statements.only_asks`,
+    :func:`~agentmem.consolidate.statements.replaces_no_fact`; None: none does).
 
     >>> rows = [EntryRecord(id=i, user_id="u", kind="turn", text="", memory_text="", created_at=t)
     ...         for i, t in (("a", 1.0), ("b", 2.0))]

@@ -10,6 +10,8 @@
 * :func:`sentence_count` — how many sentences a text has: only a one-sentence memory can be superseded (a newer
   statement replaces one fact; hiding a longer memory would hide the others it states).
 * :func:`says_it_adds` — the text says it adds to what was said ("I also speak German."): it replaces no fact.
+* :func:`speaks_of_a_possibility` — every sentence of it is a plan, wish or possibility ("I'm thinking about moving
+  to Berlin."): nothing has changed yet, so it replaces no fact either (:func:`replaces_no_fact`: one or the other).
 * :func:`only_asks` — the text asks and states nothing ("Where do I live?", "Hey! Is it still 5 mg?"): it replaces
   no fact, so it supersedes and demotes nothing (a user who asks about a fact would otherwise retract it).
 
@@ -146,10 +148,48 @@ def says_it_adds(text: str) -> bool:
     return _ADDS.search(text) is not None
 
 
+# words that make a sentence a plan, wish or possibility: nothing has changed yet ("I'm thinking about moving to
+# Berlin.", "My doctor may raise my dose."). Lower-case "may" only: "May" is also the month. Not "will" / "going
+# to" (a rescheduled appointment "will be on the 14th" is changed) nor "could" ("I could eat ramen every day.")
+_POSSIBLE = re.compile(r"\b(?:might|maybe|perhaps|someday|one day|(?:thinking|dreaming) (?:about|of)|considering|"
+                       r"plan(?:ning)? (?:to|on)|plans to|wants? to|wanna|hop(?:e|ing) to|would (?:like|love) to|"
+                       r"(?:I|we|you|he|she|they)'d (?:like|love) to|dream(?:s)? of)\b", re.IGNORECASE)
+_MAY = re.compile(r"\bmay\b")
+
+
+def speaks_of_a_possibility(text: str) -> bool:
+    """True when every sentence ``text`` states speaks of a plan, wish or possibility ("might", "may", "maybe",
+    "thinking about", "planning to", "want to", "would like to", "someday", ...): "I'm thinking about moving to
+    Berlin." after "I live in Paris." changes nothing yet, and the pairwise model read it as the move (a mount for
+    "Where do I live?" left Paris out; "My doctor may raise my lisinopril to 40 mg." superseded the current dose).
+    A message with one plain statement besides ("I moved to Berlin. Maybe I'll move again.") is not one.
+
+    >>> speaks_of_a_possibility("I'm thinking about moving to Berlin."), speaks_of_a_possibility("We might move.")
+    (True, True)
+    >>> speaks_of_a_possibility("My appointment moved to May 3."), speaks_of_a_possibility("I moved. Maybe again.")
+    (False, False)
+    """
+    said = stated_sentences(text) or sentences(text)
+    return bool(said) and all(_POSSIBLE.search(s) is not None or _MAY.search(s) is not None for s in said)
+
+
+def replaces_no_fact(text: str) -> bool:
+    """True when ``text`` says it adds (:func:`says_it_adds`) or speaks of a possibility
+    (:func:`speaks_of_a_possibility`): either way a newer memory saying it replaces no older one.
+
+    >>> replaces_no_fact("I also speak German."), replaces_no_fact("I'd love to live in Rome.")
+    (True, True)
+    >>> replaces_no_fact("I live in Rome.")
+    False
+    """
+    return says_it_adds(text) or speaks_of_a_possibility(text)
+
+
 def changed_value(older: str, newer: str) -> bool:
     """True when ``newer`` restates ``older`` with a value swapped (:func:`changed_span` of their tokens)."""
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "says_it_adds",
-           "sentence_count", "stated_sentences", "statement_key", "statement_tokens"]
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "replaces_no_fact",
+           "says_it_adds", "sentence_count", "speaks_of_a_possibility", "stated_sentences", "statement_key",
+           "statement_tokens"]

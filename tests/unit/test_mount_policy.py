@@ -195,6 +195,24 @@ def test_a_question_about_the_user_is_answered_by_the_user_s_statement_first(tmp
         assert mem.recall("What is my husband's favorite food?", user_id="u1", k=3)[0].text.startswith("My husband")
 
 
+@pytest.mark.parametrize("fact, maybe, question", [
+    ("I live in Paris.", "I'm thinking about moving to Berlin.", "Where do I live?"),
+    ("I take 20 mg of lisinopril.", "My doctor may raise my lisinopril to 40 mg.", "How much lisinopril do I take?"),
+    ("I live in Lyon.", "We might move to Marseille next year.", "Where do I live?"),
+])
+def test_a_plan_or_possibility_replaces_no_fact(tmp_path, fact, maybe, question):
+    # before, the pairwise model read the plan as the change: the write superseded the current dose and city, or
+    # recall demoted the fact and a mount left it out
+    with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
+        for t in FILLERS:
+            mem.remember(t, user_id="u1", role="user")
+        first = mem.remember(fact, user_id="u1", role="user", session_id="s1")
+        second = mem.remember(maybe, user_id="u1", role="user", session_id="s2")
+        assert second.event == "ADD" and mem.get(first.id).status == "active"
+        assert first.id in {h.id for h in mem.recall_for_mount(question, user_id="u1")}
+        assert [h.contradicted_by for h in mem.recall(question, user_id="u1", k=5) if h.id == first.id] == [None]
+
+
 def test_a_relative_s_own_update_still_replaces_theirs(tmp_path):
     with AgentMemory(tmp_path / "m", kv_encoding="off") as mem:
         for t in FILLERS:
