@@ -155,6 +155,8 @@ _POSSIBLE = re.compile(r"\b(?:might|maybe|perhaps|someday|one day|(?:thinking|dr
                        r"plan(?:ning)? (?:to|on)|plans to|wants? to|wanna|hop(?:e|ing) to|would (?:like|love) to|"
                        r"(?:I|we|you|he|she|they)'d (?:like|love) to|dream(?:s)? of)\b", re.IGNORECASE)
 _MAY = re.compile(r"\bmay\b")
+# ... unless the sentence says the plan itself changed: "I don't want to learn Spanish anymore."
+_REVISED = re.compile(r"\b(?:anymore|any more|no longer|instead|changed my mind)\b", re.IGNORECASE)
 
 
 def speaks_of_a_possibility(text: str) -> bool:
@@ -162,15 +164,19 @@ def speaks_of_a_possibility(text: str) -> bool:
     "thinking about", "planning to", "want to", "would like to", "someday", ...): "I'm thinking about moving to
     Berlin." after "I live in Paris." changes nothing yet, and the pairwise model read it as the move (a mount for
     "Where do I live?" left Paris out; "My doctor may raise my lisinopril to 40 mg." superseded the current dose).
-    A message with one plain statement besides ("I moved to Berlin. Maybe I'll move again.") is not one.
+    A message with one plain statement besides ("I moved to Berlin. Maybe I'll move again.") is not one, nor a
+    sentence that revises the plan ("I don't want to learn Spanish anymore.", "I want to study French instead.").
 
     >>> speaks_of_a_possibility("I'm thinking about moving to Berlin."), speaks_of_a_possibility("We might move.")
     (True, True)
     >>> speaks_of_a_possibility("My appointment moved to May 3."), speaks_of_a_possibility("I moved. Maybe again.")
     (False, False)
+    >>> speaks_of_a_possibility("I don't want to learn Spanish anymore.")
+    False
     """
     said = stated_sentences(text) or sentences(text)
-    return bool(said) and all(_POSSIBLE.search(s) is not None or _MAY.search(s) is not None for s in said)
+    return bool(said) and all((_POSSIBLE.search(s) is not None or _MAY.search(s) is not None)
+                              and _REVISED.search(s) is None for s in said)
 
 
 def replaces_no_fact(text: str) -> bool:
