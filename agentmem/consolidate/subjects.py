@@ -13,10 +13,10 @@ by a relation ("my mother", "my older brother's") is that relative's, unless the
 own things ("My husband moved my appointment to Friday." is the speaker's appointment) or joins the speaker in
 ("My wife and I moved to Berlin."), or names who holds the relation ("My girlfriend's name is Julia.", "My
 partner is Sofia.": who the speaker's partner is, the speaker's fact, which "I broke up and now I'm seeing Nina."
-changes). Any other sentence ("Anna moved to Madrid.", "We transferred my daughter to
-Oakwood.", "She quit.") or a text of several sentences is read as unknown, and an unknown subject differs from
-none: the rule only keeps apart what it is sure of. Relations that act on the speaker's affairs (doctor, manager,
-coach) are not in the list: "My doctor raised my dose to 40 mg." is an update of the speaker's dose.
+changes). Any other sentence ("Anna moved to Madrid.", "We transferred my daughter to Oakwood.", "She quit.") or
+a text of several sentences is read as unknown, and an unknown subject differs from none: the rule only keeps
+apart what it is sure of. Relations that act on the speaker's affairs (doctor, manager, coach) are not in the list:
+"My doctor raised my dose to 40 mg." is an update of the speaker's dose.
 
 Example:
     >>> subject_of("I work as a teacher."), subject_of("My mother was a data analyst.")
