@@ -44,8 +44,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ku_natural import (NaturalCase, added_cases, alike_cases, natural_cases, others_cases,  # noqa: E402
-                        possible_cases)
+from ku_natural import (NaturalCase, added_cases, alike_cases, natural_cases, occasion_cases,  # noqa: E402
+                        others_cases, possible_cases)
 from ku_scenarios import Scenario, distinct_pairs, restatements, scenarios  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -169,7 +169,8 @@ def natural_effect(mem: AgentMemory, cases: list[NaturalCase]) -> dict[str, dict
     pairs a rule was designed on, ``check``: the other updates, ``alike``: the newer is no update, ``added`` /
     ``added_bare``: the newer is a second value, said as added or not, so both answer; ``others`` /
     ``others_asked``: the user's and a relative's statement of the same kind, asked about the older's subject;
-    ``possible``: the newer is a plan or possibility, nothing changed yet):
+    ``possible``: the newer is a plan or possibility, nothing changed yet; ``occasion``: the newer is an exception
+    limited to an occasion):
     share whose ``recall(k=1)`` is the newer statement (``top1_new``), whose ``recall(k=5)`` ranks the newer above
     the older (``newer_first``; the older missing counts), whose mount (``recall_for_mount(k=4)``) holds the newer
     (``new_mounted``), the older without the newer (``stale_alone_mounted``) and the older (``old_mounted``: for
@@ -221,7 +222,7 @@ def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None,
             with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
                 made = {"fillers": n, "wrapped": mode or False, "echoed": echo}
                 cases = (natural_cases(**made) + alike_cases(**made) + added_cases(**made) + others_cases(**made)
-                         + possible_cases(**made))
+                         + possible_cases(**made) + occasion_cases(**made))
                 out[name] = natural_effect(mem, cases)
             print(f"natural {name}", out[name], file=sys.stderr, flush=True)
     return out

@@ -272,6 +272,37 @@ def possible_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = Fal
             for fact, maybe, question in POSSIBLE]
 
 
+# a general fact and, a session later, an exception limited to an occasion (the fact still holds otherwise):
+# written after statements.narrows_to_an_occasion (round 3 session 23) and run once, as its check
+OCCASIONS = [
+    ("I cycle to work.", "When it snows I take the tram.", "How do I get to work?"),
+    ("I eat lunch at my desk.", "On Fridays we go out for lunch.", "Where do I eat lunch?"),
+    ("I wake up at 6:30.", "On weekends I sleep in until nine.", "What time do I wake up?"),
+    ("I shop at Lidl.", "Sometimes I go to the farmers' market.", "Where do I do my shopping?"),
+    ("I wear glasses.", "Occasionally I wear contact lenses.", "Do I wear glasses?"),
+    ("I work from the office in Leeds.", "In the summer I work from our Lisbon office.", "Where do I work from?"),
+    ("I drink green tea in the morning.", "On holiday I drink espresso.", "What do I drink in the morning?"),
+    ("I take the dog to the park.", "On rainy days I walk the dog around the block.", "Where do I walk the dog?"),
+    ("I read the news on my phone.", "At weekends I read the paper edition.", "How do I read the news?"),
+    ("I play football with friends.", "In the winter I play indoor five-a-side.", "What sport do I play?"),
+    ("I park in the office garage.", "On Mondays I park on the street.", "Where do I park?"),
+    ("I have porridge for breakfast.", "Every Sunday I make pancakes.", "What do I have for breakfast?"),
+]
+
+
+def occasion_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+                   echoed: bool = False) -> list[NaturalCase]:
+    """Stores built like :func:`natural_cases` from :data:`OCCASIONS` (group ``"occasion"``): the general fact in
+    ``s1``, the exception in ``s3``; the older still answers.
+
+    >>> occasion_cases(fillers=0)[0].newer
+    'When it snows I take the tram.'
+    """
+    rng = random.Random(f"natural-occasion-{seed}")
+    return [_case(fact, exception, question, "occasion", rng, fillers, wrapped, echoed)
+            for fact, exception, question in OCCASIONS]
+
+
 def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
     """``statement`` inside a chat message: after a greeting, before a sentence about something else (one of
     ``asides``), or both.
@@ -319,5 +350,6 @@ def _case(older: str, newer: str, question: str, group: str, rng: random.Random,
     return NaturalCase(older, newer, question, tuple(stream), group, said)
 
 
-__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OPENERS", "POSSIBLE", "NaturalCase", "added_cases",
-           "alike_cases", "echo", "natural_cases", "others_cases", "possible_cases", "wrap"]
+__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OCCASIONS", "OPENERS", "POSSIBLE", "NaturalCase",
+           "added_cases", "alike_cases", "echo", "natural_cases", "occasion_cases", "others_cases", "possible_cases",
+           "wrap"]

@@ -62,8 +62,8 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import (changed_span, only_asks, replaces_no_fact, sentence_count,
-                                              stated_sentences, statement_tokens)
+from agentmem.consolidate.statements import (changed_span, limited_to_an_occasion, names_when, only_asks,
+                                              replaces_no_fact, sentence_count, stated_sentences, statement_tokens)
 from agentmem.consolidate.subjects import differ, subject_of
 from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
 from agentmem.erasure import Erasure
@@ -111,6 +111,8 @@ class Neighbour:
     sentences: int = 1  # how many sentences it has: only a one-sentence memory can be superseded
     asks: bool = False  # it only asks (statements.only_asks): it states no value, so no newer statement replaces it
     subject: str | None = None  # whom it is about (subjects.subject_of): another person's statement replaces none
+    names_when: bool = False  # it names days or seasons (statements.names_when): an occasion may be its value
+    occasion: bool = False  # it is limited to an occasion (statements.limited_to_an_occasion): "on weekends"
 
 
 @dataclass
@@ -131,7 +133,7 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
            neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
            pairs: PairModel | None = None, tokens: tuple[str, ...] | None = None,
            session_id: str | None = None, asks: bool = False, adds: bool = False,
-           subject: str | None = None) -> Decision:
+           subject: str | None = None, occasion: bool = False, names: bool = False) -> Decision:
     """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
 
     Only the same statement merges: a neighbour whose ``tokens`` equal the new text's ``tokens`` (None: nothing
@@ -147,7 +149,9 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     that ``adds`` (:func:`~agentmem.consolidate.statements.replaces_no_fact`): "I also speak German." is a second
     language, not a changed one, and "I'm thinking about moving to Berlin." changes nothing yet. Nor a neighbour
     about someone else (its ``subject`` and the new memory's differ, :func:`~agentmem.consolidate.subjects.subject_of`):
-    "My mother was a data analyst." is not the user's job."""
+    "My mother was a data analyst." is not the user's job. Nor when one is limited to an occasion and the other
+    ``names`` no days or seasons (:func:`~agentmem.consolidate.statements.narrows_to_an_occasion`: "On weekends I get
+    around by ferry." and "I commute by bus."): an exception and the rule, neither changes the other."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -160,7 +164,8 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
 
     def replaceable(n: Neighbour) -> bool:
         return ((session_id is None or n.session_id != session_id) and n.sentences <= 1 and not n.asks
-                and not differ(n.subject, subject))
+                and not differ(n.subject, subject) and not (occasion and not n.names_when)
+                and not (n.occasion and not names))
 
     if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
         # every neighbour is the pair's background (the model's margin feature), only another session's is replaced
@@ -296,6 +301,8 @@ class LocalConsolidator:
         asks = [only_asks(t) for t in texts]
         adds = [replaces_no_fact(t) for t in texts]  # says it adds, or speaks of a possibility
         subjects = [subject_of(t) for t in texts]
+        occasions = [limited_to_an_occasion(t) for t in texts]
+        whens = [names_when(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
             if row.kind == "tool" and row.indexed is not False:  # data: replaced only by the same call's result
@@ -309,10 +316,11 @@ class LocalConsolidator:
                 if decisions[j].merge_into is None and rows[j].user_id == row.user_id:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
-                                                rows[j].session_id, sentences[j], asks[j], subjects[j]))
+                                                rows[j].session_id, sentences[j], asks[j], subjects[j],
+                                                whens[j], occasions[j]))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
                               pairs=self.pairs, tokens=tokens[i], session_id=row.session_id, asks=asks[i],
-                              adds=adds[i], subject=subjects[i])
+                              adds=adds[i], subject=subjects[i], occasion=occasions[i], names=whens[i])
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -350,7 +358,8 @@ class LocalConsolidator:
         texts = [self._text_of(r) for r in rows]
         cached = self._vectors_of(rows, texts)
         return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t),
-                          r.session_id, sentence_count(t), only_asks(t), subject_of(t))
+                          r.session_id, sentence_count(t), only_asks(t), subject_of(t), names_when(t),
+                          limited_to_an_occasion(t))
                 for r, t, v in zip(rows, texts, cached)]
 
     def _vectors_of(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> list[np.ndarray]:
@@ -378,7 +387,8 @@ class LocalConsolidator:
         nor one that only asks, nor by a newer one that asks, says it adds ("I also speak German.") or speaks of a
         possibility ("I'm thinking about moving to Berlin."), nor one about someone else
         (:func:`~agentmem.consolidate.subjects.subject_of`: "My mother was a data analyst." against "I work as a
-        teacher."). Also, in any session, the newer restating the older with a value swapped
+        teacher."), nor when one is limited to an occasion and the other names no days or seasons ("On weekends I
+        get around by ferry." and "I commute by bus."). Also, in any session, the newer restating the older with a value swapped
         (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter), and a tool's
         newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
         if len(rows) < 2:
@@ -392,6 +402,8 @@ class LocalConsolidator:
         # to Berlin.") replaces no older one
         quiet = [a or replaces_no_fact(t) for a, t in zip(asks, texts)]
         subjects = [subject_of(t) for t in texts]  # another person's statement changes none of the speaker's
+        occasions = [limited_to_an_occasion(t) for t in texts]  # an exception ("on weekends") and a rule ...
+        whens = [names_when(t) for t in texts]  # ... that names no days or seasons: neither changes the other
         # statements only: tool results and trained entries are data, replaced only by a newer result of the
         # same call (a model of statements hid one account's balance behind another's)
         stated = {r.id for r in rows if r.kind in CONSOLIDATED_KINDS}
@@ -413,7 +425,8 @@ class LocalConsolidator:
             if quiet[b] or row.id not in stated:
                 continue  # a question states no value, an addition changes none: it demotes nothing (as on write)
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
-            older = [a for a in same if _before(rows[a], row) and not differ(subjects[a], subjects[b])]
+            older = [a for a in same if _before(rows[a], row) and not differ(subjects[a], subjects[b])
+                     and not (occasions[b] and not whens[a]) and not (occasions[a] and not whens[b])]
             # the assistant's replies that restated the user's fact: weighed as the user's own older statements are
             said = [a for a in range(len(rows)) if echoes(rows[a], row) and _before(rows[a], row) and not asks[a]]
             out.update((rows[a].id, row.id) for a in self._echo_conflicts(b, said, same, vecs, words, sentences))
@@ -638,6 +651,22 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
     return order
 
 
+def moved_down(items: Sequence[T], off: Callable[[T], bool], places: int = SETTLE) -> list[T]:
+    """``items`` with each one ``off`` the question moved ``places`` down, the others keeping their order: recall's
+    step for a hit surely about someone else than the query asks about
+    (:class:`~agentmem.consolidate.store_parts.ConflictDemotion`). Only a few places: "Do I have family in Berlin?"
+    is about the speaker and "My sister lives in Berlin." answers it.
+
+    >>> moved_down(["sister's", "mine", "tea", "x"], off=lambda t: t == "sister's")
+    ['mine', 'tea', "sister's", 'x']
+    """
+    order = list(items)
+    for item in [i for i in order if off(i)][::-1]:  # the lowest first, so each moves past the items it would alone
+        n = order.index(item)
+        order.insert(min(len(order) - 1, n + places), order.pop(n))
+    return order
+
+
 def _mount_settled(items: Sequence[T], ident: Callable[[T], str], conflicts: set[tuple[str, str]],
                    mounted: Callable[[T], bool]) -> list[T]:
     """:func:`demote_older`'s ``drop``: what a mount takes, in order."""
@@ -709,4 +738,5 @@ def apply_decisions(lifecycle: Lifecycle, rows_of: Callable[[Sequence[str]], lis
 
 
 __all__ = ["CHECKED", "CONSOLIDATED_KINDS", "DEMOTE", "SETTLE", "Applied", "Decision", "LocalConsolidator",
-           "Neighbour", "apply_decisions", "decide", "demote_older", "demotion_pool", "jaccard", "swapped_values"]
+           "Neighbour", "apply_decisions", "decide", "demote_older", "demotion_pool", "jaccard", "moved_down",
+           "swapped_values"]

@@ -12,6 +12,8 @@
 * :func:`says_it_adds` — the text says it adds to what was said ("I also speak German."): it replaces no fact.
 * :func:`speaks_of_a_possibility` — every sentence of it is a plan, wish or possibility ("I'm thinking about moving
   to Berlin."): nothing has changed yet, so it replaces no fact either (:func:`replaces_no_fact`: one or the other).
+* :func:`narrows_to_an_occasion` — one text is limited to an occasion the other does not name ("On weekends I get
+  around by ferry." and "I commute by bus."): an exception and the rule, neither a change of the other.
 * :func:`only_asks` — the text asks and states nothing ("Where do I live?", "Hey! Is it still 5 mg?"): it replaces
   no fact, so it supersedes and demotes nothing (a user who asks about a fact would otherwise retract it).
 
@@ -191,11 +193,61 @@ def replaces_no_fact(text: str) -> bool:
     return says_it_adds(text) or speaks_of_a_possibility(text)
 
 
+_DAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
+# a phrase that limits a statement to an occasion: "on weekends", "on Fridays", "in the summer", "on holiday",
+# "when it rains", "sometimes" (a single day, "on Friday", is an event's date, not an occasion)
+_OCCASION = re.compile(rf"\b(?:on (?:the )?(?:weekends|weekdays|(?:mon|tues|wednes|thurs|fri|satur|sun)days)|"
+                       rf"at (?:the )?weekends?|every (?:weekend|{_DAYS}|summer|winter)|"
+                       rf"in (?:the )?(?:summer|winter|spring|autumn|fall)|on (?:holiday|holidays|vacation)|"
+                       rf"when it(?:'s| is)?\b|whenever|sometimes|occasionally|once in a while|"
+                       rf"from time to time|now and then)\b", re.IGNORECASE)
+# any mention of the days, seasons or holidays a statement holds on: then an occasion may be its value
+_WHEN = re.compile(rf"\b(?:{_DAYS}|weekends?|weekdays?|summers?|winters?|spring|autumn|fall|holidays?|vacations?|"
+                   rf"daily|every day|always|usually)\b", re.IGNORECASE)
+
+
+def narrows_to_an_occasion(older: str, newer: str) -> bool:
+    """True when one text is limited to an occasion ("On weekends I get around by ferry.", "On Fridays I work from
+    home.", "In the summer I drink iced tea.", "sometimes") and the other names no days, seasons or holidays at all
+    ("I commute by bus."): one states an exception, the other the rule, and neither changes the other. (Before, "On
+    Fridays I work from home." superseded "I work from the office." on write, and "I commute by train now."
+    superseded "On weekends I get around by bike.".) When both name them ("My workout days are Sundays.", then "I
+    go to the gym on Thursdays now."), the newer may well change the older's value.
+
+    >>> narrows_to_an_occasion("I commute by bus.", "On weekends I get around by ferry.")
+    True
+    >>> narrows_to_an_occasion("My workout days are Sundays.", "I go to the gym on Thursdays now.")
+    False
+    >>> narrows_to_an_occasion("My dentist appointment is on March 3.", "The dentist moved it to Friday.")
+    False
+    """
+    return ((limited_to_an_occasion(newer) and not names_when(older))
+            or (limited_to_an_occasion(older) and not names_when(newer)))
+
+
+def limited_to_an_occasion(text: str) -> bool:
+    """Whether ``text`` has a phrase that limits it to an occasion ("on weekends", "in the summer", "sometimes").
+
+    >>> limited_to_an_occasion("On Fridays I work from home."), limited_to_an_occasion("I work from home on Friday.")
+    (True, False)
+    """
+    return _OCCASION.search(text) is not None
+
+
+def names_when(text: str) -> bool:
+    """Whether ``text`` names any days, seasons or holidays, or says "every day" / "always" / "usually".
+
+    >>> names_when("My workout days are Sundays."), names_when("I commute by bus.")
+    (True, False)
+    """
+    return _WHEN.search(text) is not None
+
+
 def changed_value(older: str, newer: str) -> bool:
     """True when ``newer`` restates ``older`` with a value swapped (:func:`changed_span` of their tokens)."""
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "only_asks", "replaces_no_fact",
-           "says_it_adds", "sentence_count", "speaks_of_a_possibility", "stated_sentences", "statement_key",
-           "statement_tokens"]
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "limited_to_an_occasion", "names_when",
+           "narrows_to_an_occasion", "only_asks", "replaces_no_fact", "says_it_adds", "sentence_count",
+           "speaks_of_a_possibility", "stated_sentences", "statement_key", "statement_tokens"]

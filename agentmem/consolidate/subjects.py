@@ -33,12 +33,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from agentmem.consolidate.statements import sentence_count, statement_tokens
-
-T = TypeVar("T")
 
 SPEAKER = "i"
 # openers a sentence may start with before its subject
@@ -134,26 +131,4 @@ def differ(a: str | None, b: str | None) -> bool:
     return a is not None and b is not None and a != b
 
 
-def behind_others_asked(items: Sequence[T], query: str, subject: Callable[[T], str | None], places: int) -> list[T]:
-    """``items`` with each one surely about someone else than ``query`` asks about moved ``places`` down (the
-    query's subject read as a sentence's is, :func:`subject_of`; unknown: no change): for "What is my favorite
-    food?" the user's own "My new favourite dish is lasagna." before "My husband's favorite food is risotto.",
-    which shares more words with the question. Only a few places: "Do I have family in Berlin?" is about the
-    speaker and "My sister lives in Berlin." answers it.
-
-    >>> texts = ["My husband's favorite food is risotto.", "My new favourite dish is lasagna.", "I like tea."]
-    >>> behind_others_asked(texts, "What is my favorite food?", subject_of, 2)
-    ['My new favourite dish is lasagna.', 'I like tea.', "My husband's favorite food is risotto."]
-    """
-    asked = subject_of(query)
-    order = list(items)
-    if asked is None:
-        return order
-    moved = [item for item in order if differ(subject(item), asked)]
-    for item in reversed(moved):  # the lowest first, so each moves past the same items it would alone
-        n = order.index(item)
-        order.insert(min(len(order) - 1, n + places), order.pop(n))
-    return order
-
-
-__all__ = ["SPEAKER", "about_someone_else", "behind_others_asked", "differ", "subject_of"]
+__all__ = ["SPEAKER", "about_someone_else", "differ", "subject_of"]

@@ -176,6 +176,10 @@ NO_CHANGE = [
     ("I live in Paris.", "I'm thinking about moving to Berlin.", "Where do I live?"),
     ("I take 20 mg of lisinopril.", "My doctor may raise my lisinopril to 40 mg.", "How much lisinopril do I take?"),
     ("I live in Lyon.", "We might move to Marseille next year.", "Where do I live?"),
+    # an exception limited to an occasion, and the rule (statements.narrows_to_an_occasion)
+    ("I work from the office.", "On Fridays I work from home.", "Where do I work from?"),
+    ("I commute by bus.", "On weekends I get around by ferry.", "How do I commute?"),
+    ("On weekends I get around by bike.", "I commute by train now.", "How do I get around on weekends?"),
 ]
 
 
