@@ -388,9 +388,10 @@ class LocalConsolidator:
         possibility ("I'm thinking about moving to Berlin."), nor one about someone else
         (:func:`~agentmem.consolidate.subjects.subject_of`: "My mother was a data analyst." against "I work as a
         teacher."), nor when one is limited to an occasion and the other names no days or seasons ("On weekends I
-        get around by ferry." and "I commute by bus."). Also, in any session, the newer restating the older with a value swapped
-        (:func:`swapped_values`; the rest of the older is restated too, so its length does not matter), and a tool's
-        newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`)."""
+        get around by ferry." and "I commute by bus."). Also, in any session, the newer restating the older with a
+        value swapped (:func:`swapped_values`; the rest of the older is restated too, so its length does not
+        matter), and a tool's newer result of the same call (:func:`~agentmem.consolidate.tool_calls.repeated_calls`).
+        """
         if len(rows) < 2:
             return set()
         vecs = self._vectors_of(rows, texts)
