@@ -62,7 +62,7 @@ import numpy as np
 
 from agentmem.ports.catalog import EntryRecord
 from agentmem.consolidate.pairs import PairModel
-from agentmem.consolidate.statements import (changed_span, limited_to_an_occasion, names_when, only_asks,
+from agentmem.consolidate.statements import (Occasion, changed_span, exception_and_rule, occasion_of, only_asks,
                                               replaces_no_fact, sentence_count, stated_sentences, statement_tokens)
 from agentmem.consolidate.subjects import differ, subject_of
 from agentmem.consolidate.tool_calls import REPLACED, call_of, one_document, replaced_results, repeated_calls
@@ -111,8 +111,7 @@ class Neighbour:
     sentences: int = 1  # how many sentences it has: only a one-sentence memory can be superseded
     asks: bool = False  # it only asks (statements.only_asks): it states no value, so no newer statement replaces it
     subject: str | None = None  # whom it is about (subjects.subject_of): another person's statement replaces none
-    names_when: bool = False  # it names days or seasons (statements.names_when): an occasion may be its value
-    occasion: bool = False  # it is limited to an occasion (statements.limited_to_an_occasion): "on weekends"
+    occasion: Occasion = Occasion()  # when it holds (statements.occasion_of): an exception replaces no rule
 
 
 @dataclass
@@ -132,8 +131,8 @@ class Decision:
 def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | None], created_at: float,
            neighbours: Sequence[Neighbour], *, vector: np.ndarray | None = None,
            pairs: PairModel | None = None, tokens: tuple[str, ...] | None = None,
-           session_id: str | None = None, asks: bool = False, adds: bool = False,
-           subject: str | None = None, occasion: bool = False, names: bool = False) -> Decision:
+           session_id: str | None = None, asks: bool = False, replaces_nothing: bool = False,
+           subject: str | None = None, occasion: Occasion = Occasion()) -> Decision:
     """The local rule for one new memory against its neighbours (any order; foreign speakers are ignored).
 
     Only the same statement merges: a neighbour whose ``tokens`` equal the new text's ``tokens`` (None: nothing
@@ -146,12 +145,13 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     that only ``asks`` (:func:`~agentmem.consolidate.statements.only_asks`): "Do I still live in Lyon?" states no
     value, so it replaces none (it may still merge with the same question asked before); nor is such a memory
     replaced: a statement answers a question, it does not make the user's having asked it stale. Nor by a memory
-    that ``adds`` (:func:`~agentmem.consolidate.statements.replaces_no_fact`): "I also speak German." is a second
-    language, not a changed one, and "I'm thinking about moving to Berlin." changes nothing yet. Nor a neighbour
-    about someone else (its ``subject`` and the new memory's differ, :func:`~agentmem.consolidate.subjects.subject_of`):
-    "My mother was a data analyst." is not the user's job. Nor when one is limited to an occasion and the other
-    ``names`` no days or seasons (:func:`~agentmem.consolidate.statements.narrows_to_an_occasion`: "On weekends I get
-    around by ferry." and "I commute by bus."): an exception and the rule, neither changes the other."""
+    that ``replaces_nothing`` (:func:`~agentmem.consolidate.statements.replaces_no_fact`): "I also speak German." is
+    a second language, not a changed one, and "I'm thinking about moving to Berlin." changes nothing yet. Nor a
+    neighbour about someone else (its ``subject`` and the new memory's differ,
+    :func:`~agentmem.consolidate.subjects.subject_of`): "My mother was a data analyst." is not the user's job. Nor
+    when one ``occasion`` is limited and the other names no days or seasons
+    (:func:`~agentmem.consolidate.statements.narrows_to_an_occasion`: "On weekends I get around by ferry." and "I
+    commute by bus."): an exception and the rule, neither changes the other."""
     mine = sorted((n for n in neighbours if n.key == key and n.created_at < created_at), key=lambda n: -n.cosine)
     if not mine:
         return Decision()
@@ -159,13 +159,12 @@ def decide(new_words: set[str], key: tuple[str, str | None, str | None, str | No
     if same is not None:
         return Decision(merge_into=same.id, merge_reason="the same statement again (equal after normalising case, "
                                                          "spacing and punctuation)")
-    if asks or adds:
+    if asks or replaces_nothing:
         return Decision()
 
     def replaceable(n: Neighbour) -> bool:
         return ((session_id is None or n.session_id != session_id) and n.sentences <= 1 and not n.asks
-                and not differ(n.subject, subject) and not (occasion and not n.names_when)
-                and not (n.occasion and not names))
+                and not differ(n.subject, subject) and not exception_and_rule(n.occasion, occasion))
 
     if pairs is not None and vector is not None and all(n.vector is not None for n in mine):
         # every neighbour is the pair's background (the model's margin feature), only another session's is replaced
@@ -299,10 +298,9 @@ class LocalConsolidator:
         tokens = [statement_tokens(t) for t in texts]
         sentences = [sentence_count(t) for t in texts]  # once per text, not once per later text of the batch
         asks = [only_asks(t) for t in texts]
-        adds = [replaces_no_fact(t) for t in texts]  # says it adds, or speaks of a possibility
+        quiet = [replaces_no_fact(t) for t in texts]  # says it adds, or speaks of a possibility
         subjects = [subject_of(t) for t in texts]
-        occasions = [limited_to_an_occasion(t) for t in texts]
-        whens = [names_when(t) for t in texts]
+        occasions = [occasion_of(t) for t in texts]
         decisions: list[Decision] = []
         for i, row in enumerate(rows):
             if row.kind == "tool" and row.indexed is not False:  # data: replaced only by the same call's result
@@ -317,10 +315,10 @@ class LocalConsolidator:
                     neighbours.append(Neighbour(rows[j].id, float(unit[i] @ unit[j]), words[j],
                                                 speaker_key(rows[j]), rows[j].created_at, unit[j], tokens[j],
                                                 rows[j].session_id, sentences[j], asks[j], subjects[j],
-                                                whens[j], occasions[j]))
+                                                occasions[j]))
             decision = decide(words[i], speaker_key(row), row.created_at, neighbours, vector=unit[i],
                               pairs=self.pairs, tokens=tokens[i], session_id=row.session_id, asks=asks[i],
-                              adds=adds[i], subject=subjects[i], occasion=occasions[i], names=whens[i])
+                              replaces_nothing=quiet[i], subject=subjects[i], occasion=occasions[i])
             if decision.merge_into is not None:
                 # an in-batch duplicate of a duplicate merges into the stored original
                 earlier = next((d for j, d in enumerate(decisions) if rows[j].id == decision.merge_into), None)
@@ -358,8 +356,7 @@ class LocalConsolidator:
         texts = [self._text_of(r) for r in rows]
         cached = self._vectors_of(rows, texts)
         return [Neighbour(r.id, float(unit @ v), content_words(t), key, r.created_at, v, statement_tokens(t),
-                          r.session_id, sentence_count(t), only_asks(t), subject_of(t), names_when(t),
-                          limited_to_an_occasion(t))
+                          r.session_id, sentence_count(t), only_asks(t), subject_of(t), occasion_of(t))
                 for r, t, v in zip(rows, texts, cached)]
 
     def _vectors_of(self, rows: Sequence[EntryRecord], texts: Sequence[str]) -> list[np.ndarray]:
@@ -403,8 +400,7 @@ class LocalConsolidator:
         # to Berlin.") replaces no older one
         quiet = [a or replaces_no_fact(t) for a, t in zip(asks, texts)]
         subjects = [subject_of(t) for t in texts]  # another person's statement changes none of the speaker's
-        occasions = [limited_to_an_occasion(t) for t in texts]  # an exception ("on weekends") and a rule ...
-        whens = [names_when(t) for t in texts]  # ... that names no days or seasons: neither changes the other
+        occasions = [occasion_of(t) for t in texts]  # an exception ("on weekends") and a rule change neither
         # statements only: tool results and trained entries are data, replaced only by a newer result of the
         # same call (a model of statements hid one account's balance behind another's)
         stated = {r.id for r in rows if r.kind in CONSOLIDATED_KINDS}
@@ -427,7 +423,7 @@ class LocalConsolidator:
                 continue  # a question states no value, an addition changes none: it demotes nothing (as on write)
             same = [a for a in range(len(rows)) if a != b and keys[a] == keys[b]]
             older = [a for a in same if _before(rows[a], row) and not differ(subjects[a], subjects[b])
-                     and not (occasions[b] and not whens[a]) and not (occasions[a] and not whens[b])]
+                     and not exception_and_rule(occasions[a], occasions[b])]
             # the assistant's replies that restated the user's fact: weighed as the user's own older statements are
             said = [a for a in range(len(rows)) if echoes(rows[a], row) and _before(rows[a], row) and not asks[a]]
             out.update((rows[a].id, row.id) for a in self._echo_conflicts(b, said, same, vecs, words, sentences))
@@ -646,17 +642,14 @@ def demote_older(items: Sequence[T], *, ident: Callable[[T], str], conflicts: se
         if older in at and newer in at and at.index(older) < at.index(newer):
             order.insert(at.index(older), order.pop(at.index(newer)))
     demoted = {a for a, _ in conflicts}
-    for item in sorted((i for i in order if ident(i) in demoted), key=order.index, reverse=True):
-        n = order.index(item)
-        order.insert(min(len(order) - 1, n + SETTLE), order.pop(n))
-    return order
+    return moved_down(order, lambda item: ident(item) in demoted)
 
 
 def moved_down(items: Sequence[T], off: Callable[[T], bool], places: int = SETTLE) -> list[T]:
-    """``items`` with each one ``off`` the question moved ``places`` down, the others keeping their order: recall's
-    step for a hit surely about someone else than the query asks about
-    (:class:`~agentmem.consolidate.store_parts.ConflictDemotion`). Only a few places: "Do I have family in Berlin?"
-    is about the speaker and "My sister lives in Berlin." answers it.
+    """``items`` with each one ``off`` moved ``places`` down, the others keeping their order: how
+    :func:`demote_older` settles a contradicted hit, and recall's step for a hit surely about someone else than the
+    query asks about (:class:`~agentmem.consolidate.store_parts.ConflictDemotion`). Only a few places: "Do I have
+    family in Berlin?" is about the speaker and "My sister lives in Berlin." answers it.
 
     >>> moved_down(["sister's", "mine", "tea", "x"], off=lambda t: t == "sister's")
     ['mine', 'tea', "sister's", 'x']

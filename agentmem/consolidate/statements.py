@@ -38,6 +38,7 @@ import difflib
 import re
 import unicodedata
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from agentmem.text import content_words, sentences
 
@@ -193,17 +194,44 @@ def replaces_no_fact(text: str) -> bool:
     return says_it_adds(text) or speaks_of_a_possibility(text)
 
 
-_DAYS = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"
+_DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
 # a phrase that limits a statement to an occasion: "on weekends", "on Fridays", "in the summer", "on holiday",
 # "when it rains", "sometimes" (a single day, "on Friday", is an event's date, not an occasion)
-_OCCASION = re.compile(rf"\b(?:on (?:the )?(?:weekends|weekdays|(?:mon|tues|wednes|thurs|fri|satur|sun)days)|"
-                       rf"at (?:the )?weekends?|every (?:weekend|{_DAYS}|summer|winter)|"
+_OCCASION = re.compile(rf"\b(?:on (?:the )?(?:weekends|weekdays|{_DAY}s)|"
+                       rf"at (?:the )?weekends?|every (?:weekend|{_DAY}s?|summer|winter)|"
                        rf"in (?:the )?(?:summer|winter|spring|autumn|fall)|on (?:holiday|holidays|vacation)|"
                        rf"when it(?:'s| is)?\b|whenever|sometimes|occasionally|once in a while|"
                        rf"from time to time|now and then)\b", re.IGNORECASE)
 # any mention of the days, seasons or holidays a statement holds on: then an occasion may be its value
-_WHEN = re.compile(rf"\b(?:{_DAYS}|weekends?|weekdays?|summers?|winters?|spring|autumn|fall|holidays?|vacations?|"
+_WHEN = re.compile(rf"\b(?:{_DAY}s?|weekends?|weekdays?|summers?|winters?|spring|autumn|fall|holidays?|vacations?|"
                    rf"daily|every day|always|usually)\b", re.IGNORECASE)
+
+
+class Occasion(NamedTuple):
+    """What a text says of when it holds (:func:`occasion_of`): ``limited`` to an occasion ("on weekends"), and
+    whether it ``named`` any days, seasons or holidays at all."""
+
+    limited: bool = False
+    named: bool = False
+
+
+def occasion_of(text: str) -> Occasion:
+    """:class:`Occasion` of ``text`` (:func:`limited_to_an_occasion`, :func:`names_when`).
+
+    >>> occasion_of("On weekends I get around by ferry."), occasion_of("I commute by bus.")
+    (Occasion(limited=True, named=True), Occasion(limited=False, named=False))
+    """
+    return Occasion(limited_to_an_occasion(text), names_when(text))
+
+
+def exception_and_rule(a: Occasion, b: Occasion) -> bool:
+    """Whether one of two texts is limited to an occasion and the other names no days, seasons or holidays
+    (:func:`narrows_to_an_occasion`, on the texts' :func:`occasion_of`).
+
+    >>> exception_and_rule(Occasion(limited=True, named=True), Occasion())
+    True
+    """
+    return (a.limited and not b.named) or (b.limited and not a.named)
 
 
 def narrows_to_an_occasion(older: str, newer: str) -> bool:
@@ -221,8 +249,7 @@ def narrows_to_an_occasion(older: str, newer: str) -> bool:
     >>> narrows_to_an_occasion("My dentist appointment is on March 3.", "The dentist moved it to Friday.")
     False
     """
-    return ((limited_to_an_occasion(newer) and not names_when(older))
-            or (limited_to_an_occasion(older) and not names_when(newer)))
+    return exception_and_rule(occasion_of(older), occasion_of(newer))
 
 
 def limited_to_an_occasion(text: str) -> bool:
@@ -248,6 +275,7 @@ def changed_value(older: str, newer: str) -> bool:
     return changed_span(statement_tokens(older), statement_tokens(newer)) is not None
 
 
-__all__ = ["MAX_CHANGED", "MIN_SHARED", "changed_span", "changed_value", "limited_to_an_occasion", "names_when",
-           "narrows_to_an_occasion", "only_asks", "replaces_no_fact", "says_it_adds", "sentence_count",
-           "speaks_of_a_possibility", "stated_sentences", "statement_key", "statement_tokens"]
+__all__ = ["MAX_CHANGED", "MIN_SHARED", "Occasion", "changed_span", "changed_value", "exception_and_rule",
+           "limited_to_an_occasion", "names_when", "narrows_to_an_occasion", "occasion_of", "only_asks",
+           "replaces_no_fact", "says_it_adds", "sentence_count", "speaks_of_a_possibility", "stated_sentences",
+           "statement_key", "statement_tokens"]
