@@ -44,8 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ku_natural import (NaturalCase, added_cases, alike_cases, natural_cases, occasion_cases,  # noqa: E402
-                        others_cases, possible_cases)
+from ku_natural import NaturalCase, added_cases, alike_cases, kept_cases, natural_cases, others_cases  # noqa: E402
 from ku_scenarios import Scenario, distinct_pairs, restatements, scenarios  # noqa: E402
 
 from agentmem import AgentMemory  # noqa: E402
@@ -222,7 +221,7 @@ def natural_runs(root: Path, fillers: list[int], *, wrapped: str | None = None,
             with AgentMemory(root / f"ku-natural-{name}", consolidation="local") as mem:
                 made = {"fillers": n, "wrapped": mode or False, "echoed": echo}
                 cases = (natural_cases(**made) + alike_cases(**made) + added_cases(**made) + others_cases(**made)
-                         + possible_cases(**made) + occasion_cases(**made))
+                         + kept_cases(**made))
                 out[name] = natural_effect(mem, cases)
             print(f"natural {name}", out[name], file=sys.stderr, flush=True)
     return out

@@ -259,19 +259,6 @@ POSSIBLE = [
 ]
 
 
-def possible_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
-                   echoed: bool = False) -> list[NaturalCase]:
-    """Stores built like :func:`natural_cases` from :data:`POSSIBLE` (group ``"possible"``): the fact in ``s1``, the
-    plan or possibility in ``s3``; the older still answers.
-
-    >>> possible_cases(fillers=0)[0].newer
-    "I'm considering an offer from Bosch."
-    """
-    rng = random.Random(f"natural-possible-{seed}")
-    return [_case(fact, maybe, question, "possible", rng, fillers, wrapped, echoed)
-            for fact, maybe, question in POSSIBLE]
-
-
 # a general fact and, a session later, an exception limited to an occasion (the fact still holds otherwise):
 # written after statements.narrows_to_an_occasion (round 3 session 23) and run once, as its check
 OCCASIONS = [
@@ -290,17 +277,24 @@ OCCASIONS = [
 ]
 
 
-def occasion_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
-                   echoed: bool = False) -> list[NaturalCase]:
-    """Stores built like :func:`natural_cases` from :data:`OCCASIONS` (group ``"occasion"``): the general fact in
-    ``s1``, the exception in ``s3``; the older still answers.
+# newer statements that change no fact, by group: the older still answers
+KEPT = {"possible": POSSIBLE, "occasion": OCCASIONS}
 
-    >>> occasion_cases(fillers=0)[0].newer
-    'When it snows I take the tram.'
+
+def kept_cases(*, fillers: int = 4, seed: int = 0, wrapped: bool | str = False,
+               echoed: bool = False) -> list[NaturalCase]:
+    """Stores built like :func:`natural_cases` from :data:`KEPT`: the fact in ``s1``, the newer statement in ``s3``
+    (group ``"possible"``: a plan or possibility; ``"occasion"``: an exception limited to an occasion); the older
+    still answers.
+
+    >>> [(c.group, c.newer) for c in kept_cases(fillers=0)[::12]]
+    [('possible', "I'm considering an offer from Bosch."), ('occasion', 'When it snows I take the tram.')]
     """
-    rng = random.Random(f"natural-occasion-{seed}")
-    return [_case(fact, exception, question, "occasion", rng, fillers, wrapped, echoed)
-            for fact, exception, question in OCCASIONS]
+    out = []
+    for group, pairs in KEPT.items():
+        rng = random.Random(f"natural-{group}-{seed}")
+        out += [_case(fact, newer, question, group, rng, fillers, wrapped, echoed) for fact, newer, question in pairs]
+    return out
 
 
 def wrap(statement: str, rng: random.Random, asides: list[str]) -> str:
@@ -350,6 +344,5 @@ def _case(older: str, newer: str, question: str, group: str, rng: random.Random,
     return NaturalCase(older, newer, question, tuple(stream), group, said)
 
 
-__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "NATURAL", "OCCASIONS", "OPENERS", "POSSIBLE", "NaturalCase",
-           "added_cases", "alike_cases", "echo", "natural_cases", "occasion_cases", "others_cases", "possible_cases",
-           "wrap"]
+__all__ = ["ACKS", "ADDED", "CHECK", "DESIGN", "KEPT", "NATURAL", "OCCASIONS", "OPENERS", "POSSIBLE", "NaturalCase",
+           "added_cases", "alike_cases", "echo", "kept_cases", "natural_cases", "others_cases", "wrap"]
